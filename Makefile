@@ -1,0 +1,57 @@
+# The course in two commands:  make lab   (start JupyterLab)   and   make test   (run every test).
+# Both create .venv with plain `python3 -m venv` + pip if it is missing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+# pip prints one "Location ... is ignored" line per package for this machine's local indexes; hide that noise only.
+QUIET_PIP := 2>&1 | grep -v "^WARNING: Location" || true
+LAB_ARGS ?=
+STAMP := $(VENV)/.installed
+
+.PHONY: lab test test-fast venv student gpu-check bench bench-quick clean sync-notebooks
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "Installing the course into $(VENV) (first time: a few minutes)..."
+	@set -o pipefail; $(PIP) install -q --upgrade pip $(QUIET_PIP)
+	@set -o pipefail; $(PIP) install -q -e ".[test]" $(QUIET_PIP)
+	@$(PY) -c "import allocator_ref, jupyterlab, ipywidgets, matplotlib, cupy, cuda.bindings" || (echo "install failed: see the pip output above"; exit 1)
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# Start the course in JupyterLab, chapter 0 first.  Headless: make lab LAB_ARGS="--no-browser --port 8899"
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(LAB_ARGS) chapters/00_setup_and_tour.ipynb
+
+# Every test.  Passes on a 2-core machine without a GPU (GPU tests skip and say why).
+test: $(STAMP)
+	@$(PY) -m pip install -q torch==2.13.0 >/dev/null 2>&1 || echo "(optional torch CPU wheel not installed: the _memory_viz test will skip)"
+	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: $(STAMP)
+	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider -m "not slow and not browser"
+
+# Regenerate the student copies of the labs from the instructor sources.
+student: $(STAMP)
+	$(PY) -m allocator_ref.labs.generate
+
+# Keep every .ipynb paired with its MyST .md (edit either, then run this).
+sync-notebooks: $(STAMP)
+	$(VENV)/bin/jupytext --sync chapters/*.ipynb labs/source/*.ipynb
+
+# On a machine with an NVIDIA GPU: the gpu-marked tests and the measurement script.
+gpu-check: $(STAMP)
+	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider -m gpu -rs
+	$(PY) tools/gpu_measure.py
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
+
+bench-quick: $(STAMP)
+	$(PY) -m benchmarks.run --quick
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
