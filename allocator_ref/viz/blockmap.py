@@ -1,0 +1,212 @@
+"""The block map: every segment as a horizontal bar, its blocks coloured by state.
+
+``render_blockmap(state) -> str`` is a pure function from allocator state to an
+SVG document.  ``state`` may be
+
+* a list of segment dicts (``torch.cuda.memory_snapshot()``),
+* a snapshot dict (``torch.cuda.memory._snapshot()``: its ``segments`` are used),
+* an allocator (anything with ``.snapshot()``).
+
+Reading the picture:
+
+* one row per segment (one ``cudaMalloc``, or one mapped range of an
+  expandable segment); each bar spans the whole width, so block sizes are to
+  scale *within* a segment, and the segment's own size is in its label;
+* blue = allocated to a tensor, orange = freed but waiting for another
+  stream's work (``active_pending_free``), pale = free in the cache
+  (``inactive``), hatched = reserved virtual addresses with no memory mapped
+  (expandable segments; only when the state includes blocks with state
+  ``"unmapped"`` -- PyTorch's snapshot never reports them);
+* the small pool (blocks up to 1 MiB, 2 MiB segments) and the large pool are
+  drawn as separate groups; a private pool (CUDA graphs, ``MemPool``) gets
+  its own group too.
+
+Every rectangle carries ``data-addr`` (hex), ``data-state`` and ``data-size``
+so that tests, and a browser, can find blocks without parsing geometry.  The
+output is deterministic: the same state gives the same bytes.
+"""
+from __future__ import annotations
+
+from html import escape
+from typing import Any, Iterable, Mapping, Optional
+
+from .sizes import format_bytes
+
+# Colours: colour-blind-safe (Tableau 10), allocated dark enough for white text.
+STATE_STYLE = {
+    "active_allocated": ("#4c78a8", "#ffffff"),      # fill, text colour
+    "active_pending_free": ("#f58518", "#ffffff"),
+    "inactive": ("#e9eef3", "#33414e"),
+    "unmapped": ("url(#ar-unmapped)", "#5b6770"),
+}
+STATE_WORDS = {
+    "active_allocated": "allocated",
+    "active_pending_free": "pending free (waits for another stream)",
+    "inactive": "free (cached)",
+    "unmapped": "unmapped virtual range",
+}
+HIGHLIGHT = "#d62728"
+
+# Geometry, in SVG pixels.
+WIDTH = 960
+LABEL_W = 250          # left column: "seg 3 · stream 0 · 20.0 MiB"
+ROW_H = 22
+BAR_H = 16
+HEADER_H = 24          # one pool group's heading
+LEGEND_H = 30
+MIN_LABEL_W = 58       # a block narrower than this gets no size label (it would not fit)
+
+
+def segments_of(state: Any, device: Optional[int] = None) -> list:
+    """The segment list inside whatever we were given (see the module docstring)."""
+    if hasattr(state, "snapshot") and callable(state.snapshot):
+        state = state.snapshot()
+    if isinstance(state, Mapping):
+        state = state.get("segments", [])
+    segments = list(state)
+    if device is not None:
+        segments = [s for s in segments if s.get("device", 0) == device]
+    return segments
+
+
+def default_segment_ids(segments: Iterable[dict]) -> dict:
+    """Number segments 0, 1, 2 ... in address order (what ``segment 3`` means in a caption)."""
+    return {s["address"]: i for i, s in enumerate(sorted(segments, key=lambda s: s["address"]))}
+
+
+def pool_key(segment: dict) -> tuple:
+    """Which group a segment is drawn in: default pools first, large before small."""
+    pool_id = tuple(segment.get("segment_pool_id", (0, 0)) or (0, 0))
+    return (pool_id != (0, 0), pool_id, segment.get("segment_type", "large") != "large")
+
+
+def pool_title(segment: dict) -> str:
+    small = segment.get("segment_type") == "small"
+    name = ("Small pool: requests up to 1 MiB, 2 MiB segments" if small
+            else "Large pool: requests over 1 MiB")
+    pool_id = tuple(segment.get("segment_pool_id", (0, 0)) or (0, 0))
+    if pool_id != (0, 0):
+        name = f"Private pool {pool_id} ({'small' if small else 'large'} blocks)"
+    return name
+
+
+def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: Optional[dict] = None,
+                    title: str = "", simulated: bool = False, width: int = WIDTH,
+                    device: Optional[int] = None) -> str:
+    """Draw ``state`` as an SVG string (see the module docstring).
+
+    highlight:   block or segment addresses to outline in red (what just changed).
+    segment_ids: address -> number shown as "seg N"; the player passes numbers
+                 that stay put while segments come and go.  Default: address order.
+    simulated:   say "(simulated)" in the title, as every simulated figure must.
+    """
+    segments = segments_of(state, device)
+    ids = segment_ids if segment_ids is not None else default_segment_ids(segments)
+    marked = set(highlight)
+    bar_w = width - LABEL_W - 10
+
+    body: list[str] = []
+    y = LEGEND_H + (22 if (title or simulated) else 0)
+    groups: dict[tuple, list] = {}
+    for seg in segments:
+        groups.setdefault(pool_key(seg), []).append(seg)
+    for key in sorted(groups):
+        group = sorted(groups[key], key=lambda s: (ids.get(s["address"], 1 << 62), s["address"]))
+        body.append(f'<text class="ar-pool" x="4" y="{y + 16}" font-weight="bold">'
+                    f'{escape(pool_title(group[0]))} ({len(group)} segment{"s" if len(group) != 1 else ""})</text>')
+        y += HEADER_H
+        for seg in group:
+            _draw_segment(body, seg, ids.get(seg["address"], "?"), y, bar_w, marked)
+            y += ROW_H
+        y += 6
+    if not segments:
+        body.append(f'<text x="4" y="{y + 16}" fill="#5b6770">No segments: the allocator has not '
+                    f'reserved any memory yet.</text>')
+        y += ROW_H
+
+    height = y + 4
+    head = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="ar-blockmap" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif" font-size="12" '
+        f'data-segments="{len(segments)}">',
+        '<defs><pattern id="ar-unmapped" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f7f7f7"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#b8c0c8" stroke-width="2"/></pattern></defs>',
+        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+    ]
+    top = 0
+    if title or simulated:
+        text = title or "Allocator state"
+        if simulated and "simulated" not in text.lower():
+            text += " (simulated)"
+        head.append(f'<text class="ar-title" x="4" y="16" font-size="14" font-weight="bold">{escape(text)}</text>')
+        top = 22
+    head.append(_legend(segments, top))
+    return "".join(head + body + ["</svg>"])
+
+
+def _draw_segment(out: list, seg: dict, seg_id: Any, y: int, bar_w: float, marked: set) -> None:
+    """One row: the label on the left, the bar of blocks on the right."""
+    blocks = seg.get("blocks") or [{"address": seg["address"], "size": seg["total_size"],
+                                    "state": "inactive", "requested_size": 0}]
+    span = max(seg.get("total_size", 0), sum(b["size"] for b in blocks)) or 1
+    scale = bar_w / span
+    addr = seg["address"]
+    stream = seg.get("stream", 0)
+    kind = " · expandable" if seg.get("is_expandable") else ""
+    label = f"seg {seg_id} · stream {stream} · {format_bytes(seg.get('total_size', span))}{kind}"
+    out.append(f'<g class="ar-segment" id="seg-{addr:#x}" data-addr="{addr:#x}" data-size="{seg.get("total_size", span)}" '
+               f'data-stream="{stream}" data-segment="{seg_id}" data-pool="{seg.get("segment_type", "large")}">')
+    out.append(f'<text x="4" y="{y + 13}" fill="#33414e">{escape(label)}</text>')
+    x0 = LABEL_W
+    offset = 0
+    for block in blocks:
+        out.append(_block_rect(block, x0 + offset * scale, y, block["size"] * scale, addr, seg_id, marked))
+        offset += block["size"]
+    stroke, sw = (HIGHLIGHT, 2.5) if addr in marked else ("#7d8a96", 1)
+    out.append(f'<rect class="ar-outline" x="{x0}" y="{y}" width="{bar_w:.2f}" height="{BAR_H}" fill="none" '
+               f'stroke="{stroke}" stroke-width="{sw}"/></g>')
+
+
+def _block_rect(block: dict, x: float, y: int, w: float, seg_addr: int, seg_id: Any, marked: set) -> str:
+    state = block.get("state", "inactive")
+    fill, ink = STATE_STYLE.get(state, STATE_STYLE["inactive"])
+    addr, size = block["address"], block["size"]
+    changed = addr in marked
+    stroke = f'stroke="{HIGHLIGHT}" stroke-width="2.5"' if changed else 'stroke="#ffffff" stroke-width="0.5"'
+    tip = (f"{STATE_WORDS.get(state, state)}: {format_bytes(size)} at {addr:#x} "
+           f"(+{addr - seg_addr:#x} in seg {seg_id})")
+    if state != "inactive" and block.get("requested_size"):
+        tip += f"; requested {format_bytes(block['requested_size'])}"
+    if state != "inactive":
+        w = max(w, 1.5)   # a 512 B tensor in a 2 MiB segment is 0.2 px wide: keep it visible
+    cls = "ar-block ar-changed" if changed else "ar-block"
+    rect = (f'<rect class="{cls}" id="blk-{addr:#x}" data-addr="{addr:#x}" data-state="{state}" '
+            f'data-size="{size}" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{BAR_H}" fill="{fill}" {stroke}>'
+            f'<title>{tip}</title></rect>')
+    if w < MIN_LABEL_W:
+        return rect
+    return (rect + f'<text x="{x + w / 2:.2f}" y="{y + 12}" text-anchor="middle" fill="{ink}" '
+            f'font-size="11" pointer-events="none">{format_bytes(size)}</text>')
+
+
+def _legend(segments: list, y: int) -> str:
+    """Colour key plus the totals a learner compares with memory_stats()."""
+    totals = {"active_allocated": 0, "active_pending_free": 0, "inactive": 0}
+    for seg in segments:
+        for block in seg.get("blocks", ()):
+            if block.get("state") in totals:
+                totals[block["state"]] += block["size"]
+    reserved = sum(s.get("total_size", 0) for s in segments)
+    parts = [f'<g class="ar-legend" transform="translate(4,{y + 6})">']
+    x = 0
+    for state in ("active_allocated", "active_pending_free", "inactive", "unmapped"):
+        fill = STATE_STYLE[state][0]
+        words = STATE_WORDS[state].split(" (")[0]
+        amount = f" {format_bytes(totals[state])}" if state in totals else ""
+        parts.append(f'<rect x="{x}" y="0" width="12" height="12" fill="{fill}" stroke="#7d8a96" stroke-width="0.5"/>'
+                     f'<text x="{x + 16}" y="10">{words}{amount}</text>')
+        x += 32 + 7 * len(words + amount)
+    parts.append(f'<text x="{x}" y="10" fill="#33414e">reserved {format_bytes(reserved)} in '
+                 f'{len(segments)} segment{"s" if len(segments) != 1 else ""}</text></g>')
+    return "".join(parts)
