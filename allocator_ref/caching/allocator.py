@@ -1,0 +1,578 @@
+"""The caching allocator: PyTorch 2.11's native CUDA allocator, decision for decision.
+
+Read this file next to ``c10/cuda/CUDACachingAllocator.cpp``: every method
+below names the ``DeviceCachingAllocator`` function it mirrors, in the same
+order of decisions (spec sections 3-6).  The allocator only talks to a
+``Device`` (simulated or real) and reports every decision as a trace event.
+
+The life of a request (``malloc``):
+
+1. ``process_events``: blocks whose cross-stream uses finished become free.
+2. ``round_size``: 512 B multiples (or power-of-two divisions).
+3. choose the small (<= 1 MiB) or large pool; ``get_allocation_size``.
+4. ``get_free_block``: best fit on the same stream.
+5. on a miss: garbage collection (if configured), ``alloc_block``
+   (cudaMalloc a new segment), ``release_available_cached_blocks`` + retry,
+   ``release_cached_blocks`` (empty the cache) + retry, and finally
+   ``OutOfMemoryError``.
+6. ``alloc_found_block``: split the block if the remainder is worth keeping.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Optional
+
+from ..allocation import Allocation
+from ..device.errors import CudaError, CudaOutOfMemoryError
+from ..trace.events import TraceEntry, TraceRecorder
+from .block import Block, BlockPool
+from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
+                     kMinBlockSize, kSmallSize, round_size)
+from .expandable import ExpandableMixin
+from .oom import EXABYTE_MESSAGE, OutOfMemoryError, oom_message
+from .snapshot import SnapshotMixin
+from .stats import LARGE_POOL, SMALL_POOL, DeviceStats
+from .summary import memory_summary
+
+
+class AllocParams:
+    """``AllocParams``: one request travelling down the malloc ladder."""
+
+    __slots__ = ("size", "alloc_size", "pool", "stream", "stream_key", "block", "err")
+
+    def __init__(self, size: int, alloc_size: int, pool: BlockPool, stream: Any) -> None:
+        self.size = size                # rounded request
+        self.alloc_size = alloc_size    # segment size cudaMalloc would be asked for
+        self.pool = pool
+        self.stream = stream
+        self.stream_key = stream.handle
+        self.block: Optional[Block] = None
+        self.err: Optional[str] = None
+
+
+class CachingAllocator(ExpandableMixin, SnapshotMixin):
+    """PyTorch's ``DeviceCachingAllocator`` for one device.
+
+    ``config`` is a ``PYTORCH_CUDA_ALLOC_CONF`` string (or an AllocatorConfig);
+    ``read_env=True`` reads the real environment variables instead, as PyTorch does.
+    """
+
+    def __init__(self, device: Any = None, config: "str | AllocatorConfig" = "", *,
+                 read_env: bool = False) -> None:
+        if device is None:
+            from ..device import open_device
+            device = open_device()
+        self.device = device
+        if read_env:
+            self.config = AllocatorConfig.from_env()
+        elif isinstance(config, AllocatorConfig):
+            self.config = config
+        else:
+            self.config = AllocatorConfig.parse(config)
+        self.small_blocks = BlockPool(is_small=True)
+        self.large_blocks = BlockPool(is_small=False)
+        self.active_blocks: dict[int, Block] = {}     # ptr -> block (allocated, or waiting for events)
+        self.cuda_events: dict[int, deque] = {}        # stream handle -> FIFO of (event, block)
+        self.total_allocated_memory = 0                # bytes of all segments / mapped pages
+        self.allowed_memory_maximum: Optional[int] = None
+        self.stats = DeviceStats()
+        # max_split_size is frozen when the allocator is built (spec 6.2).
+        ms = self.config.max_split_size
+        self.stats.max_split_size = -1 if ms == SIZE_MAX else ms
+        self.trace = TraceRecorder()
+        self.free_memory_callbacks: list = []          # FreeCudaMemoryCallbacksRegistry
+        self.oom_observers: list = []
+        self.expandable_segments_: list = []
+        self._live: dict[int, Allocation] = {}         # ptr -> Allocation handed out
+        if self.config.per_process_memory_fraction < 1.0:
+            self.set_per_process_memory_fraction(self.config.per_process_memory_fraction)
+
+    # ------------------------------------------------------------------ config
+    def set_allocator_settings(self, text: str) -> None:
+        """``torch._C._accelerator_setAllocatorSettings``: re-parse; nothing changes on error."""
+        self.config = AllocatorConfig.parse(text, base=self.config)
+
+    def set_per_process_memory_fraction(self, fraction: float) -> None:
+        """``torch.cuda.set_per_process_memory_fraction`` with PyTorch's checks."""
+        if not isinstance(fraction, float):
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        total = self.device.info.total_memory
+        # 2.11: the limit only exists for fractions below 1 (setMemoryFraction).
+        self.allowed_memory_maximum = int(fraction * total) if fraction < 1.0 else None
+        self._fraction = fraction
+
+    def get_per_process_memory_fraction(self) -> float:
+        if self.allowed_memory_maximum is None:
+            return 1.0
+        return getattr(self, "_fraction", self.allowed_memory_maximum / self.device.info.total_memory)
+
+    def _gc_enabled(self) -> bool:
+        return self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold > 0
+
+    # ------------------------------------------------------------------ malloc
+    def malloc(self, nbytes: int, stream: Any = None) -> Allocation:
+        """``NativeCachingAllocator::allocate`` then ``DeviceCachingAllocator::malloc``."""
+        stream = self._check_stream(stream)
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+            raise TypeError(f"Invalid memory size: expected a number of bytes (int), got {type(nbytes).__name__}")
+        if nbytes < 0:
+            raise ValueError(f"Invalid memory size: {nbytes} (a size must be >= 0 bytes)")
+        if nbytes == 0:      # a null DataPtr: no block, no stats, no event
+            return Allocation(ptr=0, size=0, requested_size=0, stream=stream, allocator=self)
+        if nbytes >= ONE_EXABYTE:
+            raise OutOfMemoryError(EXABYTE_MESSAGE)
+        self.process_events()
+        size = round_size(nbytes, self.config)
+        pool = self.get_pool(size)
+        params = AllocParams(size, get_allocation_size(size, self.config), pool, stream)
+
+        found = self.get_free_block(params) or (
+            self.trigger_free_memory_callbacks() and self.get_free_block(params))
+        if not found:
+            if self._gc_enabled():
+                self.garbage_collect_cached_blocks()
+            found = (self.alloc_block(params, is_retry=False)
+                     or (self.release_available_cached_blocks(params)
+                         and self.alloc_block(params, is_retry=False))
+                     or (self.release_cached_blocks()
+                         and self.alloc_block(params, is_retry=True)))
+        if not found:
+            self._raise_oom(params)
+        expandable_active = self._expandable_active(params.block)
+        split = self.should_split(params.block, size, expandable_active)
+        block = self.alloc_found_block(params, nbytes, split)
+        allocation = Allocation(ptr=block.ptr, size=block.size, requested_size=nbytes,
+                                stream=stream, allocator=self, _block=block)
+        self._live[block.ptr] = allocation
+        return allocation
+
+    def get_pool(self, size: int) -> BlockPool:
+        """``get_pool``: rounded sizes up to 1 MiB use the small pool."""
+        return self.small_blocks if size <= kSmallSize else self.large_blocks
+
+    def _pool_type(self, pool: BlockPool) -> int:
+        return SMALL_POOL if pool.is_small else LARGE_POOL
+
+    def get_free_block(self, p: AllocParams) -> bool:
+        """``get_free_block``: best fit = lower bound of (stream, size, 0) in the pool."""
+        pool = p.pool
+        if self._gc_enabled():
+            pool.get_free_blocks_call_count += 1      # the GC clock ticks on every search
+        index = pool.lower_bound(p.stream_key, p.size)
+        block = pool.block_at(index)
+        if block is None or block.stream_key != p.stream_key:
+            return False
+        if block.expandable_segment is not None:
+            index, block = self._pick_expandable_candidate(pool, index, block, p.stream_key)
+            if block is None:
+                return False
+        max_split = self.config.max_split_size
+        # Never hand an oversize block to a normal request ...
+        if p.size < max_split and block.size >= max_split:
+            return False
+        # ... and an oversize request may take a cached block only a little bigger than it.
+        if p.size >= max_split and block.size >= p.size + self.config.max_non_split_rounding_size:
+            return False
+        pool.remove(block)
+        p.block = block
+        return True
+
+    def trigger_free_memory_callbacks(self) -> bool:
+        """``trigger_free_memory_callbacks``: True if any registered callback freed memory."""
+        freed = False
+        for callback in self.free_memory_callbacks:
+            freed = bool(callback()) or freed
+        return freed
+
+    def garbage_collect_cached_blocks(self) -> None:
+        """``garbage_collect_cached_blocks``: free old unsplit large blocks until under the threshold."""
+        gc_threshold = int(self.config.garbage_collection_threshold * self.allowed_memory_maximum)
+        if self.total_allocated_memory <= gc_threshold:
+            return
+        target = self.total_allocated_memory - gc_threshold
+        clock = self.large_blocks.get_free_blocks_call_count
+        candidates = [b for b in self.large_blocks
+                      if not b.is_split() and b.expandable_segment is None]
+        total_age = float(sum(clock - b.gc_count_base for b in candidates))
+        count = len(candidates)
+        if count == 0:
+            return
+        reclaimed, freed_any = 0, True
+        while reclaimed < target and freed_any and count > 0:
+            threshold = total_age / count
+            freed_any = False
+            # Free every block older than the average; do not stop at the target.
+            for block in list(self.large_blocks):
+                if block.is_split() or block.expandable_segment is not None:
+                    continue
+                age = clock - block.gc_count_base
+                if age >= threshold:
+                    freed_any = True
+                    reclaimed += block.size
+                    total_age -= age
+                    count -= 1
+                    self.release_block(block)
+
+    def alloc_block(self, p: AllocParams, is_retry: bool) -> bool:
+        """``alloc_block``: ask the device for a new segment (or map expandable pages)."""
+        if is_retry:
+            self.stats.num_alloc_retries += 1
+        size = p.alloc_size
+        if (self.allowed_memory_maximum is not None
+                and self.total_allocated_memory + size > self.allowed_memory_maximum):
+            p.err = "cudaErrorMemoryAllocation"          # over the fraction: no cudaMalloc at all
+            return False
+        if self.config.expandable_segments:
+            p.block = self.try_allocate_expandable_block(p.stream, p.pool, p.size)
+            p.err = None if p.block is not None else "cudaErrorMemoryAllocation"
+            return p.block is not None
+        try:
+            ptr = self.device.malloc(size)
+        except CudaOutOfMemoryError:
+            p.err = "cudaErrorMemoryAllocation"
+            return False
+        self.total_allocated_memory += size
+        p.block = Block(ptr, size, p.stream, p.stream_key, p.pool)
+        pool_type = self._pool_type(p.pool)
+        self.stats.increase("segment", pool_type, 1)
+        self.stats.increase("reserved_bytes", pool_type, size)
+        if size >= self.config.max_split_size:
+            self.stats.oversize_segments.increase(1)
+        self.stats.num_device_alloc += 1
+        self._record("segment_alloc", ptr, size, p.stream_key)
+        return True
+
+    def release_available_cached_blocks(self, p: AllocParams) -> bool:
+        """``release_available_cached_blocks``: free just enough oversize blocks (max_split_size only)."""
+        max_split = self.config.max_split_size
+        if max_split == SIZE_MAX:
+            return False
+        pool = p.pool
+        key_size = max(p.size, max_split)
+        index = pool.lower_bound(p.stream_key, key_size)
+        # Expandable blocks are never released here (2.11): skip over them.
+        while pool.block_at(index) is not None and pool.block_at(index).stream_key == p.stream_key \
+                and pool.block_at(index).expandable_segment is not None:
+            index += 1
+        block = pool.block_at(index)
+        if block is not None and block.stream_key == p.stream_key:
+            self.release_block(block)
+            return True
+        # No single block is big enough: free oversize blocks from the largest down.
+        released = 0
+        index -= 1
+        while index >= 0 and released < key_size:
+            block = pool.block_at(index)
+            if block.size < max_split or block.stream_key != p.stream_key:
+                break
+            index -= 1
+            if block.expandable_segment is not None:
+                continue
+            released += block.size
+            self.release_block(block)
+        return released >= key_size
+
+    def release_cached_blocks(self) -> bool:
+        """``release_cached_blocks`` (= ``empty_cache``): wait for events, free every unsplit segment."""
+        self.synchronize_and_free_events()
+        self.release_blocks(self.large_blocks)
+        self.release_blocks(self.small_blocks)
+        return True
+
+    def release_blocks(self, pool: BlockPool) -> None:
+        """``release_blocks``: whole unsplit segments go back to the driver; split ones stay."""
+        to_unmap = []
+        for block in list(pool):
+            if block.expandable_segment is not None:
+                to_unmap.append(block)
+            elif block.prev is None and block.next is None:
+                self.release_block(block)
+        for block in to_unmap:
+            self.unmap_block(block)
+            if block.prev is None and block.next is None and not block.mapped:
+                self.release_expandable_segment(block)
+
+    def release_block(self, block: Block) -> None:
+        """``release_block``: cudaFree one whole segment."""
+        self.stats.num_device_free += 1
+        self._record("segment_free", block.ptr, block.size, block.stream_key)
+        self.device.free(block.ptr)
+        self.total_allocated_memory -= block.size
+        pool_type = self._pool_type(block.pool)
+        self.stats.decrease("segment", pool_type, 1)
+        self.stats.decrease("reserved_bytes", pool_type, block.size)
+        if block.size >= self.config.max_split_size:
+            self.stats.oversize_segments.decrease(1)
+        block.pool.remove(block)
+
+    def should_split(self, block: Block, size: int, expandable_active: bool) -> bool:
+        """``should_split``: keep the remainder only if it is worth tracking."""
+        remaining = block.size - size
+        if block.pool.is_small or expandable_active:
+            return remaining >= kMinBlockSize
+        return size < self.config.max_split_size and remaining > kSmallSize
+
+    def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool) -> Block:
+        """``alloc_found_block``: split if asked, mark allocated, count it, trace it."""
+        block, size, pool = p.block, p.size, p.pool
+        pool_type = self._pool_type(pool)
+        in_expandable = block.expandable_segment is not None
+        already_split = block.is_split()
+        if split:
+            # The NEW block takes the front; the old object becomes the remainder.
+            remaining = block
+            block = Block(remaining.ptr, size, remaining.stream, remaining.stream_key, pool,
+                          expandable_segment=remaining.expandable_segment)
+            block.prev = remaining.prev
+            if block.prev is not None:
+                block.prev.next = block
+            block.next = remaining
+            remaining.prev = block
+            remaining.ptr += size
+            remaining.size -= size
+            pool.insert_into_blocks(remaining)
+            if not in_expandable:
+                if already_split:
+                    self.stats.decrease("inactive_split_bytes", pool_type, block.size)
+                else:
+                    self.stats.increase("inactive_split_bytes", pool_type, remaining.size)
+                    self.stats.increase("inactive_split", pool_type, 1)
+        elif already_split and not in_expandable:
+            self.stats.decrease("inactive_split_bytes", pool_type, block.size)
+            self.stats.decrease("inactive_split", pool_type, 1)
+        block.allocated = True
+        block.requested_size = orig_size
+        self.active_blocks[block.ptr] = block
+        self._record("alloc", block.ptr, orig_size, block.stream_key)
+        self.stats.increase("allocation", pool_type, 1)
+        self.stats.increase("allocated_bytes", pool_type, block.size)
+        self.stats.increase("active", pool_type, 1)
+        self.stats.increase("active_bytes", pool_type, block.size)
+        self.stats.increase("requested_bytes", pool_type, orig_size)
+        if block.size >= self.config.max_split_size:
+            self.stats.oversize_allocations.increase(1)
+        return block
+
+    def _raise_oom(self, p: AllocParams) -> None:
+        """The end of ``malloc``: count it, trace it, tell the observers, raise."""
+        free, total = self.device.mem_get_info()
+        self._record("oom", free, p.size, p.stream_key)
+        self.stats.num_ooms += 1
+        limit = self.allowed_memory_maximum if self.allowed_memory_maximum is not None else total
+        for observer in self.oom_observers:
+            observer(self.device.info.index, p.alloc_size, limit, free)
+        agg = self.stats
+        message = oom_message(
+            device_index=self.device.info.index, alloc_size=p.alloc_size, total=total, free=free,
+            allocated=agg["allocated_bytes"][0].current, reserved=agg["reserved_bytes"][0].current,
+            allowed=self.allowed_memory_maximum,
+            process_in_use=(total - free) if self.device.info.simulated else None)
+        raise OutOfMemoryError(message)
+
+    # -------------------------------------------------------------------- free
+    def free(self, allocation: "Allocation | int") -> None:
+        """``free``: the user is done; the memory returns to the cache (maybe after events)."""
+        allocation = self._lookup(allocation, "free")
+        if allocation.ptr == 0:
+            return
+        block = allocation._block
+        allocation.freed = True
+        del self._live[block.ptr]
+        block.allocated = False
+        pool_type = self._pool_type(block.pool)
+        self.stats.decrease("allocation", pool_type, 1)
+        self.stats.decrease("allocated_bytes", pool_type, block.size)
+        self._record("free_requested", block.ptr, block.requested_size, block.stream_key)
+        if block.size >= self.config.max_split_size:
+            self.stats.oversize_allocations.decrease(1)
+        if block.stream_uses:
+            self.insert_events(block)      # stays active ("active_pending_free") until they complete
+        else:
+            self.free_block(block)
+
+    def free_block(self, block: Block) -> None:
+        """``free_block``: back into the pool, merged with free neighbours."""
+        self._record("free_completed", block.ptr, block.requested_size, block.stream_key)
+        original_size, requested = block.size, block.requested_size
+        pool = block.pool
+        net_blocks = net_bytes = 0
+        del self.active_blocks[block.ptr]
+        for candidate in (block.prev, block.next):
+            subsumed = self.try_merge_blocks(block, candidate, pool)
+            if subsumed > 0:
+                net_blocks -= 1
+                net_bytes -= subsumed
+        pool.insert_into_blocks(block)
+        if block.is_split():
+            net_blocks += 1
+            net_bytes += block.size
+        pool_type = self._pool_type(pool)
+        if block.expandable_segment is None:
+            self._apply_net("inactive_split", pool_type, net_blocks)
+            self._apply_net("inactive_split_bytes", pool_type, net_bytes)
+        self.stats.decrease("active", pool_type, 1)
+        self.stats.decrease("active_bytes", pool_type, original_size)
+        self.stats.decrease("requested_bytes", pool_type, requested)
+
+    def _apply_net(self, name: str, pool_type: int, change: int) -> None:
+        if change > 0:
+            self.stats.increase(name, pool_type, change)
+        elif change < 0:
+            self.stats.decrease(name, pool_type, -change)
+
+    def try_merge_blocks(self, dst: Block, src: Optional[Block], pool: BlockPool) -> int:
+        """``try_merge_blocks``: absorb a free neighbour; returns the bytes absorbed (0 if none)."""
+        if (src is None or src.allocated or src.event_count > 0 or src.stream_uses
+                or dst.mapped != src.mapped):
+            return 0
+        if src.mapped:
+            pool.remove(src)
+        else:
+            pool.remove_unmapped(src)
+        if dst.prev is src:                       # [src dst]
+            dst.ptr = src.ptr
+            dst.prev = src.prev
+            if dst.prev is not None:
+                dst.prev.next = dst
+        else:                                     # [dst src]
+            dst.next = src.next
+            if dst.next is not None:
+                dst.next.prev = dst
+        dst.size += src.size
+        return src.size
+
+    # ------------------------------------------------------------------ streams
+    def record_stream(self, allocation: Allocation, stream: Any) -> None:
+        """``recordStream``: remember another stream used this memory (ignored on the owner)."""
+        allocation = self._lookup(allocation, "record_stream")
+        stream = self._check_stream(stream)
+        if allocation.ptr == 0:
+            return
+        block = allocation._block
+        if stream.handle == block.stream_key:
+            return
+        block.stream_uses.add(stream)
+
+    def insert_events(self, block: Block) -> None:
+        """``insert_events``: one event per using stream; the block is freed when all complete."""
+        streams, block.stream_uses = block.stream_uses, set()
+        for stream in sorted(streams, key=lambda s: s.handle):
+            event = self.device.create_event(timing=False)
+            event.record(stream)
+            block.event_count += 1
+            self.cuda_events.setdefault(stream.handle, deque()).append((event, block))
+
+    def process_events(self) -> None:
+        """``process_events``: per stream, free blocks whose events completed (stop at the first not ready)."""
+        for key in list(self.cuda_events):
+            queue = self.cuda_events[key]
+            while queue:
+                event, block = queue[0]
+                if not event.query():
+                    break
+                block.event_count -= 1
+                if block.event_count == 0:
+                    self.free_block(block)
+                queue.popleft()
+            if not queue:
+                del self.cuda_events[key]
+
+    def synchronize_and_free_events(self) -> None:
+        """``synchronize_and_free_events``: wait for every outstanding event (counts a sync-all)."""
+        self.stats.num_sync_all_streams += 1
+        for queue in self.cuda_events.values():
+            for event, block in queue:
+                event.synchronize()
+                block.event_count -= 1
+                if block.event_count == 0:
+                    self.free_block(block)
+        self.cuda_events.clear()
+
+    # ---------------------------------------------------------------- caching
+    def empty_cache(self) -> None:
+        """``emptyCache``: release every cached segment that is whole and free."""
+        self.release_cached_blocks()
+
+    # ------------------------------------------------------------------ stats
+    def memory_stats(self) -> dict:
+        """``torch.cuda.memory_stats()``: 122 keys, sorted."""
+        return self.stats.as_flat_dict()
+
+    def memory_allocated(self) -> int:
+        return self.stats["allocated_bytes"][0].current
+
+    def max_memory_allocated(self) -> int:
+        return self.stats["allocated_bytes"][0].peak
+
+    def memory_reserved(self) -> int:
+        return self.stats["reserved_bytes"][0].current
+
+    def max_memory_reserved(self) -> int:
+        return self.stats["reserved_bytes"][0].peak
+
+    def reset_peak_memory_stats(self) -> None:
+        self.stats.reset_peak()
+
+    def reset_accumulated_memory_stats(self) -> None:
+        self.stats.reset_accumulated()
+
+    def memory_summary(self, abbreviated: bool = False) -> str:
+        """``torch.cuda.memory_summary()``: the same 75-column table."""
+        return memory_summary(self.memory_stats(), self.device.info.index, abbreviated)
+
+    def record_memory_history(self, enabled: Optional[str] = "all", context: Optional[str] = "all",
+                              stacks: str = "python", max_entries: int = 2**63 - 1,
+                              clear_history: bool = False, skip_actions=()) -> None:
+        """``torch.cuda.memory._record_memory_history`` (the trace ring buffer)."""
+        if stacks not in ("python", "all"):
+            raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
+        self.trace.configure(enabled=enabled, context=context, max_entries=max_entries,
+                             clear_history=clear_history, skip_actions=skip_actions)
+
+    # ---------------------------------------------------------------- helpers
+    def _record(self, action: str, addr: int, size: int, stream_key: int) -> None:
+        self.trace.record(TraceEntry(action, addr, size, stream_key, int(self.device.now_us())))
+
+    def _check_stream(self, stream: Any) -> Any:
+        if stream is None:
+            return self.device.default_stream
+        if getattr(stream, "device", None) is not self.device:
+            raise CudaError("cudaErrorInvalidResourceHandle",
+                            "this stream belongs to another device than the allocator's; "
+                            "create it with allocator.device.create_stream()")
+        return stream
+
+    def _lookup(self, allocation: Any, what: str) -> Allocation:
+        """The live Allocation behind ``allocation`` (an Allocation or a pointer), or a clear error."""
+        if isinstance(allocation, int) and not isinstance(allocation, bool):
+            if allocation == 0:
+                return Allocation(0, 0, 0, self.device.default_stream, self)
+            live = self._live.get(allocation)
+            if live is None:
+                raise ValueError(f"{what}: invalid device pointer: {allocation:#x} "
+                                 "(not a live allocation of this allocator)")
+            return live
+        if not isinstance(allocation, Allocation):
+            raise TypeError(f"{what} expects an Allocation returned by malloc (or its ptr), "
+                            f"got {type(allocation).__name__}")
+        if allocation.allocator is not self:
+            raise ValueError(f"{what}: this allocation belongs to another allocator "
+                             "(free it with the allocator that returned it)")
+        if allocation.ptr == 0:
+            return allocation
+        if allocation.freed or self._live.get(allocation.ptr) is not allocation:
+            raise ValueError(f"{what}: the allocation at {allocation.ptr:#x} was already freed "
+                             "(double free)")
+        return allocation
+
+    def live_allocations(self) -> list[Allocation]:
+        """Everything handed out and not yet freed, in address order."""
+        return [self._live[p] for p in sorted(self._live)]
+
+    def close(self) -> None:
+        """Free every live allocation and empty the cache: the device gets every byte back."""
+        for allocation in self.live_allocations():
+            self.free(allocation)
+        self.empty_cache()

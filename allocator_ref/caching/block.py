@@ -1,0 +1,99 @@
+"""Blocks and block pools: the caching allocator's two data structures.
+
+Mirrors ``Block`` and ``BlockPool`` of ``c10/cuda/CUDACachingAllocator.cpp``
+(spec section 2).
+
+A *segment* is one piece of memory the allocator got from the driver
+(cudaMalloc, or a mapped range of an expandable segment).  A segment is cut
+into *blocks* that tile it exactly; neighbours in the same segment are linked
+through ``prev``/``next`` so a freed block can merge with free neighbours.
+
+Free blocks wait in a :class:`BlockPool`, a set ordered by
+``(stream, size, address)``: a lower-bound search finds the best fit (the
+smallest block that is big enough, lowest address among equals) in O(log n).
+PyTorch uses a ``std::set``; here it is a ``sortedcontainers.SortedList``.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from sortedcontainers import SortedList
+
+
+class Block:
+    """A piece of a segment: allocated to a caller, or free in its pool."""
+
+    __slots__ = (
+        "ptr", "size", "requested_size", "stream", "stream_key", "pool",
+        "allocated", "mapped", "prev", "next", "event_count", "gc_count_base",
+        "stream_uses", "expandable_segment", "frames", "segment_frames",
+    )
+
+    def __init__(self, ptr: int, size: int, stream: Any, stream_key: int, pool: "BlockPool",
+                 expandable_segment: Any = None, mapped: bool = True) -> None:
+        self.ptr = ptr
+        self.size = size
+        self.requested_size = 0        # new blocks start at 0; never reset on free (spec 2)
+        self.stream = stream           # the stream that owns it: free blocks are reused on it only
+        self.stream_key = stream_key   # its raw handle, the first key of the pool's order
+        self.pool = pool
+        self.allocated = False
+        self.mapped = mapped           # False for the unmapped tail of an expandable segment
+        self.prev: Optional[Block] = None
+        self.next: Optional[Block] = None
+        self.event_count = 0           # outstanding events of other streams that used it
+        self.gc_count_base = 0         # pool clock when it became free (for garbage collection)
+        self.stream_uses: set = set()  # streams recorded with record_stream
+        self.expandable_segment = expandable_segment
+        self.frames: list = []
+        self.segment_frames: list = []
+
+    def is_split(self) -> bool:
+        """True when the block shares its segment with a neighbour."""
+        return self.prev is not None or self.next is not None
+
+    def key(self) -> tuple:
+        """Its position in the pool: ``BlockComparatorSize`` = (stream, size, address)."""
+        return (self.stream_key, self.size, self.ptr, self)
+
+    def __repr__(self) -> str:
+        state = "allocated" if self.allocated else ("free" if self.mapped else "unmapped")
+        return f"Block(ptr={self.ptr:#x}, size={self.size}, {state}, stream={self.stream_key})"
+
+
+class BlockPool:
+    """Free blocks of one kind (small or large), ordered by (stream, size, address)."""
+
+    def __init__(self, is_small: bool) -> None:
+        self.is_small = is_small
+        self.blocks = SortedList()        # free, mapped blocks
+        self.unmapped = SortedList()      # expandable segments' unmapped ranges, by (stream, address)
+        self.get_free_blocks_call_count = 0   # the garbage collector's clock
+
+    def insert_into_blocks(self, block: Block) -> None:
+        """``BlockPool::insert_into_blocks``: stamp the GC clock, then insert."""
+        block.gc_count_base = self.get_free_blocks_call_count
+        self.blocks.add(block.key())
+
+    def remove(self, block: Block) -> None:
+        self.blocks.remove(block.key())
+
+    def lower_bound(self, stream_key: int, size: int) -> int:
+        """Index of the first free block with key >= (stream, size, 0)."""
+        return self.blocks.bisect_left((stream_key, size, 0))
+
+    def block_at(self, index: int) -> Optional[Block]:
+        return self.blocks[index][3] if index < len(self.blocks) else None
+
+    def add_unmapped(self, block: Block) -> None:
+        self.unmapped.add((block.stream_key, block.ptr, block))
+
+    def remove_unmapped(self, block: Block) -> None:
+        self.unmapped.remove((block.stream_key, block.ptr, block))
+
+    def __iter__(self):
+        """Free blocks in (stream, size, address) order."""
+        return (entry[3] for entry in self.blocks)
+
+    def __len__(self) -> int:
+        return len(self.blocks)

@@ -1,0 +1,355 @@
+"""``PYTORCH_CUDA_ALLOC_CONF``: parsing, validation and the values it controls.
+
+Mirrors ``c10::CachingAllocator::AcceleratorAllocatorConfig::parseArgs``
+(``c10/core/AllocatorConfig.cpp``) and ``CUDAAllocatorConfig::parseArgs``
+(``c10/cuda/CUDAAllocatorConfig.cpp``) of PyTorch 2.11; spec section 7.
+
+Two differences from PyTorch, both on the side of the learner:
+
+* PyTorch keeps one process-wide config; here every allocator owns an
+  :class:`AllocatorConfig`, so two designs can be compared side by side.
+* A bad string raises ``ValueError`` *before* anything changes: the config is
+  parsed into a copy and only then committed, so there is never a
+  half-applied configuration.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+from dataclasses import dataclass, field
+
+MiB = 1024 * 1024
+kMinBlockSize = 512                 # every request is rounded to a multiple of 512 B
+kSmallSize = 1 * MiB                # rounded sizes <= 1 MiB go to the small pool
+kSmallBuffer = 2 * MiB              # small-pool segments are 2 MiB
+kMinLargeAlloc = 10 * MiB           # large requests below this get a large_segment_size segment
+kRoundLarge = 2 * MiB               # larger ones are rounded up to 2 MiB multiples
+kDefaultLargeSegmentSize = 20 * MiB  # the historical kLargeBuffer, now large_segment_size_mb
+kRoundUpPowerOfTwoIntervals = 16    # roundup_power2_divisions buckets: <2 MiB, [2,4) MiB, ... >=32 GiB
+SIZE_MAX = 2**64 - 1
+ONE_EXABYTE = 2**60                 # NativeCachingAllocator::allocate refuses sizes >= 1 EB
+
+# Keys the Accelerator parser understands, then the ones the CUDA hook registers.
+ACCELERATOR_KEYS = (
+    "large_segment_size_mb", "max_split_size_mb", "max_non_split_rounding_mb",
+    "garbage_collection_threshold", "roundup_power2_divisions", "expandable_segments",
+    "pinned_use_background_threads",
+)
+CUDA_KEYS = (
+    "backend", "release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
+    "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
+    "pinned_num_register_threads", "pinned_reserve_segment_size_mb",
+    "graph_capture_record_stream_reuse", "per_process_memory_fraction",
+)
+ALL_KEYS = ACCELERATOR_KEYS + CUDA_KEYS
+PINNED_MAX_REGISTER_THREADS = 128
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+class ConfigTokenizer:
+    """``c10::CachingAllocator::ConfigTokenizer``: split on , : [ ] (each its own token), drop spaces."""
+
+    def __init__(self, text: str) -> None:
+        self.tokens = [t for t in re.split(r"([,:\[\]])", re.sub(r"\s+", "", text)) if t]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, i: int) -> str:
+        if i >= len(self.tokens):
+            raise ValueError("Index out of bounds in ConfigTokenizer: the allocator config ended "
+                             "where a value was expected (write key:value pairs separated by commas)")
+        return self.tokens[i]
+
+    def check_token(self, i: int, expected: str) -> None:
+        # PyTorch's checkToken only returns a bool here; a learner deserves the error.
+        got = self[i]
+        if got != expected:
+            raise ValueError(f"Expected '{expected}' at index {i} in ConfigTokenizer but got '{got}'")
+
+    def to_size_t(self, i: int) -> int:
+        token = self[i]
+        if not token.isdigit():
+            raise ValueError(f"Expected a non-negative integer at index {i} in ConfigTokenizer but got '{token}'")
+        return int(token)
+
+    def to_double(self, i: int) -> float:
+        token = self[i]
+        try:
+            return float(token)
+        except ValueError:
+            raise ValueError(f"Expected a number at index {i} in ConfigTokenizer but got '{token}'") from None
+
+    def to_bool(self, i: int) -> bool:
+        token = self[i]
+        if token not in ("True", "False"):
+            raise ValueError(f"Expected 'True' or 'False' at index {i} in ConfigTokenizer but got '{token}'")
+        return token == "True"
+
+    def skip_key(self, i: int) -> int:
+        """Skip a key and its value(s) up to (not including) the next top-level comma."""
+        depth = 0
+        while i + 1 < len(self.tokens):
+            nxt = self.tokens[i + 1]
+            if nxt == "[":
+                depth += 1
+            elif nxt == "]":
+                depth -= 1
+            elif nxt == "," and depth == 0:
+                break
+            i += 1
+        return i
+
+
+@dataclass
+class AllocatorConfig:
+    """The settings one caching allocator runs with (defaults = no PYTORCH_CUDA_ALLOC_CONF)."""
+
+    max_split_size: int = SIZE_MAX
+    max_non_split_rounding_size: int = kDefaultLargeSegmentSize
+    large_segment_size: int = kDefaultLargeSegmentSize
+    garbage_collection_threshold: float = 0.0
+    roundup_power2_divisions: list = field(default_factory=lambda: [0] * kRoundUpPowerOfTwoIntervals)
+    expandable_segments: bool = False
+    pinned_use_background_threads: bool = False
+    backend: str = "native"
+    release_lock_on_cudamalloc: bool = False
+    pinned_use_cuda_host_register: bool = False
+    pinned_num_register_threads: int = 1
+    pinned_reserve_segment_size_mb: int = 0
+    graph_capture_record_stream_reuse: bool = False
+    per_process_memory_fraction: float = 1.0
+    last_settings: str = ""
+
+    # ---- building ----------------------------------------------------------
+    @classmethod
+    def parse(cls, text: str = "", base: "AllocatorConfig | None" = None) -> "AllocatorConfig":
+        """A new config: ``base`` (or the defaults) with ``text`` applied; ``base`` is not touched."""
+        config = copy.deepcopy(base) if base is not None else cls()
+        config._apply(text or "")
+        return config
+
+    @classmethod
+    def from_env(cls, environ=None) -> "AllocatorConfig":
+        """Read the environment the way PyTorch does: first of the three variables present wins."""
+        environ = os.environ if environ is None else environ
+        for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+            if var in environ:
+                return cls.parse(environ[var])
+        return cls()
+
+    def _apply(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise TypeError(f"the allocator config must be a string like 'max_split_size_mb:128', "
+                            f"got {type(text).__name__}")
+        # Every parse resets these three (AcceleratorAllocatorConfig::parseArgs) ...
+        self.max_split_size = SIZE_MAX
+        self.roundup_power2_divisions = [0] * kRoundUpPowerOfTwoIntervals
+        self.garbage_collection_threshold = 0.0
+        self.last_settings = text
+        tokens = ConfigTokenizer(text)
+        # ... large_segment_size_mb is read first, because the others are checked against it.
+        i = 0
+        while i < len(tokens):
+            if tokens[i] == "large_segment_size_mb":
+                i = self._parse_large_segment_size(tokens, i)
+            i += 1
+        self.max_non_split_rounding_size = self.large_segment_size
+        i = 0
+        while i < len(tokens):
+            i = self._parse_key(tokens, i)
+            if i + 1 < len(tokens):
+                tokens.check_token(i + 1, ",")
+                i += 1
+            i += 1
+
+    def _parse_key(self, tokens: ConfigTokenizer, i: int) -> int:
+        key = tokens[i]
+        if key not in ALL_KEYS:
+            raise ValueError(f"Unrecognized key '{key}' in Accelerator allocator config. "
+                             f"Known keys: {', '.join(ALL_KEYS)}")
+        parser = getattr(self, f"_parse_{key}", None)
+        if key == "large_segment_size_mb":
+            return tokens.skip_key(i)          # handled in the first pass
+        if parser is None:                      # a plain boolean flag
+            tokens.check_token(i + 1, ":")
+            setattr(self, _BOOL_FLAGS[key], tokens.to_bool(i + 2))
+            return i + 2
+        return parser(tokens, i)
+
+    # ---- one parser per key (AcceleratorAllocatorConfig::parse*) -------------
+    def _parse_large_segment_size(self, tokens, i):
+        tokens.check_token(i + 1, ":")
+        value = tokens.to_size_t(i + 2)
+        minimum = kMinLargeAlloc // MiB
+        if not value > minimum:
+            raise ValueError(f"CachingAllocator option large_segment_size_mb must be > {minimum} MB")
+        self.large_segment_size = min(value, SIZE_MAX // MiB) * MiB
+        return i + 2
+
+    def _parse_max_split_size_mb(self, tokens, i):
+        tokens.check_token(i + 1, ":")
+        value = tokens.to_size_t(i + 2)
+        minimum = self.large_segment_size // MiB
+        if value < minimum:
+            raise ValueError(f"CachingAllocator option max_split_size_mb too small, must be >= {minimum}")
+        self.max_split_size = min(value, SIZE_MAX // MiB) * MiB
+        return i + 2
+
+    def _parse_max_non_split_rounding_mb(self, tokens, i):
+        tokens.check_token(i + 1, ":")
+        value = tokens.to_size_t(i + 2)
+        minimum = self.large_segment_size // MiB
+        if value < minimum:
+            raise ValueError(f"CachingAllocator option max_non_split_rounding_mb too small, must be >= {minimum}")
+        self.max_non_split_rounding_size = min(value, SIZE_MAX // MiB) * MiB
+        return i + 2
+
+    def _parse_garbage_collection_threshold(self, tokens, i):
+        tokens.check_token(i + 1, ":")
+        value = tokens.to_double(i + 2)
+        if not 0 < value < 1.0:
+            raise ValueError("garbage_collect_threshold is invalid, set it in (0.0, 1.0)")
+        self.garbage_collection_threshold = value
+        return i + 2
+
+    def _parse_roundup_power2_divisions(self, tokens, i):
+        tokens.check_token(i + 1, ":")
+        i += 2
+        if tokens[i] != "[":                       # single value: every bucket
+            value = tokens.to_size_t(i)
+            if not _is_power_of_two(value):
+                raise ValueError("For roundups, the divisions has to be power of 2 ")
+            self.roundup_power2_divisions = [value] * kRoundUpPowerOfTwoIntervals
+            return i
+        divisions = self.roundup_power2_divisions
+        first_value, last_index = True, 0
+        i += 1
+        while i < len(tokens) and tokens[i] != "]":
+            boundary_token = tokens[i]
+            tokens.check_token(i + 1, ":")
+            value = tokens.to_size_t(i + 2)
+            if not (value == 0 or _is_power_of_two(value)):
+                raise ValueError("For roundups, the divisions has to be power of 2 or 0 to disable roundup ")
+            if boundary_token == ">":              # every bucket after the last one listed
+                for j in range(last_index + 1, kRoundUpPowerOfTwoIntervals):
+                    divisions[j] = value
+            else:
+                boundary = tokens.to_size_t(i)     # in MiB
+                if not _is_power_of_two(boundary):
+                    raise ValueError("For roundups, the intervals have to be power of 2 ")
+                index = min(max(boundary.bit_length() - 1, 0), kRoundUpPowerOfTwoIntervals - 1)
+                if first_value:                    # the first entry also fills all lower buckets
+                    for j in range(index):
+                        divisions[j] = value
+                    first_value = False
+                divisions[index] = value
+                last_index = index
+            i += 3
+            if i < len(tokens) and tokens[i] == ",":
+                i += 1
+        if i >= len(tokens):
+            raise ValueError("Expected closing bracket ']' in ConfigTokenizer but reached end of config")
+        return i
+
+    def _parse_backend(self, tokens, i):
+        tokens.check_token(i + 1, ":")
+        value = tokens[i + 2]
+        if value not in ("native", "cudaMallocAsync", "hipMallocAsync"):
+            raise ValueError("Unknown allocator backend, options are native, cudaMallocAsync, and hipMallocAsync")
+        self.backend = value
+        return i + 2
+
+    def _parse_pinned_num_register_threads(self, tokens, i):
+        tokens.check_token(i + 1, ":")
+        value = tokens.to_size_t(i + 2)
+        if not _is_power_of_two(value):
+            raise ValueError("Number of register threads has to be power of 2 ")
+        if value > PINNED_MAX_REGISTER_THREADS:
+            raise ValueError(f"Number of register threads should be less than or equal to {PINNED_MAX_REGISTER_THREADS}")
+        self.pinned_num_register_threads = value
+        return i + 2
+
+    def _parse_pinned_reserve_segment_size_mb(self, tokens, i):
+        tokens.check_token(i + 1, ":")
+        value = tokens.to_size_t(i + 2)
+        if value <= 0:
+            raise ValueError("Pinned reserve segment size has to be greater than 0")
+        self.pinned_reserve_segment_size_mb = value
+        return i + 2
+
+    def _parse_per_process_memory_fraction(self, tokens, i):
+        tokens.check_token(i + 1, ":")
+        value = tokens.to_double(i + 2)
+        if not 0.0 <= value <= 1.0:
+            raise ValueError("per_process_memory_fraction is invalid, set it in [0.0, 1.0]")
+        self.per_process_memory_fraction = value
+        return i + 2
+
+    # ---- what the allocator asks ---------------------------------------------
+    def divisions_for(self, size: int) -> int:
+        """``roundup_power2_divisions(size)``: the bucket is floor(log2 size) - 20, clamped to 0..15."""
+        index = max(0, size.bit_length() - 1 - 20)
+        return self.roundup_power2_divisions[min(index, kRoundUpPowerOfTwoIntervals - 1)]
+
+    def settings_dict(self) -> dict:
+        """The ``allocator_settings`` entry of a snapshot (spec 9.1)."""
+        return {
+            "PYTORCH_CUDA_ALLOC_CONF": self.last_settings,
+            "max_split_size": -1 if self.max_split_size == SIZE_MAX else self.max_split_size,
+            "garbage_collection_threshold": self.garbage_collection_threshold,
+            "expandable_segments": self.expandable_segments,
+            "pinned_num_register_threads": self.pinned_num_register_threads,
+            "release_lock_on_cudamalloc": self.release_lock_on_cudamalloc,
+            "pinned_use_cuda_host_register": self.pinned_use_cuda_host_register,
+            "graph_capture_record_stream_reuse": self.graph_capture_record_stream_reuse,
+            "roundup_power2_divisions": {str(2**k): d for k, d in enumerate(self.roundup_power2_divisions)},
+        }
+
+
+_BOOL_FLAGS = {
+    "expandable_segments": "expandable_segments",
+    "pinned_use_background_threads": "pinned_use_background_threads",
+    "release_lock_on_cudamalloc": "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc": "release_lock_on_cudamalloc",
+    "pinned_use_cuda_host_register": "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register": "pinned_use_cuda_host_register",
+    "graph_capture_record_stream_reuse": "graph_capture_record_stream_reuse",
+}
+
+
+def round_size(size: int, config: AllocatorConfig) -> int:
+    """``DeviceCachingAllocator::round_size``: 512 B multiples, or a power-of-two division."""
+    if size < kMinBlockSize:
+        return kMinBlockSize
+    divisions = config.divisions_for(size)
+    if divisions > 1 and size > kMinBlockSize * divisions:
+        return roundup_power2_next_division(size, divisions)
+    return kMinBlockSize * ((size + kMinBlockSize - 1) // kMinBlockSize)
+
+
+def roundup_power2_next_division(size: int, divisions: int) -> int:
+    """Round ``size`` up to the next of ``divisions`` equal steps between two powers of two."""
+    if _is_power_of_two(size):
+        return size
+    if divisions < 2:
+        raise ValueError("Only 2 or more divisions are supported")
+    floor = 1 << (size.bit_length() - 1)
+    step = floor >> (divisions.bit_length() - 1)
+    if step == 0:
+        return 2 * floor
+    rounded = size & ~(step - 1)
+    return rounded if rounded == size else rounded + step
+
+
+def get_allocation_size(size: int, config: AllocatorConfig) -> int:
+    """``get_allocation_size``: how big a segment a (rounded) request makes cudaMalloc ask for."""
+    if size <= kSmallSize:
+        return kSmallBuffer
+    if size < kMinLargeAlloc:
+        return config.large_segment_size
+    return kRoundLarge * ((size + kRoundLarge - 1) // kRoundLarge)
