@@ -1,0 +1,341 @@
+"""Frames: what the allocator looked like after each event, and what changed.
+
+An animation of an allocator is a list of frames.  Frame ``i`` holds
+
+* ``event``: the i-th trace event (a PyTorch trace-entry dict),
+* ``segments``: the segment list right after it (snapshot format),
+* ``caption``: one line in plain words, worked out from the difference
+  between the state before and after ("12.0 MiB request: best fit is the
+  20.0 MiB free block at +0x0 in segment 3; split: ...");
+* ``changed``: the block and segment addresses to highlight.
+
+Frames come from a pure function of (states, events), so an animation can be
+tested without a browser: ``build_frames(states, events)``.  To watch a live
+allocator, ``record_frames(allocator)`` takes a snapshot after every event it
+reports.  Long traces (20,000 events) would not fit in memory as 20,000 full
+states, so :class:`FrameSource` keeps a full copy only every
+``keyframe_every`` events and the changed segments in between; a frame is
+rebuilt on demand from the nearest keyframe.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional
+
+from .blockmap import segments_of
+from .sizes import format_bytes, format_offset
+
+
+@dataclass(frozen=True)
+class Frame:
+    index: int                 # position in the trace (0 = after the first event)
+    event: dict                # the trace entry, PyTorch's dict format
+    segments: list             # state after the event, in address order
+    caption: str               # one line, plain words
+    changed: frozenset         # addresses (blocks and segments) to highlight
+    segment_ids: dict          # address -> the number shown as "seg N" (stable over the trace)
+
+
+def as_event(entry: Any) -> dict:
+    """A TraceEntry or a trace dict, as a trace dict."""
+    return entry.to_dict() if hasattr(entry, "to_dict") else dict(entry)
+
+
+# ---------------------------------------------------------------- looking things up
+
+def _segment_at(segments: list, addr: int) -> Optional[dict]:
+    """The segment whose address range holds ``addr`` (segments sorted by address)."""
+    starts = [s["address"] for s in segments]
+    i = bisect_right(starts, addr) - 1
+    if i >= 0 and addr < segments[i]["address"] + _span(segments[i]):
+        return segments[i]
+    return None
+
+
+def _span(segment: dict) -> int:
+    return max(segment.get("total_size", 0), sum(b["size"] for b in segment.get("blocks", ())))
+
+
+def _block_at(segment: Optional[dict], addr: int) -> Optional[dict]:
+    """The block of ``segment`` that holds ``addr``."""
+    for block in (segment or {}).get("blocks", ()):
+        if block["address"] <= addr < block["address"] + block["size"]:
+            return block
+    return None
+
+
+def _round_request(nbytes: int) -> int:
+    """PyTorch's round_size: at least 512 B, then up to a multiple of 512."""
+    return max(512, -(-nbytes // 512) * 512)
+
+
+# ---------------------------------------------------------------- what changed
+
+def changed_addresses(before: list, after: list) -> frozenset:
+    """Addresses of segments that appeared or vanished, and of blocks that are new or different."""
+    old = {s["address"]: s for s in before}
+    marked: set = set()
+    for seg in after:
+        prev = old.pop(seg["address"], None)
+        if prev is seg or prev == seg:
+            continue
+        if prev is None:
+            marked.add(seg["address"])
+        old_blocks = {(b["address"], b["size"], b["state"]) for b in (prev or {}).get("blocks", ())}
+        marked.update(b["address"] for b in seg.get("blocks", ())
+                      if (b["address"], b["size"], b["state"]) not in old_blocks)
+    marked.update(old)          # segments that are gone
+    return frozenset(marked)
+
+
+# ---------------------------------------------------------------- captions
+
+def describe(event: dict, before: list, after: list, segment_ids: Optional[dict] = None,
+             previous_event: Optional[dict] = None) -> str:
+    """One plain-words line saying what ``event`` did, read off the states around it."""
+    if segment_ids is None:
+        addresses = sorted({s["address"] for s in before} | {s["address"] for s in after})
+        segment_ids = {a: i for i, a in enumerate(addresses)}
+    ids = segment_ids
+    action = event.get("action", "?")
+    explain = _CAPTIONS.get(action)
+    if explain is None:
+        return f"{action} event"
+    return explain(event, before, after, ids, previous_event or {})
+
+
+def _where(seg: Optional[dict], addr: int, ids: dict) -> str:
+    if seg is None:
+        return f"at {addr:#x}"
+    return f"at {format_offset(addr - seg['address'])} in segment {ids.get(seg['address'], '?')}"
+
+
+def _caption_alloc(event, before, after, ids, previous):
+    addr, request = event["addr"], event.get("size", 0)
+    new_seg, old_seg = _segment_at(after, addr), _segment_at(before, addr)
+    block, found = _block_at(new_seg, addr), _block_at(old_seg, addr)
+    head = f"{format_bytes(request)} request"
+    if block is None or found is None:
+        return f"{head}: allocated at {addr:#x}"
+    if previous.get("action") in ("segment_alloc", "segment_map") and found["size"] >= block["size"] \
+            and _segment_at(before, previous.get("addr", -1)) is old_seg:
+        source = f"no cached block fits, so it goes in the new memory {_where(old_seg, found['address'], ids)}"
+    else:
+        source = f"best fit is the {format_bytes(found['size'])} free block {_where(old_seg, found['address'], ids)}"
+    left = found["size"] - block["size"]
+    if left > 0:
+        return f"{head}: {source}; split: {format_bytes(block['size'])} allocated, {format_bytes(left)} stays free"
+    spare = block["size"] - _round_request(request)
+    if spare > 0:
+        return (f"{head}: {source}; not split: the {format_bytes(spare)} left over is too small "
+                f"to be worth a block, so the whole {format_bytes(block['size'])} is handed out")
+    return f"{head}: {source}; an exact fit, used whole"
+
+
+def _caption_free_requested(event, before, after, ids, previous):
+    addr = event["addr"]
+    seg = _segment_at(after, addr) or _segment_at(before, addr)
+    block = _block_at(seg, addr) or _block_at(_segment_at(before, addr), addr) or {"size": event.get("size", 0)}
+    head = f"free of {format_bytes(block['size'])} {_where(seg, addr, ids)} requested"
+    state = block.get("state")
+    if state == "active_pending_free":
+        return f"{head}: another stream used it, so it stays pending free until that stream's work is done"
+    if state == "inactive":
+        return f"{head}: no other stream used it, so it goes back to the cache at once"
+    return head
+
+
+def _caption_free_completed(event, before, after, ids, previous):
+    addr = event["addr"]
+    old_seg, new_seg = _segment_at(before, addr), _segment_at(after, addr)
+    freed = _block_at(old_seg, addr)
+    size = freed["size"] if freed else event.get("size", 0)
+    head = f"free of {format_bytes(size)} {_where(old_seg or new_seg, addr, ids)}"
+    if freed is not None and freed.get("state") == "active_pending_free":
+        head = f"pending free done (the other stream finished): {head}"
+    merged = _block_at(new_seg, addr)
+    if merged is None:
+        return f"{head}: returned to the cache"
+    before_it = merged["address"] < addr
+    after_it = merged["address"] + merged["size"] > addr + size
+    if before_it and after_it:
+        how = "merged with the free blocks before and after it"
+    elif before_it:
+        how = "merged with the free block before it"
+    elif after_it:
+        how = "merged with the free block after it"
+    else:
+        return f"{head}: no free neighbour to merge with, so it stays a separate {format_bytes(size)} free block" \
+               + _whole_segment_free(new_seg, ids)
+    return f"{head}: {how} \u2192 {format_bytes(merged['size'])} free" + _whole_segment_free(new_seg, ids)
+
+
+def _whole_segment_free(seg, ids) -> str:
+    blocks = seg.get("blocks", ()) if seg else ()
+    if len(blocks) == 1 and blocks[0]["state"] == "inactive":
+        return f"; segment {ids.get(seg['address'], '?')} is now entirely free (empty_cache() would release it)"
+    return ""
+
+
+def _caption_segment_alloc(event, before, after, ids, previous):
+    seg = _segment_at(after, event["addr"])
+    pool = f"{seg.get('segment_type', 'large')} pool, " if seg else ""
+    number = f" {ids.get(seg['address'], '?')}" if seg else ""
+    return f"cudaMalloc of a new {format_bytes(event.get('size', 0))} segment{number} ({pool}stream {event.get('stream', 0)})"
+
+
+def _caption_segment_free(event, before, after, ids, previous):
+    seg = _segment_at(before, event["addr"])
+    number = f" {ids.get(seg['address'], '?')}" if seg else ""
+    return f"segment{number} ({format_bytes(event.get('size', 0))}) released to the driver (cudaFree)"
+
+
+def _caption_segment_map(event, before, after, ids, previous):
+    seg = _segment_at(after, event["addr"])
+    grown = f"; segment {ids.get(seg['address'], '?')} now maps {format_bytes(seg['total_size'])}" if seg else ""
+    return (f"expandable segment grows: {format_bytes(event.get('size', 0))} of physical memory mapped "
+            f"at {event['addr']:#x} (cuMemCreate + cuMemMap){grown}")
+
+
+def _caption_segment_unmap(event, before, after, ids, previous):
+    return (f"expandable segment shrinks: {format_bytes(event.get('size', 0))} unmapped at {event['addr']:#x} "
+            f"and handed back to the driver (cuMemUnmap); the virtual addresses stay reserved")
+
+
+def _caption_oom(event, before, after, ids, previous):
+    free = event.get("device_free", event.get("addr", 0))
+    return (f"out of memory: a {format_bytes(event.get('size', 0))} request failed; "
+            f"the device had only {format_bytes(free)} free")
+
+
+def _caption_snapshot(event, before, after, ids, previous):
+    return "snapshot taken (nothing changes)"
+
+
+_CAPTIONS = {
+    "alloc": _caption_alloc,
+    "free_requested": _caption_free_requested,
+    "free_completed": _caption_free_completed,
+    "segment_alloc": _caption_segment_alloc,
+    "segment_free": _caption_segment_free,
+    "segment_map": _caption_segment_map,
+    "segment_unmap": _caption_segment_unmap,
+    "oom": _caption_oom,
+    "snapshot": _caption_snapshot,
+}
+
+
+# ---------------------------------------------------------------- the frame store
+
+class FrameSource:
+    """Frames of a trace, rebuilt on demand from keyframes plus per-event changes.
+
+    ``append(event, segments)`` after every event (``record_frames`` does it);
+    ``source[i]`` is then the :class:`Frame` after event ``i``.  It behaves
+    like a read-only list: ``len``, indexing (negative too), iteration.
+    """
+
+    def __init__(self, initial: Iterable[dict] = (), keyframe_every: int = 200):
+        self.keyframe_every = max(1, keyframe_every)
+        self.events: list[dict] = []
+        self.segment_ids: dict = {}
+        self._initial = {s["address"]: s for s in initial}
+        for address in sorted(self._initial):
+            self._number(address)
+        self._latest = dict(self._initial)             # the state after the last appended event
+        self._changes: list[tuple[dict, tuple]] = []   # per event: (segments new or changed, addresses gone)
+        self._keyframes: dict[int, dict] = {}
+        self._cache: tuple[int, dict] = (-1, self._initial)
+
+    @classmethod
+    def from_states(cls, states: Iterable[Iterable[dict]], events: Iterable[Any],
+                    initial: Iterable[dict] = (), keyframe_every: int = 200) -> "FrameSource":
+        source = cls(initial, keyframe_every)
+        for event, segments in zip(events, states):
+            source.append(event, segments)
+        return source
+
+    def _number(self, address: int) -> None:
+        # Numbers follow first appearance, so a row keeps its number (and place) for the whole trace.
+        self.segment_ids.setdefault(address, len(self.segment_ids))
+
+    def append(self, event: Any, segments: Any) -> None:
+        """Record one event and the allocator's segments right after it."""
+        current = {s["address"]: s for s in segments_of(segments)}
+        latest = self._latest
+        changed = {a: s for a, s in current.items() if latest.get(a) is not s and latest.get(a) != s}
+        gone = tuple(a for a in latest if a not in current)
+        for address in changed:
+            self._number(address)
+        self.events.append(as_event(event))
+        self._changes.append((changed, gone))
+        self._latest = current
+        index = len(self.events) - 1
+        if index % self.keyframe_every == 0:
+            self._keyframes[index] = current
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def state(self, i: int) -> list:
+        """Segments after event ``i`` (``i == -1``: before the first event), in address order."""
+        return sorted(self._state_dict(i).values(), key=lambda s: s["address"])
+
+    def _state_dict(self, i: int) -> dict:
+        if i < 0:
+            return self._initial
+        cached_i, cached = self._cache
+        if cached_i == i:
+            return cached
+        start = (i // self.keyframe_every) * self.keyframe_every
+        if start <= cached_i < i:           # stepping forward: continue from where we are
+            start, state = cached_i, dict(cached)
+        else:
+            state = dict(self._keyframes[start])
+        for j in range(start + 1, i + 1):
+            changed, gone = self._changes[j]
+            for address in gone:
+                state.pop(address, None)
+            state.update(changed)
+        self._cache = (i, state)
+        return state
+
+    def __getitem__(self, i: int) -> Frame:
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"frame {i} out of range (0..{len(self) - 1})")
+        before, after = self.state(i - 1), self.state(i)
+        event = self.events[i]
+        previous = self.events[i - 1] if i > 0 else None
+        return Frame(index=i, event=event, segments=after,
+                     caption=describe(event, before, after, self.segment_ids, previous),
+                     changed=changed_addresses(before, after), segment_ids=self.segment_ids)
+
+    def __iter__(self) -> Iterator[Frame]:
+        for i in range(len(self)):
+            yield self[i]
+
+
+def build_frames(states: Iterable[Iterable[dict]], events: Iterable[Any],
+                 initial: Iterable[dict] = ()) -> list[Frame]:
+    """``states[i]`` is the segment list after ``events[i]``; ``initial`` the one before the first."""
+    return list(FrameSource.from_states(states, events, initial))
+
+
+@contextmanager
+def record_frames(allocator: Any, keyframe_every: int = 200) -> Iterator[FrameSource]:
+    """Snapshot ``allocator`` after every event it reports, for the player.
+
+        with record_frames(a) as frames:
+            x = a.malloc(12 * 2**20); a.free(x)
+        TracePlayer(frames)
+    """
+    source = FrameSource(segments_of(allocator), keyframe_every)
+    stop = allocator.trace.add_listener(lambda entry: source.append(entry, segments_of(allocator)))
+    try:
+        yield source
+    finally:
+        stop()
