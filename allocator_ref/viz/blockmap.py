@@ -5,7 +5,7 @@ SVG document.  ``state`` may be
 
 * a list of segment dicts (``torch.cuda.memory_snapshot()``),
 * a snapshot dict (``torch.cuda.memory._snapshot()``: its ``segments`` are used),
-* an allocator (anything with ``.snapshot()``).
+* an allocator (anything with ``.segments()`` or ``.snapshot()``).
 
 Reading the picture:
 
@@ -59,7 +59,9 @@ MIN_LABEL_W = 58       # a block narrower than this gets no size label (it would
 
 def segments_of(state: Any, device: Optional[int] = None) -> list:
     """The segment list inside whatever we were given (see the module docstring)."""
-    if hasattr(state, "snapshot") and callable(state.snapshot):
+    if callable(getattr(state, "segments", None)):
+        state = state.segments()      # an allocator: just the segments, without copying its trace
+    elif callable(getattr(state, "snapshot", None)):
         state = state.snapshot()
     if isinstance(state, Mapping):
         state = state.get("segments", [])

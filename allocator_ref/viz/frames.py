@@ -326,16 +326,92 @@ def build_frames(states: Iterable[Iterable[dict]], events: Iterable[Any],
 
 
 @contextmanager
-def record_frames(allocator: Any, keyframe_every: int = 200) -> Iterator[FrameSource]:
+def record_frames(allocator: Any, keyframe_every: int = 200,
+                  skip_actions: Iterable[str] = ("snapshot",)) -> Iterator[FrameSource]:
     """Snapshot ``allocator`` after every event it reports, for the player.
 
         with record_frames(a) as frames:
             x = a.malloc(12 * 2**20); a.free(x)
         TracePlayer(frames)
+
+    ``snapshot`` events (someone looked at the state) change nothing and are
+    left out unless ``skip_actions=()``.
     """
+    skip = frozenset(skip_actions)
     source = FrameSource(segments_of(allocator), keyframe_every)
-    stop = allocator.trace.add_listener(lambda entry: source.append(entry, segments_of(allocator)))
+    busy = False
+
+    def on_event(entry: Any) -> None:
+        nonlocal busy
+        if busy or entry.action in skip:   # our own snapshot reports a "snapshot" event: not part of the story
+            return
+        busy = True
+        try:
+            event = as_event(entry)
+            source.append(event, settle(event, segments_of(allocator)))
+        finally:
+            busy = False
+
+    stop = allocator.trace.add_listener(on_event)
     try:
         yield source
     finally:
         stop()
+
+
+# ---------------------------------------------------------------- the state right after an event
+
+SMALL_SEGMENT = 2 * 2**20     # kSmallBuffer: every small-pool segment is exactly 2 MiB, no large one is
+
+
+def settle(event: dict, segments: list) -> list:
+    """The state just *after* ``event``, from a snapshot taken while the allocator reports it.
+
+    PyTorch's allocator (and ours, which follows it line by line) reports three
+    events a moment before the change they announce: ``segment_alloc`` before
+    the new segment joins a pool, ``free_completed`` before the block merges
+    with its free neighbours, ``segment_free`` before the segment leaves.  A
+    listener's snapshot therefore misses that change; apply it here so that
+    each frame shows what the event did.
+    """
+    action, addr = event.get("action"), event.get("addr")
+    if action == "segment_alloc" and _segment_at(segments, addr) is None:
+        return sorted(segments + [_fresh_segment(event)], key=lambda s: s["address"])
+    if action == "segment_free":
+        return [s for s in segments if s["address"] != addr]
+    if action == "free_completed":
+        return [_merged(s, addr) if s is _segment_at(segments, addr) else s for s in segments]
+    return segments
+
+
+def _fresh_segment(event: dict) -> dict:
+    size = event.get("size", 0)
+    return {"device": event.get("device", 0), "address": event["addr"], "total_size": size,
+            "allocated_size": 0, "active_size": 0, "requested_size": 0, "stream": event.get("stream", 0),
+            "segment_type": "small" if size == SMALL_SEGMENT else "large",
+            "segment_pool_id": tuple(event.get("pool_id", (0, 0))), "is_expandable": False, "frames": [],
+            "blocks": [{"address": event["addr"], "size": size, "requested_size": 0,
+                        "state": "inactive", "frames": []}]}
+
+
+def _merged(segment: dict, addr: int) -> dict:
+    """``segment`` with the block at ``addr`` free and merged with free neighbours (try_merge_blocks)."""
+    blocks = [dict(b, state="inactive") if b["address"] == addr else b for b in segment["blocks"]]
+    kept = next((b.get("requested_size", 0) for b in blocks if b["address"] == addr), 0)
+    out: list = []
+    for block in blocks:
+        touches_freed = block["address"] == addr or (out and out[-1]["address"] <= addr < block["address"])
+        if out and touches_freed and out[-1]["state"] == block["state"] == "inactive":
+            # the freed block absorbs its neighbour and keeps its own requested_size, as in PyTorch
+            out[-1] = dict(out[-1], size=out[-1]["size"] + block["size"], requested_size=kept)
+        else:
+            out.append(block)
+    return _with_totals(segment, out)
+
+
+def _with_totals(segment: dict, blocks: list) -> dict:
+    active = [b for b in blocks if b["state"] != "inactive"]
+    return dict(segment, blocks=blocks,
+                allocated_size=sum(b["size"] for b in blocks if b["state"] == "active_allocated"),
+                active_size=sum(b["size"] for b in active),
+                requested_size=sum(b.get("requested_size", 0) for b in active))
