@@ -1,0 +1,68 @@
+"""``open_device()``: pick the simulated or the real device, and say why.
+
+The choice comes from the ``kind`` argument, else the environment variable
+``ALLOCATOR_REF_DEVICE`` (``sim``, ``cuda`` or ``auto``; default ``auto``):
+
+* ``auto`` -- a CudaDevice when the NVIDIA driver loads and reports a GPU,
+  otherwise a SimDevice;
+* ``sim``  -- always the simulated device, with the profile from ``profile``
+  or ``ALLOCATOR_REF_PROFILE`` (default ``h100-80gb``);
+* ``cuda`` -- the real GPU, or a CudaError telling you to use ``sim``.
+
+It prints one line saying what it picked and why, so the first cell of every
+notebook shows whether its numbers are measured or simulated.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from .costs import load_profile
+from .errors import cuda_error
+
+KINDS = ("auto", "sim", "cuda")
+DEFAULT_PROFILE = "h100-80gb"
+
+
+def _kind(kind: Optional[str]) -> tuple[str, str]:
+    """(kind, where it came from); a malformed value raises ValueError."""
+    source = "argument"
+    if kind is None:
+        kind, source = os.environ.get("ALLOCATOR_REF_DEVICE", "auto"), "ALLOCATOR_REF_DEVICE"
+    value = kind.strip().lower() if isinstance(kind, str) else kind
+    if value not in KINDS:
+        raise ValueError(f"{source}={kind!r} is not a device kind; use one of {', '.join(KINDS)}")
+    return value, source
+
+
+def _profile(profile: Optional[str]) -> str:
+    name = profile if profile is not None else os.environ.get("ALLOCATOR_REF_PROFILE", DEFAULT_PROFILE)
+    load_profile(name)                 # ValueError naming the known profiles
+    return name
+
+
+def open_device(kind: Optional[str] = None, profile: Optional[str] = None, index: int = 0):
+    """Open the device the course runs on (see the module docstring)."""
+    from .cuda import probe_cuda
+    from .sim import SimDevice
+
+    kind, source = _kind(kind)
+    name = _profile(profile)
+    if kind == "sim":
+        dev = SimDevice(name)
+        print(f"allocator_ref: using SimDevice '{name}' (simulated: {source} asked for sim)")
+        return dev
+    found, reason = probe_cuda()
+    if found:
+        from .cuda import CudaDevice
+        dev = CudaDevice(index)
+        print(f"allocator_ref: using CudaDevice {index} '{dev.info.name}' "
+              f"(real GPU, driver {dev.info.driver_version}; {source}={kind})")
+        return dev
+    if kind == "cuda":
+        code = "cudaErrorNoDevice" if "no GPU" in reason else "cudaErrorInsufficientDriver"
+        raise cuda_error(code, f"{source}=cuda but {reason}. Use the simulated device: "
+                               "ALLOCATOR_REF_DEVICE=sim (or open_device('sim'))")
+    dev = SimDevice(name)
+    print(f"allocator_ref: using SimDevice '{name}' (simulated: {reason})")
+    return dev

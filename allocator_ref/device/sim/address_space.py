@@ -1,0 +1,135 @@
+"""The device's virtual address space: which ranges are taken, which are free.
+
+This is bookkeeping only (no bytes): cudaMalloc, cuMemAddressReserve,
+pinned-memory mappings and IPC imports all take a range here.  Free space is
+kept as "holes" in two sorted structures so that every operation is
+O(log n), whatever the number of live allocations:
+
+* ``_holes`` -- hole start -> hole end, to merge a freed range with its neighbours;
+* ``_by_size`` -- ``(size, start)`` of every hole, to find the best fit.
+
+Live ranges are kept in ``_live`` (start -> end) to answer "which allocation
+contains this pointer?" and "does this requested address overlap anything?".
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from sortedcontainers import SortedDict, SortedList
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+class AddressSpace:
+    """Best-fit placement of ranges inside ``[base, base + size)``."""
+
+    def __init__(self, base: int, size: int) -> None:
+        self.base, self.end = base, base + size
+        self._holes = SortedDict({base: base + size})
+        self._by_size = SortedList([(size, base)])
+        self._live = SortedDict()
+
+    # --- holes -------------------------------------------------------------
+    def _add_hole(self, start: int, end: int) -> None:
+        if end > start:
+            self._holes[start] = end
+            self._by_size.add((end - start, start))
+
+    def _remove_hole(self, start: int) -> int:
+        end = self._holes.pop(start)
+        self._by_size.remove((end - start, start))
+        return end
+
+    def _fits(self, hole_start: int, hole_end: int, size: int, alignment: int) -> Optional[int]:
+        start = round_up(hole_start, alignment)
+        return start if start + size <= hole_end else None
+
+    def _best_hole(self, size: int, alignment: int) -> Optional[tuple[int, int]]:
+        """The smallest hole that holds ``size`` bytes at ``alignment``."""
+        i = self._by_size.bisect_left((size, -1))
+        if i < len(self._by_size):                      # usually the first candidate fits
+            hole_size, hole_start = self._by_size[i]
+            if self._fits(hole_start, hole_start + hole_size, size, alignment) is not None:
+                return hole_start, hole_start + hole_size
+        # Otherwise ask for room for the worst-case alignment padding.
+        i = self._by_size.bisect_left((size + alignment - 1, -1))
+        if i < len(self._by_size):
+            hole_size, hole_start = self._by_size[i]
+            return hole_start, hole_start + hole_size
+        return None
+
+    # --- public ------------------------------------------------------------
+    def allocate(self, size: int, alignment: int) -> Optional[int]:
+        """Take ``size`` bytes at an ``alignment``-aligned address, or None if no hole fits."""
+        hole = self._best_hole(size, alignment)
+        if hole is None:
+            return None
+        hole_start, hole_end = hole
+        start = self._fits(hole_start, hole_end, size, alignment)
+        self._remove_hole(hole_start)
+        self._add_hole(hole_start, start)               # padding in front stays free
+        self._add_hole(start + size, hole_end)          # so does the rest
+        self._live[start] = start + size
+        return start
+
+    def overlapping(self, start: int, size: int) -> Optional[tuple[int, int]]:
+        """A live range overlapping ``[start, start+size)``, or None."""
+        i = self._live.bisect_right(start)
+        if i > 0:
+            s = self._live.keys()[i - 1]
+            if self._live[s] > start:
+                return s, self._live[s]
+        if i < len(self._live):
+            s = self._live.keys()[i]
+            if s < start + size:
+                return s, self._live[s]
+        return None
+
+    def claim(self, start: int, size: int) -> None:
+        """Take exactly ``[start, start+size)`` (an address requested by a trace).
+
+        The caller checked :meth:`overlapping` first.  Addresses outside the
+        managed window are accepted too: real traces use whatever the driver
+        gave them.
+        """
+        end = start + size
+        i = self._holes.bisect_right(start)
+        first = self._holes.keys()[i - 1] if i > 0 else None
+        starts = ([first] if first is not None and self._holes[first] > start else [])
+        starts += list(self._holes.irange(start, end, inclusive=(True, False)))
+        for hole_start in starts:
+            hole_end = self._remove_hole(hole_start)
+            self._add_hole(hole_start, min(hole_end, start))
+            self._add_hole(max(hole_start, end), hole_end)
+        self._live[start] = end
+
+    def release(self, start: int) -> None:
+        """Give back a live range, merging it with free neighbours."""
+        end = self._live.pop(start)
+        if start < self.base or end > self.end:         # a claimed range outside the window
+            start, end = max(start, self.base), min(end, self.end)
+            if start >= end:
+                return
+        i = self._holes.bisect_left(start)
+        if i > 0:                                        # merge with the hole before
+            prev = self._holes.keys()[i - 1]
+            if self._holes[prev] == start:
+                start = prev
+                self._remove_hole(prev)
+        if end in self._holes:                           # merge with the hole after
+            end = self._remove_hole(end)
+        self._add_hole(start, end)
+
+    def containing(self, ptr: int) -> Optional[tuple[int, int]]:
+        """The live range that contains ``ptr``, or None."""
+        i = self._live.bisect_right(ptr)
+        if i == 0:
+            return None
+        start = self._live.keys()[i - 1]
+        end = self._live[start]
+        return (start, end) if ptr < end else None
+
+    def live_ranges(self) -> list[tuple[int, int]]:
+        return list(self._live.items())

@@ -1,0 +1,127 @@
+"""Shared-memory segments: how simulated device memory crosses OS processes.
+
+Two real processes each have their own SimDevice, so "the same GPU memory"
+has to be memory both can map.  Two mechanisms, matching CUDA's two IPC styles:
+
+* :class:`SharedSegment` -- a file in ``/dev/shm`` named by numbers that fit
+  in a 64-byte cudaIpcMemHandle.  Its first 4 KiB hold a header with a
+  **liveness word** and the exporter's pid: the exporter clears the word when
+  it frees the allocation (or closes/exits), and an importer checks it (and
+  that the pid still runs) before every access, so it gets a clear error
+  instead of stale bytes.  The exporter unlinks the file when it frees the
+  allocation; importers keep their mapping until they close it.
+* :func:`memfd_segment` -- an anonymous ``memfd`` for VMM shareable handles
+  (cuMemExportToShareableHandle with POSIX_FILE_DESCRIPTOR): the fd itself is
+  the handle and travels over a Unix socket, exactly as with a real driver.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+from ..errors import cuda_error
+
+HEADER = 4096
+_MAGIC = 0x4152_5349_4D53_4547          # "ARSIMSEG"
+_HEADER_FMT = "<QQQQ"                   # magic, alive, exporter pid, size
+PREFIX = "allocator_ref-"
+
+
+def shm_dir() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def segment_path(pid: int, seq: int, token: int) -> Path:
+    return shm_dir() / f"{PREFIX}{pid}-{seq}-{token:016x}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SharedSegment:
+    """A header page + ``size`` data bytes in a shared file, mapped into this process."""
+
+    def __init__(self, path: Path, size: int, mm: mmap.mmap, owner: bool) -> None:
+        self.path, self.size, self._mm, self.owner = path, size, mm, owner
+        self.data = memoryview(mm)[HEADER:HEADER + size]
+
+    @classmethod
+    def create(cls, pid: int, seq: int, token: int, size: int) -> "SharedSegment":
+        path = segment_path(pid, seq, token)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, HEADER + size)       # sparse: untouched pages cost nothing
+            mm = mmap.mmap(fd, HEADER + size)
+        finally:
+            os.close(fd)
+        struct.pack_into(_HEADER_FMT, mm, 0, _MAGIC, 1, pid, size)
+        return cls(path, size, mm, owner=True)
+
+    @classmethod
+    def open(cls, pid: int, seq: int, token: int, size: int) -> "SharedSegment":
+        path = segment_path(pid, seq, token)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            raise cuda_error("CUDA_ERROR_INVALID_CONTEXT", "cannot open the IPC handle: the exporting "
+                             "process freed this allocation or exited") from None
+        try:
+            mm = mmap.mmap(fd, HEADER + size)
+        finally:
+            os.close(fd)
+        seg = cls(path, size, mm, owner=False)
+        seg.check_alive()
+        return seg
+
+    def alive(self) -> bool:
+        magic, alive, pid, _ = struct.unpack_from(_HEADER_FMT, self._mm, 0)
+        return magic == _MAGIC and alive == 1 and _pid_alive(pid)
+
+    def check_alive(self) -> None:
+        """Raise the clear error an importer deserves once the exporter is gone."""
+        if self._mm.closed or not self.alive():
+            if not self.owner:                    # a crashed exporter could not unlink: tidy up
+                self.path.unlink(missing_ok=True)
+            raise cuda_error("CUDA_ERROR_INVALID_CONTEXT", "the exporting process freed this allocation "
+                             "or exited; close the IPC handle (ipc_close_mem_handle)")
+
+    def retire(self) -> None:
+        """Exporter side: clear the liveness word and remove the name (importers keep their mapping)."""
+        if not self._mm.closed:
+            struct.pack_into("<Q", self._mm, 8, 0)
+        self.path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Unmap it from this process."""
+        if self._mm.closed:
+            return
+        self.data.release()
+        try:
+            self._mm.close()
+        except BufferError:          # a view is still held somewhere; the GC will unmap it
+            pass
+
+
+def memfd_segment(size: int) -> tuple[int, mmap.mmap]:
+    """A new anonymous shared memory file of ``size`` bytes: (fd, mapping)."""
+    fd = os.memfd_create("allocator_ref-vmm", 0)
+    os.ftruncate(fd, size)
+    return fd, mmap.mmap(fd, size)
+
+
+def map_fd(fd: int) -> tuple[int, int, mmap.mmap]:
+    """Map a received memfd: (our own fd, size, mapping)."""
+    own = os.dup(fd)
+    size = os.fstat(own).st_size
+    return own, size, mmap.mmap(own, size)
