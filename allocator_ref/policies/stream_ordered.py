@@ -1,0 +1,496 @@
+"""The stream-ordered pool: a Python model of ``cudaMallocAsync`` / ``cudaFreeAsync``.
+
+What CUDA does (spec ``peer-allocators.md`` section 4): each device has one
+memory pool.  ``cudaMallocAsync(size, stream)`` carves memory out of it,
+``cudaFreeAsync(ptr, stream)`` gives it back *in stream order*: the memory
+is free once the stream reaches the free, not when the host calls it.  So
+
+* a later malloc on the **same stream** may reuse it at once (stream order
+  already puts the new work after the old);
+* a malloc on **another stream** T may reuse it only under one of the pool's
+  three reuse policies (``cudaMemPoolReuse*`` attributes, all on by default):
+
+  - ``follow_event_dependencies``: T already waits on an event recorded on
+    the freeing stream after the free (``cudaStreamWaitEvent``);
+  - ``allow_opportunistic``: the host has seen the freeing stream pass the
+    free (``cudaEventQuery`` says done), even with no dependency;
+  - ``allow_internal_dependencies``: the pool *inserts* a wait of T on the
+    free, then reuses (T may now stall behind the other stream);
+
+* memory above the **release threshold** (``cudaMemPoolAttrReleaseThreshold``)
+  goes back to the OS at the next synchronisation: CUDA's default is 0
+  (every sync trims), PyTorch's backend sets ``UINT64_MAX`` (never trims).
+
+The driver does all this invisibly.  Here, on the simulated device, the pool
+is written out in Python so a learner can watch it decide: it takes backing
+*chunks* with ``cudaMalloc`` (``chunk_bytes``, default 32 MiB, or the request
+rounded up to 2 MiB), sub-allocates them best-fit at 512 B granularity and
+splits and merges free ranges.  To know which stream waits on which, the
+allocator keeps a vector clock per stream, fed by its own :meth:`record_event`
+/ :meth:`wait_event` / :meth:`stream_wait` (the device keeps no dependency
+graph).  On a real GPU (``device.simulated`` False) the same class calls the
+real ``cudaMallocAsync`` / ``cudaFreeAsync`` and keeps the same statistics.
+
+PyTorch's ``backend:cudaMallocAsync`` (``c10/cuda/CUDAMallocAsyncAllocator.cpp``,
+spec ``pytorch-allocator.md`` section 10) is mirrored for what a user sees:
+the statistics subset, ``record_stream`` through a unifying stream, the
+memory-fraction check and the OOM message.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from sortedcontainers import SortedDict, SortedList
+
+from allocator_ref.allocation import Allocation
+from allocator_ref.device.errors import CudaOutOfMemoryError
+
+from .common import (UINT64_MAX, MiB, BlockRecord, PolicyAllocator, check_size, format_size,
+                     OutOfMemoryError, parse_config, round_up, stat_keys, stream_handle, warn)
+
+ROUND_BYTES = 512          # sub-allocation granularity of the model (cudaMalloc's alignment)
+CHUNK_GRANULARITY = 2 * MiB
+
+DEFAULTS = {
+    "release_threshold": UINT64_MAX,        # PyTorch's backend; CUDA's own default is 0
+    "follow_event_dependencies": True,      # cudaMemPoolReuseFollowEventDependencies
+    "allow_opportunistic": True,            # cudaMemPoolReuseAllowOpportunistic
+    "allow_internal_dependencies": True,    # cudaMemPoolReuseAllowInternalDependencies
+    "chunk_bytes": 32 * MiB,                # backing memory taken per cudaMalloc (model only)
+}
+
+
+class _Chunk:
+    """Backing memory the model took with cudaMalloc (the driver's pool pages)."""
+
+    __slots__ = ("ptr", "size")
+
+    def __init__(self, ptr: int, size: int) -> None:
+        self.ptr, self.size = ptr, size
+
+
+class _Block:
+    """A range of a chunk: allocated to a caller, or free with the story of its free."""
+
+    __slots__ = ("ptr", "size", "chunk", "allocated", "requested_size", "stream", "stream_uses",
+                 "freed_on", "free_tick", "free_event", "free_knows")
+
+    def __init__(self, ptr: int, size: int, chunk: _Chunk) -> None:
+        self.ptr, self.size, self.chunk = ptr, size, chunk
+        self.allocated = False
+        self.requested_size = 0
+        self.stream = None          # the creation stream while allocated
+        self.stream_uses: list = []
+        # For a free block: which stream's order the free belongs to (None: never used,
+        # anyone may take it), its position on that stream, and the event recorded
+        # there right after the free (what other streams can wait on or query).
+        self.freed_on: Optional[int] = None
+        self.free_tick = 0
+        self.free_event = None
+        self.free_knows: dict = {}
+
+    def take_free_story(self, other: "_Block") -> None:
+        self.freed_on, self.free_tick = other.freed_on, other.free_tick
+        self.free_event, self.free_knows = other.free_event, other.free_knows
+
+
+class StreamOrderedAllocator(PolicyAllocator):
+    """``cudaMallocAsync`` with one pool per device, a release threshold and three reuse switches."""
+
+    # PyTorch's backend fills only these (spec 10); everything else stays absent.
+    STAT_KEYS = stat_keys(("allocated_bytes", "active_bytes", "reserved_bytes"), metrics=("current", "peak"))
+
+    def __init__(self, device: Any, config: Any = None, *, driver_pool: Optional[bool] = None,
+                 **options: Any) -> None:
+        super().__init__(device)
+        self.options = parse_config(options, parse_config(config, DEFAULTS))
+        self._check_threshold(self.options["release_threshold"], "release_threshold")
+        # On a GPU the driver's own pool does the work; the simulated device gets the Python model.
+        self.driver_pool = (not device.simulated) if driver_pool is None else driver_pool
+        if self.driver_pool:
+            self._setup_driver_pool()
+        self.memory_limit = UINT64_MAX      # set_per_process_memory_fraction (a PyTorch-side check)
+        self.reuse_counts = {"same_stream": 0, "fresh": 0, "event_dependency": 0,
+                             "opportunistic": 0, "internal_dependency": 0}
+        self._blocks: SortedDict = SortedDict()   # ptr -> _Block, every block of every chunk
+        self._free: SortedList = SortedList()     # (size, ptr) of free blocks: best fit first
+        self._chunks: dict[int, _Chunk] = {}
+        self._tick = 0                            # a counter ordering every recorded event
+        self._clock: dict[int, dict[int, int]] = {}   # stream -> {stream it waits on: up to which tick}
+        self._event_clocks: dict[int, tuple] = {}     # id(event) -> (event, what it proves)
+        self._unifying = None                     # side stream for frees after record_stream
+
+    # ------------------------------------------------------------------ options
+    @property
+    def release_threshold(self) -> int:
+        return self.options["release_threshold"]
+
+    def set_release_threshold(self, nbytes: int) -> None:
+        """cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)."""
+        self._check_threshold(nbytes, "release threshold")
+        self.options["release_threshold"] = nbytes
+        if self.driver_pool:
+            self.device.mempool_set_release_threshold(nbytes)
+
+    @staticmethod
+    def _check_threshold(nbytes: Any, what: str) -> None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 <= nbytes <= UINT64_MAX:
+            raise ValueError(f"{what} must be an int between 0 and UINT64_MAX, got {nbytes!r}")
+
+    def _setup_driver_pool(self) -> None:
+        switches = ("follow_event_dependencies", "allow_opportunistic", "allow_internal_dependencies")
+        if not all(self.options[s] for s in switches):
+            raise ValueError("the reuse switches can only be turned off in the simulated model: the Device "
+                             "protocol has no cudaMemPoolSetAttribute(cudaMemPoolReuse*) call "
+                             "(the driver's defaults, all on, are what PyTorch uses)")
+        self.device.mempool_set_release_threshold(self.release_threshold)
+
+    def set_per_process_memory_fraction(self, fraction: float) -> None:
+        """PyTorch's backend: a hard limit of ``fraction * total`` bytes checked before each malloc."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError(f"invalid fraction {fraction!r}: it must be between 0 and 1")
+        _free, total = self.device.mem_get_info()
+        self.memory_limit = int(fraction * total)
+
+    # ------------------------------------------------------------------ events and dependencies
+    def _next_tick(self) -> int:
+        self._tick += 1
+        return self._tick
+
+    def _record_event_on(self, stream: Any) -> tuple[Any, dict]:
+        """cudaEventRecord on ``stream``; returns the event and what waiting on it proves."""
+        event = self.device.create_event(timing=False)
+        event.record(stream)
+        knows = dict(self._clock.get(stream_handle(stream), {}))
+        knows[stream_handle(stream)] = self._next_tick()
+        return event, knows
+
+    def _wait(self, waiter: Any, event: Any, knows: dict) -> None:
+        """cudaStreamWaitEvent: ``waiter`` now runs after everything ``event`` proves."""
+        self.device.wait_event(waiter, event)
+        clock = self._clock.setdefault(stream_handle(waiter), {})
+        for handle, tick in knows.items():
+            if tick > clock.get(handle, 0):
+                clock[handle] = tick
+
+    def record_event(self, stream: Optional[Any] = None) -> Any:
+        """Record a CUDA event on ``stream`` that the pool can later see a stream wait on."""
+        self._check_open("record_event")
+        stream = self._resolve_stream(stream, "record_event")
+        event, knows = self._record_event_on(stream)
+        self._event_clocks[id(event)] = (event, knows)
+        return event
+
+    def wait_event(self, stream: Optional[Any], event: Any) -> None:
+        """cudaStreamWaitEvent through the pool, so ``follow_event_dependencies`` can see it.
+
+        An event the pool did not record (made directly on the device) is
+        still waited on, but the pool cannot tell which frees it covers.
+        """
+        self._check_open("wait_event")
+        stream = self._resolve_stream(stream, "wait_event")
+        entry = self._event_clocks.get(id(event))
+        if entry is not None and entry[0] is event:
+            self._wait(stream, event, entry[1])
+        else:
+            self.device.wait_event(stream, event)
+
+    def stream_wait(self, waiter: Optional[Any], waitee: Optional[Any]) -> None:
+        """Make ``waiter`` wait for everything queued on ``waitee`` so far (record + wait)."""
+        self.wait_event(waiter, self.record_event(waitee))
+
+    def _depends_on_free(self, stream: Any, block: _Block) -> bool:
+        return self._clock.get(stream_handle(stream), {}).get(block.freed_on, 0) >= block.free_tick
+
+    # ------------------------------------------------------------------ malloc
+    def malloc(self, nbytes: int, stream: Optional[Any] = None) -> Allocation:
+        self._check_open("malloc")
+        size = check_size(nbytes)
+        stream = self._resolve_stream(stream, "malloc")
+        if size == 0:
+            return self._null_allocation(stream)
+        if self.stats["requested_bytes"][0].current + size > self.memory_limit:
+            self._raise_oom(size, size, stream)          # PyTorch checks the fraction first
+        if self.driver_pool:
+            block = self._driver_malloc(size, stream)
+        else:
+            rounded = round_up(size, ROUND_BYTES)
+            block = self._reuse(rounded, stream) or self._grow(rounded, size, stream)
+            block.allocated = True
+        block.requested_size, block.stream, block.stream_uses = size, stream, []
+        return self._hand_out(block, stream)
+
+    def _reuse(self, rounded: int, stream: Any) -> Optional[_Block]:
+        """Best fit among free blocks this stream may take; inserting a wait only as a last resort."""
+        fallback = None
+        for _size, ptr in self._free.irange((rounded, -1)):
+            block = self._blocks[ptr]
+            rule = self._reuse_rule(block, stream)
+            if rule:
+                self.reuse_counts[rule] += 1
+                return self._carve(block, rounded)
+            if fallback is None:
+                fallback = block
+        if fallback is not None and self.options["allow_internal_dependencies"]:
+            self._wait(stream, fallback.free_event, fallback.free_knows)   # the driver inserts this wait
+            self.reuse_counts["internal_dependency"] += 1
+            return self._carve(fallback, rounded)
+        return None
+
+    def _reuse_rule(self, block: _Block, stream: Any) -> Optional[str]:
+        """Why ``stream`` may take this free block without waiting, or None."""
+        if block.freed_on is None:
+            return "fresh"
+        if block.freed_on == stream_handle(stream):
+            return "same_stream"
+        if self.options["follow_event_dependencies"] and self._depends_on_free(stream, block):
+            return "event_dependency"
+        if self.options["allow_opportunistic"] and block.free_event.query():
+            return "opportunistic"
+        return None
+
+    def _carve(self, block: _Block, rounded: int) -> _Block:
+        """Take ``rounded`` bytes from the start of a free block; the rest stays free with the same story."""
+        self._free.remove((block.size, block.ptr))
+        if block.size > rounded:
+            rest = _Block(block.ptr + rounded, block.size - rounded, block.chunk)
+            rest.take_free_story(block)
+            self._insert_free(rest)
+            block.size = rounded
+        return block
+
+    def _insert_free(self, block: _Block) -> None:
+        self._blocks[block.ptr] = block
+        self._free.add((block.size, block.ptr))
+
+    def _grow(self, rounded: int, size: int, stream: Any) -> _Block:
+        """No free block fits: take a new backing chunk (trimming and retrying once if the device is full)."""
+        chunk_size = max(self.options["chunk_bytes"], round_up(rounded, CHUNK_GRANULARITY))
+        ptr = self._try_cuda_malloc(chunk_size)
+        if ptr is None:
+            chunk_size = round_up(rounded, CHUNK_GRANULARITY)
+            self.trim_to(0)                       # newest PyTorch: trim the pool, retry once
+            ptr = self._try_cuda_malloc(chunk_size)
+        if ptr is None:
+            self._raise_oom(size, rounded, stream)
+        chunk = _Chunk(ptr, chunk_size)
+        self._chunks[ptr] = chunk
+        self.stats.num_device_alloc += 1
+        self._stat_increase(("segment",), 1)
+        self._stat_increase(("reserved_bytes",), chunk_size)
+        self._emit("segment_alloc", ptr, chunk_size, stream)
+        self._insert_free(_Block(ptr, chunk_size, chunk))
+        self.reuse_counts["fresh"] += 1
+        return self._carve(self._blocks[ptr], rounded)
+
+    def _try_cuda_malloc(self, nbytes: int) -> Optional[int]:
+        try:
+            return self.device.malloc(nbytes)
+        except CudaOutOfMemoryError:
+            return None
+
+    def _raise_oom(self, size: int, rounded: int, stream: Any) -> None:
+        """The cudaMallocAsync backend's message (spec pytorch-allocator 3.7), with this pool's figures."""
+        self._trace_oom(rounded, stream)
+        free, total = self.device.mem_get_info()
+        raise OutOfMemoryError(
+            f"Allocation on device {self.device.info.index} would exceed allowed memory. (out of memory)"
+            f"\nCurrently allocated     : {format_size(self.stats['requested_bytes'][0].current)}"
+            f"\nRequested               : {format_size(size)}"
+            f"\nDevice limit            : {format_size(total)}"
+            f"\nFree (according to CUDA): {format_size(free)}"
+            f"\nPyTorch limit (set by user-supplied memory fraction)"
+            f"\n                        : {format_size(self.memory_limit)}")
+
+    # ------------------------------------------------------------------ free
+    def free(self, allocation: Allocation) -> None:
+        """cudaFreeAsync on the creation stream, or on the unifying stream after record_stream."""
+        self._check_open("free")
+        allocation = self._check_allocation(allocation, "free")
+        if not allocation:
+            allocation.freed = True
+            return
+        block = allocation._block
+        self._check_streams_alive([allocation.stream, *block.stream_uses], "free")
+        free_stream = self._free_stream(allocation)
+        self._take_back(allocation)
+        if self.driver_pool:
+            self.device.free_async(block.ptr, free_stream)
+            self._complete_free(block)
+            self._sync_reserved()
+            return
+        event, knows = self._record_event_on(free_stream)   # the free point on that stream
+        block.allocated, block.stream_uses = False, []
+        block.freed_on, block.free_tick = stream_handle(free_stream), knows[stream_handle(free_stream)]
+        block.free_event, block.free_knows = event, knows
+        self._complete_free(block)      # in the pool's books at once; usable in stream order
+        self._insert_free(self._coalesce(block))
+
+    def _free_stream(self, allocation: Allocation) -> Any:
+        """PyTorch's backend: a block used on other streams is freed on a side stream that waits for all."""
+        uses = allocation._block.stream_uses
+        if not uses:
+            return allocation.stream
+        if self._unifying is None:
+            self._unifying = self.device.create_stream()
+        for stream in [allocation.stream, *uses]:
+            event, knows = self._record_event_on(stream)
+            self._wait(self._unifying, event, knows)
+        return self._unifying
+
+    def _coalesce(self, block: _Block) -> _Block:
+        """Merge with free neighbours of the same chunk freed on the same stream (or never used)."""
+        for neighbour in (self._neighbour(block, before=True), self._neighbour(block, before=False)):
+            if neighbour is None or neighbour.allocated or neighbour.chunk is not block.chunk:
+                continue
+            if neighbour.freed_on not in (None, block.freed_on):
+                continue                            # another stream's free: keep its own story
+            self._free.remove((neighbour.size, neighbour.ptr))
+            del self._blocks[neighbour.ptr]
+            if neighbour.ptr < block.ptr:
+                del self._blocks[block.ptr]
+                block.ptr = neighbour.ptr
+            block.size += neighbour.size
+        return block
+
+    def _neighbour(self, block: _Block, before: bool) -> Optional[_Block]:
+        if before:
+            index = self._blocks.bisect_left(block.ptr) - 1
+            if index < 0:
+                return None
+            candidate = self._blocks.peekitem(index)[1]
+            return candidate if candidate.ptr + candidate.size == block.ptr else None
+        candidate = self._blocks.get(block.ptr + block.size)
+        return candidate
+
+    # ------------------------------------------------------------------ record_stream
+    def record_stream(self, allocation: Allocation, stream: Any) -> None:
+        """``Tensor.record_stream``: the free will be ordered after the work queued on ``stream``."""
+        self._check_open("record_stream")
+        checked = self._check_allocation(allocation, "record_stream")
+        resolved = self._resolve_stream(stream, "record_stream")
+        if checked and resolved is checked.stream:
+            warn("Called record_stream on tensor whose original creation stream matches the recorded "
+                 "stream. This is unnecessary and has no effect.")
+            return
+        found = self._validated_record_stream(allocation, stream)
+        if found:
+            block, stream = found
+            block.stream_uses.append(stream)
+
+    # ------------------------------------------------------------------ synchronise, trim, empty
+    def synchronize(self, stream: Optional[Any] = None) -> None:
+        """A device (or stream) synchronisation: the pool trims itself down to the release threshold."""
+        self._check_open("synchronize")
+        if stream is None:
+            self.device.synchronize()
+        else:
+            self._resolve_stream(stream, "synchronize").synchronize()
+        if self.driver_pool:
+            self._sync_reserved()                   # the driver trims by itself
+        elif self.memory_reserved() > self.release_threshold:
+            self.trim_to(self.release_threshold)
+
+    def trim_to(self, min_bytes_to_keep: int) -> None:
+        """cudaMemPoolTrimTo: release whole unused chunks while at least ``min_bytes_to_keep`` stays.
+
+        A chunk goes only when every byte of it is free *and* the host has seen
+        each free complete (an async free not yet observed cannot be released).
+        """
+        self._check_open("trim_to")
+        self._check_threshold(min_bytes_to_keep, "min_bytes_to_keep")
+        if self.driver_pool:
+            self.device.mempool_trim_to(min_bytes_to_keep)
+            self._sync_reserved()
+            return
+        for chunk in sorted(self._chunks.values(), key=lambda c: (-c.size, c.ptr)):
+            if self.memory_reserved() - chunk.size >= min_bytes_to_keep and self._releasable(chunk):
+                self._release_chunk(chunk)
+
+    def _chunk_blocks(self, chunk: _Chunk) -> list[_Block]:
+        return list(self._blocks.values()[self._blocks.bisect_left(chunk.ptr):
+                                          self._blocks.bisect_left(chunk.ptr + chunk.size)])
+
+    def _releasable(self, chunk: _Chunk) -> bool:
+        return all(not b.allocated and (b.free_event is None or b.free_event.query())
+                   for b in self._chunk_blocks(chunk))
+
+    def _release_chunk(self, chunk: _Chunk) -> None:
+        for block in self._chunk_blocks(chunk):
+            self._free.discard((block.size, block.ptr))
+            del self._blocks[block.ptr]
+        del self._chunks[chunk.ptr]
+        self.device.free(chunk.ptr)
+        self.stats.num_device_free += 1
+        self._stat_decrease(("segment",), 1)
+        self._stat_decrease(("reserved_bytes",), chunk.size)
+        self._emit("segment_free", chunk.ptr, chunk.size, None)
+
+    def empty_cache(self) -> None:
+        """PyTorch's backend: cudaDeviceSynchronize + cudaMemPoolTrimTo(pool, 0)."""
+        self._check_open("empty_cache")
+        self.device.synchronize()
+        self.trim_to(0)
+
+    # ------------------------------------------------------------------ the real driver pool
+    def _driver_malloc(self, size: int, stream: Any) -> BlockRecord:
+        """cudaMallocAsync itself (GPU): the driver rounds and picks; we only keep the books."""
+        try:
+            ptr = self.device.malloc_async(size, stream)
+        except CudaOutOfMemoryError:
+            self.device.mempool_trim_to(0)
+            try:
+                ptr = self.device.malloc_async(size, stream)
+            except CudaOutOfMemoryError:
+                self._raise_oom(size, size, stream)
+        self._sync_reserved()
+        return BlockRecord(ptr=ptr, size=size, requested_size=size, stream=stream)
+
+    def _sync_reserved(self) -> None:
+        """Read cudaMemPoolAttrReservedMemCurrent into reserved_bytes (its peak follows)."""
+        delta = self.device.mempool_reserved() - self.memory_reserved()
+        if delta > 0:
+            self._stat_increase(("reserved_bytes",), delta)
+        elif delta < 0:
+            self._stat_decrease(("reserved_bytes",), -delta)
+
+    # ------------------------------------------------------------------ snapshot and teardown
+    def allocator_settings(self) -> dict:
+        return {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync", **self.options}
+
+    def snapshot(self) -> dict:
+        if self.driver_pool:
+            raise RuntimeError("cudaMallocAsync does not yet support getMemorySnapshot: the driver's pool "
+                               "is not visible (use the simulated device to see the model's chunks)")
+        return super().snapshot()
+
+    def _segments(self) -> list[dict]:
+        segments = []
+        for chunk in self._chunks.values():
+            blocks = [self._block_dict(b.ptr, b.size, b.requested_size if b.allocated else 0,
+                                       "active_allocated" if b.allocated else "inactive")
+                      for b in self._chunk_blocks(chunk)]
+            segments.append(self._segment_dict(chunk.ptr, blocks))
+        return segments
+
+    def close(self) -> None:
+        """Free what is still live, synchronise, and give every chunk back to the device."""
+        if self._closed:
+            return
+        self.device.synchronize()
+        for allocation in self.live_allocations():
+            block = self._take_back(allocation)
+            if self.driver_pool:
+                self.device.free_async(block.ptr, None)
+            self._complete_free(block)
+        if self.driver_pool:
+            self.device.synchronize()
+            self.device.mempool_trim_to(0)
+            self._sync_reserved()
+        else:
+            for chunk in list(self._chunks.values()):
+                self._release_chunk(chunk)
+        if self._unifying is not None:
+            self.device.destroy_stream(self._unifying)
+            self._unifying = None
+        self._closed = True
