@@ -279,6 +279,25 @@ class FrameSource:
     def __len__(self) -> int:
         return len(self.events)
 
+    def memory_totals(self) -> list[tuple[int, int]]:
+        """(allocated, reserved) bytes after each event, summed from the changes, without rebuilding states."""
+        state = dict(self._initial)
+        allocated = sum(s.get("allocated_size", 0) for s in state.values())
+        reserved = sum(s.get("total_size", 0) for s in state.values())
+        totals = []
+        for changed, gone in self._changes:
+            for address in list(gone) + list(changed):
+                old = state.pop(address, None)
+                if old is not None:
+                    allocated -= old.get("allocated_size", 0)
+                    reserved -= old.get("total_size", 0)
+            for address, segment in changed.items():
+                state[address] = segment
+                allocated += segment.get("allocated_size", 0)
+                reserved += segment.get("total_size", 0)
+            totals.append((allocated, reserved))
+        return totals
+
     def state(self, i: int) -> list:
         """Segments after event ``i`` (``i == -1``: before the first event), in address order."""
         return sorted(self._state_dict(i).values(), key=lambda s: s["address"])
