@@ -1,0 +1,64 @@
+"""Shared fixtures for the device tests.
+
+``device`` is parametrised over the devices this machine has: the simulated
+one always, the real GPU (marked ``gpu``) when a driver and a GPU answer --
+otherwise that case is skipped with the reason printed by ``pytest -ra``.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from allocator_ref.device import SimDevice
+from allocator_ref.device.cuda import probe_cuda
+
+DEVICE_KINDS = ["sim", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_probe() -> tuple[bool, str]:
+    """(found, reason) -- asked once per test session."""
+    return probe_cuda()
+
+
+def require_gpu() -> None:
+    found, reason = gpu_probe()
+    if not found:
+        pytest.skip(f"no GPU: {reason}")
+
+
+def open_kind(kind: str, profile: str = "tiny-1gb"):
+    if kind == "sim":
+        return SimDevice(profile)
+    require_gpu()
+    from allocator_ref.device.cuda import CudaDevice
+    return CudaDevice(0)
+
+
+@pytest.fixture(params=DEVICE_KINDS)
+def device(request):
+    """One device per available kind (simulated 'tiny-1gb', real GPU when present)."""
+    dev = open_kind(request.param)
+    yield dev
+    dev.close()
+
+
+@pytest.fixture
+def devices():
+    """Every available device kind, opened (simulated always, CUDA when present)."""
+    opened = [SimDevice("tiny-1gb")]
+    if gpu_probe()[0]:
+        from allocator_ref.device.cuda import CudaDevice
+        opened.append(CudaDevice(0))
+    yield opened
+    for dev in opened:
+        dev.close()
+
+
+@pytest.fixture
+def sim():
+    """The small teaching device, for tests that need exact simulated numbers."""
+    dev = SimDevice("tiny-1gb")
+    yield dev
+    dev.close()
