@@ -98,7 +98,7 @@ class AddressSpace:
         i = self._holes.bisect_right(start)
         first = self._holes.keys()[i - 1] if i > 0 else None
         starts = ([first] if first is not None and self._holes[first] > start else [])
-        starts += list(self._holes.irange(start, end, inclusive=(True, False)))
+        starts += [s for s in self._holes.irange(start, end, inclusive=(True, False)) if s != first]
         for hole_start in starts:
             hole_end = self._remove_hole(hole_start)
             self._add_hole(hole_start, min(hole_end, start))
