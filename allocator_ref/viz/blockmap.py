@@ -108,7 +108,8 @@ def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: O
     bar_w = width - LABEL_W - 10
 
     body: list[str] = []
-    y = LEGEND_H + (22 if (title or simulated) else 0)
+    legend, legend_h = _legend(segments, 22 if (title or simulated) else 0, width)
+    y = legend_h + (22 if (title or simulated) else 0)
     groups: dict[tuple, list] = {}
     for seg in segments:
         groups.setdefault(pool_key(seg), []).append(seg)
@@ -136,14 +137,12 @@ def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: O
         '<line x1="0" y1="0" x2="0" y2="6" stroke="#b8c0c8" stroke-width="2"/></pattern></defs>',
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
     ]
-    top = 0
     if title or simulated:
         text = title or "Allocator state"
         if simulated and "simulated" not in text.lower():
             text += " (simulated)"
         head.append(f'<text class="ar-title" x="4" y="16" font-size="14" font-weight="bold">{escape(text)}</text>')
-        top = 22
-    head.append(_legend(segments, top))
+    head.append(legend)
     return "".join(head + body + ["</svg>"])
 
 
@@ -192,23 +191,33 @@ def _block_rect(block: dict, x: float, y: int, w: float, seg_addr: int, seg_id: 
             f'font-size="11" pointer-events="none">{format_bytes(size)}</text>')
 
 
-def _legend(segments: list, y: int) -> str:
-    """Colour key plus the totals a learner compares with memory_stats()."""
+def _legend(segments: list, top: int, width: int) -> tuple[str, int]:
+    """Colour key plus the totals a learner compares with memory_stats(); wraps on narrow pictures.
+
+    Returns the SVG and the height it takes.
+    """
     totals = {"active_allocated": 0, "active_pending_free": 0, "inactive": 0}
     for seg in segments:
         for block in seg.get("blocks", ()):
             if block.get("state") in totals:
                 totals[block["state"]] += block["size"]
     reserved = sum(s.get("total_size", 0) for s in segments)
-    parts = [f'<g class="ar-legend" transform="translate(4,{y + 6})">']
-    x = 0
+    items = []
     for state in ("active_allocated", "active_pending_free", "inactive", "unmapped"):
-        fill = STATE_STYLE[state][0]
         words = STATE_WORDS[state].split(" (")[0]
         amount = f" {format_bytes(totals[state])}" if state in totals else ""
-        parts.append(f'<rect x="{x}" y="0" width="12" height="12" fill="{fill}" stroke="#7d8a96" stroke-width="0.5"/>'
-                     f'<text x="{x + 16}" y="10">{words}{amount}</text>')
-        x += 32 + 7 * len(words + amount)
-    parts.append(f'<text x="{x}" y="10" fill="#33414e">reserved {format_bytes(reserved)} in '
-                 f'{len(segments)} segment{"s" if len(segments) != 1 else ""}</text></g>')
-    return "".join(parts)
+        items.append((STATE_STYLE[state][0], words + amount))
+    items.append((None, f"reserved {format_bytes(reserved)} in {len(segments)} segment{'s' if len(segments) != 1 else ''}"))
+    parts = [f'<g class="ar-legend" transform="translate(4,{top + 6})">']
+    x = y = 0
+    for fill, text in items:
+        item_w = 24 + 7 * len(text)           # about 7 px per character at 12 px
+        if x and x + item_w > width - 8:
+            x, y = 0, y + 18
+        if fill:
+            parts.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{fill}" stroke="#7d8a96" '
+                         f'stroke-width="0.5"/>')
+        parts.append(f'<text x="{x + (16 if fill else 0)}" y="{y + 10}" fill="#33414e">{text}</text>')
+        x += item_w + 8
+    parts.append("</g>")
+    return "".join(parts), LEGEND_H + y
