@@ -1,0 +1,180 @@
+"""Display helpers the chapters share (nothing about allocators lives here).
+
+    import _course as C
+    dev = C.open_device("tiny-1gb")   # opens, prints what it is and what that means
+    C.show_blockmap(a, "after malloc(5 MiB)")
+    C.show_stats(a)                   # the memory_stats() keys a chapter talks about
+    C.claim("q4_reserved", C.fmt(a.memory_reserved()))
+
+``claim`` is how prose and code stay in step: a number a chapter states in its
+text is written ``**20.00 MiB**<!-- claim: q4_reserved -->`` and a cell calls
+``claim("q4_reserved", value)``; ``tests/test_chapter_claims.py`` checks that
+the executed value equals the number in the text.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE.parent) not in sys.path:          # the package, when the chapter runs from a checkout
+    sys.path.insert(0, str(_HERE.parent))
+
+import allocator_ref as ar                       # noqa: E402
+from allocator_ref.caching import format_size   # noqa: E402
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+CLAIM_MIME = "application/vnd.allocator-ref.claim+json"
+_DEVICES: list = []
+
+
+def fmt(nbytes: int) -> str:
+    """PyTorch's ``format_size`` (the OOM message's units): '512 bytes', '20.00 MiB', '1.50 GiB'."""
+    return format_size(int(nbytes))
+
+
+# ------------------------------------------------------------------ the device
+
+def open_device(profile: str | None = None):
+    """``allocator_ref.open_device()`` plus a plain-words banner of what the figures mean."""
+    dev = ar.open_device(profile=profile)
+    _DEVICES.append(dev)
+    info = dev.info
+    free, total = dev.mem_get_info()
+    print(f"device     : {info.name}")
+    print(f"capacity   : {fmt(total)}   free now (cudaMemGetInfo / nvidia-smi view): {fmt(free)}")
+    print(f"context    : {fmt(info.context_reserve)} held by the CUDA context, outside every allocator")
+    if dev.simulated:
+        print("what it is : SIMULATED. Times come from a cost model with cited sources "
+              "(allocator_ref/device/profiles/costs.json) on a virtual clock; every figure below "
+              "is simulated, not measured on a GPU. Allocator decisions and byte counts are exact.")
+    else:
+        print("what it is : a REAL GPU. Times are measured wall-clock and vary run to run.")
+    return dev
+
+
+def where(dev) -> str:
+    """The tag every printed measurement carries: which device produced it."""
+    name = dev.info.name.replace(" (simulated)", "")
+    return f"[{'simulated' if dev.simulated else 'measured'} on {name}]"
+
+
+# ------------------------------------------------------------------ pictures
+
+def _display(obj) -> None:
+    from IPython.display import display
+    display(obj)
+
+
+def blockmap_svg(state, title: str = "", highlight=(), simulated: bool | None = None) -> str:
+    from allocator_ref.viz.blockmap import render_blockmap
+    if simulated is None:
+        dev = getattr(state, "device", None)
+        simulated = bool(getattr(dev, "simulated", True))
+    return render_blockmap(state, title=title, highlight=highlight, simulated=simulated)
+
+
+def show_blockmap(state, title: str = "", highlight=()) -> None:
+    """Draw the allocator's segments (one bar per cudaMalloc) with blocks coloured by state."""
+    from IPython.display import SVG
+    _display(SVG(blockmap_svg(state, title, highlight)))
+
+
+def show_frames(frames, first: int = 0, last: int | None = None, simulated: bool = True) -> None:
+    """A step-by-step film strip: for each event, its caption and the block map after it.
+
+    Static, so it survives a saved notebook and a static site; ``player(frames)``
+    is the interactive version.
+    """
+    from IPython.display import SVG, Markdown
+    from allocator_ref.viz.blockmap import render_blockmap
+    last = len(frames) if last is None else last
+    for i in range(first, last):
+        f = frames[i]
+        ev = f.event
+        _display(Markdown(f"**step {i + 1}/{len(frames)}** `{ev['action']}` size {fmt(ev.get('size', 0))}: "
+                          f"{f.caption}"))
+        _display(SVG(render_blockmap(f.segments, highlight=f.changed, segment_ids=f.segment_ids,
+                                     simulated=simulated, width=760)))
+
+
+def player(frames, simulated: bool = True):
+    """An ipywidgets slider over the frames (the package's player when it exists)."""
+    try:
+        from allocator_ref.viz.player import TracePlayer      # the package's widget, once it lands
+        return TracePlayer(frames)
+    except ImportError:
+        pass
+    import ipywidgets as W
+    from allocator_ref.viz.blockmap import render_blockmap
+
+    out = W.HTML()
+    slider = W.IntSlider(min=0, max=max(0, len(frames) - 1), value=0, description="step",
+                         continuous_update=True, layout=W.Layout(width="600px"))
+    play = W.Play(min=0, max=slider.max, interval=900)
+    W.jslink((play, "value"), (slider, "value"))
+
+    def draw(change=None):
+        f = frames[slider.value]
+        svg = render_blockmap(f.segments, highlight=f.changed, segment_ids=f.segment_ids,
+                              simulated=simulated, width=760)
+        out.value = (f"<p><b>step {slider.value + 1}/{len(frames)}</b> <code>{f.event['action']}</code> "
+                     f"{f.caption}</p>{svg}")
+
+    slider.observe(draw, names="value")
+    draw()
+    return W.VBox([W.HBox([play, slider]), out])
+
+
+# ------------------------------------------------------------------ numbers
+
+STAT_ROWS = [
+    ("allocated_bytes.all.current", "memory_allocated()  live blocks, rounded"),
+    ("reserved_bytes.all.current", "memory_reserved()   segments held (cudaMalloc'd)"),
+    ("active_bytes.all.current", "active_bytes        allocated + pending free"),
+    ("inactive_split_bytes.all.current", "inactive_split_bytes free inside split segments (non-releasable)"),
+    ("segment.all.current", "segment             number of segments"),
+    ("num_device_alloc", "num_device_alloc    cudaMalloc calls so far"),
+    ("num_device_free", "num_device_free     cudaFree calls so far"),
+    ("num_alloc_retries", "num_alloc_retries   full flush + retry"),
+    ("num_ooms", "num_ooms            OutOfMemoryError raised"),
+]
+
+
+def show_stats(allocator, keys=None, label: str = "") -> None:
+    """Print chosen ``memory_stats()`` keys (all of STAT_ROWS by default)."""
+    stats = allocator.memory_stats()
+    rows = [r for r in STAT_ROWS if keys is None or r[0] in keys]
+    if label:
+        print(label)
+    for key, words in rows:
+        value = stats.get(key, 0)
+        shown = fmt(value) if key.endswith("bytes.all.current") else str(value)
+        print(f"  {shown:>12}  {words}")
+
+
+def device_view(dev, allocator=None) -> str:
+    """One line: nvidia-smi's view (mem_get_info) next to the allocator's."""
+    free, total = dev.mem_get_info()
+    line = f"mem_get_info: used {fmt(total - free)}, free {fmt(free)} of {fmt(total)}"
+    if allocator is not None:
+        line += (f" | allocator: reserved {fmt(allocator.memory_reserved())}, "
+                 f"allocated {fmt(allocator.memory_allocated())}")
+    return line + f"  {where(dev)}"
+
+
+def claim(name: str, value) -> None:
+    """Show a number the chapter's text states, as computed here (the test compares the two)."""
+    from IPython.display import display
+    text = str(value)
+    display({"text/plain": f"claim {name} = {text}", CLAIM_MIME: {"name": name, "value": text}},
+            raw=True)
+
+
+def close_all() -> None:
+    for dev in _DEVICES:
+        dev.close()
+    _DEVICES.clear()
+

@@ -1,0 +1,236 @@
+"""The chapters run, top to bottom, on the simulated device; their files stay clean and paired.
+
+What this file checks, for EVERY ``chapters/*.ipynb`` (chapters added later are
+picked up without editing this file):
+
+* it executes top to bottom with nbclient on the simulated device
+  (``ALLOCATOR_REF_DEVICE=sim``, ``MPLBACKEND=Agg``, a per-cell timeout), in a
+  kernel that runs this virtual environment's interpreter; cells tagged ``gpu``
+  are left out here and run by ``make gpu-check`` (``test_notebook_on_gpu``);
+* the ``.ipynb`` carries no outputs and no execution counts;
+* the ``.ipynb`` and its jupytext MyST twin ``.md`` have the same cells
+  (type, source and tags), so editing one without ``make sync-notebooks`` fails;
+* the chapter conventions every learner relies on: the first code cell opens
+  the device, learning objectives at the top, a recap and "try it" at the end,
+  a link to the chapter's lab.
+
+The whole course must execute in under 5 minutes on the 2-core CI machine.
+That is a session-level figure: the time of each notebook and the total are
+printed at the end of the run (not asserted by a timed unit test).
+
+Chapter authors: write ``chapters/NN_name.md`` (MyST), then
+``jupytext --to ipynb chapters/NN_name.md`` and
+``jupytext --set-formats ipynb,md:myst chapters/NN_name.ipynb``; commit both
+without outputs.  Tag a cell ``gpu`` (cell metadata ``tags: [gpu]``) when it
+needs a real GPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = ROOT / "chapters"
+CELL_TIMEOUT_S = 180          # one cell; the slowest chapter cells take a few seconds
+COURSE_BUDGET_S = 300         # the whole course, on the 2-core CI machine (printed, checked by hand)
+KERNEL_NAME = "python3"       # ipykernel's native spec: jupyter_client runs it with sys.executable
+GPU_TAG = "gpu"
+
+NOTEBOOKS = sorted(p for p in CHAPTERS.glob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+TIMINGS: dict[str, float] = {}          # notebook name -> seconds, for the session summary
+_EXECUTED: dict[tuple, tuple] = {}      # (path, include_gpu, mtime) -> (executed notebook, seconds)
+
+
+def _ids(paths):
+    return [p.name for p in paths]
+
+
+def cell_tags(cell) -> list:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def kernel_env(device: str = "sim") -> dict:
+    env = dict(os.environ)
+    env.update(ALLOCATOR_REF_DEVICE=device, MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    # The kernel must import the package from this checkout, wherever pytest was started.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def execute_notebook(path: Path, include_gpu: bool = False, device: str = "sim"):
+    """Run a chapter once per session (cached); returns (executed notebook, seconds).
+
+    ``tests/test_chapter_claims.py`` reads the executed outputs from here, so
+    each chapter runs only once per pytest session.
+    """
+    from nbclient import NotebookClient
+
+    key = (str(path), include_gpu, device, path.stat().st_mtime_ns)
+    if key in _EXECUTED:
+        return _EXECUTED[key]
+    nb = nbformat.read(path, as_version=4)
+    run = copy.deepcopy(nb)
+    if not include_gpu:
+        run.cells = [c for c in run.cells if not (c.cell_type == "code" and GPU_TAG in cell_tags(c))]
+    client = NotebookClient(run, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME, allow_errors=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    client.execute(env=kernel_env(device))
+    seconds = time.perf_counter() - start
+    _EXECUTED[key] = (run, seconds)
+    return run, seconds
+
+
+def outputs_text(nb) -> str:
+    """Every text the executed notebook printed or displayed (for error messages and claims)."""
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if "text" in out:
+                parts.append(out["text"])
+            data = out.get("data", {})
+            if "text/plain" in data:
+                parts.append(data["text/plain"])
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------ session summary
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_course_time(request):
+    """Print each notebook's execution time and the course total at the end (the 5-minute figure)."""
+    yield
+    if not TIMINGS:
+        return
+    reporter = request.config.pluginmanager.getplugin("terminalreporter")
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    total = sum(TIMINGS.values())
+    verdict = "within" if total <= COURSE_BUDGET_S else "OVER"
+    lines = ["", f"course execution on the simulated device ({os.cpu_count()} CPU cores), per notebook:"]
+    lines += [f"  {name:<40} {seconds:6.1f} s" for name, seconds in sorted(TIMINGS.items())]
+    lines.append(f"  {'total':<40} {total:6.1f} s   ({verdict} the {COURSE_BUDGET_S} s budget)")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        for line in lines:
+            reporter.write_line(line) if reporter else print(line)
+
+
+# ------------------------------------------------------------------ the kernel
+
+def test_kernel_runs_this_interpreter(tmp_path):
+    """The chapters' kernel is this environment's Python (not a system one without the package)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(KERNEL_NAME)      # always there while ipykernel imports
+    assert spec.language == "python"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import sys, os, allocator_ref\n"
+        "print(sys.executable)\nprint(os.environ['ALLOCATOR_REF_DEVICE'])\nprint(allocator_ref.__file__)")]
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(nb, path)
+    run, _ = execute_notebook(path)
+    executable, device, package = run.cells[0].outputs[0]["text"].split()
+    assert Path(executable).resolve() == Path(sys.executable).resolve(), (
+        f"the notebook kernel runs {executable}, the tests run {sys.executable}")
+    assert device == "sim"
+    assert Path(package).resolve().is_relative_to(ROOT), package
+
+
+# ------------------------------------------------------------------ execution
+
+@pytest.mark.skipif(not NOTEBOOKS, reason="no chapters yet")
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_executes_on_simulated_device(path):
+    try:
+        run, seconds = execute_notebook(path)
+    except Exception as exc:      # CellExecutionError carries the failing cell and traceback
+        pytest.fail(f"{path.name} failed on the simulated device:\n{exc}", pytrace=False)
+    TIMINGS[path.name] = seconds
+    text = outputs_text(run)
+    assert "simulated" in text.lower(), f"{path.name} never says that its figures are simulated"
+
+
+def _gpu_present() -> bool:
+    if os.environ.get("ALLOCATOR_REF_DEVICE", "") == "sim":
+        return False
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+GPU_NOTEBOOKS = [p for p in NOTEBOOKS
+                 if any(GPU_TAG in cell_tags(c) for c in nbformat.read(p, as_version=4).cells)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU_NOTEBOOKS, reason="no chapter has cells tagged 'gpu'")
+@pytest.mark.parametrize("path", GPU_NOTEBOOKS, ids=_ids(GPU_NOTEBOOKS))
+def test_notebook_on_gpu(path):
+    """``make gpu-check``: the whole chapter, ``gpu`` cells included, on the real device."""
+    if not _gpu_present():
+        pytest.skip("no NVIDIA GPU answers nvidia-smi here")
+    execute_notebook(path, include_gpu=True, device="cuda")
+
+
+# ------------------------------------------------------------------ clean files
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_ipynb_has_no_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    dirty = [i for i, c in enumerate(nb.cells)
+             if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count") is not None)]
+    assert not dirty, (f"{path.name}: cells {dirty} carry outputs or execution counts; strip them "
+                       f"(jupyter nbconvert --clear-output --inplace, or jupytext --to ipynb from the .md)")
+
+
+def _cells(nb) -> list:
+    return [(c.cell_type, c.source.strip(), sorted(cell_tags(c))) for c in nb.cells]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_ipynb_and_md_in_sync(path):
+    import jupytext
+
+    md = path.with_suffix(".md")
+    assert md.exists(), f"{path.name} has no MyST twin {md.name} (jupytext --set-formats ipynb,md:myst)"
+    from_ipynb = jupytext.read(path)
+    from_md = jupytext.read(md)
+    formats = from_ipynb.metadata.get("jupytext", {}).get("formats", "")
+    assert "md:myst" in formats, f"{path.name} is not paired with md:myst (metadata jupytext.formats={formats!r})"
+    a, b = _cells(from_ipynb), _cells(from_md)
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x == y, (f"{path.name} and {md.name} differ at cell {i}:\n  ipynb: {x!r:.300}\n  md:    {y!r:.300}\n"
+                        f"run `make sync-notebooks` (jupytext --sync)")
+    assert len(a) == len(b), f"{path.name} has {len(a)} cells, {md.name} has {len(b)}: run `make sync-notebooks`"
+
+
+# ------------------------------------------------------------------ chapter conventions
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_chapter_conventions(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert code and "open_device" in code[0].source, (
+        f"{path.name}: the first code cell must open the device and print what it is")
+    head = "\n".join(c.source for c in nb.cells[:3] if c.cell_type == "markdown")
+    assert re.search(r"learning objectives", head, re.I), f"{path.name}: learning objectives at the top"
+    assert re.search(r"^#+ .*recap", markdown, re.I | re.M), f"{path.name}: a recap section at the end"
+    assert re.search(r"^#+ .*try it", markdown, re.I | re.M), f"{path.name}: a 'try it' section at the end"
+    number = path.name[:2]
+    wanted = r"\d\d" if number == "00" else number        # chapter 0 (setup) points at the first lab
+    assert re.search(rf"labs/student/lab{wanted}_\w+\.ipynb", markdown), (
+        f"{path.name}: link the chapter's lab as labs/student/lab{number}_<name>.ipynb")
