@@ -32,7 +32,7 @@ class ExpandableSegment:
         self.page_size = page_size
         # Enough handles to cover 1.125x the GPU: the segment can never run out of address space.
         self.max_handles = -(-(total + total // 8) // page_size)
-        self.ptr = device.address_reserve(self.size(), page_size)
+        self.ptr = device.address_reserve(self.size(), 0)   # cuMemAddressReserve(&ptr, size, 0, 0, 0)
         self.handles: list[Optional[int]] = []
 
     def size(self) -> int:

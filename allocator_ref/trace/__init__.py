@@ -1,4 +1,21 @@
-"""Traces, snapshots and replay (see events.py for the event vocabulary)."""
-from .events import ACTIONS, TraceEntry, TraceRecorder
+"""Traces, snapshots and replay.
 
-__all__ = ["ACTIONS", "TraceEntry", "TraceRecorder"]
+events.py    the event vocabulary every allocator reports (TraceEntry, TraceRecorder)
+snapshot.py  safe loading and saving of torch memory snapshots
+rmm_csv.py   RMM's logging_resource_adaptor CSV
+rebuild.py   the allocator state at the start of a mid-run trace
+replay.py    replay a trace, verify it against PyTorch, or ask "what if"
+"""
+from .events import ACTIONS, TraceEntry, TraceRecorder
+from .snapshot import SnapshotError, load_snapshot, loads_snapshot, save_snapshot
+from .rmm_csv import read_rmm_log
+
+
+def replay(*args, **kwargs):
+    """See :func:`allocator_ref.trace.replay.replay` (imported lazily: it pulls in the allocator)."""
+    from .replay import replay as _replay
+    return _replay(*args, **kwargs)
+
+
+__all__ = ["ACTIONS", "TraceEntry", "TraceRecorder", "SnapshotError", "load_snapshot",
+           "loads_snapshot", "save_snapshot", "read_rmm_log", "replay"]

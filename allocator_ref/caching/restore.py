@@ -1,0 +1,81 @@
+"""Put the allocator into a state it was in before we started watching.
+
+Most real traces start mid-run: segments and live tensors already exist when
+history recording begins.  The replay tool infers that starting state from
+the snapshot and gives it here, one segment at a time.  The segment is really
+allocated on the device (cudaMalloc, at the address the trace saw), its
+blocks are laid out as given (allocated ones become live allocations, the
+gaps free blocks), and every statistic is updated as if the allocator had
+made those decisions itself, so the stats/snapshot invariant holds.
+"""
+from __future__ import annotations
+
+from ..allocation import Allocation
+from .block import Block
+from .config import kSmallBuffer
+
+
+def restore_segment(allocator, address: int, size: int, stream, live_blocks, small: bool = None) -> dict:
+    """Recreate one non-expandable segment.
+
+    ``live_blocks`` is a list of ``(address, size, requested_size)`` for the blocks that
+    were allocated at that moment; everything between them is free.  Returns
+    ``{address: Allocation}`` for the live blocks.
+    """
+    if small is None:
+        small = size == kSmallBuffer
+    pool = allocator.small_blocks if small else allocator.large_blocks
+    pool_type = allocator._pool_type(pool)
+    ptr = allocator.device.malloc(size)
+    if ptr != address:
+        allocator.device.free(ptr)
+        raise RuntimeError(f"the device placed the restored segment at {ptr:#x}, not {address:#x}")
+    allocator.total_allocated_memory += size
+    stats = allocator.stats
+    stats.increase("segment", pool_type, 1)
+    stats.increase("reserved_bytes", pool_type, size)
+    if size >= allocator.config.max_split_size:
+        stats.oversize_segments.increase(1)
+
+    # Cut the segment into blocks: live ones as given, free ones in the gaps.
+    pieces, cursor = [], address
+    for b_addr, b_size, requested in sorted(live_blocks):
+        if b_addr < cursor or b_addr + b_size > address + size:
+            raise ValueError(f"block {b_addr:#x}+{b_size} does not fit segment {address:#x}+{size}")
+        if b_addr > cursor:
+            pieces.append((cursor, b_addr - cursor, None))
+        pieces.append((b_addr, b_size, requested))
+        cursor = b_addr + b_size
+    if cursor < address + size:
+        pieces.append((cursor, address + size - cursor, None))
+
+    blocks, prev = [], None
+    for b_addr, b_size, requested in pieces:
+        block = Block(b_addr, b_size, stream, stream.handle, pool)
+        block.prev = prev
+        if prev is not None:
+            prev.next = block
+        blocks.append((block, requested))
+        prev = block
+
+    split = len(blocks) > 1
+    handed_out = {}
+    for block, requested in blocks:
+        if requested is None:                      # a free block waiting in the pool
+            pool.insert_into_blocks(block)
+            if split:
+                stats.increase("inactive_split", pool_type, 1)
+                stats.increase("inactive_split_bytes", pool_type, block.size)
+            continue
+        block.allocated = True
+        block.requested_size = requested
+        allocator.active_blocks[block.ptr] = block
+        for name, amount in (("allocation", 1), ("allocated_bytes", block.size), ("active", 1),
+                             ("active_bytes", block.size), ("requested_bytes", requested)):
+            stats.increase(name, pool_type, amount)
+        if block.size >= allocator.config.max_split_size:
+            stats.oversize_allocations.increase(1)
+        allocation = Allocation(block.ptr, block.size, requested, stream, allocator, block)
+        allocator._live[block.ptr] = allocation
+        handed_out[block.ptr] = allocation
+    return handed_out

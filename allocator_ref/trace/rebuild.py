@@ -1,0 +1,167 @@
+"""Infer the allocator's state at the first event of a trace that starts mid-run.
+
+History recording usually starts after the model was built: segments and live
+tensors already exist.  What the data allows us to know:
+
+* the segments at the start = the final ``segments`` list, minus those the
+  trace allocated, plus those it freed (walked backwards, so addresses
+  reused by cudaMalloc are handled);
+* blocks live at the start = those the trace frees without having allocated
+  them, and those still active at the end that the trace never allocated
+  (their exact sizes are in the final snapshot);
+* everything between live blocks is free (free neighbours are always merged).
+
+One thing the data does not say directly: the size of a block that was
+allocated before recording and freed during it (``free_*`` events carry the
+requested size, not the block size).  It is ``round_size(requested)`` unless
+the allocator handed out a whole block without splitting (the remainder would
+have been <= 1 MiB in the large pool), so we extend it to the next known
+boundary when that boundary is within 1 MiB, using the trace's own later
+allocations as evidence.  Each inference is reported in ``notes``.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from ..caching.config import AllocatorConfig, kSmallBuffer, kSmallSize, round_size
+
+
+@dataclass
+class SegmentAtStart:
+    address: int
+    size: int
+    stream: int
+    small: bool
+    expandable: bool = False
+    live_blocks: list = field(default_factory=list)     # (address, size, requested_size)
+
+
+@dataclass
+class InitialState:
+    segments: list = field(default_factory=list)         # SegmentAtStart, by address
+    pending_free: list = field(default_factory=list)     # addresses freed before recording, completed during it
+    notes: list = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.segments
+
+
+def infer_initial_state(events: list[dict], final_segments: list[dict],
+                        config: AllocatorConfig) -> InitialState:
+    state = InitialState()
+    segments = _segments_at_start(events, final_segments, state)
+    if not segments:
+        return state
+    starts = sorted(segments)
+    pre_live, pending = _blocks_live_at_start(events, final_segments)
+    evidence = _alloc_addresses_by_time(events)
+    extended = 0
+    for addr, info in sorted(pre_live.items()):
+        seg = _segment_containing(segments, starts, addr)
+        if seg is None:
+            state.notes.append(f"block {addr:#x} freed during the trace lies in no known segment; ignored")
+            continue
+        size = info.get("exact_size")
+        if size is None:
+            size = _infer_block_size(addr, info, seg, pre_live, evidence, config)
+            if size != round_size(info["requested"], config):
+                extended += 1
+        seg.live_blocks.append((addr, size, info["requested"]))
+    state.pending_free = sorted(pending)
+    state.segments = [segments[a] for a in starts]
+    if pre_live:
+        state.notes.append(
+            f"{len(state.segments)} segment(s) existed before recording; {len(pre_live)} block(s) were "
+            f"live at the start ({extended} sized beyond round_size because the allocator could not "
+            "have split them)")
+    if pending:
+        state.notes.append(f"{len(pending)} block(s) were freed before recording and still waited "
+                           "for other streams' events")
+    return state
+
+
+def _segments_at_start(events, final_segments, state) -> dict:
+    segments = {}
+    for s in final_segments:
+        if s.get("is_expandable"):
+            continue
+        segments[s["address"]] = SegmentAtStart(s["address"], s["total_size"], s["stream"],
+                                                s.get("segment_type") == "small")
+    for e in reversed(events):
+        action = e["action"]
+        if action == "segment_alloc":
+            segments.pop(e["addr"], None)
+        elif action == "segment_free":
+            segments[e["addr"]] = SegmentAtStart(e["addr"], e["size"], e["stream"], e["size"] == kSmallBuffer)
+    if any(s.get("is_expandable") for s in final_segments) and not any(
+            e["action"] == "segment_map" for e in events[:1]):
+        state.notes.append("expandable segments that existed before recording cannot be rebuilt "
+                           "from a snapshot (unmapped ranges are not reported); they are left out")
+    return segments
+
+
+def _blocks_live_at_start(events, final_segments):
+    live_in_trace, requested_in_trace = set(), set()
+    pre_live, pending = {}, set()
+    for index, e in enumerate(events):
+        action, addr = e["action"], e.get("addr")
+        if action == "alloc":
+            live_in_trace.add(addr)
+        elif action == "free_requested":
+            requested_in_trace.add(addr)
+            if addr in live_in_trace:
+                live_in_trace.discard(addr)
+            elif addr not in pre_live:
+                pre_live[addr] = {"requested": e["size"], "stream": e["stream"], "until": index}
+        elif action == "free_completed":
+            if addr in requested_in_trace:
+                requested_in_trace.discard(addr)
+            elif addr not in pre_live and addr not in live_in_trace:
+                pre_live[addr] = {"requested": e["size"], "stream": e["stream"], "until": index}
+                pending.add(addr)
+    for s in final_segments:
+        if s.get("is_expandable"):
+            continue
+        for b in s["blocks"]:
+            if b["state"].startswith("active") and b["address"] not in live_in_trace \
+                    and b["address"] not in pre_live:
+                pre_live[b["address"]] = {"requested": b.get("requested_size", b["size"]),
+                                          "stream": s["stream"], "until": len(events),
+                                          "exact_size": b["size"]}
+    return pre_live, pending
+
+
+def _alloc_addresses_by_time(events) -> list:
+    """(address, index) of every allocation in the trace, sorted by address."""
+    return sorted((e["addr"], i) for i, e in enumerate(events) if e["action"] == "alloc")
+
+
+def _segment_containing(segments, starts, addr):
+    i = bisect.bisect_right(starts, addr) - 1
+    if i < 0:
+        return None
+    seg = segments[starts[i]]
+    return seg if addr < seg.address + seg.size else None
+
+
+def _infer_block_size(addr, info, seg, pre_live, evidence, config) -> int:
+    rounded = round_size(info["requested"], config)
+    end_min = addr + rounded
+    if seg.small:
+        return rounded            # small blocks always split off any remainder >= 512 B
+    boundary = seg.address + seg.size
+    for other in pre_live:
+        if end_min <= other < boundary:
+            boundary = other
+    # An allocation placed right after this block while it was still live marks where it ends.
+    i = bisect.bisect_left(evidence, (end_min, -1))
+    while i < len(evidence) and evidence[i][0] <= end_min + kSmallSize:
+        if evidence[i][1] < info["until"] and evidence[i][0] < boundary:
+            boundary = evidence[i][0]
+            break
+        i += 1
+    if boundary - end_min <= kSmallSize:
+        return boundary - addr    # the remainder was too small to split: the block took it all
+    return rounded
