@@ -35,7 +35,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from .frames import as_event
+from .blockmap import segments_of
+from .frames import as_event, settle
 from .sizes import format_bytes
 
 # A trace does not record the CUDA context; 500 MiB is the middle of what people
@@ -155,23 +156,37 @@ def _curves_from_samples(samples: MemorySamples) -> MemoryCurves:
 
 @contextmanager
 def record_memory(allocator: Any) -> Iterator[MemorySamples]:
-    """Sample memory_allocated, memory_reserved and total - free after every allocator event.
+    """Sample allocated, reserved and what nvidia-smi shows after every allocator event.
 
         with record_memory(a) as samples:
             run_my_workload(a)
         plot_memory(samples)
+
+    A listener runs while the allocator reports an event, before its counters
+    move, so allocated and reserved are summed from the settled segments (see
+    ``frames.settle``); the device's other use (the CUDA context) is
+    total - free - memory_reserved(), which is consistent at that moment.
     """
     info = getattr(allocator.device, "info", None)
     samples = MemorySamples(total=getattr(info, "total_memory", None), simulated=getattr(info, "simulated", None))
+    busy = False
 
     def on_event(entry: Any) -> None:
-        if entry.action == "snapshot":
+        nonlocal busy
+        if busy or entry.action == "snapshot":
             return
-        free, total = allocator.device.mem_get_info()
-        samples.allocated.append(allocator.memory_allocated())
-        samples.reserved.append(allocator.memory_reserved())
-        samples.visible.append(total - free)
-        samples.actions.append(entry.action)
+        busy = True
+        try:
+            free, total = allocator.device.mem_get_info()
+            other = total - free - allocator.memory_reserved()
+            segments = settle(as_event(entry), segments_of(allocator))
+            reserved = sum(s["total_size"] for s in segments)
+            samples.allocated.append(sum(s["allocated_size"] for s in segments))
+            samples.reserved.append(reserved)
+            samples.visible.append(reserved + other)
+            samples.actions.append(entry.action)
+        finally:
+            busy = False
 
     stop = allocator.trace.add_listener(on_event)
     try:
@@ -278,7 +293,7 @@ def plot_active_timeline(source: Any, *, simulated: Optional[bool] = None, ax: A
     """Stacked bands, one per allocation (the ``top`` largest; the rest summed in one grey band)."""
     lives, n = active_lifetimes(source, device)
     fig, ax = _new_axes(ax)
-    x = np.arange(n + 1)
+    x = np.arange(n)          # x = i: the state after event i
     old = [life for life in lives if life.before_recording]
     new = sorted((life for life in lives if not life.before_recording), key=lambda life: life.start)
     big = {id(life) for life in sorted(new, key=lambda life: life.size, reverse=True)[:top]}
@@ -317,7 +332,7 @@ def plot_active_timeline(source: Any, *, simulated: Optional[bool] = None, ax: A
             if label:
                 poly.set_label(label)
         stack[-1].set_gid("active-top")
-    total = np.sum(bands, axis=0) if bands else np.zeros(n + 1)
+    total = np.sum(bands, axis=0) if bands else np.zeros(n)
     (line,) = ax.step(x, total / scale, where="post", color="#33414e", linewidth=0.8,
                       label=f"total active (peak {format_bytes(int(total.max(initial=0)))})")
     line.set_gid("active-total")
@@ -332,9 +347,9 @@ def plot_active_timeline(source: Any, *, simulated: Optional[bool] = None, ax: A
 
 
 def _band(lives: list, n: int) -> np.ndarray:
-    """Bytes over events 0..n of a group of allocations (difference array, then running sum)."""
-    delta = np.zeros(n + 2, dtype=np.float64)
+    """Bytes after each of the n events for a group of allocations (difference array, then running sum)."""
+    delta = np.zeros(n + 1, dtype=np.float64)
     for life in lives:
         delta[life.start] += life.size
-        delta[life.end] -= life.size
-    return np.cumsum(delta)[: n + 1]
+        delta[life.end] -= life.size          # end == n: still active when the trace stops
+    return np.cumsum(delta)[:n]
