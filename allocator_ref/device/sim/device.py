@@ -100,6 +100,7 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
         self._hint: Optional[AddressHint] = None
         self._streams: dict[int, SimStream] = {}
         self._stream_handles = itertools.count(1)
+        self._destroyed_tail = 0.0          # work of destroyed streams still counts for synchronize
         self.default_stream = SimStream(self, 0)
         self._streams[0] = self.default_stream
         self._closed = False
@@ -247,7 +248,8 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
         self._after_host_sync()
 
     def _drain_time(self) -> float:
-        return max(s.tail_us for s in self._streams.values())
+        """When every stream (destroyed ones included) has finished its queued work."""
+        return max(self._destroyed_tail, max(s.tail_us for s in self._streams.values()))
 
     def mem_get_info(self) -> tuple[int, int]:
         """cudaMemGetInfo: (free, total) as nvidia-smi sees them (context reserve counted as used)."""
@@ -291,7 +293,7 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
             raise cuda_error("cudaErrorInvalidResourceHandle", "the default stream cannot be destroyed")
         s.destroyed = True
         del self._streams[s.handle]
-        self._destroyed_tail = max(getattr(self, "_destroyed_tail", 0.0), s.tail_us)
+        self._destroyed_tail = max(self._destroyed_tail, s.tail_us)
 
     def _check_stream(self, stream) -> SimStream:
         """None -> default stream; a stream of another device or a destroyed one -> error."""
@@ -326,7 +328,7 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
     def synchronize(self) -> None:
         """cudaDeviceSynchronize: the host waits for every stream."""
         self._check_open()
-        self._clock.wait_until(max(self._drain_time(), getattr(self, "_destroyed_tail", 0.0)))
+        self._clock.wait_until(self._drain_time())
         self._after_host_sync()
 
     def _stream_synchronize(self, stream: SimStream) -> None:

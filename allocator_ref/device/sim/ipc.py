@@ -118,6 +118,7 @@ class IpcCalls:
                              "opened by the device that exported it (open it in another process)")
         self.counters.ipc_calls += 1
         if handle in self._imports:                       # same handle again: same pointer
+            self._imports[handle].segment.check_alive()
             self._imports[handle].refs += 1
             return self._imports[handle].ptr
         self._spend(self.costs.ipc_open_us())
