@@ -371,3 +371,38 @@ def test_forcing_cuda_without_a_gpu_says_use_sim(monkeypatch):
         open_device("cuda")
     assert err.value.name in ("cudaErrorNoDevice", "cudaErrorInsufficientDriver")
     assert "ALLOCATOR_REF_DEVICE=sim" in str(err.value)
+
+
+def test_vmm_shareable_fd_export_import(device):
+    g = device.vmm_granularity()
+    h = device.mem_create(g)
+    fd = device.mem_export_fd(h)
+    imported = device.mem_import_fd(fd)
+    va = device.address_reserve(2 * g)
+    device.mem_map(va, g, h)
+    device.mem_map(va + g, g, imported)
+    device.mem_set_access(va, 2 * g)
+    device.write(va, b"one physical page")
+    device.synchronize()
+    assert device.read(va + g, 17) == b"one physical page"   # both names, same memory
+    device.mem_unmap(va, 2 * g)
+    device.mem_release(imported)
+    device.mem_release(h)
+    device.address_free(va, 2 * g)
+    import os
+    os.close(fd)
+
+
+def test_every_simulated_number_cites_a_source():
+    from allocator_ref.device import CostModel, load_profile, profile_names
+    assert {"h100-80gb", "h200-141gb", "t4-16gb", "tiny-1gb"} <= set(profile_names())
+    for name in profile_names():
+        prof = load_profile(name)
+        assert prof.vmm_granularity == 2 * MiB
+        assert all(len(src) > 20 for src in prof.sources.values()), name
+    costs = CostModel()
+    for key, entry in costs.raw.items():
+        if not key.startswith("_"):
+            assert len(entry["source"]) > 20 and entry["basis"], key
+    assert costs.malloc_us(1 << 30) > costs.malloc_us(2 * MiB) > 0      # costs grow with size
+    assert costs.free_syncs_device and not costs.malloc_syncs_device
