@@ -1,0 +1,35 @@
+"""environment.yml (conda users) must describe the same dependency set as pyproject.toml."""
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~\[ ;]", req.strip(), maxsplit=1)[0].lower()
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_name(r): r for r in project["dependencies"] + project["optional-dependencies"]["test"]}
+    text = (ROOT / "environment.yml").read_text()
+    dependencies = text.split("dependencies:", 1)[1]          # skip the channels list
+    lines = [l.strip()[2:].strip() for l in dependencies.splitlines()
+             if l.strip().startswith("- ") and not l.strip().startswith("- pip")]
+    listed = {_name(l): l for l in lines if l and not l.startswith(("python", "-e"))}
+    assert set(listed) == set(wanted), (set(wanted) ^ set(listed))
+    for name, req in wanted.items():
+        assert listed[name].replace(" ", "") == req.replace(" ", ""), f"{name}: {listed[name]} != {req}"
+
+
+def test_design_card_packages_are_dependencies():
+    deps = {_name(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+    for package in ("jupyterlab", "ipywidgets", "matplotlib", "cuda-python"):
+        assert package in deps
+    assert any(d.startswith("cupy") for d in deps)
+
+
+def test_cupy_and_cuda_python_import_without_a_gpu():
+    import cupy  # noqa: F401
+    from cuda.bindings import driver, runtime  # noqa: F401
