@@ -1,1 +1,15 @@
-"""(being built)"""
+"""Hands-on labs: ``check()`` your code against the reference allocator.
+
+    from allocator_ref.labs import check, hint, show_solution, progress
+    check("lab2.should_split", should_split)     # prints per-case results, returns .passed
+    hint("lab2.should_split")                    # a nudge
+    show_solution("lab2.should_split")           # only when you ask
+    progress()                                   # "lab 2: 3/4 exercises passing"
+
+check.py is the framework; lab1.py ... lab7.py hold each lab's public cases,
+seeded hidden-case generators and hints; generate.py builds the student
+notebooks from the instructor sources (``make student``).  See labs/README.md.
+"""
+from .check import CheckResult, check, hint, progress, show_solution
+
+__all__ = ["check", "hint", "show_solution", "progress", "CheckResult"]

@@ -1,0 +1,185 @@
+"""Build the student notebooks from the instructor sources: ``python -m allocator_ref.labs.generate``.
+
+Instructor source (the one file an instructor edits):
+    ``labs/source/labNN_name.md`` -- jupytext MyST Markdown, paired with ``labNN_name.ipynb``
+    (``make sync-notebooks`` keeps the pair in step; this tool reads the ``.md``).
+
+Inside a code cell, an exercise is marked as nbgrader marks it::
+
+    # exercise: lab2.round_size
+    def round_size(size, config):
+        ### BEGIN SOLUTION
+        ...the instructor's solution...
+        ### END SOLUTION
+
+The student copy replaces every region between the markers with
+``raise NotImplementedError("write your solution here")`` at the marker's
+indentation; everything else is copied unchanged (outputs and execution
+counts dropped).  The ``# exercise: <id>`` line names the exercise, and the
+whole cell without the markers becomes that exercise's solution in
+``allocator_ref/labs/data/solutions.json``, which ``show_solution(id)`` prints
+only when asked.  Cells tagged ``instructor`` are left out of the student copy.
+
+Outputs:
+    ``labs/student/labNN_name.ipynb``          (generated; never edit)
+    ``allocator_ref/labs/data/solutions.json`` (generated; never edit)
+
+``--check`` writes nothing and exits 1 when any output differs from what this
+tool would write now (CI and tests/test_labs.py use it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_DIR = ROOT / "labs" / "source"
+STUDENT_DIR = ROOT / "labs" / "student"
+SOLUTIONS = Path(__file__).with_name("data") / "solutions.json"
+
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+STUB = 'raise NotImplementedError("write your solution here")'
+EXERCISE_LINE = re.compile(r"^\s*#\s*exercise:\s*(\S+)\s*$")
+INSTRUCTOR_TAG = "instructor"
+
+
+class SourceError(ValueError):
+    """A malformed instructor source (unbalanced markers, missing exercise id)."""
+
+
+def strip_regions(source: str, where: str = "") -> tuple[str, str, list]:
+    """(student text, solution text, [exercise ids]) of one code cell's source."""
+    student, solution, ids = [], [], []
+    inside = False
+    for n, line in enumerate(source.split("\n"), 1):
+        m = EXERCISE_LINE.match(line)
+        if m:
+            ids.append(m.group(1))
+        stripped = line.strip()
+        if stripped.startswith(BEGIN):
+            if inside:
+                raise SourceError(f"{where} line {n}: {BEGIN} inside another solution region")
+            inside = True
+            indent = line[: len(line) - len(line.lstrip())]
+            student.append(indent + STUB)
+            continue
+        if stripped.startswith(END):
+            if not inside:
+                raise SourceError(f"{where} line {n}: {END} without {BEGIN}")
+            inside = False
+            continue
+        solution.append(line)
+        if not inside:
+            student.append(line)
+    if inside:
+        raise SourceError(f"{where}: {BEGIN} without {END}")
+    return "\n".join(student), "\n".join(solution), ids
+
+
+def has_region(source: str) -> bool:
+    return any(line.strip().startswith(BEGIN) for line in source.split("\n"))
+
+
+def read_source(path: Path):
+    return jupytext.read(path, fmt="md:myst")
+
+
+def build(path: Path) -> tuple:
+    """(student notebook, {exercise id: solution text}) for one instructor source."""
+    nb = read_source(path)
+    rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+    cells, solutions = [], {}
+    for i, cell in enumerate(nb.cells):
+        tags = list(cell.get("metadata", {}).get("tags", []))
+        if INSTRUCTOR_TAG in tags:
+            continue
+        source = cell.source
+        if cell.cell_type == "code" and has_region(source):
+            student, solution, ids = strip_regions(source, f"{rel} cell {i}")
+            if len(ids) != 1:
+                raise SourceError(f"{rel} cell {i}: a cell with a solution region needs exactly one "
+                                  f"'# exercise: <id>' line (found {ids or 'none'})")
+            if ids[0] in solutions:
+                raise SourceError(f"{rel}: exercise {ids[0]} has two solution cells")
+            solutions[ids[0]] = solution.strip("\n") + "\n"
+            source = student
+        if cell.cell_type == "code":
+            new = nbformat.v4.new_code_cell(source)
+        else:
+            new = nbformat.v4.new_markdown_cell(source)
+        if tags:
+            new.metadata["tags"] = tags
+        new.id = f"{path.stem.split('_')[0]}-{len(cells):02d}"
+        cells.append(new)
+    student = nbformat.v4.new_notebook(cells=cells)
+    student.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+        "allocator_ref": {"generated_from": rel,
+                          "note": "Generated by `make student` (python -m allocator_ref.labs.generate). "
+                                  "Do not edit: edit the instructor source and regenerate."},
+    }
+    return student, solutions
+
+
+def sources() -> list:
+    return sorted(SOURCE_DIR.glob("lab[0-9][0-9]_*.md"))
+
+
+def outputs() -> dict:
+    """{path: text} of everything the tool writes."""
+    result, all_solutions = {}, {}
+    for path in sources():
+        nb, solutions = build(path)
+        result[STUDENT_DIR / (path.stem + ".ipynb")] = nbformat.writes(nb) + "\n"
+        for key in solutions:
+            if key in all_solutions:
+                raise SourceError(f"exercise {key} appears in two labs")
+        all_solutions.update(solutions)
+    result[SOLUTIONS] = json.dumps(dict(sorted(all_solutions.items())), indent=1, ensure_ascii=False) + "\n"
+    return result
+
+
+def stale() -> list:
+    """Outputs that differ from what would be generated now (or are missing / no longer produced)."""
+    wanted = outputs()
+    bad = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
+    bad += [p for p in STUDENT_DIR.glob("*.ipynb") if p not in wanted]
+    return bad
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.generate", description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the outputs are stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        bad = stale()
+        for p in bad:
+            print(f"stale: {p.relative_to(ROOT)} (run `make student`)")
+        if not bad:
+            print(f"labs: {len(sources())} student notebooks and the solutions file are up to date")
+        return 1 if bad else 0
+    wanted = outputs()
+    STUDENT_DIR.mkdir(parents=True, exist_ok=True)
+    SOLUTIONS.parent.mkdir(parents=True, exist_ok=True)
+    for p in STUDENT_DIR.glob("*.ipynb"):
+        if p not in wanted:
+            p.unlink()
+            print(f"removed {p.relative_to(ROOT)} (its source is gone)")
+    for p, text in wanted.items():
+        if not p.exists() or p.read_text() != text:
+            p.write_text(text)
+            print(f"wrote {p.relative_to(ROOT)}")
+    print(f"labs: {len(sources())} student notebooks and the solutions file are up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""Lab 2 -- build the core: round_size, get_allocation_size, should_split and the merge on free.
+
+The learner's functions are plugged into the reference allocator (the
+``round_size`` / ``get_allocation_size`` it calls, and a subclass overriding
+``should_split`` / ``try_merge_blocks``) and judged twice: on single inputs
+against the rule, and on workloads, op by op, against the reference
+allocator (block sizes, segments, reserved and allocated bytes, cudaMalloc
+calls, the block layout, leaks, and PyTorch's stats/snapshot consistency).
+
+Signatures the learner writes (spec pytorch-allocator.md sections 1.2-1.3, 4.1, 4.5):
+
+    round_size(size, config) -> int
+    get_allocation_size(size, config) -> int
+    should_split(block, size, expandable_active, config) -> bool
+    try_merge_blocks(dst, src, pool) -> int
+"""
+from __future__ import annotations
+
+import random
+
+from ..caching import AllocatorConfig, CachingAllocator
+from ..caching import config as ref_config
+from ..caching.block import Block, BlockPool
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
+from .workload import PluggedAllocator, compare, random_workload
+
+DIV4 = "roundup_power2_divisions:4"
+
+
+def _config(text: str) -> AllocatorConfig:
+    return AllocatorConfig.parse(text)
+
+
+# ------------------------------------------------------------------ round_size
+def _round_reason(size: int, config_text: str, expected: int) -> str:
+    cfg = _config(config_text)
+    if size < 512:
+        return f"every request smaller than 512 B becomes one 512 B block, so round_size({size}) is 512"
+    div = cfg.divisions_for(size)
+    if div > 1 and size > 512 * div:
+        return (f"with '{config_text}' the size {size} ({fmt(size)}) falls in a bucket with {div} divisions: "
+                f"round up to the next of {div} equal steps between powers of two, giving {expected} ({fmt(expected)})")
+    if size % 512 == 0:
+        return f"{size} is already a multiple of 512, so it stays {size} (round up, never add a whole step)"
+    tail = f" (divisions do not apply: {size} <= 512 * {div})" if div > 1 else ""
+    return f"round up to the next multiple of 512 B: {size} -> {expected}{tail}"
+
+
+def _size_fn_case(name: str, fn_ref, sizes, config_text: str, label: str, reason) -> Case:
+    def judge(fn):
+        cfg = _config(config_text)
+        for size in sizes:
+            expected = fn_ref(size, _config(config_text))
+            got = fn(size, cfg)
+            if got != expected:
+                raise Fail(f"{name}({size}) with config '{config_text or 'default'}' returned {got!r}; "
+                           f"expected {expected}: {reason(size, config_text, expected)}",
+                           f"your {name} disagrees with the reference on a size in this range "
+                           f"(config '{config_text or 'default'}')")
+    return Case(label, judge, data=(list(sizes), config_text))
+
+
+def _round_public():
+    cases = [
+        _size_fn_case("round_size", ref_config.round_size, [1, 4, 511, 512], "", "tiny sizes (1, 4, 511, 512 B)", _round_reason),
+        _size_fn_case("round_size", ref_config.round_size, [513, 1000, 1024, 4096, 5000], "",
+                      "multiples of 512 and their neighbours", _round_reason),
+        _size_fn_case("round_size", ref_config.round_size, [1 * MiB, 5 * MiB + 1, 12 * MiB + 1], "",
+                      "1 MiB, 5 MiB + 1, 12 MiB + 1", _round_reason),
+        _size_fn_case("round_size", ref_config.round_size, [1200, 88_080_384, 3 * MiB + 7, 2 * MiB], DIV4,
+                      "roundup_power2_divisions:4 (1200 B, 84 MiB, 3 MiB + 7, 2 MiB)", _round_reason),
+    ]
+    return cases
+
+
+def _plugged_compare(ops, config="", what="", **fns):
+    compare(ops, lambda dev: CachingAllocator(dev, config), config=config, what=what, plug=fns)
+
+
+def _round_hidden(rng: random.Random):
+    cases = []
+    for label, lo, hi, conf in (("random sizes below 1 MiB, default config", 1, MiB, ""),
+                                ("random sizes 1 MiB to 1 GiB, default config", MiB, 1 << 30, ""),
+                                ("random sizes 1 MiB to 1 GiB, roundup_power2_divisions", MiB, 1 << 30,
+                                 f"roundup_power2_divisions:{rng.choice([2, 4, 8, 16])}")):
+        sizes = [rng.randint(lo, hi) for _ in range(40)] + [512 * rng.randint(lo // 512 + 1, hi // 512)]
+        cases.append(_size_fn_case("round_size", ref_config.round_size, sizes, conf, label, _round_reason))
+    ops = random_workload(rng, 60)
+    cases.append(Case("a seeded workload with your round_size plugged in",
+                      lambda fn, ops=ops: _plugged_compare(ops, what="your round_size", round_size=fn), data=ops))
+    return cases
+
+
+def _public_workload():
+    return [("malloc", "a", 4, 0), ("malloc", "b", 1000, 0), ("malloc", "c", 5 * MiB, 0),
+            ("malloc", "d", 12 * MiB + 1, 0), ("free", "b"), ("malloc", "e", 600, 0), ("free", "c"),
+            ("malloc", "f", 3 * MiB + 100, 0), ("free", "a"), ("free", "d"), ("empty_cache",)]
+
+
+def _round_public_cases():
+    cases = _round_public()
+    cases.append(Case("plugged into the allocator: a mixed workload (block sizes, segments, cudaMallocs)",
+                      lambda fn: _plugged_compare(_public_workload(), what="your round_size", round_size=fn)))
+    return cases
+
+
+register(Exercise(
+    id="lab2.round_size", lab=2, title="round_size(size, config): how big a block a request gets",
+    public=_round_public_cases, hidden=_round_hidden,
+    hint="Below 512 B the answer is 512. Otherwise round UP to a multiple of 512 (exact multiples stay). "
+         "Only when config.divisions_for(size) > 1 and size > 512 * divisions, round up to the next of "
+         "`divisions` equal steps between the two powers of two around size (powers of two stay).",
+))
+
+
+# ------------------------------------------------------------ get_allocation_size
+def _segment_reason(size: int, config_text: str, expected: int) -> str:
+    if size <= MiB:
+        return f"{fmt(size)} is <= 1 MiB (small pool): small requests share 2 MiB segments"
+    if size < 10 * MiB:
+        return f"{fmt(size)} is between 1 MiB and 10 MiB: it gets a {fmt(expected)} segment (large_segment_size) to share"
+    return f"{fmt(size)} is >= 10 MiB: its segment is the size rounded up to a 2 MiB multiple, {fmt(expected)}"
+
+
+def _seg_public():
+    cases = [
+        _size_fn_case("get_allocation_size", ref_config.get_allocation_size, [512, 4096, MiB - 512, MiB], "",
+                      "small-pool sizes up to exactly 1 MiB", _segment_reason),
+        _size_fn_case("get_allocation_size", ref_config.get_allocation_size, [MiB + 512, 5 * MiB, 10 * MiB - 512], "",
+                      "1 MiB < size < 10 MiB", _segment_reason),
+        _size_fn_case("get_allocation_size", ref_config.get_allocation_size, [10 * MiB, 12 * MiB + 512, 40 * MiB], "",
+                      "10 MiB and more (2 MiB multiples)", _segment_reason),
+        _size_fn_case("get_allocation_size", ref_config.get_allocation_size, [5 * MiB], "large_segment_size_mb:64",
+                      "large_segment_size_mb:64 (5 MiB)", _segment_reason),
+        Case("plugged into the allocator: a mixed workload (segments, reserved bytes, cudaMallocs)",
+             lambda fn: _plugged_compare(_public_workload(), what="your get_allocation_size", get_allocation_size=fn)),
+    ]
+    return cases
+
+
+def _seg_hidden(rng: random.Random):
+    cases = []
+    for label, lo, hi in (("random rounded sizes below 1 MiB", 1, 2048),
+                          ("random rounded sizes 1 to 10 MiB", 2049, 20480),
+                          ("random rounded sizes 10 MiB to 4 GiB", 20480, 8 << 20)):
+        sizes = [512 * rng.randint(lo, hi) for _ in range(40)]
+        conf = rng.choice(["", "", f"large_segment_size_mb:{rng.choice([16, 32, 64])}"])
+        cases.append(_size_fn_case("get_allocation_size", ref_config.get_allocation_size, sizes, conf, label,
+                                   _segment_reason))
+    ops = random_workload(rng, 60)
+    cases.append(Case("a seeded workload with your get_allocation_size plugged in",
+                      lambda fn, ops=ops: _plugged_compare(ops, what="your get_allocation_size",
+                                                           get_allocation_size=fn), data=ops))
+    return cases
+
+
+register(Exercise(
+    id="lab2.get_allocation_size", lab=2, title="get_allocation_size(size, config): how big a segment cudaMalloc gets",
+    public=_seg_public, hidden=_seg_hidden,
+    hint="Three ranges of the ROUNDED size: <= 1 MiB -> 2 MiB; < 10 MiB -> config.large_segment_size "
+         "(20 MiB by default); otherwise round up to a multiple of 2 MiB.",
+))
+
+
+# ------------------------------------------------------------------ should_split
+def _block(size: int, small: bool) -> Block:
+    pool = BlockPool(is_small=small)
+    return Block(0x7F0000000000, size, None, 0, pool)
+
+
+def _split_reason(block_size, size, small, expandable, config_text, expected) -> str:
+    cfg = _config(config_text)
+    remaining = block_size - size
+    req = f"the {fmt(size)} request from a {fmt(block_size)} block"
+    must = "must split" if expected else "must not split"
+    if small or expandable:
+        where = "small pool" if small else "an expandable segment"
+        cmp = ">=" if remaining >= 512 else "is not >="
+        return f"{req} ({where}) {must}: remaining {fmt(remaining)} {cmp} 512 B"
+    if size >= cfg.max_split_size:
+        return (f"{req} {must}: the request is oversize (>= max_split_size {fmt(cfg.max_split_size)}) "
+                "and oversize blocks are never split")
+    cmp = "is > 1 MiB" if remaining > MiB else "is not > 1 MiB"
+    return f"{req} {must}: remaining {fmt(remaining)} {cmp}"
+
+
+def _split_case(block_size, size, small=False, expandable=False, config_text="", label=None) -> Case:
+    def judge(fn):
+        cfg = _config(config_text)
+        ref = CachingAllocator(lab_device("tiny-1gb"), config_text)
+        expected = ref.should_split(_block(block_size, small), size, expandable)
+        got = fn(_block(block_size, small), size, expandable, cfg)
+        if bool(got) != expected or not isinstance(got, (bool, int)):
+            raise Fail(f"should_split returned {got!r}: "
+                       + _split_reason(block_size, size, small, expandable, config_text, expected),
+                       "your should_split disagrees with the reference on a block of this kind")
+    pool = "small pool" if small else ("expandable" if expandable else "large pool")
+    conf = f", {config_text}" if config_text else ""
+    return Case(label or f"{fmt(block_size)} block, {fmt(size)} request ({pool}{conf})", judge,
+                data=(block_size, size, small, expandable, config_text))
+
+
+def _split_workload_case(label, ops, config=""):
+    def judge(fn):
+        compare(ops, lambda dev: PluggedAllocator(dev, config, should_split=fn), config=config,
+                what="your should_split")
+    return Case(label, judge, data=(ops, config))
+
+
+def _split_public():
+    return [
+        _split_case(20 * MiB, 19 * MiB + 512 * 1024),
+        _split_case(20 * MiB, 5 * MiB),
+        _split_case(20 * MiB, 19 * MiB),
+        _split_case(2 * MiB, 512, small=True),
+        _split_case(MiB, MiB - 512, small=True),
+        _split_case(MiB, MiB, small=True),
+        _split_case(20 * MiB, 19 * MiB + 512 * 1024, expandable=True),
+        _split_case(60 * MiB, 50 * MiB, config_text="max_split_size_mb:40"),
+        _split_workload_case("plugged into the allocator: a mixed workload", _public_workload()),
+        _split_workload_case("plugged in, expandable_segments:True", _public_workload(), "expandable_segments:True"),
+    ]
+
+
+def _split_hidden(rng: random.Random):
+    cases = []
+    for _ in range(3):
+        block = 512 * rng.randint(2 * 2048, 120 * 2048)
+        size = block - rng.choice([0, 512, MiB - 512, MiB, MiB + 512, 512 * rng.randint(1, 4096)])
+        size = max(512, size)
+        cases.append(_split_case(block, size, label="large pool, remainder near 1 MiB"))
+    for _ in range(2):
+        block = 512 * rng.randint(1, 4096)
+        size = max(512, block - rng.choice([0, 512, 1024, 512 * rng.randint(0, 64)]))
+        cases.append(_split_case(block, size, small=True, label="small pool"))
+    block = 512 * rng.randint(40960, 409600)
+    cases.append(_split_case(block, block - 512 * rng.randint(1, 4000), expandable=True,
+                             label="expandable segment"))
+    ms = rng.choice([40, 64, 128])
+    cases.append(_split_case(ms * MiB * 2, ms * MiB + 512 * rng.randint(0, 4096),
+                             config_text=f"max_split_size_mb:{ms}", label="max_split_size set, oversize request"))
+    conf = rng.choice(["", "max_split_size_mb:40", "expandable_segments:True"])
+    cases.append(_split_workload_case("a seeded workload with your should_split plugged in",
+                                      random_workload(rng, 60), conf))
+    return cases
+
+
+register(Exercise(
+    id="lab2.should_split", lab=2, title="should_split(block, size, expandable_active, config)",
+    public=_split_public, hidden=_split_hidden,
+    hint="remaining = block.size - size. Small pool (block.pool.is_small) or expandable_active: split when "
+         "remaining >= 512. Large pool: split only when size < config.max_split_size AND remaining is "
+         "strictly more than 1 MiB (kSmallSize).",
+))
+
+
+# ------------------------------------------------------------------ the merge on free
+def _merge_public_ops():
+    K = 512 * 1024
+    return [
+        ("malloc", "a", K, 0), ("malloc", "b", K, 0), ("malloc", "c", K, 0),
+        ("free", "b"),                 # b merges with nothing (a and c allocated)
+        ("free", "a"),                 # a absorbs b
+        ("free", "c"),                 # c absorbs a+b before it and the free rest after: one block
+        ("malloc", "d", 3 * MiB, 0), ("malloc", "e", 4 * MiB, 0), ("malloc", "f", 5 * MiB, 0),
+        ("free", "d"), ("free", "f"), ("free", "e"),
+    ]
+
+
+def _merge_event_ops():
+    K = 512 * 1024
+    return [
+        ("malloc", "a", K, 0), ("malloc", "b", K, 0), ("malloc", "c", K, 0),
+        ("record", "b", 1), ("sleep", 1, 1000), ("free", "b"),   # b waits for stream 1's event
+        ("free", "a"),                 # must NOT absorb b: its event is pending
+        ("free", "c"),
+        ("sync",), ("malloc", "d", 600, 0),   # process_events frees b: now everything merges
+        ("free", "d"),
+    ]
+
+
+def _merge_case(label, ops, config=""):
+    def judge(fn):
+        compare(ops, lambda dev: PluggedAllocator(dev, config, merge=fn), config=config,
+                what="your try_merge_blocks")
+    return Case(label, judge, data=(ops, config))
+
+
+def _merge_public():
+    return [
+        _merge_case("free the middle, then the neighbours, in one 2 MiB segment and one 20 MiB segment",
+                    _merge_public_ops()),
+        _merge_case("a neighbour still waiting for another stream's event (record_stream)", _merge_event_ops()),
+        _merge_case("expandable_segments:True: merging inside one growing segment", _merge_public_ops(),
+                    "expandable_segments:True"),
+    ]
+
+
+def _merge_hidden(rng: random.Random):
+    return [
+        _merge_case("a seeded workload, one stream", random_workload(rng, 80)),
+        _merge_case("a seeded workload, two streams with record_stream",
+                    random_workload(rng, 80, streams=2, events=True)),
+        _merge_case("a seeded workload, expandable_segments:True", random_workload(rng, 60),
+                    "expandable_segments:True"),
+    ]
+
+
+register(Exercise(
+    id="lab2.merge", lab=2, title="try_merge_blocks(dst, src, pool): the merge on free",
+    public=_merge_public, hidden=_merge_hidden,
+    hint="Return 0 (no merge) when src is None, allocated, has event_count > 0 or stream_uses, or its "
+         "mapped flag differs from dst's. Otherwise take src out of the pool (pool.remove, or "
+         "pool.remove_unmapped when not mapped), unlink it (if src is dst.prev: dst.ptr = src.ptr and "
+         "dst.prev = src.prev, fix the neighbour's next; else dst.next = src.next, fix its prev), "
+         "grow dst.size and return src.size.",
+))

@@ -1,0 +1,294 @@
+"""Workloads for the checks: a list of operations run through an allocator, observed op by op.
+
+An operation is a tuple:
+
+``("malloc", key, nbytes, stream)``   allocate, remember the Allocation as ``key``
+``("free", key)``                     free it
+``("record", key, stream)``           record_stream(allocation, stream)
+``("sleep", stream, us)``             keep a stream busy (so events stay pending)
+``("sync",)``                         device.synchronize()
+``("empty_cache",)``                  allocator.empty_cache()
+
+``stream`` is a small number: 0 is the default stream, 1.. are created on demand.
+Running the same workload on a fresh device with the reference allocator and
+with the learner's pieces plugged in, then comparing the observations, gives a
+located difference ("after op 7 (free 5 MiB) ...").
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from ..caching import CachingAllocator, check_stats_consistency
+from ..caching import allocator as _allocator_module
+from .check import Fail, MiB, fmt, lab_device
+
+
+def describe_op(i: int, op: tuple, sizes: dict) -> str:
+    kind = op[0]
+    if kind == "malloc":
+        where = "" if op[3] == 0 else f" on stream {op[3]}"
+        return f"op {i} (malloc {fmt(op[2])}{where})"
+    if kind == "free":
+        return f"op {i} (free the {fmt(sizes.get(op[1], 0))} allocation '{op[1]}')"
+    if kind == "record":
+        return f"op {i} (record_stream '{op[1]}' on stream {op[2]})"
+    if kind == "sleep":
+        return f"op {i} (stream {op[1]} busy for {op[2]} us)"
+    return f"op {i} ({kind})"
+
+
+@dataclass
+class Observation:
+    block_size: Optional[int]       # the size handed out (malloc ops)
+    segments: int
+    reserved: int
+    allocated: int
+    device_mallocs: int
+    layout: tuple                   # per segment: (offset of each block, size, state)
+
+    def words(self) -> str:
+        parts = []
+        if self.block_size is not None:
+            parts.append(f"a {fmt(self.block_size)} block")
+        parts.append(f"{self.segments} segment(s)")
+        parts.append(f"{fmt(self.reserved)} reserved")
+        parts.append(f"{fmt(self.allocated)} allocated")
+        parts.append(f"{self.device_mallocs} cudaMalloc call(s) so far")
+        return ", ".join(parts)
+
+
+def _layout(allocator) -> tuple:
+    result = []
+    for seg in allocator.segments():
+        base = seg["address"]
+        result.append(tuple((b["address"] - base, b["size"], b["state"]) for b in seg["blocks"]))
+    return tuple(result)
+
+
+def observe(allocator, block_size=None) -> Observation:
+    stats = allocator.memory_stats()
+    return Observation(block_size, stats["segment.all.current"], stats["reserved_bytes.all.current"],
+                       stats["allocated_bytes.all.current"], stats["num_device_alloc"], _layout(allocator))
+
+
+@contextlib.contextmanager
+def plugged_functions(round_size: Optional[Callable] = None, get_allocation_size: Optional[Callable] = None):
+    """Put the learner's round_size / get_allocation_size into the reference allocator (then restore)."""
+    saved = (_allocator_module.round_size, _allocator_module.get_allocation_size)
+    try:
+        if round_size is not None:
+            _allocator_module.round_size = _guard_size_fn(round_size, "round_size", saved[0])
+        if get_allocation_size is not None:
+            _allocator_module.get_allocation_size = _guard_size_fn(get_allocation_size, "get_allocation_size", saved[1])
+        yield
+    finally:
+        _allocator_module.round_size, _allocator_module.get_allocation_size = saved
+
+
+def _guard_size_fn(fn: Callable, name: str, reference: Callable) -> Callable:
+    def guarded(size, config):
+        value = fn(size, config)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Fail(f"your {name}({size}) returned {value!r} ({type(value).__name__}); it must return an int "
+                       "number of bytes", f"your {name} returned a {type(value).__name__}, not an int")
+        if value < size:
+            raise Fail(f"your {name}({size}) returned {value}, less than the {size} bytes asked for: "
+                       "the block would be too small and overlap its neighbour",
+                       f"your {name} returned fewer bytes than it was given (blocks would overlap)")
+        return value
+    guarded.__name__ = name
+    return guarded
+
+
+class PluggedAllocator(CachingAllocator):
+    """The reference allocator with the learner's should_split / try_merge_blocks."""
+
+    def __init__(self, device, config="", *, should_split=None, merge=None):
+        super().__init__(device, config)
+        self._learner_should_split = should_split
+        self._learner_merge = merge
+
+    def should_split(self, block, size, expandable_active):
+        if self._learner_should_split is None:
+            return super().should_split(block, size, expandable_active)
+        value = self._learner_should_split(block, size, expandable_active, self.config)
+        if not isinstance(value, (bool, int)) or isinstance(value, int) and value not in (0, 1):
+            raise Fail(f"your should_split returned {value!r}; it must return True or False",
+                       "your should_split did not return True or False")
+        return bool(value)
+
+    def try_merge_blocks(self, dst, src, pool):
+        if self._learner_merge is None:
+            return super().try_merge_blocks(dst, src, pool)
+        refusal = None
+        if src is not None:
+            if src.allocated:
+                refusal = "that is still allocated"
+            elif src.event_count > 0 or src.stream_uses:
+                refusal = (f"still pending on another stream's event (event_count={src.event_count}): "
+                           "that stream may still be using its memory")
+            elif src.mapped != dst.mapped:
+                refusal = "whose mapped state differs (an unmapped range of an expandable segment)"
+        try:
+            value = self._learner_merge(dst, src, pool)
+        except Exception as exc:
+            if refusal is None or isinstance(exc, NotImplementedError):
+                raise
+            value, error = 1, exc
+        else:
+            error = None
+        if refusal is not None and value:
+            side = "previous" if src is dst.prev else "next"
+            crash = f" (and crashed with {type(error).__name__}: {error})" if error else ""
+            raise Fail(f"freeing the {fmt(dst.size)} block at {dst.ptr:#x}: your try_merge_blocks absorbed "
+                       f"its {side} neighbour ({fmt(src.size)}), a neighbour {refusal}; it must return 0{crash}",
+                       f"your try_merge_blocks absorbed a neighbour {refusal.split(':')[0]}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Fail(f"your try_merge_blocks returned {value!r}; it must return the number of bytes "
+                       "it absorbed (0 when it did not merge)",
+                       "your try_merge_blocks did not return an int number of bytes")
+        return value
+
+
+def run(ops: list, make_allocator: Callable[[Any], Any], profile: str = "h100-80gb") -> list:
+    """Run ``ops`` on a fresh device; one Observation per op, then one after the final cleanup."""
+    dev = lab_device(profile)
+    allocator = make_allocator(dev)
+    streams = {0: None}
+    live: dict = {}
+    observations = []
+    initial_free = dev.mem_get_info()[0]
+
+    def stream(n):
+        if n not in streams:
+            streams[n] = dev.create_stream()
+        return streams[n]
+
+    for op in ops:
+        kind = op[0]
+        size = None
+        if kind == "malloc":
+            a = allocator.malloc(op[2], stream(op[3]))
+            live[op[1]] = a
+            size = a.size
+        elif kind == "free":
+            allocator.free(live.pop(op[1]))
+        elif kind == "record":
+            allocator.record_stream(live[op[1]], stream(op[2]))
+        elif kind == "sleep":
+            dev.sleep(stream(op[1]), op[2])
+        elif kind == "sync":
+            dev.synchronize()
+        elif kind == "empty_cache":
+            allocator.empty_cache()
+        observations.append(observe(allocator, size))
+    for a in list(live.values()):
+        allocator.free(a)
+    dev.synchronize()
+    allocator.empty_cache()
+    final = observe(allocator)
+    final.block_size = dev.mem_get_info()[0] - initial_free   # bytes not given back to the device (should be 0)
+    observations.append(final)
+    try:
+        check_stats_consistency(allocator.segments(), allocator.memory_stats())
+        consistent = None
+    except AssertionError as exc:
+        consistent = str(exc)
+    observations.append(consistent)
+    return observations
+
+
+def compare(ops: list, learner: Callable, profile: str = "h100-80gb", config: str = "",
+            what: str = "your functions", plug: Optional[dict] = None) -> None:
+    """Run ``ops`` with the reference and with the learner's allocator; raise Fail at the first difference.
+
+    ``learner(dev)`` builds the learner's allocator (the reference with their pieces plugged in);
+    ``plug`` names module-level functions to replace while it runs (see plugged_functions).
+    """
+    reference = run(ops, lambda dev: CachingAllocator(dev, config), profile)
+    with plugged_functions(**(plug or {})):
+        mine = run(ops, learner, profile)
+    sizes = {op[1]: op[2] for op in ops if op[0] == "malloc"}
+    for i, (op, ref, got) in enumerate(zip(ops, reference, mine)):
+        if ref == got:
+            continue
+        where = describe_op(i, op, sizes)
+        diff = _what_differs(ref, got)
+        raise Fail(f"after {where} of the workload, with {what} plugged into the reference allocator:\n"
+                   f"  reference: {ref.words()}\n  yours:     {got.words()}" + _layout_diff(ref, got),
+                   f"after op {i} of a seeded workload ({op[0]}), {diff} differs from the reference allocator's")
+    ref_final, got_final = reference[-2], mine[-2]
+    if got_final.reserved or got_final.block_size:
+        raise Fail(f"leak: after freeing everything and empty_cache(), {fmt(got_final.reserved)} is still reserved "
+                   f"and {fmt(got_final.block_size)} was not given back to the device (reference: 0 and 0)",
+                   "leak: after freeing everything and empty_cache() memory stays reserved")
+    if mine[-1] is not None:
+        raise Fail(f"memory_stats() no longer matches the snapshot after the workload: {mine[-1]}",
+                   "memory_stats() no longer matches the snapshot after a seeded workload")
+
+
+def _what_differs(ref: Observation, got: Observation) -> str:
+    if ref.block_size != got.block_size:
+        return "the size of the block handed out"
+    if ref.device_mallocs != got.device_mallocs:
+        return "the number of cudaMalloc calls"
+    if ref.reserved != got.reserved:
+        return "the reserved bytes"
+    if ref.allocated != got.allocated:
+        return "the allocated bytes"
+    if ref.segments != got.segments:
+        return "the number of segments"
+    return "the layout of blocks inside the segments (splits and merges)"
+
+
+def _layout_diff(ref: Observation, got: Observation) -> str:
+    for n, (a, b) in enumerate(zip(ref.layout, got.layout)):
+        if a != b:
+            def show(blocks):
+                return " | ".join(f"+{off:#x} {fmt(size)} {state.replace('active_', '')}" for off, size, state in blocks)
+            free_ref = sum(1 for blk in a if blk[2] == "inactive")
+            free_got = sum(1 for blk in b if blk[2] == "inactive")
+            extra = ""
+            if free_got > free_ref and len(b) > len(a):
+                extra = (f"\n  segment {n} should hold {free_ref} free block(s) after merging with free neighbours; "
+                         f"yours left {free_got} free block(s): a freed block should have merged with its neighbour")
+            elif len(b) < len(a) and free_got < free_ref + 1:
+                extra = (f"\n  segment {n}: yours merged blocks that must stay apart (a neighbour that is allocated, "
+                         "or still pending on another stream's event, must not be absorbed)")
+            return (f"\n  segment {n} (blocks as offset size state):\n    reference: {show(a)}\n    yours:     {show(b)}"
+                    + extra)
+    return ""
+
+
+def random_workload(rng: random.Random, n_ops: int = 80, streams: int = 1, max_live: int = 2 << 30,
+                    kinds=("small", "medium", "large"), events: bool = False) -> list:
+    """A seeded mix of mallocs and frees (sizes from the chosen ranges), bounded live bytes."""
+    ops, live, total, key = [], {}, 0, 0
+    for _ in range(n_ops):
+        if live and (rng.random() < 0.4 or total > max_live):
+            k = rng.choice(sorted(live))
+            if events and rng.random() < 0.3 and streams > 1:
+                s = rng.randrange(1, streams)
+                ops.append(("record", k, s))
+                ops.append(("sleep", s, rng.choice([10, 100, 1000])))
+            ops.append(("free", k))
+            total -= live.pop(k)
+            continue
+        kind = rng.choice(kinds)
+        if kind == "small":
+            size = rng.choice([rng.randint(1, 4096), rng.randint(1, 1 * MiB), 1 * MiB, 512 * rng.randint(1, 2048)])
+        elif kind == "medium":
+            size = rng.choice([rng.randint(MiB + 1, 10 * MiB - 1), 512 * rng.randint(2049, 20479)])
+        else:
+            size = rng.choice([rng.randint(10 * MiB, 60 * MiB), 2 * MiB * rng.randint(5, 30)])
+        key += 1
+        name = f"t{key}"
+        ops.append(("malloc", name, size, rng.randrange(streams)))
+        live[name] = size
+        total += size
+        if events and rng.random() < 0.1:
+            ops.append(("sync",))
+    return ops

@@ -1,0 +1,231 @@
+"""The labs: solutions pass, student stubs fail, known-wrong answers are rejected for the right reason.
+
+Everything runs on the simulated device (ALLOCATOR_REF_DEVICE=sim):
+
+* ``labs/student`` and ``allocator_ref/labs/data/solutions.json`` are exactly what
+  ``python -m allocator_ref.labs.generate`` writes now (instructors edit one file, regenerate, CI proves it);
+* each student notebook equals its instructor source outside the solution regions, and holds none of
+  the solution text;
+* every instructor notebook executes and every check in it passes; every student notebook executes
+  end to end (checks print, they do not raise) and every exercise's check fails in it;
+* every file in ``labs/wrong/`` is rejected with the reason it names (``EXPECTED_REASON`` must appear
+  in the explanation of the first failure);
+* hidden cases differ by seed and never print their expected values.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from allocator_ref.labs import generate
+from allocator_ref.labs.check import EXERCISES, check, exercise, resolve_seed
+
+check_module = importlib.import_module("allocator_ref.labs.check")   # the module (the package exports the function)
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = generate.sources()
+WRONG = sorted((ROOT / "labs" / "wrong").glob("lab*.py"))
+CHECK_CALL = re.compile(r"""check\(\s*["'](lab\d+\.\w+)["']""")
+TIMINGS: dict = {}
+
+
+def _all_exercises() -> list:
+    check_module._load_all()
+    return sorted(EXERCISES)
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"wrong_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------ generation
+def test_student_copies_are_up_to_date():
+    stale = generate.stale()
+    assert not stale, f"run `make student`: stale {[str(p.relative_to(ROOT)) for p in stale]}"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_student_copy_differs_from_source_only_in_solution_regions(source):
+    instructor = generate.read_source(source)
+    student = nbformat.read(generate.STUDENT_DIR / (source.stem + ".ipynb"), as_version=4)
+    kept = [c for c in instructor.cells if generate.INSTRUCTOR_TAG not in c.get("metadata", {}).get("tags", [])]
+    assert len(kept) == len(student.cells)
+    text = nbformat.writes(student)
+    assert generate.BEGIN not in text and generate.END not in text
+    for i, (src, dst) in enumerate(zip(kept, student.cells)):
+        assert src.cell_type == dst.cell_type, f"cell {i}"
+        assert src.get("metadata", {}).get("tags", []) == dst.get("metadata", {}).get("tags", []), f"cell {i}"
+        assert not dst.get("outputs"), f"cell {i} carries outputs"
+        if src.cell_type == "code" and generate.has_region(src.source):
+            expected, solution, _ = generate.strip_regions(src.source)
+            assert dst.source == expected, f"cell {i} differs outside its solution region"
+            # no solution line (beyond trivial ones) leaks into the student copy
+            removed = [ln.strip() for ln in solution.split("\n") if ln not in expected.split("\n")]
+            leaked = [ln for ln in removed if len(ln) > 12 and ln in dst.source]
+            assert not leaked, f"cell {i}: solution text in the student copy: {leaked}"
+            assert generate.STUB in dst.source
+        else:
+            assert dst.source == src.source, f"cell {i} differs from the instructor source"
+
+
+def test_strip_regions_keeps_indentation_and_rejects_unbalanced_markers():
+    src = "# exercise: x.y\ndef f():\n    '''doc'''\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n"
+    student, solution, ids = generate.strip_regions(src)
+    assert student == "# exercise: x.y\ndef f():\n    '''doc'''\n    " + generate.STUB + "\n"
+    assert "return 1" in solution and "BEGIN" not in solution and ids == ["x.y"]
+    with pytest.raises(generate.SourceError):
+        generate.strip_regions("### BEGIN SOLUTION\nx = 1\n")
+    with pytest.raises(generate.SourceError):
+        generate.strip_regions("x = 1\n### END SOLUTION\n")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_instructor_pair_in_sync_and_without_outputs(source):
+    ipynb = source.with_suffix(".ipynb")
+    assert ipynb.exists(), f"{ipynb.name} missing: jupytext --to ipynb {source.name}"
+    nb = nbformat.read(ipynb, as_version=4)
+    md = generate.read_source(source)
+    assert [(c.cell_type, c.source) for c in nb.cells] == [(c.cell_type, c.source) for c in md.cells], \
+        "the .ipynb and .md differ: run `make sync-notebooks`"
+    for cell in nb.cells:
+        assert not cell.get("outputs") and cell.get("execution_count") is None
+
+
+def test_every_exercise_has_a_solution_a_check_cell_and_a_known_wrong_answer():
+    solutions = json.loads(check_module.SOLUTIONS_FILE.read_text())
+    checked = set()
+    for source in SOURCES:
+        checked |= set(CHECK_CALL.findall(source.read_text()))
+    wrong = {_load(p).EXERCISE for p in WRONG}
+    labs_with_wrong = {e.split(".")[0] for e in wrong}
+    for ex in _all_exercises():
+        assert ex in solutions, f"{ex}: no solution region in any labs/source/*.md"
+        assert ex in checked, f"{ex}: no check({ex!r}, ...) cell in the instructor source"
+        assert ex.split(".")[0] in labs_with_wrong, f"{ex}: its lab has no known-wrong solution in labs/wrong/"
+
+
+# ------------------------------------------------------------------ the checker
+@pytest.mark.parametrize("path", WRONG, ids=lambda p: p.stem)
+def test_known_wrong_solution_is_rejected_for_its_reason(path):
+    module = _load(path)
+    result = check(module.EXERCISE, module.SUBMISSION, seed=1, verbose=False)
+    assert not result.passed, f"{path.name} passed {module.EXERCISE}"
+    assert module.EXPECTED_REASON in result.explanation, (
+        f"{path.name}: expected the reason {module.EXPECTED_REASON!r}, got:\n{result.explanation}")
+
+
+@pytest.mark.parametrize("exercise_id", _all_exercises())
+def test_hidden_cases_differ_by_seed(exercise_id):
+    import random
+    ex = exercise(exercise_id)
+    draw = lambda seed: [repr(c.data) for c in ex.hidden(random.Random(f"{ex.id}:{seed}"))]
+    a, b = draw(1), draw(2)
+    assert a == draw(1), "the same seed must draw the same hidden cases"
+    assert a != b, "two seeds drew the same hidden cases"
+    assert all(d != "None" for d in a), "every hidden case records the inputs it drew (Case.data)"
+
+
+def test_hidden_failures_never_show_expected_values(capsys):
+    from allocator_ref.caching import config as C
+
+    public_sizes = set()
+    for case in exercise("lab2.round_size").public():
+        if isinstance(case.data, tuple):
+            public_sizes |= set(case.data[0])
+
+    def memorised(size, config):       # right on every public input, wrong elsewhere
+        value = C.round_size(size, config)
+        return value if size in public_sizes or size < 10_000_000 else value + 512
+    result = check("lab2.round_size", memorised, seed=7)
+    out = capsys.readouterr().out
+    hidden_failures = [c for c in result.cases if c.hidden and not c.passed]
+    assert hidden_failures and all(c.passed for c in result.cases if not c.hidden)
+    for c in hidden_failures:
+        assert "expected" not in c.explanation and not re.search(r"\d{5,}", c.explanation), c.explanation
+    assert "hidden" in out and "lab 2:" in out
+
+
+def test_seed_from_argument_env_or_user(monkeypatch):
+    monkeypatch.setenv(check_module.SEED_ENV, "1234")
+    assert resolve_seed() == 1234 and resolve_seed(5) == 5
+    monkeypatch.delenv(check_module.SEED_ENV)
+    assert resolve_seed() == resolve_seed()
+
+
+def test_check_reports_a_stub_without_raising_and_counts_progress(capsys):
+    def stub(size, config):
+        raise NotImplementedError("write your solution here")
+    result = check("lab2.round_size", stub, seed=3)
+    out = capsys.readouterr().out
+    assert not result.passed and "not written yet" in result.explanation
+    assert re.search(r"lab 2: \d/\d exercises passing", out)
+    assert not check("lab2.round_size", None, verbose=False).passed
+
+
+# ------------------------------------------------------------------ notebooks
+def _kernel_env() -> dict:
+    env = dict(os.environ)
+    env.update(ALLOCATOR_REF_DEVICE="sim", MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1",
+               ALLOCATOR_REF_LAB_SEED="11")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _execute(nb, path: Path):
+    from nbclient import NotebookClient
+    saved = dict(os.environ)
+    os.environ.update(_kernel_env())
+    try:
+        start = time.perf_counter()
+        NotebookClient(nb, timeout=120, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        TIMINGS[path.name] = time.perf_counter() - start
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return nb
+
+
+def _check_outputs(nb) -> dict:
+    """{exercise id: printed text} of every check(...) cell."""
+    result = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        ids = CHECK_CALL.findall(cell.source)
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        for ex in ids:
+            result[ex] = text
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_instructor_notebook_executes_and_every_check_passes(source):
+    nb = _execute(nbformat.read(source.with_suffix(".ipynb"), as_version=4), source)
+    outputs = _check_outputs(nb)
+    assert outputs, "no check() cell ran"
+    for ex, text in outputs.items():
+        assert re.search(r"All \d+ cases pass", text), f"{ex} did not pass in the instructor notebook:\n{text}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_student_notebook_executes_and_every_exercise_fails(source):
+    path = generate.STUDENT_DIR / (source.stem + ".ipynb")
+    nb = _execute(nbformat.read(path, as_version=4), path)     # raises if any cell errors
+    outputs = _check_outputs(nb)
+    exercises = {e for e in _all_exercises() if e.split(".")[0] == f"lab{int(source.stem[3:5])}"}
+    assert exercises <= set(outputs), f"exercises without a check cell: {exercises - set(outputs)}"
+    for ex in exercises:
+        assert "FAIL" in outputs[ex] and "not written yet" in outputs[ex], f"{ex} did not fail:\n{outputs[ex]}"
