@@ -27,7 +27,7 @@ def _assert_no_overlap(ranges):
         assert e1 <= s2, f"[{s1:#x},{e1:#x}) overlaps [{s2:#x},{e2:#x})"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(ops)
 def test_random_sequences_never_overlap_never_exceed_and_free_back(sequence):
     dev = SimDevice("tiny-1gb")
@@ -62,7 +62,7 @@ def test_random_sequences_never_overlap_never_exceed_and_free_back(sequence):
     dev.close()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 64), st.sampled_from([1, 8, 64])), max_size=120))
 def test_address_space_keeps_holes_and_live_ranges_disjoint(steps):
     space = AddressSpace(0x1000, 1 << 20)

@@ -33,7 +33,6 @@ import struct
 import weakref
 
 from ..errors import cuda_error
-from .address_space import round_up
 from .backing import FlatBuffer
 from .pagetable import Mapping
 from .shared_segment import SharedSegment, map_fd, memfd_segment
