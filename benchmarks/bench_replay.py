@@ -1,0 +1,72 @@
+"""Replay throughput on the real PyTorch snapshots in ../shared/traces.
+
+For every trace: events per second of ``replay(snapshot, verify=True)`` (the
+caching allocator checked address for address against PyTorch's decisions) and
+of ``verify=False``.  ``replay_fullstep_s`` is the verified replay of the
+19,342-event ``cs336-gpt-ctx128-fullstep`` trace (target: under 1 s; the
+snapshot is loaded before the clock starts, and its load time is reported apart).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+from allocator_ref.trace.replay import replay
+from allocator_ref.trace.snapshot import load_snapshot
+
+from .common import trace_paths, write_result
+
+FULLSTEP = "cs336-gpt-ctx128-fullstep"
+TARGET_FULLSTEP_S = 1.0
+
+
+def _timed(fn, repeats: int) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def run(quick: bool = False, traces_dir: Optional[Path] = None, out_dir=None) -> dict:
+    repeats = 1 if quick else 3
+    rows = []
+    fullstep_s = None
+    for path in trace_paths(traces_dir):
+        t0 = time.perf_counter()
+        snap = load_snapshot(path)
+        load_s = time.perf_counter() - t0
+        events = sum(len(t) for t in snap.get("device_traces", []))
+        v_s, v_res = _timed(lambda: replay(snap, verify=True, progress=False), repeats)
+        n_s, _ = _timed(lambda: replay(snap, verify=False, progress=False), repeats)
+        j = v_res.to_json()
+        row = {
+            "trace": path.stem, "events": events, "load_s": load_s,
+            "verify_s": v_s, "verify_events_per_s": events / v_s if v_s else None,
+            "plain_s": n_s, "plain_events_per_s": events / n_s if n_s else None,
+            "allocs": j["allocs"], "allocs_exact": j["allocs_exact"], "perfect": v_res.perfect,
+        }
+        rows.append(row)
+        if path.stem == FULLSTEP:
+            fullstep_s = v_s
+        print(f"[replay] {path.stem:<34} {events:>6} events  verify {v_s:6.3f} s "
+              f"({row['verify_events_per_s']:>9,.0f} ev/s)  plain {n_s:6.3f} s  "
+              f"exact {j['allocs_exact']}/{j['allocs']}", flush=True)
+    payload = {
+        "quick": quick,
+        "repeats": repeats,
+        "traces": rows,
+        "skipped": None if rows else "no traces found in ../shared/traces",
+        "replay_fullstep_s": fullstep_s,
+        "targets": {"replay_fullstep_s": {
+            "target": f"< {TARGET_FULLSTEP_S} s", "value": fullstep_s,
+            "pass": None if fullstep_s is None else fullstep_s < TARGET_FULLSTEP_S}},
+    }
+    write_result("replay", payload, out_dir)
+    return payload
+
+
+if __name__ == "__main__":
+    run()

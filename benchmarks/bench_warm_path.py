@@ -1,0 +1,163 @@
+"""Warm-path cost of the caching allocator against the floor of its ordered container.
+
+A cache hit in ``CachingAllocator`` costs, on the free-list side, one lower-bound
+search (``bisect_left``), one ``remove`` (malloc takes the block out of the pool)
+and one ``add`` (free puts it back).  Those three ``SortedList`` operations on a
+list of the same length are the *floor*: no Python allocator built on this
+container can be faster.  The benchmark fills the large pool with N free blocks
+of distinct sizes (all carved from one big cached segment and kept apart by
+allocated spacers so they cannot merge), then times malloc+free pairs of sizes
+that hit the cache exactly (no split, no merge), and the floor on a copy of the
+pool's list, in the same run.
+
+Targets (reported, not asserted): pair <= 3x the floor at the largest N, and
+<= 1.5x growth of the pair cost from 100 to 100,000 cached blocks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import time
+from typing import Optional, Sequence
+
+from sortedcontainers import SortedList
+
+from allocator_ref.caching import CachingAllocator
+from allocator_ref.device import SimDevice
+
+from .common import write_result
+
+MiB = 1 << 20
+SPACER = 2 * MiB
+FULL_COUNTS = (100, 10_000, 100_000)
+QUICK_COUNTS = (100, 1_000, 5_000)
+TARGET_RATIO = 3.0
+TARGET_GROWTH = 1.5
+
+
+def block_size(i: int) -> int:
+    """The i-th cached block: large pool (> 1 MiB), distinct, already a 512 B multiple."""
+    return MiB + 512 * (i + 1)
+
+
+def filled_allocator(n_blocks: int):
+    """A caching allocator whose large pool holds ``n_blocks`` free blocks of distinct sizes."""
+    need = sum(block_size(i) for i in range(n_blocks)) + n_blocks * SPACER + 64 * MiB
+    dev = SimDevice("h200-141gb")
+    # A big simulated device: capacity only (LazyPages stores nothing until written).
+    dev.info = dataclasses.replace(dev.info, total_memory=need + dev.info.context_reserve + (1 << 30))
+    alloc = CachingAllocator(dev)
+    alloc.free(alloc.malloc(need))             # one cached segment to carve from
+    holes, spacers = [], []
+    for i in range(n_blocks):
+        holes.append(alloc.malloc(block_size(i)))
+        spacers.append(alloc.malloc(SPACER))   # keeps the hole from merging with its neighbours
+    for a in holes:
+        alloc.free(a)
+    return alloc, dev, spacers
+
+
+def _best_of(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        best = min(best, fn())
+    return best
+
+
+def measure(n_blocks: int, pairs: int = 2000, repeats: int = 5) -> dict:
+    alloc, dev, _spacers = filled_allocator(n_blocks)
+    pool = alloc.large_blocks
+    free_blocks = len(pool)                 # n_blocks holes + the tail of the big segment
+    stream = dev.default_stream
+    # Sizes that hit exactly, spread over the list (so the bisect walks different paths).
+    picks = [block_size(i) for i in range(0, n_blocks, max(1, n_blocks // 16))][:16]
+    sizes = [picks[k % len(picks)] for k in range(pairs)]
+    malloc, free = alloc.malloc, alloc.free
+    frees_before = dev.counters.as_dict() if hasattr(dev.counters, "as_dict") else None
+
+    def run_pairs() -> float:
+        t0 = time.perf_counter_ns()
+        for s in sizes:
+            free(malloc(s, stream))
+        return (time.perf_counter_ns() - t0) / pairs
+
+    # Floor: the same three SortedList operations on a list of the same entries.
+    floor_list = SortedList(list(pool.blocks))
+    stream_key = pool.blocks[0][0]
+    keys = {}
+    for entry in floor_list:
+        keys.setdefault(entry[1], entry)
+    floor_keys = [(s, keys[s]) for s in sizes]
+    bisect_left, remove, add = floor_list.bisect_left, floor_list.remove, floor_list.add
+
+    def run_floor() -> float:
+        t0 = time.perf_counter_ns()
+        for s, entry in floor_keys:
+            bisect_left((stream_key, s, 0))
+            remove(entry)
+            add(entry)
+        return (time.perf_counter_ns() - t0) / pairs
+
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        run_pairs(), run_floor()                        # warm up
+        pair_ns, floor_ns = [], []
+        for _ in range(repeats):                        # interleaved, so drift hits both
+            pair_ns.append(run_pairs())
+            floor_ns.append(run_floor())
+    finally:
+        if gc_was:
+            gc.enable()
+    assert len(pool) == free_blocks, "the warm path must neither split nor merge"
+    calls = getattr(dev.counters, "malloc", None)
+    result = {
+        "cached_blocks": n_blocks,
+        "pool_free_blocks": free_blocks,
+        "pairs_timed": pairs,
+        "repeats": repeats,
+        "pair_ns": min(pair_ns),
+        "floor_ns": min(floor_ns),
+        "ratio_to_floor": min(pair_ns) / min(floor_ns),
+    }
+    del frees_before, calls
+    alloc.close() if hasattr(alloc, "close") else None
+    dev.close()
+    return result
+
+
+def run(quick: bool = False, counts: Optional[Sequence[int]] = None, out_dir=None) -> dict:
+    counts = tuple(counts or (QUICK_COUNTS if quick else FULL_COUNTS))
+    pairs, repeats = (500, 3) if quick else (5000, 7)
+    t0 = time.perf_counter()
+    rows = []
+    for n in counts:
+        row = measure(n, pairs=pairs, repeats=repeats)
+        rows.append(row)
+        print(f"[warm_path] {n:>7} cached blocks: malloc+free {row['pair_ns'] / 1000:7.2f} us, "
+              f"floor {row['floor_ns'] / 1000:6.2f} us, ratio {row['ratio_to_floor']:.2f}x", flush=True)
+    first, last = rows[0], rows[-1]
+    ratio = last["ratio_to_floor"]
+    growth = last["pair_ns"] / first["pair_ns"]
+    payload = {
+        "quick": quick,
+        "counts": list(counts),
+        "rows": rows,
+        # Named for the full run's sizes; in --quick mode they use the largest/smallest counts measured.
+        "ratio_to_floor": ratio,
+        "growth_100_to_100000": growth,
+        "floor_growth": last["floor_ns"] / first["floor_ns"],
+        "targets": {
+            "ratio_to_floor": {"target": f"<= {TARGET_RATIO}x", "value": ratio, "pass": ratio <= TARGET_RATIO},
+            "growth_100_to_100000": {"target": f"<= {TARGET_GROWTH}x", "value": growth,
+                                     "pass": growth <= TARGET_GROWTH},
+        },
+        "floor_definition": "SortedList.bisect_left + remove + add on a copy of the pool's list, same run",
+        "elapsed_s": time.perf_counter() - t0,
+    }
+    write_result("warm_path", payload, out_dir)
+    return payload
+
+
+if __name__ == "__main__":
+    run()
