@@ -84,6 +84,34 @@ def test_address_space_keeps_holes_and_live_ranges_disjoint(steps):
     assert list(space._holes.items()) == [(0x1000, 0x1000 + (1 << 20))]   # everything merged back
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["allocate", "claim", "release"]), st.integers(0, 2047),
+                          st.integers(1, 64)), max_size=120))
+def test_claimed_addresses_mix_with_best_fit(steps):
+    """Addresses requested by a trace (claim) and best-fit ones never collide."""
+    base, size = 0x10000, 1 << 20
+    space = AddressSpace(base, size)
+    live = []
+    for op, where, units in steps:
+        length = units * 512
+        if op == "allocate":
+            start = space.allocate(length, 512)
+            if start is not None:
+                live.append(start)
+        elif op == "claim":
+            start = base - 4096 + where * 512          # sometimes outside the managed window
+            if space.overlapping(start, length) is None:
+                space.claim(start, length)
+                live.append(start)
+        elif live:
+            space.release(live.pop(where % len(live)))
+        _assert_no_overlap(list(space._holes.items()) + space.live_ranges())
+        assert sorted(space._by_size) == sorted((e - s, s) for s, e in space._holes.items())
+    for start in live:
+        space.release(start)
+    assert list(space._holes.items()) == [(base, base + size)]
+
+
 def test_malloc_free_stay_fast_with_many_live_allocations():
     """The replay tool makes thousands of calls per second of budget: no per-byte work."""
     dev = SimDevice("h100-80gb")
