@@ -1,0 +1,580 @@
+"""Share a caching-allocator block with another process, as PyTorch does (spec section 8, IPC).
+
+Two handle kinds, after PyTorch's ``shareIpcHandle`` type byte:
+
+* ``'c'`` -- :class:`LegacyBlockHandle`: the block lives in a ``cudaMalloc``
+  segment.  A legacy ``cudaIpcMemHandle`` can only name a whole allocation,
+  so the handle is (handle of the *segment base*, offset of the block).  The
+  receiver opens the segment (``cudaIpcOpenMemHandle``) and adds the offset.
+* ``'e'`` -- :class:`ExpandableBlockHandle`: the block lives in an expandable
+  segment (``cuMemCreate`` pages), which legacy IPC cannot export.  The handle
+  carries one POSIX file descriptor per page covering the block
+  (``cuMemExportToShareableHandle``).  PyTorch's receiver pulls the fds out of
+  the sender with ``pidfd_getfd`` (which containers often forbid: learner
+  question Q18); here they travel over a ``multiprocessing`` connection with
+  ``SCM_RIGHTS`` (:func:`send_shared` / :func:`recv_shared`).  The receiver
+  imports them, reserves a fresh virtual range and maps them there.
+
+Lifetime rule (the one PyTorch enforces with reference counts and "limbo"
+blocks): **the sender must keep the block alive while a receiver uses it.**
+Freeing the block returns it to the sender's cache, where the next ``malloc``
+may hand the same bytes to another tensor: on a GPU the receiver would read
+silent garbage.  Here every share has a liveness token (a one-byte file in
+``/dev/shm``); the sender's allocator flips it when the block is freed, and
+the receiver's :class:`SharedBlock` checks it on every access, raising
+:class:`SenderFreedError` instead of returning stale bytes.  A sender that
+exits removes its tokens (and the device retires exported segments), so a
+receiver that outlives its sender gets the same clear error.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import tempfile
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+from . import vmm
+
+__all__ = [
+    "SharingError", "SenderFreedError", "LegacyBlockHandle", "ExpandableBlockHandle", "share_block",
+    "unshare", "open_block", "SharedBlock", "send_shared", "recv_shared", "EXPANDABLE_LEGACY_MESSAGE",
+    "active_shares", "RemoteReceiver", "RemoteSender",
+]
+
+# The idea of PyTorch's refusal in getBaseAllocation (spec section 8).
+EXPANDABLE_LEGACY_MESSAGE = (
+    "Tensors allocated with expandable_segments:True cannot be shared between processes with a legacy "
+    "cudaIpcMemHandle (their memory comes from cuMemCreate, which cudaIpcGetMemHandle cannot export). "
+    "Share them with kind='expandable' (one POSIX fd per page, PyTorch's 'e' handle), or allocate the "
+    "tensors to share with expandable_segments:False.")
+
+
+class SharingError(RuntimeError):
+    """A block cannot be shared, or a shared block cannot be used."""
+
+
+class SenderFreedError(SharingError):
+    """The sender freed the shared block (or exited): its bytes may already belong to another tensor."""
+
+
+_TOKEN_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+_MY_TOKENS: set = set()
+
+
+def _cleanup_tokens() -> None:
+    for path in list(_MY_TOKENS):
+        _remove_token(path)
+
+
+atexit.register(_cleanup_tokens)
+
+
+def _new_token() -> str:
+    path = os.path.join(_TOKEN_DIR, f"allocator_ref_share_{os.getpid()}_{secrets.token_hex(8)}")
+    with open(path, "wb") as f:
+        f.write(b"\x01")
+    _MY_TOKENS.add(path)
+    return path
+
+
+def _kill_token(path: str) -> None:
+    try:
+        with open(path, "r+b") as f:
+            f.write(b"\x00")
+    except FileNotFoundError:
+        pass
+
+
+def _remove_token(path: str) -> None:
+    _MY_TOKENS.discard(path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _token_state(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return "alive" if f.read(1) == b"\x01" else "freed"
+    except FileNotFoundError:
+        return "gone"
+
+
+# ------------------------------------------------------------------ handles
+
+@dataclass(frozen=True)
+class LegacyBlockHandle:
+    """PyTorch's ``'c'`` handle: the segment base's ``cudaIpcMemHandle`` + the block's offset."""
+
+    ipc_handle: bytes          # 64 bytes naming the whole cudaMalloc segment
+    offset: int                # block address - segment base
+    size: int                  # the block's size
+    segment_size: int
+    sender_pid: int
+    token: str
+    kind: str = "c"
+
+
+@dataclass(frozen=True)
+class ExpandableBlockHandle:
+    """PyTorch's ``'e'`` handle idea: ``{pid, segment_size, num_handles}`` + one fd per page."""
+
+    sender_pid: int
+    page_size: int
+    offset: int                # block address - start of its first page
+    size: int                  # the block's size
+    num_pages: int
+    segment_size: int          # the sender's whole reservation (PyTorch's receiver reserves this much)
+    token: str
+    fds: tuple = ()            # the fds, valid in the process that holds this handle
+    kind: str = "e"
+
+
+# ------------------------------------------------------------------ sender
+
+@dataclass
+class _Share:
+    handle: Any
+    ptr: int
+    fds: list = field(default_factory=list)
+
+
+class _Exports:
+    """Per allocator: the blocks it shares; a trace listener kills a share when its block is freed."""
+
+    def __init__(self, allocator: Any) -> None:
+        self.by_ptr: dict[int, list[_Share]] = {}
+        self.stop = allocator.trace.add_listener(self._on_event)
+
+    def _on_event(self, entry: Any) -> None:
+        if entry.action == "free_requested" and entry.addr in self.by_ptr:
+            for share in self.by_ptr.pop(entry.addr):
+                _end_share(share, freed=True)
+
+
+_EXPORTS: "weakref.WeakKeyDictionary[Any, _Exports]" = weakref.WeakKeyDictionary()
+_SHARES: dict[str, _Share] = {}            # token -> share, in the sender
+
+
+def _end_share(share: _Share, freed: bool) -> None:
+    if freed:
+        _kill_token(share.handle.token)    # receivers now get SenderFreedError
+    else:
+        _remove_token(share.handle.token)
+    for fd in share.fds:
+        os.close(fd)
+    share.fds.clear()
+    _SHARES.pop(share.handle.token, None)
+
+
+def _block_of(allocation: Any) -> Any:
+    block = getattr(allocation, "_block", None)
+    if block is None or getattr(allocation, "freed", False) or not block.allocated:
+        raise SharingError("share_block needs a live allocation returned by CachingAllocator.malloc "
+                           "(not freed, not null)")
+    return block
+
+
+def share_block(allocator: Any, allocation: Any, kind: str = "auto") -> Any:
+    """Export a live block for another process; returns a picklable handle.
+
+    ``kind``: ``"legacy"`` (``'c'``), ``"expandable"`` (``'e'``) or ``"auto"``
+    (whichever the block's segment allows).  The block must stay allocated
+    while receivers use it; freeing it ends the share (receivers get
+    :class:`SenderFreedError`).
+    """
+    if kind not in ("auto", "legacy", "expandable"):
+        raise ValueError(f"kind must be 'auto', 'legacy' or 'expandable', got {kind!r}")
+    block = _block_of(allocation)
+    seg = block.expandable_segment
+    if kind == "auto":
+        kind = "expandable" if seg is not None else "legacy"
+    dev = allocator.device
+    if kind == "legacy":
+        if seg is not None:
+            raise SharingError(EXPANDABLE_LEGACY_MESSAGE)
+        base = block
+        while base.prev is not None:        # the segment base: what cudaIpcGetMemHandle can name
+            base = base.prev
+        seg_size, b = 0, base
+        while b is not None:
+            seg_size += b.size
+            b = b.next
+        handle = LegacyBlockHandle(dev.ipc_get_mem_handle(base.ptr), block.ptr - base.ptr, block.size,
+                                   seg_size, os.getpid(), _new_token())
+        share = _Share(handle, block.ptr)
+    else:
+        if seg is None:
+            raise SharingError("kind='expandable' needs a block from an expandable segment "
+                               "(expandable_segments:True); this one is in a cudaMalloc segment: "
+                               "use kind='legacy'")
+        first = (block.ptr - seg.ptr) // seg.page_size
+        last = -(-(block.ptr + block.size - seg.ptr) // seg.page_size)
+        fds = []
+        try:
+            for i in range(first, last):
+                fds.append(dev.mem_export_fd(seg.handles[i]))    # cuMemExportToShareableHandle
+        except Exception:
+            for fd in fds:
+                os.close(fd)
+            raise
+        handle = ExpandableBlockHandle(os.getpid(), seg.page_size, block.ptr - (seg.ptr + first * seg.page_size),
+                                       block.size, last - first, seg.size(), _new_token(), tuple(fds))
+        share = _Share(handle, block.ptr, fds)
+    exports = _EXPORTS.get(allocator)
+    if exports is None:
+        exports = _EXPORTS[allocator] = _Exports(allocator)
+    exports.by_ptr.setdefault(block.ptr, []).append(share)
+    _SHARES[handle.token] = share
+    return handle
+
+
+def unshare(handle: Any) -> None:
+    """Sender side: end a share without freeing the block (receivers get SenderFreedError)."""
+    share = _SHARES.get(handle.token)
+    if share is None:
+        return
+    for exports in list(_EXPORTS.values()):
+        shares = exports.by_ptr.get(share.ptr, [])
+        if share in shares:
+            shares.remove(share)
+            if not shares:
+                del exports.by_ptr[share.ptr]
+    _end_share(share, freed=True)
+    _remove_token(handle.token)
+
+
+def active_shares() -> int:
+    """How many shares this process still exports (0 once every block was freed or unshared)."""
+    return len(_SHARES)
+
+
+# ------------------------------------------------------------------ transport
+
+def send_shared(conn: Any, handle: Any) -> None:
+    """Send a handle over a ``multiprocessing`` connection; an ``'e'`` handle's fds go as SCM_RIGHTS."""
+    from multiprocessing import reduction
+    if isinstance(handle, ExpandableBlockHandle):
+        conn.send(replace(handle, fds=()))
+        for fd in handle.fds:
+            reduction.send_handle(conn, fd, handle.sender_pid)
+    else:
+        conn.send(handle)
+
+
+def recv_shared(conn: Any) -> Any:
+    """Receive what :func:`send_shared` sent; an ``'e'`` handle comes back with fds valid here."""
+    from multiprocessing import reduction
+    handle = conn.recv()
+    if isinstance(handle, ExpandableBlockHandle):
+        fds = tuple(reduction.recv_handle(conn) for _ in range(handle.num_pages))
+        handle = replace(handle, fds=fds)
+    return handle
+
+
+# ------------------------------------------------------------------ receiver
+
+class SharedBlock:
+    """A block another process shares with this one, opened on this process's device.
+
+    ``ptr`` is the address here.  Use :meth:`read`/:meth:`write`/:meth:`fill`
+    (they check that the sender still holds the block), then :meth:`close`.
+    """
+
+    def __init__(self, dev: Any, handle: Any) -> None:
+        self.device, self.handle = dev, handle
+        self.size = handle.size
+        self.closed = False
+        self._check()                                      # refuse a handle that is already dead
+        if isinstance(handle, LegacyBlockHandle):
+            self._base = dev.ipc_open_mem_handle(handle.ipc_handle)     # cudaIpcOpenMemHandle
+            self.ptr = self._base + handle.offset
+            self.reserved = 0
+        elif isinstance(handle, ExpandableBlockHandle):
+            if len(handle.fds) != handle.num_pages:
+                raise SharingError("this 'e' handle carries no file descriptors: receive it with "
+                                   "recv_shared(conn) (they travel as SCM_RIGHTS), not plain pickling")
+            self._open_expandable(handle)
+        else:
+            raise SharingError(f"not a block handle: {type(handle).__name__}")
+
+    def _open_expandable(self, handle: ExpandableBlockHandle) -> None:
+        dev = self.device
+        span = handle.num_pages * handle.page_size
+        self._range = vmm.reserve_range(dev, span)          # a fresh reservation for the pages
+        self.reserved = span
+        self._pages: list[int] = []
+        try:
+            for i, fd in enumerate(handle.fds):
+                h = dev.mem_import_fd(fd)                        # cuMemImportFromShareableHandle
+                self._pages.append(h)
+                vmm.map_and_grant(dev, self._range + i * handle.page_size, handle.page_size, h)
+        except Exception:
+            self._close_expandable()
+            raise
+        finally:
+            for fd in handle.fds:            # the imported handles hold their own references
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.ptr = self._range + handle.offset
+
+    def _check(self) -> None:
+        if getattr(self, "closed", False):
+            raise SharingError("this SharedBlock was closed")
+        state = _token_state(self.handle.token)
+        if state == "freed":
+            raise SenderFreedError(
+                f"process {self.handle.sender_pid} freed the shared block (or unshared it): its memory may "
+                "already hold another tensor.  The sender must keep the block allocated until every "
+                "receiver has closed it.")
+        if state == "gone" or not _pid_alive(self.handle.sender_pid):
+            raise SenderFreedError(
+                f"process {self.handle.sender_pid} that shared this block has exited (or released the "
+                "share): the memory is gone.  A sender must outlive its receivers.")
+
+    def _span(self, offset: int, nbytes: int) -> None:
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+            raise ValueError(f"[{offset}, {offset + nbytes}) is outside the shared {self.size}-byte block")
+
+    def read(self, offset: int = 0, nbytes: Optional[int] = None) -> bytes:
+        self._check()
+        nbytes = self.size - offset if nbytes is None else nbytes
+        self._span(offset, nbytes)
+        return self.device.read(self.ptr + offset, nbytes)
+
+    def write(self, data: bytes, offset: int = 0) -> None:
+        self._check()
+        self._span(offset, len(data))
+        self.device.write(self.ptr + offset, bytes(data))
+
+    def fill(self, value: int, offset: int = 0, nbytes: Optional[int] = None) -> None:
+        self._check()
+        nbytes = self.size - offset if nbytes is None else nbytes
+        self._span(offset, nbytes)
+        self.device.fill(self.ptr + offset, nbytes, value)
+
+    def _close_expandable(self) -> None:
+        dev = self.device
+        for i, h in enumerate(self._pages):
+            try:
+                vmm.unmap(dev, self._range + i * self.handle.page_size, self.handle.page_size)
+            except Exception:
+                pass                                 # never mapped (failed half way)
+            vmm.release(dev, h)
+        self._pages = []
+        vmm.free_range(dev, self._range, self.reserved)
+
+    def close(self) -> None:
+        """Unmap here (``cudaIpcCloseMemHandle``, or unmap + release + free the range).  Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self.device.synchronize()
+        if isinstance(self.handle, LegacyBlockHandle):
+            self.device.ipc_close_mem_handle(self._base)
+        else:
+            self._close_expandable()
+
+    def __enter__(self) -> "SharedBlock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"SharedBlock(kind={self.handle.kind!r}, ptr={self.ptr:#x}, size={self.size}, "
+                f"from pid {self.handle.sender_pid}{', closed' if self.closed else ''})")
+
+
+def open_block(dev: Any, handle: Any) -> SharedBlock:
+    """Receiver side: map a shared block on ``dev`` (a device of *this* process)."""
+    return SharedBlock(dev, handle)
+
+
+# ------------------------------------------------------------------ a second process, for chapters and tests
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _open_child_device(kind: Optional[str], profile: Optional[str]):
+    import contextlib
+    import io
+    from .device import open_device
+    with contextlib.redirect_stdout(io.StringIO()):
+        return open_device(kind, profile)
+
+
+def _leaks(dev: Any) -> dict:
+    """What a device still holds that sharing could have left behind (sim: exact; GPU: best effort)."""
+    return {"imports": len(getattr(dev, "_imports", {})), "handles": len(getattr(dev, "_handles", {})),
+            "reservations": len(getattr(dev, "_reservations", {})),
+            "exports": len(getattr(dev, "_exports", {})), "shares": active_shares()}
+
+
+def _reply(conn: Any, fn) -> None:
+    try:
+        conn.send(("ok", fn()))
+    except Exception as e:              # the parent re-raises it with the same meaning
+        conn.send(("error", type(e).__name__, str(e)))
+
+
+def _receiver_main(conn: Any, kind: Optional[str], profile: Optional[str]) -> None:
+    dev = _open_child_device(kind, profile)
+    blocks: dict[int, SharedBlock] = {}
+    while True:
+        cmd, *args = conn.recv()
+        if cmd == "open":
+            handle = recv_shared(conn)
+            def do_open():
+                b = open_block(dev, handle)
+                blocks[id(b)] = b
+                return id(b), b.ptr
+            _reply(conn, do_open)
+        elif cmd == "read":
+            _reply(conn, lambda: blocks[args[0]].read(args[1], args[2]))
+        elif cmd == "write":
+            _reply(conn, lambda: blocks[args[0]].write(args[1], args[2]))
+        elif cmd == "close":
+            _reply(conn, lambda: blocks.pop(args[0]).close())
+        elif cmd == "leaks":
+            _reply(conn, lambda: _leaks(dev))
+        elif cmd == "exit":
+            for b in blocks.values():
+                b.close()
+            dev.close()
+            conn.send(("ok", None))
+            return
+
+
+def _sender_main(conn: Any, kind: Optional[str], profile: Optional[str], config: str, nbytes: int,
+                 share_kind: str, payload: bytes) -> None:
+    from .caching import CachingAllocator
+    dev = _open_child_device(kind, profile)
+    alloc = CachingAllocator(dev, config)
+    held = {}
+    while True:
+        cmd, *args = conn.recv()
+        if cmd == "share":
+            def do_share():
+                a = alloc.malloc(nbytes)
+                dev.write(a.ptr, payload)
+                dev.synchronize()
+                held["a"] = a
+                return share_block(alloc, a, share_kind)
+            try:
+                handle = do_share()
+            except Exception as e:
+                conn.send(("error", type(e).__name__, str(e)))
+                continue
+            conn.send(("ok", None))
+            send_shared(conn, handle)
+        elif cmd == "free":
+            _reply(conn, lambda: alloc.free(held.pop("a")))
+        elif cmd == "exit":
+            conn.send(("ok", None))
+            return                       # exits without cleaning up: atexit retires tokens and segments
+
+
+def _raise_remote(reply: tuple) -> Any:
+    if reply[0] == "ok":
+        return reply[1]
+    _, name, text = reply
+    cls = {"SenderFreedError": SenderFreedError, "SharingError": SharingError}.get(name, SharingError)
+    err = cls(text if cls is not SharingError or name == "SharingError" else f"in the other process: {name}: {text}")
+    err.remote_type = name
+    raise err
+
+
+class _Peer:
+    def __init__(self, target, *args) -> None:
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")        # never fork after CUDA was initialised (learner question Q22)
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=target, args=(child,) + args, daemon=True)
+        self.process.start()
+        child.close()
+
+    def call(self, *msg) -> Any:
+        self.conn.send(msg)
+        return _raise_remote(self.conn.recv())
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            try:
+                self.call("exit")
+            except (EOFError, OSError):
+                pass
+        self.process.join(30)
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class RemoteReceiver(_Peer):
+    """A second OS process (spawn) with its own device that opens blocks this process shares.
+
+        with RemoteReceiver() as peer:
+            ref = peer.open(share_block(a, x))     # the receiver maps the block
+            peer.read(ref, 0, 8)                   # bytes the sender wrote, read over there
+    """
+
+    def __init__(self, kind: Optional[str] = None, profile: Optional[str] = None) -> None:
+        super().__init__(_receiver_main, kind, profile)
+
+    def open(self, handle: Any) -> int:
+        self.conn.send(("open",))
+        send_shared(self.conn, handle)
+        ref, self.last_ptr = _raise_remote(self.conn.recv())
+        return ref
+
+    def read(self, ref: int, offset: int = 0, nbytes: Optional[int] = None) -> bytes:
+        return self.call("read", ref, offset, nbytes)
+
+    def write(self, ref: int, data: bytes, offset: int = 0) -> None:
+        self.call("write", ref, bytes(data), offset)
+
+    def close_block(self, ref: int) -> None:
+        self.call("close", ref)
+
+    def leaks(self) -> dict:
+        return self.call("leaks")
+
+
+class RemoteSender(_Peer):
+    """A second OS process that allocates a block with its own caching allocator and shares it here."""
+
+    def __init__(self, nbytes: int, payload: bytes, config: str = "", share_kind: str = "auto",
+                 kind: Optional[str] = None, profile: Optional[str] = None) -> None:
+        super().__init__(_sender_main, kind, profile, config, nbytes, share_kind, bytes(payload))
+
+    def share(self) -> Any:
+        self.call("share")
+        return recv_shared(self.conn)
+
+    def free(self) -> None:
+        self.call("free")
+
+    def exit(self) -> None:
+        """The sender process exits (its device and tokens go with it)."""
+        self.close()

@@ -1,0 +1,269 @@
+"""The CUDA virtual memory "three steps" as small functions, and a growable buffer built from them.
+
+CUDA's VMM API (``cuMem*``, peer-allocators.md section 5.1) splits what
+``cudaMalloc`` does in one call into separate objects:
+
+1. **reserve** a virtual address range  -- :func:`reserve_range`  (``cuMemAddressReserve``);
+2. **create** physical memory            -- :func:`create_physical` (``cuMemCreate``);
+3. **map** it into the range and **grant** access -- :func:`map_and_grant`
+   (``cuMemMap`` + ``cuMemSetAccess``).
+
+And back: :func:`unmap` (``cuMemUnmap``), :func:`release` (``cuMemRelease``),
+:func:`free_range` (``cuMemAddressFree``).  Every function takes the device
+first and works on both devices (the simulated one and a GPU through
+cuda-python); errors are the device's ``CudaError`` with CUDA's own code.
+
+:class:`GrowableBuffer` is NVIDIA's "growable vector" idea (the CUDA blog post
+*Introducing Low-Level GPU Virtual Memory Management*): reserve a large
+virtual range once, map physical pages at its end as the buffer grows.  The
+address never changes and no byte is copied, which is exactly what PyTorch's
+expandable segments do (``allocator_ref/caching/expandable.py``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+__all__ = [
+    "granularity", "round_up", "reserve_range", "create_physical", "map_and_grant", "unmap",
+    "release", "free_range", "GrowableBuffer", "BufferState",
+]
+
+
+# ------------------------------------------------------------------ the three steps
+
+def granularity(dev: Any) -> int:
+    """``cuMemGetAllocationGranularity``: sizes, offsets and addresses are multiples of it (2 MiB)."""
+    return dev.vmm_granularity()
+
+
+def round_up(dev: Any, nbytes: int) -> int:
+    """``nbytes`` rounded up to the device's VMM granularity (at least one granule)."""
+    g = granularity(dev)
+    return max(g, -(-int(nbytes) // g) * g)
+
+
+def reserve_range(dev: Any, size: int, alignment: int = 0) -> int:
+    """Step 1, ``cuMemAddressReserve``: addresses only; costs no device memory.  Returns the start."""
+    return dev.address_reserve(size, alignment)
+
+
+def create_physical(dev: Any, size: int) -> int:
+    """Step 2, ``cuMemCreate``: device memory with no address yet.  Returns the physical handle."""
+    return dev.mem_create(size)
+
+
+def map_and_grant(dev: Any, ptr: int, size: int, handle: int, offset: int = 0) -> None:
+    """Step 3, ``cuMemMap`` then ``cuMemSetAccess`` (read/write): the bytes become usable at ``ptr``.
+
+    If setting access fails the mapping is undone, so nothing is left half done.
+    """
+    dev.mem_map(ptr, size, handle, offset)
+    try:
+        dev.mem_set_access(ptr, size)
+    except Exception:
+        dev.mem_unmap(ptr, size)
+        raise
+
+
+def unmap(dev: Any, ptr: int, size: int) -> None:
+    """``cuMemUnmap``: the range is a bare reservation again (whole mappings only)."""
+    dev.mem_unmap(ptr, size)
+
+
+def release(dev: Any, handle: int) -> None:
+    """``cuMemRelease``: drop the handle; the memory goes when its last mapping is unmapped."""
+    dev.mem_release(handle)
+
+
+def free_range(dev: Any, ptr: int, size: int) -> None:
+    """``cuMemAddressFree``: give back a whole reservation (nothing may still be mapped in it)."""
+    dev.address_free(ptr, size)
+
+
+# ------------------------------------------------------------------ the growable buffer
+
+@dataclass(frozen=True)
+class BufferState:
+    """A picture of a :class:`GrowableBuffer` at one moment (what a chapter animates)."""
+
+    va_start: int              # the reservation (never moves)
+    va_size: int
+    page_size: int
+    size: int                  # logical bytes in use
+    pages: tuple               # ((address, physical handle), ...) mapped, in address order
+    label: str = ""
+
+    @property
+    def mapped(self) -> int:
+        return len(self.pages) * self.page_size
+
+    def to_svg(self, width: int = 640) -> str:
+        """One bar: the reserved range (grey outline), mapped pages (blue), the bytes in use (dark)."""
+        slots = max(1, self.va_size // self.page_size)
+        h, top = 34, 18
+        cell = width / slots
+        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 2}" height="{top + h + 18}" '
+                 f'font-family="monospace" font-size="11">',
+                 f'<text x="1" y="12">{_esc(self.label)}  virtual {self.va_size >> 20} MiB at '
+                 f'{self.va_start:#x}, mapped {self.mapped >> 20} MiB, used {self.size / 2**20:.2f} MiB</text>',
+                 f'<rect x="1" y="{top}" width="{width}" height="{h}" fill="#f4f4f4" stroke="#999" '
+                 f'stroke-dasharray="4 2"/>']
+        for i, (addr, handle) in enumerate(self.pages):
+            slot = (addr - self.va_start) // self.page_size
+            x = 1 + slot * cell
+            used = min(self.page_size, max(0, self.size - slot * self.page_size))
+            parts.append(f'<rect x="{x:.1f}" y="{top}" width="{cell:.1f}" height="{h}" fill="#9cc3e6" '
+                         f'stroke="#fff"><title>page {slot}: handle {handle:#x}</title></rect>')
+            if used:
+                parts.append(f'<rect x="{x:.1f}" y="{top + 8}" width="{cell * used / self.page_size:.1f}" '
+                             f'height="{h - 16}" fill="#1f4e79"/>')
+            if cell >= 28:
+                parts.append(f'<text x="{x + 2:.1f}" y="{top + h + 12}" font-size="9">h{handle:#x}</text>')
+        parts.append("</svg>")
+        return "".join(parts)
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class GrowableBuffer:
+    """A buffer that grows in place: one virtual reservation, physical pages mapped on demand.
+
+        buf = GrowableBuffer(dev, max_size=64 << 20)   # reserve 64 MiB of addresses, no memory
+        buf.append(b"x" * 3_000_000)                   # maps two 2 MiB pages at buf.ptr
+        buf.append(b"y" * 3_000_000)                   # maps one more page after them; nothing copied
+        buf.read(0, 4)                                 # b"xxxx": the bytes stayed where they were
+        buf.close()                                    # unmap, release, free the range
+
+    ``history`` keeps a :class:`BufferState` after every change, for animation.
+    """
+
+    def __init__(self, dev: Any, max_size: int, page_size: Optional[int] = None) -> None:
+        self.device = dev
+        g = granularity(dev)
+        self.page_size = int(page_size or g)
+        if self.page_size <= 0 or self.page_size % g:
+            raise ValueError(f"page_size must be a positive multiple of the VMM granularity {g}, "
+                             f"got {page_size!r}")
+        if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size <= 0:
+            raise ValueError(f"max_size must be a positive int, got {max_size!r}")
+        self.va_size = -(-max_size // self.page_size) * self.page_size
+        self.ptr = reserve_range(dev, self.va_size)          # step 1, once
+        self.handles: list[int] = []                         # page i is mapped at ptr + i*page_size
+        self.size = 0
+        self.closed = False
+        self.history: list[BufferState] = []
+        self._snap("reserved")
+
+    # --- state --------------------------------------------------------------
+    @property
+    def mapped(self) -> int:
+        """Physical bytes behind the buffer (whole pages)."""
+        return len(self.handles) * self.page_size
+
+    def state(self, label: str = "") -> BufferState:
+        pages = tuple((self.ptr + i * self.page_size, h) for i, h in enumerate(self.handles))
+        return BufferState(self.ptr, self.va_size, self.page_size, self.size, pages, label)
+
+    def _snap(self, label: str) -> None:
+        self.history.append(self.state(label))
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("GrowableBuffer is closed")
+
+    # --- growing and shrinking ------------------------------------------------
+    def reserve(self, nbytes: int) -> None:
+        """Make sure ``nbytes`` are backed by mapped pages (like ``std::vector::reserve``)."""
+        self._check_open()
+        if nbytes > self.va_size:
+            raise ValueError(f"GrowableBuffer: {nbytes} bytes do not fit in the {self.va_size}-byte "
+                             "virtual reservation; create the buffer with a larger max_size")
+        need = -(-nbytes // self.page_size)
+        new: list[int] = []
+        try:
+            for i in range(len(self.handles), need):
+                h = create_physical(self.device, self.page_size)                 # step 2
+                new.append(h)
+                try:
+                    map_and_grant(self.device, self.ptr + i * self.page_size, self.page_size, h)  # step 3
+                except Exception:
+                    new.pop()
+                    release(self.device, h)
+                    raise
+                self.handles.append(h)
+        except Exception:
+            for h in reversed(new):          # undo this call only: the buffer is as it was
+                self.handles.pop()
+                unmap(self.device, self.ptr + len(self.handles) * self.page_size, self.page_size)
+                release(self.device, h)
+            raise
+        if new:
+            self._snap(f"mapped {len(new)} page(s)")
+
+    def resize(self, nbytes: int) -> None:
+        """Set the logical size; grows the mapping when needed (never shrinks it: see ``shrink_to_fit``)."""
+        self._check_open()
+        if nbytes < 0:
+            raise ValueError(f"size must be >= 0, got {nbytes}")
+        self.reserve(nbytes)
+        self.size = nbytes
+        self._snap(f"size {nbytes}")
+
+    def append(self, data: bytes) -> int:
+        """Write ``data`` at the end (a host-to-device copy); returns the offset it was written at."""
+        self._check_open()
+        offset = self.size
+        self.reserve(offset + len(data))
+        if data:
+            self.device.write(self.ptr + offset, bytes(data))
+        self.size = offset + len(data)
+        self._snap(f"append {len(data)} B")
+        return offset
+
+    def read(self, offset: int = 0, nbytes: Optional[int] = None) -> bytes:
+        """Read bytes back (device-to-host)."""
+        self._check_open()
+        nbytes = self.size - offset if nbytes is None else nbytes
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+            raise ValueError(f"read({offset}, {nbytes}) is outside the {self.size} bytes in use")
+        return self.device.read(self.ptr + offset, nbytes) if nbytes else b""
+
+    def shrink_to_fit(self) -> None:
+        """Unmap and release the pages past the last byte in use (the range stays reserved)."""
+        self._check_open()
+        keep = -(-self.size // self.page_size)
+        dropped = 0
+        while len(self.handles) > keep:
+            h = self.handles.pop()
+            unmap(self.device, self.ptr + len(self.handles) * self.page_size, self.page_size)
+            release(self.device, h)
+            dropped += 1
+        if dropped:
+            self._snap(f"unmapped {dropped} page(s)")
+
+    def close(self) -> None:
+        """Unmap and release every page, then free the virtual range.  Safe to call twice."""
+        if self.closed:
+            return
+        self.device.synchronize()        # queued kernels may still touch the pages
+        while self.handles:
+            h = self.handles.pop()
+            unmap(self.device, self.ptr + len(self.handles) * self.page_size, self.page_size)
+            release(self.device, h)
+        free_range(self.device, self.ptr, self.va_size)
+        self.size = 0
+        self.closed = True
+        self.history.append(BufferState(self.ptr, self.va_size, self.page_size, 0, (), "closed"))
+
+    def __enter__(self) -> "GrowableBuffer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.size} B used, {len(self.handles)} page(s) mapped"
+        return f"GrowableBuffer(ptr={self.ptr:#x}, virtual={self.va_size}, {state})"
