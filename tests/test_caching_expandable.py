@@ -225,3 +225,20 @@ def test_expandable_stream_gets_its_own_segment(make_alloc):
     a.free(x), a.free(y)
     a.empty_cache()
     assert a.expandable_segments_ == []
+
+
+def test_mapping_oom_leaks_nothing(make_alloc):
+    a = make_alloc(EXP, profile="tiny-1gb")
+    x = a.malloc(900 * MiB)                  # 45 pages of 20 MiB, exactly used
+    free_before = a.device.mem_get_info()[0] # 1024 - 64 - 900 = 60 MiB
+    assert free_before == 60 * MiB
+    with pytest.raises(ar.OutOfMemoryError):
+        a.malloc(100 * MiB)                  # needs 5 pages, only 3 fit: the created ones are released
+    assert a.device.mem_get_info()[0] == free_before
+    assert cur(a, "reserved_bytes") == 900 * MiB
+    assert_consistent(a)
+    y = a.malloc(60 * MiB)                   # 3 pages do fit
+    assert y.ptr == x.ptr + 900 * MiB
+    a.free(x), a.free(y)
+    a.empty_cache()
+    assert a.device.mem_get_info()[0] == 1024 * MiB - 64 * MiB
