@@ -27,8 +27,13 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --notebook-dir=. $(LAB_ARGS) chapters/00_setup_and_tour.ipynb
 
 # Every test.  Passes on a 2-core machine without a GPU (GPU tests skip and say why).
+# Optional extras the tests use when they can have them cheaply (else those tests skip and say why):
+# a CPU torch wheel already on this machine (for torch.cuda._memory_viz), and Debian's chromium.
+TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-*cpu*.whl))
 test: $(STAMP)
-	@$(PY) -m pip install -q torch==2.13.0 >/dev/null 2>&1 || echo "(optional torch CPU wheel not installed: the _memory_viz test will skip)"
+	@if [ -n "$(TORCH_WHEEL)" ]; then $(PIP) install -q "$(TORCH_WHEEL)" >/dev/null 2>&1 || echo "(torch CPU wheel did not install: the _memory_viz tests will skip)"; \
+	 else echo "(no local torch CPU wheel: the _memory_viz tests will skip; pip install torch to run them)"; fi
+	@test -x /usr/bin/chromium || bash tools/install_browser.sh >/dev/null 2>&1 || echo "(chromium not installed: the browser test will skip)"
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)
