@@ -533,3 +533,29 @@ def test_closed_allocator_refuses_work_and_device_got_everything_back(dev, cls):
     assert dev.mem_get_info()[0] == start
     with pytest.raises(RuntimeError, match="closed"):
         a.malloc(1)
+
+
+@pytest.mark.parametrize("cls", POLICIES)
+def test_follows_the_shared_allocator_interface(dev, cls):
+    import allocator_ref as ar
+    from allocator_ref.allocation import Allocator
+
+    assert getattr(ar, cls.__name__) is cls
+    a = cls(dev)
+    assert isinstance(a, Allocator)
+    x = a.malloc(1000)
+    assert (x.requested_size, x.stream, x.allocator) == (1000, dev.default_stream, a)
+    snap = a.snapshot()
+    assert set(snap) >= {"segments", "device_traces", "allocator_settings"}
+    assert snap["segments"][0]["blocks"][0]["state"] == "active_allocated"
+    a.close()
+
+
+@pytest.mark.parametrize("cls", POLICIES)
+def test_absurd_size_is_an_out_of_memory_error_not_a_crash(dev, cls):
+    a = make(cls, dev)
+    keep = a.malloc(4096)
+    reserved = a.memory_reserved()
+    with pytest.raises(OutOfMemoryError):
+        a.malloc(2**70)
+    assert a.live_allocations() == [keep] and a.memory_reserved() == reserved

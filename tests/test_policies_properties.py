@@ -72,6 +72,16 @@ def check_invariants(a) -> None:
     assert sum(s["allocated_size"] for s in segments) == a.memory_allocated()
     for s in segments:
         assert sum(b["size"] for b in s["blocks"]) == s["total_size"]
+    # PyTorch's _check_memory_stat_consistency, for the keys this policy fills
+    from_snapshot = {
+        "segment.all.current": len(segments),
+        "active_bytes.all.current": sum(s["active_size"] for s in segments),
+        "requested_bytes.all.current": sum(s["requested_size"] for s in segments),
+        "active.all.current": sum(b["state"] != "inactive" for s in segments for b in s["blocks"]),
+    }
+    for key, value in from_snapshot.items():
+        if key in stats:
+            assert stats[key] == value, f"{key} = {stats[key]} but the snapshot adds up to {value}"
 
 
 def write(a, dev, x, stream, tags, slow=True) -> None:

@@ -151,17 +151,21 @@ class BFCAllocator(PolicyAllocator):
     def _find_chunk(self, rounded: int, nbytes: int) -> Optional[Chunk]:
         """``FindChunkPtr``: the first fit from the request's bin upwards is the best fit."""
         for index in range(bin_num_for_size(rounded), kNumBins):
-            for _size, ptr in self.bins[index].irange((rounded, -1)):
-                chunk = self._chunks[ptr]
-                self._remove_free_chunk(chunk)
-                if chunk.size >= 2 * rounded or chunk.size - rounded >= kMaxInternalFragmentation:
-                    self._split_chunk(chunk, rounded)
-                chunk.requested_size = nbytes
-                chunk.in_use = True
-                chunk.allocation_id = self._next_allocation_id
-                self._next_allocation_id += 1
-                return chunk
+            fit = next(iter(self.bins[index].irange((rounded, -1))), None)   # (size, ptr) >= the request
+            if fit is not None:
+                return self._use_chunk(self._chunks[fit[1]], rounded, nbytes)
         return None
+
+    def _use_chunk(self, chunk: Chunk, rounded: int, nbytes: int) -> Chunk:
+        """Take a free chunk out of its bin, split it if the rule says so, mark it in use."""
+        self._remove_free_chunk(chunk)
+        if chunk.size >= 2 * rounded or chunk.size - rounded >= kMaxInternalFragmentation:
+            self._split_chunk(chunk, rounded)
+        chunk.requested_size = nbytes
+        chunk.in_use = True
+        chunk.allocation_id = self._next_allocation_id
+        self._next_allocation_id += 1
+        return chunk
 
     def _split_chunk(self, chunk: Chunk, nbytes: int) -> None:
         """``SplitChunk``: the first ``nbytes`` stay; the rest becomes a new free chunk."""

@@ -266,7 +266,6 @@ class PolicyAllocator:
         del self._live[allocation.ptr]
         self._stat_decrease(("allocation",), 1)
         self._stat_decrease(("allocated_bytes",), block.size)
-        self._stat_decrease(("requested_bytes",), block.requested_size)
         self._emit("free_requested", block.ptr, block.requested_size, allocation.stream)
         return block
 
@@ -274,6 +273,7 @@ class PolicyAllocator:
         """The memory really is free now (its events completed): it stops being active."""
         self._stat_decrease(("active",), 1)
         self._stat_decrease(("active_bytes",), block.size)
+        self._stat_decrease(("requested_bytes",), block.requested_size)   # PyTorch: in free_block, with active
         self._emit("free_completed", block.ptr, block.requested_size, block.stream)
 
     # ---- record_stream, shared validation

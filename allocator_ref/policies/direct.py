@@ -21,6 +21,8 @@ from typing import Any, Optional
 from allocator_ref.allocation import Allocation
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
+from allocator_ref.caching.config import ONE_EXABYTE
+
 from .common import (BlockRecord, EventGuard, PolicyAllocator, check_size, format_size,
                      OutOfMemoryError, parse_config, round_up, stat_keys)
 
@@ -46,6 +48,8 @@ class DirectAllocator(PolicyAllocator):
         stream = self._resolve_stream(stream, "malloc")
         if size == 0:
             return self._null_allocation(stream)
+        if size >= ONE_EXABYTE:                     # PyTorch's guard, before any device call
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate more than 1EB memory.")
         self._process_events()                      # PyTorch does this first in every malloc
         rounded = round_up(size, self.ROUND)
         ptr = self._cuda_malloc(rounded, stream)

@@ -43,6 +43,7 @@ from typing import Any, Optional
 from sortedcontainers import SortedDict, SortedList
 
 from allocator_ref.allocation import Allocation
+from allocator_ref.caching.stats import AGGREGATE
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
 from .common import (UINT64_MAX, MiB, BlockRecord, PolicyAllocator, check_size, format_size,
@@ -209,7 +210,7 @@ class StreamOrderedAllocator(PolicyAllocator):
         stream = self._resolve_stream(stream, "malloc")
         if size == 0:
             return self._null_allocation(stream)
-        if self.stats["requested_bytes"][0].current + size > self.memory_limit:
+        if self._used_bytes() + size > self.memory_limit:
             self._raise_oom(size, size, stream)          # PyTorch checks the fraction first
         if self.driver_pool:
             block = self._driver_malloc(size, stream)
@@ -219,6 +220,10 @@ class StreamOrderedAllocator(PolicyAllocator):
             block.allocated = True
         block.requested_size, block.stream, block.stream_uses = size, stream, []
         return self._hand_out(block, stream)
+
+    def _used_bytes(self) -> int:
+        """PyTorch's ``pytorch_used_bytes``: the sizes callers asked for and still hold."""
+        return self.stats["requested_bytes"][AGGREGATE].current
 
     def _reuse(self, rounded: int, stream: Any) -> Optional[_Block]:
         """Best fit among free blocks this stream may take; inserting a wait only as a last resort."""
@@ -295,7 +300,7 @@ class StreamOrderedAllocator(PolicyAllocator):
         free, total = self.device.mem_get_info()
         raise OutOfMemoryError(
             f"Allocation on device {self.device.info.index} would exceed allowed memory. (out of memory)"
-            f"\nCurrently allocated     : {format_size(self.stats['requested_bytes'][0].current)}"
+            f"\nCurrently allocated     : {format_size(self._used_bytes())}"
             f"\nRequested               : {format_size(size)}"
             f"\nDevice limit            : {format_size(total)}"
             f"\nFree (according to CUDA): {format_size(free)}"
@@ -339,7 +344,14 @@ class StreamOrderedAllocator(PolicyAllocator):
         return self._unifying
 
     def _coalesce(self, block: _Block) -> _Block:
-        """Merge with free neighbours of the same chunk freed on the same stream (or never used)."""
+        """Merge with free neighbours of the same chunk freed on the same stream, or never used.
+
+        Never-used memory has no pending work, so joining it to this stream's
+        free is safe (only more conservative for other streams), and it lets a
+        chunk freed piece by piece on one stream become whole again.  A
+        neighbour freed on *another* stream keeps its own story: merged, the
+        block would need both streams' conditions at once.
+        """
         for neighbour in (self._neighbour(block, before=True), self._neighbour(block, before=False)):
             if neighbour is None or neighbour.allocated or neighbour.chunk is not block.chunk:
                 continue
