@@ -259,8 +259,9 @@ class AllocatorConfig:
     def _parse_backend(self, tokens, i):
         tokens.check_token(i + 1, ":")
         value = tokens[i + 2]
-        if value not in ("native", "cudaMallocAsync", "hipMallocAsync"):
-            raise ValueError("Unknown allocator backend, options are native, cudaMallocAsync, and hipMallocAsync")
+        # CUDA build of CUDAAllocatorConfig::parseAllocatorConfig (the ROCm build also takes hipMallocAsync).
+        if value not in ("native", "cudaMallocAsync"):
+            raise ValueError("Unknown allocator backend, options are native and cudaMallocAsync")
         self.backend = value
         return i + 2
 
