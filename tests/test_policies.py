@@ -559,3 +559,14 @@ def test_absurd_size_is_an_out_of_memory_error_not_a_crash(dev, cls):
     with pytest.raises(OutOfMemoryError):
         a.malloc(2**70)
     assert a.live_allocations() == [keep] and a.memory_reserved() == reserved
+
+
+def test_options_from_a_config_string(dev):
+    a = StreamOrderedAllocator(dev, "release_threshold:0, allow_opportunistic:False")
+    assert a.release_threshold == 0 and a.options["allow_opportunistic"] is False
+    b = BFCAllocator(dev, "memory_limit:8388608,allow_growth:false")
+    assert b.memory_limit == 8 * MiB and b.curr_region_allocation_bytes == 8 * MiB
+    with pytest.raises(ValueError, match="unknown option 'max_split_size_mb'"):
+        BFCAllocator(dev, "max_split_size_mb:20")
+    with pytest.raises(ValueError, match="True or False"):
+        StreamOrderedAllocator(dev, allow_opportunistic="maybe")

@@ -354,6 +354,7 @@ class BFCAllocator(PolicyAllocator):
         return True
 
     def synchronize(self) -> None:
+        self._check_open("synchronize")
         self.device.synchronize()
         self._process_events()
 

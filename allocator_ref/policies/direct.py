@@ -136,6 +136,7 @@ class DirectAllocator(PolicyAllocator):
 
     def synchronize(self) -> None:
         """cudaDeviceSynchronize, then the deferred frees complete."""
+        self._check_open("synchronize")
         self.device.synchronize()
         self._process_events()
 
