@@ -1,0 +1,122 @@
+"""Run every benchmark: ``python -m benchmarks.run [--quick] [--out DIR] [--only NAME ...]``.
+
+Writes ``<out>/<name>.json`` (with the machine description) for each benchmark
+and ``<out>/REPORT.md``, a short table with the targets marked pass/fail.
+``--quick`` uses small sizes (CI: a few seconds); the targets are meant for the
+full run (``make bench``), and are reported, never asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from . import bench_fragmentation, bench_gpu, bench_replay, bench_warm_path
+from .common import RESULTS, machine
+
+BENCHMARKS = {
+    "warm_path": bench_warm_path.run,
+    "replay": bench_replay.run,
+    "fragmentation": bench_fragmentation.run,
+    "gpu": bench_gpu.run,
+}
+
+
+def _viz_runner():
+    """benchmarks/bench_viz.py (another engineer's), if it exposes ``run(quick=..., out_dir=...)``."""
+    try:
+        mod = importlib.import_module("benchmarks.bench_viz")
+    except ImportError:
+        return None
+    return getattr(mod, "run", None)
+
+
+def _fmt(v, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _mark(ok) -> str:
+    return "n/a" if ok is None else ("pass" if ok else "FAIL")
+
+
+def report(results: dict, quick: bool) -> str:
+    m = machine()
+    lines = [f"# Benchmark report{' (quick mode: small sizes, targets not meaningful)' if quick else ''}", "",
+             f"Machine: {m['platform']}, {m['cpu_count']} CPUs, Python {m['python']}, {m['date']}.", ""]
+    w = results.get("warm_path")
+    if w:
+        lines += ["## Warm path: caching malloc+free vs SortedList floor", "",
+                  "| cached blocks | malloc+free (us) | floor (us) | ratio |", "|---:|---:|---:|---:|"]
+        for r in w["rows"]:
+            lines.append(f"| {r['cached_blocks']:,} | {r['pair_ns'] / 1e3:.2f} | {r['floor_ns'] / 1e3:.2f} "
+                         f"| {r['ratio_to_floor']:.2f}x |")
+        t = w["targets"]
+        lines += ["", f"- ratio_to_floor (largest N) = {w['ratio_to_floor']:.2f}x, target <= 3x: "
+                      f"**{_mark(t['ratio_to_floor']['pass'])}**",
+                  f"- growth_100_to_100000 = {w['growth_100_to_100000']:.2f}x, target <= 1.5x: "
+                  f"**{_mark(t['growth_100_to_100000']['pass'])}** (floor itself grew "
+                  f"{w['floor_growth']:.2f}x)", ""]
+    r = results.get("replay")
+    if r:
+        lines += ["## Replay throughput (real traces)", ""]
+        if r["traces"]:
+            lines += ["| trace | events | verify (s) | events/s | plain (s) | exact allocs |",
+                      "|---|---:|---:|---:|---:|---:|"]
+            for t in r["traces"]:
+                lines.append(f"| {t['trace']} | {t['events']:,} | {t['verify_s']:.3f} | "
+                             f"{t['verify_events_per_s']:,.0f} | {t['plain_s']:.3f} | "
+                             f"{t['allocs_exact']}/{t['allocs']} |")
+            lines += ["", f"- replay_fullstep_s = {_fmt(r['replay_fullstep_s'], '.3f')} s, target < 1 s: "
+                          f"**{_mark(r['targets']['replay_fullstep_s']['pass'])}**", ""]
+        else:
+            lines += [f"Skipped: {r['skipped']}", ""]
+    f = results.get("fragmentation")
+    if f:
+        names = [d["name"] for d in f["designs"]]
+        lines += ["## Fragmentation: peak reserved / peak allocated", "",
+                  "| workload | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        for wname, row in f["table"].items():
+            lines.append(f"| {wname} | " + " | ".join(_fmt(row[n], ".3f") for n in names) + " |")
+        lines.append("")
+    g = results.get("gpu")
+    if g:
+        lines += ["## GPU: CuPy workload per allocator", ""]
+        if g.get("skipped"):
+            lines += [f"Skipped: {g['skipped']}", ""]
+        else:
+            lines += ["| allocator | us/step |", "|---|---:|"]
+            for name, cell in g["allocators"].items():
+                lines.append(f"| {name} | {_fmt(cell.get('us_per_step'), '.1f') if 'error' not in cell else cell['error']} |")
+            lines += ["", f"cudaFree behind a queued kernel: {g['free_sync']}", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None, out_dir: Optional[Path] = None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
+    ap.add_argument("--out", type=Path, default=out_dir or RESULTS, help="where the JSON and REPORT.md go")
+    ap.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), help="run only these")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    results = {}
+    for name, fn in BENCHMARKS.items():
+        if args.only and name not in args.only:
+            continue
+        print(f"== {name} ==", flush=True)
+        results[name] = fn(quick=args.quick, out_dir=args.out)
+    viz = _viz_runner()
+    if viz is not None and not args.only:
+        try:
+            results["viz"] = viz(quick=args.quick, out_dir=args.out)
+        except Exception as exc:           # another engineer's benchmark: report, don't abort ours
+            print(f"[viz] failed: {type(exc).__name__}: {exc}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "REPORT.md").write_text(report(results, args.quick))
+    print(f"wrote {args.out}/REPORT.md ({time.perf_counter() - t0:.1f} s)")
+    return results
+
+
+if __name__ == "__main__":
+    main()
