@@ -1,0 +1,169 @@
+"""Lab 3 -- fix the race: a two-stream program that corrupts its data on the simulated device.
+
+The learner writes ``pipeline(dev, alloc, data, work_us) -> Allocation``: upload
+``data`` into ``x`` on the default stream, let a *side* stream compute for
+``work_us`` then copy ``x`` into ``out`` (owned by the side stream), while the
+default stream frees ``x`` and reuses memory for its own next buffer.  The
+check runs it on a fresh SimDevice (real bytes, virtual clock) and judges:
+
+* the bytes: it reads ``out`` back and compares with ``data``;
+* the overlap: the device time of the whole program must stay well below the
+  serial time (both reference timings are measured now, on the same device
+  profile: the record_stream version and a version that synchronises the
+  device before the free) -- "fixing" the race by serialising everything fails;
+* no cudaFree-induced device-wide sync, no leak (only ``out`` stays allocated);
+* per exercise: ``lab3.record_stream`` must use ``record_stream``;
+  ``lab3.event`` must not, and must use an event instead.
+"""
+from __future__ import annotations
+
+import random
+
+from ..allocation import Allocation
+from ..caching import CachingAllocator
+from .check import Case, Exercise, Fail, fmt, lab_device, register
+
+FILL = 0xEE
+
+
+class CountingAllocator(CachingAllocator):
+    """The reference allocator, counting record_stream calls."""
+
+    def __init__(self, device, config=""):
+        super().__init__(device, config)
+        self.record_stream_calls = 0
+
+    def record_stream(self, allocation, stream):
+        self.record_stream_calls += 1
+        return super().record_stream(allocation, stream)
+
+
+def _reference_record_stream(dev, alloc, data, work_us):
+    side = dev.create_stream()
+    n = len(data)
+    x = alloc.malloc(n)
+    dev.write(x.ptr, data)
+    uploaded = dev.create_event()
+    uploaded.record(None)
+    dev.wait_event(side, uploaded)
+    out = alloc.malloc(n, stream=side)
+    dev.sleep(side, work_us)
+    dev.copy(out.ptr, x.ptr, n, stream=side)
+    alloc.record_stream(x, side)
+    alloc.free(x)
+    tmp = alloc.malloc(n)
+    dev.fill(tmp.ptr, n, FILL)
+    dev.sleep(None, work_us)
+    alloc.free(tmp)
+    return out
+
+
+def _reference_serial(dev, alloc, data, work_us):
+    side = dev.create_stream()
+    n = len(data)
+    x = alloc.malloc(n)
+    dev.write(x.ptr, data)
+    uploaded = dev.create_event()
+    uploaded.record(None)
+    dev.wait_event(side, uploaded)
+    out = alloc.malloc(n, stream=side)
+    dev.sleep(side, work_us)
+    dev.copy(out.ptr, x.ptr, n, stream=side)
+    dev.synchronize()                     # correct, but everything after waits for the side stream
+    alloc.free(x)
+    tmp = alloc.malloc(n)
+    dev.fill(tmp.ptr, n, FILL)
+    dev.sleep(None, work_us)
+    alloc.free(tmp)
+    return out
+
+
+def _timed(fn, profile, data, work_us):
+    dev = lab_device(profile)
+    alloc = CountingAllocator(dev)
+    t0 = dev.now_us()
+    out = fn(dev, alloc, data, work_us)
+    dev.synchronize()
+    return dev, alloc, out, dev.now_us() - t0
+
+
+def judge_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int, mode: str) -> None:
+    data = random.Random(data_seed).randbytes(n)
+    dev, alloc, out, elapsed = _timed(fn, profile, data, work_us)
+    what = f"{fmt(n)} of data, {work_us:g} us of work per stream, {profile}"
+    if not isinstance(out, Allocation) or out.allocator is not alloc:
+        raise Fail(f"your pipeline returned {out!r}; it must return `out`, the Allocation the side stream "
+                   "copied into (from alloc.malloc)", "your pipeline did not return the output Allocation")
+    if out.freed or out.ptr == 0 or out.size < n:
+        raise Fail("the returned `out` was freed (or is too small): return it still allocated",
+                   "the returned output allocation was freed or too small")
+    got = dev.read(out.ptr, n, stream=out.stream)
+    if got != data:
+        i = next(k for k in range(n) if got[k] != data[k])
+        bad = sum(1 for k in range(0, n, max(1, n // 4096)) if got[k] != data[k]) / len(range(0, n, max(1, n // 4096)))
+        cause = (f"0x{FILL:02X} is what the default stream wrote into its next buffer: that buffer got x's memory "
+                 "back from the allocator while the side stream had not copied x yet"
+                 if got[i] == FILL else "the side stream read x at the wrong time")
+        raise Fail(f"corrupted output ({what}): byte {i} of `out` is 0x{got[i]:02X} but the input had "
+                   f"0x{data[i]:02X} (about {bad:.0%} of the bytes are wrong). {cause}.",
+                   "corrupted output: the bytes read back differ from the input (memory was reused too early)")
+    leaked = [a for a in alloc.live_allocations() if a is not out]
+    if leaked:
+        raise Fail(f"leak: {len(leaked)} allocation(s) besides `out` are still allocated when your pipeline "
+                   f"returns ({', '.join(fmt(a.requested_size) for a in leaked)}): free x and tmp",
+                   "leak: allocations besides `out` are still allocated at the end")
+    if dev.counters.implicit_syncs:
+        raise Fail("your pipeline made cudaFree run (empty_cache() or a direct device free): cudaFree waits for "
+                   "every stream (an implicit device-wide synchronisation), which serialises the streams",
+                   "cudaFree was called during the pipeline (an implicit device-wide synchronisation)")
+    _, _, _, t_ref = _timed(_reference_record_stream, profile, data, work_us)
+    _, _, _, t_serial = _timed(_reference_serial, profile, data, work_us)
+    limit = (t_ref + t_serial) / 2
+    if elapsed > limit:
+        raise Fail(f"correct bytes, but the streams were serialised ({what}): your program took {elapsed:.0f} us "
+                   f"of (simulated) device time; the version that synchronizes the device before the free takes "
+                   f"{t_serial:.0f} us and one that keeps both streams busy at once takes {t_ref:.0f} us. "
+                   "Do not make the default stream (or the host, for the whole device) wait for the side stream's "
+                   "work: only the reuse of x's memory has to wait.",
+                   "correct bytes, but the streams were serialised: the program took about as long as "
+                   "running the two streams one after the other")
+    if mode == "record_stream" and alloc.record_stream_calls == 0:
+        raise Fail("correct and overlapping, but this exercise is about record_stream: your pipeline never called "
+                   "alloc.record_stream(x, side)", "your pipeline did not call record_stream")
+    if mode == "event" and alloc.record_stream_calls:
+        raise Fail("this exercise asks for the event fix: do it without alloc.record_stream (record an event on "
+                   "the side stream after the copy and free x only once it has completed)",
+                   "your event-based pipeline called record_stream")
+
+
+def _cases(mode, rng=None):
+    if rng is None:
+        specs = [(4096, 1000, "h100-80gb", 1, "4 KiB (small pool), 1000 us of work"),
+                 (12 << 20, 1000, "h100-80gb", 2, "12 MiB (large pool), 1000 us of work"),
+                 (3 << 20, 400, "t4-16gb", 3, "3 MiB on a T4 profile, 400 us of work")]
+    else:
+        specs = []
+        for k in range(3):
+            n = rng.choice([rng.randint(1, 1 << 20), rng.randint(1 << 20, 10 << 20), rng.randint(10 << 20, 40 << 20)])
+            specs.append((n, rng.choice([200, 500, 1500, 3000]), rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"]),
+                          rng.randrange(1 << 30), ["a small", "a medium", "a large"][k % 3] + " buffer, seeded"))
+    return [Case(spec[4], (lambda fn, s=spec: judge_pipeline(fn, *s[:4], mode)), data=spec[:4])
+            for spec in specs]
+
+
+register(Exercise(
+    id="lab3.record_stream", lab=3, title="fix the race with record_stream (and keep the streams overlapping)",
+    public=lambda: _cases("record_stream"), hidden=lambda rng: _cases("record_stream", rng),
+    hint="x is allocated on the default stream but read by the side stream. Before alloc.free(x), tell the "
+         "allocator about that use: alloc.record_stream(x, side). The free then waits (without blocking "
+         "anyone) for an event on the side stream before x's memory can be handed out again.",
+))
+
+register(Exercise(
+    id="lab3.event", lab=3, title="fix the race with an event instead (no record_stream)",
+    public=lambda: _cases("event"), hidden=lambda rng: _cases("event", rng),
+    hint="Record an event on the side stream right after the copy (done = dev.create_event(); "
+         "done.record(side)). Queue the default stream's own work first, then let the host wait only for "
+         "that event (done.synchronize()) before alloc.free(x). Do not dev.synchronize() the whole device, "
+         "and do not make the default stream wait for the side stream before its own work.",
+))
