@@ -82,6 +82,18 @@ def show_blockmap(state, title: str = "", highlight=()) -> None:
     _display(SVG(blockmap_svg(state, title, highlight)))
 
 
+def show_fig(fig) -> None:
+    """Show a matplotlib figure whatever the backend (inline in Jupyter, Agg in CI), once."""
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import Image
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    _display(Image(data=buf.getvalue(), format="png"))
+
+
 def show_frames(frames, first: int = 0, last: int | None = None, simulated: bool = True) -> None:
     """A step-by-step film strip: for each event, its caption and the block map after it.
 
