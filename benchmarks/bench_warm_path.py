@@ -64,76 +64,98 @@ def _best_of(fn, repeats: int) -> float:
     return best
 
 
-def measure(n_blocks: int, pairs: int = 2000, repeats: int = 5) -> dict:
-    alloc, dev, _spacers = filled_allocator(n_blocks)
-    pool = alloc.large_blocks
-    free_blocks = len(pool)                 # n_blocks holes + the tail of the big segment
-    stream = dev.default_stream
-    # Sizes that hit exactly, spread over the list (so the bisect walks different paths).
-    picks = [block_size(i) for i in range(0, n_blocks, max(1, n_blocks // 16))][:16]
-    sizes = [picks[k % len(picks)] for k in range(pairs)]
-    malloc, free = alloc.malloc, alloc.free
-    frees_before = dev.counters.as_dict() if hasattr(dev.counters, "as_dict") else None
+class _Case:
+    """One filled allocator and its floor list, ready to be timed again and again."""
 
-    def run_pairs() -> float:
+    def __init__(self, n_blocks: int, pairs: int) -> None:
+        self.n_blocks, self.pairs = n_blocks, pairs
+        self.alloc, self.dev, self._spacers = filled_allocator(n_blocks)
+        pool = self.alloc.large_blocks
+        self.pool = pool
+        self.free_blocks = len(pool)         # n_blocks holes + the tail of the big segment
+        # Sizes that hit exactly, spread over the list (so the bisect walks different paths).
+        picks = [block_size(i) for i in range(0, n_blocks, max(1, n_blocks // 16))][:16]
+        self.sizes = [picks[k % len(picks)] for k in range(pairs)]
+        # Floor: the same three SortedList operations on a list of the same entries.
+        self.floor_list = SortedList(list(pool.blocks))
+        self.stream_key = pool.blocks[0][0]
+        by_size = {}
+        for entry in self.floor_list:
+            by_size.setdefault(entry[1], entry)
+        self.floor_keys = [(s, by_size[s]) for s in self.sizes]
+        self.pair_ns: list = []
+        self.floor_ns: list = []
+
+    def time_pairs(self) -> None:
+        malloc, free, stream = self.alloc.malloc, self.alloc.free, self.dev.default_stream
         t0 = time.perf_counter_ns()
-        for s in sizes:
+        for s in self.sizes:
             free(malloc(s, stream))
-        return (time.perf_counter_ns() - t0) / pairs
+        self.pair_ns.append((time.perf_counter_ns() - t0) / self.pairs)
 
-    # Floor: the same three SortedList operations on a list of the same entries.
-    floor_list = SortedList(list(pool.blocks))
-    stream_key = pool.blocks[0][0]
-    keys = {}
-    for entry in floor_list:
-        keys.setdefault(entry[1], entry)
-    floor_keys = [(s, keys[s]) for s in sizes]
-    bisect_left, remove, add = floor_list.bisect_left, floor_list.remove, floor_list.add
-
-    def run_floor() -> float:
+    def time_floor(self) -> None:
+        fl, key = self.floor_list, self.stream_key
+        bisect_left, remove, add = fl.bisect_left, fl.remove, fl.add
         t0 = time.perf_counter_ns()
-        for s, entry in floor_keys:
-            bisect_left((stream_key, s, 0))
+        for s, entry in self.floor_keys:
+            bisect_left((key, s, 0))
             remove(entry)
             add(entry)
-        return (time.perf_counter_ns() - t0) / pairs
+        self.floor_ns.append((time.perf_counter_ns() - t0) / self.pairs)
 
+    def result(self, rounds: int) -> dict:
+        assert len(self.pool) == self.free_blocks, "the warm path must neither split nor merge"
+        pair, floor = min(self.pair_ns), min(self.floor_ns)
+        return {
+            "cached_blocks": self.n_blocks,
+            "pool_free_blocks": self.free_blocks,
+            "pairs_timed": self.pairs,
+            "rounds": rounds,
+            "pair_ns": pair,
+            "floor_ns": floor,
+            "pair_ns_median": sorted(self.pair_ns)[len(self.pair_ns) // 2],
+            "floor_ns_median": sorted(self.floor_ns)[len(self.floor_ns) // 2],
+            "ratio_to_floor": pair / floor,
+        }
+
+    def close(self) -> None:
+        self.dev.close()
+
+
+def measure_all(counts: Sequence[int], pairs: int, rounds: int) -> list:
+    """Best of ``rounds``; the rounds interleave every size and the floor, so drift hits all alike."""
+    cases = [_Case(n, pairs) for n in counts]
+    gc.collect()
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        run_pairs(), run_floor()                        # warm up
-        pair_ns, floor_ns = [], []
-        for _ in range(repeats):                        # interleaved, so drift hits both
-            pair_ns.append(run_pairs())
-            floor_ns.append(run_floor())
+        for case in cases:                                  # warm up
+            case.time_pairs(), case.time_floor()
+            case.pair_ns.clear(), case.floor_ns.clear()
+        for _ in range(rounds):
+            for case in cases:
+                case.time_pairs()
+                case.time_floor()
     finally:
         if gc_was:
             gc.enable()
-    assert len(pool) == free_blocks, "the warm path must neither split nor merge"
-    calls = getattr(dev.counters, "malloc", None)
-    result = {
-        "cached_blocks": n_blocks,
-        "pool_free_blocks": free_blocks,
-        "pairs_timed": pairs,
-        "repeats": repeats,
-        "pair_ns": min(pair_ns),
-        "floor_ns": min(floor_ns),
-        "ratio_to_floor": min(pair_ns) / min(floor_ns),
-    }
-    del frees_before, calls
-    alloc.close() if hasattr(alloc, "close") else None
-    dev.close()
-    return result
+    rows = [case.result(rounds) for case in cases]
+    for case in cases:
+        case.close()
+    return rows
+
+
+def measure(n_blocks: int, pairs: int = 2000, repeats: int = 5) -> dict:
+    """One size on its own (for notebooks and quick looks)."""
+    return measure_all([n_blocks], pairs, repeats)[0]
 
 
 def run(quick: bool = False, counts: Optional[Sequence[int]] = None, out_dir=None) -> dict:
     counts = tuple(counts or (QUICK_COUNTS if quick else FULL_COUNTS))
-    pairs, repeats = (500, 3) if quick else (5000, 7)
+    pairs, rounds = (500, 3) if quick else (2000, 15)
     t0 = time.perf_counter()
-    rows = []
-    for n in counts:
-        row = measure(n, pairs=pairs, repeats=repeats)
-        rows.append(row)
+    rows = measure_all(counts, pairs, rounds)
+    for n, row in zip(counts, rows):
         print(f"[warm_path] {n:>7} cached blocks: malloc+free {row['pair_ns'] / 1000:7.2f} us, "
               f"floor {row['floor_ns'] / 1000:6.2f} us, ratio {row['ratio_to_floor']:.2f}x", flush=True)
     first, last = rows[0], rows[-1]
@@ -147,6 +169,8 @@ def run(quick: bool = False, counts: Optional[Sequence[int]] = None, out_dir=Non
         "ratio_to_floor": ratio,
         "growth_100_to_100000": growth,
         "floor_growth": last["floor_ns"] / first["floor_ns"],
+        "pairs_per_round": pairs,
+        "rounds": rounds,
         "targets": {
             "ratio_to_floor": {"target": f"<= {TARGET_RATIO}x", "value": ratio, "pass": ratio <= TARGET_RATIO},
             "growth_100_to_100000": {"target": f"<= {TARGET_GROWTH}x", "value": growth,
