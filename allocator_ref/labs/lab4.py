@@ -1,0 +1,185 @@
+"""Lab 4 -- make it fit: a workload runs out of memory on the 1 GiB teaching device.
+
+The workload (``training_like_workload``): big activations are allocated and
+freed (they stay cached), then medium buffers are allocated -- best fit carves
+them out of the cached big blocks, splitting them -- then big activations are
+needed again and no cached block is big enough, while the split segments
+cannot be returned to the device.  Live memory never exceeds the device: the
+OOM is fragmentation.
+
+Exercises:
+
+* ``lab4.diagnose``: ``diagnose(stats, snapshot, request, device_free) -> dict`` with
+  ``reserved_but_unallocated``, ``largest_free_block`` and ``cause``
+  ("fragmentation" or "too much live memory"), judged on the state at the OOM
+  of public and seeded workloads; the expected answers are computed now from
+  that state.
+* ``lab4.config``: ``choose_config() -> str``, a PYTORCH_CUDA_ALLOC_CONF string;
+  the check replays the workload and seeded variants of it with that config on
+  a fresh tiny-1gb device: it must not run out of memory.
+"""
+from __future__ import annotations
+
+import random
+
+from ..caching import AllocatorConfig, CachingAllocator, OutOfMemoryError
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
+
+PROFILE = "tiny-1gb"
+
+
+def training_like_workload(big: int = 100 * MiB, n_big_first: int = 8, medium: int = 30 * MiB,
+                           n_medium: int = 8, n_big_again: int = 7) -> list:
+    """Ops (see allocator_ref.labs.workload): big tensors cached, medium ones split them, big ones again."""
+    ops = [("malloc", f"act{i}", big, 0) for i in range(n_big_first)]
+    ops += [("free", f"act{i}") for i in range(n_big_first)]
+    ops += [("malloc", f"buf{i}", medium, 0) for i in range(n_medium)]
+    ops += [("malloc", f"act2_{i}", big, 0) for i in range(n_big_again)]
+    return ops
+
+
+def too_big_workload(size: int = 100 * MiB, n: int = 10) -> list:
+    """Ops that cannot fit whatever the configuration: more live bytes than the device has."""
+    return [("malloc", f"t{i}", size, 0) for i in range(n)]
+
+
+def run_until_oom(ops: list, config: str = "", profile: str = PROFILE) -> dict:
+    """Replay ``ops`` on a fresh device; report where it ran out of memory (if it did).
+
+    Returns a dict: ``ok`` (bool), ``failed_op`` (index or None), ``request`` (bytes asked for at the
+    OOM), ``error`` (the OutOfMemoryError text), ``stats`` (memory_stats() at the end or at the OOM),
+    ``snapshot`` (the allocator's snapshot() there), ``allocator`` and ``device``.
+    """
+    dev = lab_device(profile)
+    alloc = CachingAllocator(dev, config)
+    live = {}
+    result = {"ok": True, "failed_op": None, "request": None, "error": None, "allocator": alloc, "device": dev}
+    for i, op in enumerate(ops):
+        try:
+            if op[0] == "malloc":
+                live[op[1]] = alloc.malloc(op[2])
+            elif op[0] == "free":
+                alloc.free(live.pop(op[1]))
+        except OutOfMemoryError as exc:
+            result.update(ok=False, failed_op=i, request=op[2], error=str(exc))
+            break
+    result["stats"] = alloc.memory_stats()
+    result["snapshot"] = alloc.snapshot()
+    return result
+
+
+# ------------------------------------------------------------------ diagnose
+def expected_diagnosis(state: dict) -> dict:
+    stats, snapshot = state["stats"], state["snapshot"]
+    reserved = stats["reserved_bytes.all.current"]
+    allocated = stats["allocated_bytes.all.current"]
+    free_blocks = [b["size"] for s in snapshot["segments"] for b in s["blocks"] if b["state"] == "inactive"]
+    device_free, _ = state["device"].mem_get_info()
+    usable = device_free + (reserved - allocated)
+    cause = "fragmentation" if usable >= state["request"] else "too much live memory"
+    return {"reserved_but_unallocated": reserved - allocated,
+            "largest_free_block": max(free_blocks, default=0), "cause": cause,
+            "_why": (f"{fmt(reserved - allocated)} is reserved but unallocated and the device has {fmt(device_free)} "
+                     f"free: {fmt(usable)} in all, {'enough' if cause == 'fragmentation' else 'not enough'} for the "
+                     f"{fmt(state['request'])} request")}
+
+
+def _diagnose_case(ops, label, data=None):
+    def judge(fn):
+        state = run_until_oom(ops)
+        assert not state["ok"], "lab 4 workload generator: this workload should run out of memory"
+        expected = expected_diagnosis(state)
+        got = fn(state["stats"], state["snapshot"], state["request"], state["device"].mem_get_info()[0])
+        if not isinstance(got, dict):
+            raise Fail(f"diagnose returned {got!r}; it must return a dict with the keys "
+                       "reserved_but_unallocated, largest_free_block, cause", "diagnose did not return a dict")
+        for key, words in (("reserved_but_unallocated", "reserved_bytes minus allocated_bytes (current, 'all' pool)"),
+                           ("largest_free_block", "the largest block whose state is 'inactive' in the snapshot's segments"),
+                           ("cause", expected["_why"])):
+            if key not in got:
+                raise Fail(f"diagnose's dict has no key {key!r}", f"diagnose's dict has no key {key!r}")
+            if got[key] != expected[key]:
+                shown = fmt(expected[key]) if isinstance(expected[key], int) else repr(expected[key])
+                raise Fail(f"at the OOM (op {state['failed_op']}, a {fmt(state['request'])} request): "
+                           f"{key} is {shown}, yours is {_show(got[key])}: {words}",
+                           f"your {key} differs from the value computed from the state at this OOM")
+    return Case(label, judge, data=data or ops)
+
+
+def _show(value) -> str:
+    return f"{fmt(value)} ({value})" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
+
+
+def _diagnose_public():
+    return [_diagnose_case(training_like_workload(), "the training-like workload (100 MiB / 30 MiB tensors)"),
+            _diagnose_case(too_big_workload(), "ten 100 MiB tensors on a 1 GiB device")]
+
+
+def _diagnose_hidden(rng):
+    cases = [_diagnose_case(_seeded_workload(rng), "a seeded training-like workload") for _ in range(2)]
+    size = rng.randint(60, 200) * MiB
+    cases.append(_diagnose_case(too_big_workload(size, 960 * MiB // size + 1), "a seeded workload too big for the device"))
+    return cases
+
+
+register(Exercise(
+    id="lab4.diagnose", lab=4, title="diagnose(stats, snapshot, request, device_free): why did it run out of memory?",
+    public=_diagnose_public, hidden=_diagnose_hidden, what="diagnose function",
+    hint="reserved_but_unallocated = stats['reserved_bytes.all.current'] - stats['allocated_bytes.all.current']; "
+         "largest_free_block = max size of the blocks with state 'inactive' over snapshot['segments']; the cause is "
+         "fragmentation when reserved-but-unallocated bytes plus the device's free bytes would cover the request "
+         "(the memory exists, not in one piece), else too much live memory.",
+))
+
+
+# ------------------------------------------------------------------ config
+def _seeded_workload(rng: random.Random) -> list:
+    """A variant of the training-like workload that OOMs by default and fits with the usual remedies."""
+    for _ in range(200):
+        big = 2 * MiB * rng.randint(40, 64)          # 80..128 MiB
+        medium = 2 * MiB * rng.randint(11, 20)       # 22..40 MiB
+        n_first = (800 * MiB) // big
+        n_medium = rng.randint(6, 10)
+        n_again = (940 * MiB - n_medium * medium) // big
+        ops = training_like_workload(big, n_first, medium, n_medium, n_again)
+        if (not run_until_oom(ops)["ok"] and run_until_oom(ops, "expandable_segments:True")["ok"]
+                and run_until_oom(ops, "max_split_size_mb:41")["ok"] and run_until_oom(ops, "max_split_size_mb:79")["ok"]):
+            return ops
+    raise RuntimeError("lab 4: no seeded workload found (report this to the instructor)")
+
+
+def _config_case(ops, label):
+    def judge(fn):
+        text = fn()
+        if not isinstance(text, str):
+            raise Fail(f"choose_config() returned {text!r}; return a PYTORCH_CUDA_ALLOC_CONF string such as "
+                       "'max_split_size_mb:128'", "choose_config() did not return a string")
+        try:
+            AllocatorConfig.parse(text)
+        except ValueError as exc:
+            raise Fail(f"the config {text!r} is not valid: {exc}", f"the config is not valid: {exc}") from None
+        state = run_until_oom(ops, text)
+        if not state["ok"]:
+            st = state["stats"]
+            reserved, allocated = st["reserved_bytes.all.current"], st["allocated_bytes.all.current"]
+            raise Fail(f"with {text!r} the workload still runs out of memory at op {state['failed_op']} "
+                       f"(a {fmt(state['request'])} request): {fmt(reserved)} reserved, {fmt(allocated)} allocated, "
+                       f"{fmt(reserved - allocated)} reserved but unallocated",
+                       f"with your config a seeded variant of the workload still runs out of memory")
+        peak = state["stats"]["reserved_bytes.all.peak"]
+        capacity = state["device"].info.total_memory - state["device"].info.context_reserve
+        assert peak <= capacity
+    return Case(label, judge, data=ops)
+
+
+register(Exercise(
+    id="lab4.config", lab=4, title="choose_config(): the PYTORCH_CUDA_ALLOC_CONF that makes it fit",
+    public=lambda: [_config_case(training_like_workload(), "the training-like workload on tiny-1gb")],
+    hidden=lambda rng: [_config_case(_seeded_workload(rng), "a seeded variant (other tensor sizes)") for _ in range(2)],
+    what="choose_config function",
+    hint="The medium buffers are carved out of cached big blocks (best fit splits them), and a split segment is "
+         "never returned to the device. Either stop big blocks from being split for smaller requests "
+         "(max_split_size_mb: blocks at least that big are never split and never handed to smaller requests; "
+         "pick a value between the medium and the big sizes), or let the allocator grow one segment page by page "
+         "and unmap free pages (expandable_segments:True).",
+))
