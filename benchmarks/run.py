@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
 from . import bench_fragmentation, bench_gpu, bench_replay, bench_warm_path
-from .common import RESULTS, machine
+from .common import RESULTS, machine, write_result
 
 BENCHMARKS = {
     "warm_path": bench_warm_path.run,
@@ -25,7 +26,7 @@ BENCHMARKS = {
 
 
 def _viz_runner():
-    """benchmarks/bench_viz.py (another engineer's), if it exposes ``run(quick=..., out_dir=...)``."""
+    """``run`` of benchmarks/bench_viz.py (another engineer's), when that module exists."""
     try:
         mod = importlib.import_module("benchmarks.bench_viz")
     except ImportError:
@@ -90,6 +91,13 @@ def report(results: dict, quick: bool) -> str:
             for name, cell in g["allocators"].items():
                 lines.append(f"| {name} | {_fmt(cell.get('us_per_step'), '.1f') if 'error' not in cell else cell['error']} |")
             lines += ["", f"cudaFree behind a queued kernel: {g['free_sync']}", ""]
+    v = results.get("viz")
+    if v:
+        lines += ["## Block map and player (benchmarks/bench_viz.py)", "", "| figure | value |", "|---|---:|"]
+        for key, value in v.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                lines.append(f"| {key} | {value:,.3f} |" if isinstance(value, float) else f"| {key} | {value:,} |")
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 
@@ -108,8 +116,14 @@ def main(argv: Optional[Sequence[str]] = None, out_dir: Optional[Path] = None) -
         results[name] = fn(quick=args.quick, out_dir=args.out)
     viz = _viz_runner()
     if viz is not None and not args.only:
+        print("== viz ==", flush=True)
         try:
-            results["viz"] = viz(quick=args.quick, out_dir=args.out)
+            takes_out = "out_dir" in inspect.signature(viz).parameters
+            got = viz(quick=args.quick, out_dir=args.out) if takes_out else viz(quick=args.quick)
+            if isinstance(got, dict):
+                results["viz"] = got
+                if not takes_out:
+                    write_result("viz", {"quick": args.quick, **got}, args.out)
         except Exception as exc:           # another engineer's benchmark: report, don't abort ours
             print(f"[viz] failed: {type(exc).__name__}: {exc}")
     args.out.mkdir(parents=True, exist_ok=True)
