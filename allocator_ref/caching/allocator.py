@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from ..allocation import Allocation
 from ..device.errors import CudaError, CudaOutOfMemoryError
-from ..trace.events import TraceEntry, TraceRecorder
+from ..trace.events import TraceEntry, TraceRecorder, python_frames
 from .block import Block, BlockPool
 from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
                      kMinBlockSize, kSmallSize, round_size)
@@ -84,6 +84,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         self.oom_observers: list = []
         self.expandable_segments_: list = []
         self._live: dict[int, Allocation] = {}         # ptr -> Allocation handed out
+        self._context: Optional[list] = None           # Python stack of the call in progress (history on)
         if self.config.per_process_memory_fraction < 1.0:
             self.set_per_process_memory_fraction(self.config.per_process_memory_fraction)
 
@@ -123,6 +124,13 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             return Allocation(ptr=0, size=0, requested_size=0, stream=stream, allocator=self)
         if nbytes >= ONE_EXABYTE:
             raise OutOfMemoryError(EXABYTE_MESSAGE)
+        self._context = self._gather_context(("state", "alloc", "all"))
+        try:
+            return self._malloc(nbytes, stream)
+        finally:
+            self._context = None
+
+    def _malloc(self, nbytes: int, stream: Any) -> Allocation:
         self.process_events()
         size = round_size(nbytes, self.config)
         pool = self.get_pool(size)
@@ -241,7 +249,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         if size >= self.config.max_split_size:
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
-        self._record("segment_alloc", ptr, size, p.stream_key)
+        p.block.segment_frames = self._context or []
+        self._record("segment_alloc", ptr, size, p.stream_key, self._context)
         return True
 
     def release_available_cached_blocks(self, p: AllocParams) -> bool:
@@ -297,7 +306,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
     def release_block(self, block: Block) -> None:
         """``release_block``: cudaFree one whole segment."""
         self.stats.num_device_free += 1
-        self._record("segment_free", block.ptr, block.size, block.stream_key)
+        self._record("segment_free", block.ptr, block.size, block.stream_key,
+                     self._context or block.segment_frames)
         self.device.free(block.ptr)
         self.total_allocated_memory -= block.size
         pool_type = self._pool_type(block.pool)
@@ -344,8 +354,9 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             self.stats.decrease("inactive_split", pool_type, 1)
         block.allocated = True
         block.requested_size = orig_size
+        block.frames = self._context or []       # context_when_allocated
         self.active_blocks[block.ptr] = block
-        self._record("alloc", block.ptr, orig_size, block.stream_key)
+        self._record("alloc", block.ptr, orig_size, block.stream_key, self._context)
         self.stats.increase("allocation", pool_type, 1)
         self.stats.increase("allocated_bytes", pool_type, block.size)
         self.stats.increase("active", pool_type, 1)
@@ -358,7 +369,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
     def _raise_oom(self, p: AllocParams) -> None:
         """The end of ``malloc``: count it, trace it, tell the observers, raise."""
         free, total = self.device.mem_get_info()
-        self._record("oom", free, p.size, p.stream_key)
+        self._record("oom", free, p.size, p.stream_key, self._context)
         self.stats.num_ooms += 1
         limit = self.allowed_memory_maximum if self.allowed_memory_maximum is not None else total
         for observer in self.oom_observers:
@@ -379,12 +390,20 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             return
         block = allocation._block
         allocation.freed = True
+        self._context = self._gather_context(("all",))
+        try:
+            self._free(allocation, block)
+        finally:
+            self._context = None
+
+    def _free(self, allocation: Allocation, block: Block) -> None:
         del self._live[block.ptr]
         block.allocated = False
         pool_type = self._pool_type(block.pool)
         self.stats.decrease("allocation", pool_type, 1)
         self.stats.decrease("allocated_bytes", pool_type, block.size)
-        self._record("free_requested", block.ptr, block.requested_size, block.stream_key)
+        self._record("free_requested", block.ptr, block.requested_size, block.stream_key,
+                     self._context or block.frames)
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.decrease(1)
         if block.stream_uses:
@@ -394,7 +413,9 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
 
     def free_block(self, block: Block) -> None:
         """``free_block``: back into the pool, merged with free neighbours."""
-        self._record("free_completed", block.ptr, block.requested_size, block.stream_key)
+        self._record("free_completed", block.ptr, block.requested_size, block.stream_key,
+                     self._context or block.frames)
+        block.frames = []
         original_size, requested = block.size, block.requested_size
         pool = block.pool
         net_blocks = net_bytes = 0
@@ -532,8 +553,18 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
                              clear_history=clear_history, skip_actions=skip_actions)
 
     # ---------------------------------------------------------------- helpers
-    def _record(self, action: str, addr: int, size: int, stream_key: int) -> None:
-        self.trace.record(TraceEntry(action, addr, size, stream_key, int(self.device.now_us())))
+    def _record(self, action: str, addr: int, size: int, stream_key: int,
+                frames: Optional[list] = None) -> None:
+        # Trace entries carry a stack only from context "alloc" up (record_trace's RecordContext::ALLOC).
+        if not frames or self.trace.context not in ("alloc", "all"):
+            frames = None
+        self.trace.record(TraceEntry(action, addr, size, stream_key, int(self.device.now_us()), frames))
+
+    def _gather_context(self, levels: tuple) -> Optional[list]:
+        """The caller's Python stack, when history is on with a context level in ``levels``."""
+        if self.trace.enabled is None or self.trace.context not in levels:
+            return None
+        return python_frames()
 
     def _check_stream(self, stream: Any) -> Any:
         if stream is None:

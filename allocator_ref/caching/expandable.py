@@ -179,7 +179,9 @@ class ExpandableMixin:
         self.total_allocated_memory += mapped
         self.stats.increase("reserved_bytes", self._pool_type(pool), mapped)
         self.stats.num_device_alloc += 1
-        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key)
+        if to_map.prev is None and not to_map.segment_frames:
+            to_map.segment_frames = self._context or []
+        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, self._context)
         return True
 
     def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Optional[Block]:
@@ -228,7 +230,7 @@ class ExpandableMixin:
         self.total_allocated_memory -= unmapped
         self.stats.decrease("reserved_bytes", self._pool_type(pool), unmapped)
         self.stats.num_device_free += 1
-        self._record("segment_unmap", start, unmapped, block.stream_key)
+        self._record("segment_unmap", start, unmapped, block.stream_key, self._context)
 
     def release_expandable_segment(self, block: Block) -> None:
         """``release_expandable_segment``: the whole range is unmapped: free the reservation."""

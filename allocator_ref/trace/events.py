@@ -23,6 +23,7 @@ action             addr                 size
 """
 from __future__ import annotations
 
+import os
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,6 +33,25 @@ ACTIONS = (
     "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
     "segment_map", "segment_unmap", "snapshot", "oom",
 )
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def python_frames(limit: int = 32) -> list:
+    """The calling Python stack, innermost first, without this package's own frames.
+
+    The reference allocator's ``GatheredContext``: what a snapshot shows as ``frames``
+    so a learner sees which line of *their* code made an allocation.
+    """
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None and len(frames) < limit:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE_DIR):
+            frames.append({"filename": filename, "line": frame.f_lineno, "name": frame.f_code.co_name})
+        frame = frame.f_back
+    return frames
 
 
 @dataclass

@@ -54,7 +54,8 @@ class _Controls:
         last = max(0, n - 1)
         self.play = widgets.Play(value=0, min=0, max=last, step=1, interval=interval_ms,
                                  description="Play", show_repeat=False)
-        self.slider = widgets.IntSlider(value=0, min=0, max=last, description="event",
+        # no readout: the caption says "event i of n" (1-based), the slider would say i - 1
+        self.slider = widgets.IntSlider(value=0, min=0, max=last, description="event", readout=False,
                                         layout=widgets.Layout(width="420px"))
         self.back = widgets.Button(description="◀ back", tooltip="previous event",
                                    layout=widgets.Layout(width="80px"))

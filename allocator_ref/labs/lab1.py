@@ -1,0 +1,146 @@
+"""Lab 1 -- measure it: cudaMalloc/cudaFree in a loop versus a cached allocation.
+
+The learner writes ``measure(dev, nbytes, repeats, kernel_us) -> dict`` timing, on
+the device's own clock (``dev.now_us()``: virtual on the SimDevice, wall clock on
+a GPU), ``repeats`` iterations of "allocate, launch a kernel that uses the
+buffer, free" done two ways: straight on the device (cudaMalloc/cudaFree) and
+through a CachingAllocator.  It returns the host time per iteration of each and
+their ratio.
+
+The check runs it on a fresh SimDevice and judges behaviour, not only the
+numbers: the device really saw ``repeats`` cudaMalloc calls and the kernels,
+cudaFree really synchronised the device, and the figures match what the device's
+clock gives for the same loop (the reference loop is timed now, on a fresh device
+of the same profile).
+
+``lab1.explain``: ``dominant_cost(dev, nbytes, kernel_us) -> "api" | "sync"``:
+which part of the direct loop's time dominates -- the host time spent inside
+cudaMalloc/cudaFree, or the waiting that cudaFree's implicit device-wide
+synchronisation causes.  The expected answer is measured now from the
+device's counters.
+"""
+from __future__ import annotations
+
+import math
+
+from ..caching import CachingAllocator
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
+
+
+def reference_measure(dev, nbytes, repeats=20, kernel_us=100.0):
+    t0 = dev.now_us()
+    for _ in range(repeats):
+        ptr = dev.malloc(nbytes)
+        dev.fill(ptr, nbytes, 1)
+        dev.sleep(None, kernel_us)
+        dev.free(ptr)
+    direct = (dev.now_us() - t0) / repeats
+    dev.synchronize()
+    alloc = CachingAllocator(dev)
+    alloc.free(alloc.malloc(nbytes))              # warm the cache
+    t0 = dev.now_us()
+    for _ in range(repeats):
+        buf = alloc.malloc(nbytes)
+        dev.fill(buf.ptr, nbytes, 1)
+        dev.sleep(None, kernel_us)
+        alloc.free(buf)
+    cached = (dev.now_us() - t0) / repeats
+    dev.synchronize()
+    alloc.close()
+    return {"direct_us": direct, "cached_us": cached, "ratio": direct / cached}
+
+
+def _measure_case(nbytes, repeats, kernel_us, profile, label):
+    def judge(fn):
+        dev = lab_device(profile)
+        before = dev.counters.malloc_calls, dev.counters.implicit_syncs, dev.counters.kernels
+        got = fn(dev, nbytes, repeats, kernel_us)
+        mallocs = dev.counters.malloc_calls - before[0]
+        syncs = dev.counters.implicit_syncs - before[1]
+        kernels = dev.counters.kernels - before[2]
+        if not isinstance(got, dict) or not {"direct_us", "cached_us", "ratio"} <= set(got):
+            raise Fail(f"measure returned {got!r}; return a dict with direct_us, cached_us and ratio",
+                       "measure did not return a dict with direct_us, cached_us and ratio")
+        if mallocs < repeats:
+            raise Fail(f"the device saw {mallocs} cudaMalloc call(s) for {repeats} repeats: the direct loop must call "
+                       "dev.malloc and dev.free once per iteration (do not reuse one buffer)",
+                       "the device did not see one cudaMalloc per iteration of the direct loop")
+        if syncs < repeats:
+            raise Fail(f"only {syncs} cudaFree synchronisation(s) for {repeats} iterations: free each buffer with "
+                       "dev.free inside the loop", "the direct loop did not cudaFree every buffer")
+        if kernels < 2 * repeats:
+            raise Fail(f"the device ran {kernels} kernel(s): each iteration of both loops must launch the kernel that "
+                       "uses the buffer (dev.fill or dev.sleep)", "the loops did not launch a kernel per iteration")
+        ref = reference_measure(lab_device(profile), nbytes, repeats, kernel_us)
+        for key, words in (("direct_us", "host time per iteration of the cudaMalloc/cudaFree loop"),
+                           ("cached_us", "host time per iteration of the caching-allocator loop")):
+            value = got[key]
+            if not isinstance(value, (int, float)) or not math.isclose(value, ref[key], rel_tol=0.15):
+                raise Fail(f"{key} = {value!r}, but the device's clock gives {ref[key]:.2f} us for the same loop "
+                           f"({fmt(nbytes)}, {repeats} repeats, {kernel_us:g} us kernels, {profile}): {words}, "
+                           "measured with dev.now_us() before and after the loop, divided by repeats",
+                           f"{key} is not consistent with the device's clock for this loop")
+        if not isinstance(got["ratio"], (int, float)) or not math.isclose(got["ratio"], got["direct_us"] / got["cached_us"],
+                                                                           rel_tol=0.01):
+            raise Fail(f"ratio = {got['ratio']!r} is not direct_us / cached_us", "ratio is not direct_us / cached_us")
+    return Case(label, judge, data=(nbytes, repeats, kernel_us, profile))
+
+
+def _measure_public():
+    return [_measure_case(4 * MiB, 20, 100.0, "h100-80gb", "4 MiB, 20 repeats, 100 us kernels, H100 profile"),
+            _measure_case(64 * 1024, 10, 5.0, "t4-16gb", "64 KiB, 10 repeats, 5 us kernels, T4 profile")]
+
+
+def _measure_hidden(rng):
+    return [_measure_case(rng.choice([512 * rng.randint(1, 2048), rng.randint(1, 64) * MiB]), rng.randint(5, 30),
+                          float(rng.choice([1, 10, 50, 200, 1000])), rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"]),
+                          "a seeded size, repeat count, kernel length and profile") for _ in range(3)]
+
+
+register(Exercise(
+    id="lab1.measure", lab=1, title="measure(dev, nbytes, repeats, kernel_us): cudaMalloc/cudaFree vs cached",
+    public=_measure_public, hidden=_measure_hidden, what="measure function",
+    hint="Loop 1: ptr = dev.malloc(nbytes); dev.fill(ptr, nbytes, 1); dev.sleep(None, kernel_us); dev.free(ptr). "
+         "Loop 2 with alloc = CachingAllocator(dev) (warm it with one malloc/free first): buf = alloc.malloc(nbytes); "
+         "the same two kernels on buf.ptr; alloc.free(buf). Time each loop with dev.now_us() and divide by repeats.",
+))
+
+
+# ------------------------------------------------------------------ explain
+def expected_dominant(profile, nbytes, kernel_us) -> tuple:
+    dev = lab_device(profile)
+    api0, wait0 = dev.counters.api_time_us, dev.counters.implicit_sync_wait_us
+    for _ in range(5):
+        ptr = dev.malloc(nbytes)
+        dev.fill(ptr, nbytes, 1)
+        dev.sleep(None, kernel_us)
+        dev.free(ptr)
+    api = dev.counters.api_time_us - api0
+    wait = dev.counters.implicit_sync_wait_us - wait0
+    return ("sync" if wait > api else "api"), api, wait
+
+
+def _explain_case(profile, nbytes, kernel_us, label):
+    def judge(fn):
+        expected, api, wait = expected_dominant(profile, nbytes, kernel_us)
+        got = fn(lab_device(profile), nbytes, kernel_us)
+        if got != expected:
+            raise Fail(f"dominant_cost returned {got!r}, expected {expected!r}: in 5 iterations the host spent "
+                       f"{api:.1f} us inside API calls and {wait:.1f} us waiting in cudaFree's implicit "
+                       f"synchronisation ({fmt(nbytes)}, {kernel_us:g} us kernels, {profile})",
+                       "your answer differs from what the device's counters show for this loop")
+    return Case(label, judge, data=(profile, nbytes, kernel_us))
+
+
+register(Exercise(
+    id="lab1.explain", lab=1, title="dominant_cost(dev, nbytes, kernel_us): API time or cudaFree's sync?",
+    public=lambda: [_explain_case("h100-80gb", 4 * MiB, 500.0, "4 MiB, 500 us kernels"),
+                    _explain_case("h100-80gb", 4 * MiB, 1.0, "4 MiB, 1 us kernels")],
+    hidden=lambda rng: [_explain_case(rng.choice(["h100-80gb", "t4-16gb"]), rng.randint(1, 256) * MiB,
+                                      float(rng.choice([0.5, 2, 20, 100, 2000])), "seeded size and kernel length")
+                        for _ in range(3)],
+    what="dominant_cost function",
+    hint="Run the direct loop a few times on dev and compare dev.counters.api_time_us (host time inside API calls) "
+         "with dev.counters.implicit_sync_wait_us (host time waiting for the streams in cudaFree); read both before "
+         "and after. Return 'sync' when the waiting is larger, else 'api'.",
+))
