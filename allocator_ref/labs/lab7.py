@@ -1,0 +1,141 @@
+"""Lab 7 -- diagnose it: answer questions about a training snapshot from its trace.
+
+Snapshots: the real PyTorch snapshots in ``../shared/traces`` (relative to the
+repository root) when they are there -- loaded only with
+``allocator_ref.trace.load_snapshot``, which refuses every pickle global --
+else a snapshot the course makes itself with ``CachingAllocator.snapshot()``.
+Hidden cases are snapshots the course records now from seeded workloads.
+
+The learner writes functions of the snapshot dict; the expected answers are
+computed at check time by replaying the snapshot's trace event by event
+(``replay_trace`` below), never stored:
+
+* ``lab7.peaks``: ``peaks(snapshot) -> {"peak_requested": int, "peak_reserved": int}``
+  -- the most bytes requested by live tensors at once, and the most bytes held
+  in segments at once, over the trace;
+* ``lab7.largest_free``: ``largest_free_block(snapshot) -> int`` -- the biggest
+  cached free block at the end (segments list).
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from ..caching import CachingAllocator
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
+from .workload import random_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT.parent / "shared" / "traces"
+REAL_FROM_EMPTY = "small-from-empty.pickle"     # recorded from an empty allocator: peaks are well defined
+
+
+def course_snapshot(seed: int = 0, n_ops: int = 120, profile: str = "h100-80gb") -> dict:
+    """A snapshot recorded now by the reference allocator on a seeded training-like workload."""
+    rng = random.Random(seed)
+    dev = lab_device(profile)
+    alloc = CachingAllocator(dev)
+    alloc.record_memory_history()
+    live = {}
+    for op in random_workload(rng, n_ops, kinds=("small", "medium", "large", "medium")):
+        if op[0] == "malloc":
+            live[op[1]] = alloc.malloc(op[2])
+        elif op[0] == "free":
+            alloc.free(live.pop(op[1]))
+    if rng.random() < 0.5:
+        alloc.empty_cache()
+    return alloc.snapshot()
+
+
+def training_snapshot() -> tuple:
+    """(snapshot, where it came from): the real one when ../shared/traces has it, else a course-made one."""
+    path = TRACES / REAL_FROM_EMPTY
+    if path.exists():
+        from ..trace import load_snapshot
+        return load_snapshot(path), f"real PyTorch snapshot {REAL_FROM_EMPTY}"
+    return course_snapshot(7), "course-made snapshot (CachingAllocator.snapshot(), seed 7)"
+
+
+def replay_trace(snapshot: dict) -> dict:
+    """Walk device_traces[0]: peaks of requested and reserved bytes (the reference answer)."""
+    requested = reserved = peak_req = peak_res = 0
+    for e in snapshot["device_traces"][0] if snapshot["device_traces"] else []:
+        action = e["action"]
+        if action == "alloc":
+            requested += e["size"]
+        elif action == "free_completed":
+            requested -= e["size"]
+        elif action in ("segment_alloc", "segment_map"):
+            reserved += e["size"]
+        elif action in ("segment_free", "segment_unmap"):
+            reserved -= e["size"]
+        peak_req, peak_res = max(peak_req, requested), max(peak_res, reserved)
+    return {"peak_requested": peak_req, "peak_reserved": peak_res}
+
+
+def largest_free(snapshot: dict) -> int:
+    return max((b["size"] for s in snapshot["segments"] for b in s["blocks"] if b["state"] == "inactive"), default=0)
+
+
+def _peaks_case(get, label):
+    def judge(fn):
+        snapshot, where = get()
+        expected = replay_trace(snapshot)
+        got = fn(snapshot)
+        if not isinstance(got, dict):
+            raise Fail(f"peaks returned {got!r}; return a dict with peak_requested and peak_reserved",
+                       "peaks did not return a dict")
+        for key, words in (("peak_requested", "the running sum of 'alloc' sizes minus 'free_completed' sizes"),
+                           ("peak_reserved", "the running sum of 'segment_alloc'/'segment_map' sizes minus "
+                                             "'segment_free'/'segment_unmap' sizes")):
+            if got.get(key) != expected[key]:
+                raise Fail(f"{where}: {key} is {fmt(expected[key])} ({expected[key]}), yours is {got.get(key)!r}: "
+                           f"the maximum over the trace of {words}",
+                           f"your {key} differs from the value replayed from this snapshot's trace")
+    return Case(label, judge)
+
+
+def _free_case(get, label):
+    def judge(fn):
+        snapshot, where = get()
+        expected = largest_free(snapshot)
+        got = fn(snapshot)
+        if got != expected:
+            raise Fail(f"{where}: the largest free block is {fmt(expected)} ({expected}), yours is {got!r}: look at "
+                       "the blocks whose state is 'inactive' in every segment of snapshot['segments']",
+                       "your answer differs from the largest inactive block of this snapshot")
+    return Case(label, judge)
+
+
+def _hidden(make_case):
+    def gen(rng):
+        cases = []
+        for _ in range(3):
+            seed = rng.randrange(1 << 30)
+            n = rng.randint(60, 200)
+            case = make_case(lambda seed=seed, n=n: (course_snapshot(seed, n), "a seeded course-made snapshot"),
+                             "a snapshot recorded now from a seeded workload")
+            case.data = (seed, n)
+            cases.append(case)
+        return cases
+    return gen
+
+
+register(Exercise(
+    id="lab7.peaks", lab=7, title="peaks(snapshot): peak requested and peak reserved bytes from the trace",
+    public=lambda: [_peaks_case(training_snapshot, "the training snapshot"),
+                    _peaks_case(lambda: (course_snapshot(3), "course-made snapshot (seed 3)"), "a course-made snapshot")],
+    hidden=_hidden(_peaks_case), what="peaks function",
+    hint="Walk snapshot['device_traces'][0] in order, keeping two running totals: requested bytes (+size on "
+         "'alloc', -size on 'free_completed') and reserved bytes (+size on 'segment_alloc' and 'segment_map', "
+         "-size on 'segment_free' and 'segment_unmap'); return the maximum each reached.",
+))
+
+register(Exercise(
+    id="lab7.largest_free", lab=7, title="largest_free_block(snapshot): the biggest cached free block at the end",
+    public=lambda: [_free_case(training_snapshot, "the training snapshot"),
+                    _free_case(lambda: (course_snapshot(3), "course-made snapshot (seed 3)"), "a course-made snapshot")],
+    hidden=_hidden(_free_case), what="largest_free_block function",
+    hint="snapshot['segments'] lists every segment with its blocks; a cached free block has state 'inactive'. "
+         "Return the largest size among them (0 when there is none).",
+))
