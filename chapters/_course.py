@@ -116,7 +116,7 @@ def player(frames, simulated: bool = True):
     """An ipywidgets slider over the frames (the package's player when it exists)."""
     try:
         from allocator_ref.viz.player import TracePlayer      # the package's widget, once it lands
-        return TracePlayer(frames)
+        return TracePlayer(frames, simulated=simulated)
     except ImportError:
         pass
     import ipywidgets as W
