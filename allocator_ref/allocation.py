@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, runtime_checkable
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Allocation:
     """A live allocation.  ``ptr`` is what a kernel would use."""
 

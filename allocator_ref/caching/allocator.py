@@ -124,6 +124,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             return Allocation(ptr=0, size=0, requested_size=0, stream=stream, allocator=self)
         if nbytes >= ONE_EXABYTE:
             raise OutOfMemoryError(EXABYTE_MESSAGE)
+        if self.trace.enabled is None:          # the common case: no history, no stack to gather
+            return self._malloc(nbytes, stream)
         self._context = self._gather_context(("state", "alloc", "all"))
         try:
             return self._malloc(nbytes, stream)
@@ -131,9 +133,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             self._context = None
 
     def _malloc(self, nbytes: int, stream: Any) -> Allocation:
-        self.process_events()
+        if self.cuda_events:                       # (process_events has nothing to do otherwise)
+            self.process_events()
         size = round_size(nbytes, self.config)
-        pool = self.get_pool(size)
+        pool = self.small_blocks if size <= kSmallSize else self.large_blocks    # get_pool
         params = AllocParams(size, get_allocation_size(size, self.config), pool, stream)
 
         found = self.get_free_block(params) or (
@@ -148,8 +151,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
                          and self.alloc_block(params, is_retry=True)))
         if not found:
             self._raise_oom(params)
-        expandable_active = self._expandable_active(params.block)
-        split = self.should_split(params.block, size, expandable_active)
+        # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
+        split = self.should_split(params.block, size, self.config.expandable_segments)
         block = self.alloc_found_block(params, nbytes, split)
         allocation = Allocation(ptr=block.ptr, size=block.size, requested_size=nbytes,
                                 stream=stream, allocator=self, _block=block)
@@ -161,19 +164,18 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         return self.small_blocks if size <= kSmallSize else self.large_blocks
 
     def _pool_type(self, pool: BlockPool) -> int:
-        return SMALL_POOL if pool.is_small else LARGE_POOL
+        return pool.stat_type
 
     def get_free_block(self, p: AllocParams) -> bool:
         """``get_free_block``: best fit = lower bound of (stream, size, 0) in the pool."""
         pool = p.pool
-        if self._gc_enabled():
+        if self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold > 0:
             pool.get_free_blocks_call_count += 1      # the GC clock ticks on every search
-        index = pool.lower_bound(p.stream_key, p.size)
-        block = pool.block_at(index)
+        block = pool.best_fit(p.stream_key, p.size)
         if block is None or block.stream_key != p.stream_key:
             return False
         if block.expandable_segment is not None:
-            index, block = self._pick_expandable_candidate(pool, index, block, p.stream_key)
+            _, block = self._pick_expandable_candidate(pool, pool.index_of(block), block, p.stream_key)
             if block is None:
                 return False
         max_split = self.config.max_split_size
@@ -327,7 +329,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
     def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool) -> Block:
         """``alloc_found_block``: split if asked, mark allocated, count it, trace it."""
         block, size, pool = p.block, p.size, p.pool
-        pool_type = self._pool_type(pool)
+        pool_type = pool.stat_type
         in_expandable = block.expandable_segment is not None
         already_split = block.is_split()
         if split:
@@ -356,12 +358,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         block.requested_size = orig_size
         block.frames = self._context or []       # context_when_allocated
         self.active_blocks[block.ptr] = block
-        self._record("alloc", block.ptr, orig_size, block.stream_key, self._context)
-        self.stats.increase("allocation", pool_type, 1)
-        self.stats.increase("allocated_bytes", pool_type, block.size)
-        self.stats.increase("active", pool_type, 1)
-        self.stats.increase("active_bytes", pool_type, block.size)
-        self.stats.increase("requested_bytes", pool_type, orig_size)
+        if self.trace.active:
+            self._record("alloc", block.ptr, orig_size, block.stream_key, self._context)
+        # allocation +1, allocated_bytes, active +1, active_bytes += block.size; requested_bytes += orig_size
+        self.stats.count_allocation(pool_type, block.size, orig_size)
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.increase(1)
         return block
@@ -390,6 +390,9 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             return
         block = allocation._block
         allocation.freed = True
+        if self.trace.enabled is None:
+            self._free(allocation, block)
+            return
         self._context = self._gather_context(("all",))
         try:
             self._free(allocation, block)
@@ -399,11 +402,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
     def _free(self, allocation: Allocation, block: Block) -> None:
         del self._live[block.ptr]
         block.allocated = False
-        pool_type = self._pool_type(block.pool)
-        self.stats.decrease("allocation", pool_type, 1)
-        self.stats.decrease("allocated_bytes", pool_type, block.size)
-        self._record("free_requested", block.ptr, block.requested_size, block.stream_key,
-                     self._context or block.frames)
+        self.stats.count_free_request(block.pool.stat_type, block.size)   # allocation -1, allocated_bytes
+        if self.trace.active:
+            self._record("free_requested", block.ptr, block.requested_size, block.stream_key,
+                         self._context or block.frames)
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.decrease(1)
         if block.stream_uses:
@@ -413,29 +415,31 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
 
     def free_block(self, block: Block) -> None:
         """``free_block``: back into the pool, merged with free neighbours."""
-        self._record("free_completed", block.ptr, block.requested_size, block.stream_key,
-                     self._context or block.frames)
+        if self.trace.active:
+            self._record("free_completed", block.ptr, block.requested_size, block.stream_key,
+                         self._context or block.frames)
         block.frames = []
         original_size, requested = block.size, block.requested_size
         pool = block.pool
         net_blocks = net_bytes = 0
         del self.active_blocks[block.ptr]
         for candidate in (block.prev, block.next):
+            if candidate is None or candidate.allocated:
+                continue                      # try_merge_blocks would refuse: skip the call
             subsumed = self.try_merge_blocks(block, candidate, pool)
             if subsumed > 0:
                 net_blocks -= 1
                 net_bytes -= subsumed
         pool.insert_into_blocks(block)
-        if block.is_split():
+        if block.prev is not None or block.next is not None:    # block.is_split()
             net_blocks += 1
             net_bytes += block.size
-        pool_type = self._pool_type(pool)
-        if block.expandable_segment is None:
+        pool_type = pool.stat_type
+        if block.expandable_segment is None and (net_blocks or net_bytes):
             self._apply_net("inactive_split", pool_type, net_blocks)
             self._apply_net("inactive_split_bytes", pool_type, net_bytes)
-        self.stats.decrease("active", pool_type, 1)
-        self.stats.decrease("active_bytes", pool_type, original_size)
-        self.stats.decrease("requested_bytes", pool_type, requested)
+        # active -1, active_bytes -= original size, requested_bytes -= requested_size
+        self.stats.count_free_completed(pool_type, original_size, requested)
 
     def _apply_net(self, name: str, pool_type: int, change: int) -> None:
         if change > 0:
@@ -487,6 +491,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
 
     def process_events(self) -> None:
         """``process_events``: per stream, free blocks whose events completed (stop at the first not ready)."""
+        if not self.cuda_events:
+            return
         for key in list(self.cuda_events):
             queue = self.cuda_events[key]
             while queue:
@@ -555,6 +561,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
     # ---------------------------------------------------------------- helpers
     def _record(self, action: str, addr: int, size: int, stream_key: int,
                 frames: Optional[list] = None) -> None:
+        if not self.trace.active:
+            return                    # nobody is listening: do not even build the entry
         # Trace entries carry a stack only from context "alloc" up (record_trace's RecordContext::ALLOC).
         if not frames or self.trace.context not in ("alloc", "all"):
             frames = None
@@ -577,6 +585,9 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
 
     def _lookup(self, allocation: Any, what: str) -> Allocation:
         """The live Allocation behind ``allocation`` (an Allocation or a pointer), or a clear error."""
+        if type(allocation) is Allocation and allocation.ptr and \
+                self._live.get(allocation.ptr) is allocation:
+            return allocation                    # the usual case: a live allocation of ours
         if isinstance(allocation, int) and not isinstance(allocation, bool):
             if allocation == 0:
                 return Allocation(0, 0, 0, self.device.default_stream, self)

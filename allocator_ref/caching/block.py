@@ -15,9 +15,12 @@ PyTorch uses a ``std::set``; here it is a ``sortedcontainers.SortedList``.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any, Optional
 
 from sortedcontainers import SortedList
+
+from .stats import LARGE_POOL, SMALL_POOL
 
 
 class Block:
@@ -66,6 +69,7 @@ class BlockPool:
 
     def __init__(self, is_small: bool) -> None:
         self.is_small = is_small
+        self.stat_type = SMALL_POOL if is_small else LARGE_POOL   # which stats its blocks count in
         self.blocks = SortedList()        # free, mapped blocks
         self.unmapped = SortedList()      # expandable segments' unmapped ranges, by (stream, address)
         self.get_free_blocks_call_count = 0   # the garbage collector's clock
@@ -73,14 +77,34 @@ class BlockPool:
     def insert_into_blocks(self, block: Block) -> None:
         """``BlockPool::insert_into_blocks``: stamp the GC clock, then insert."""
         block.gc_count_base = self.get_free_blocks_call_count
-        self.blocks.add(block.key())
+        self.blocks.add((block.stream_key, block.size, block.ptr, block))     # block.key()
 
     def remove(self, block: Block) -> None:
-        self.blocks.remove(block.key())
+        self.blocks.remove((block.stream_key, block.size, block.ptr, block))  # block.key()
 
     def lower_bound(self, stream_key: int, size: int) -> int:
         """Index of the first free block with key >= (stream, size, 0)."""
         return self.blocks.bisect_left((stream_key, size, 0))
+
+    def best_fit(self, stream_key: int, size: int) -> Optional[Block]:
+        """The first free block with key >= (stream, size, 0): ``blocks.lower_bound`` in C++.
+
+        SortedList keeps its items in sorted sublists (``_lists``) and each sublist's
+        largest item in ``_maxes``; a lower bound is one bisect in each.  Reading the
+        sublist directly matters: ``blocks[i]`` walks SortedList's positional index and
+        costs more than the whole search (benchmarks/bench_warm_path.py).
+        """
+        key = (stream_key, size, 0)
+        maxes = self.blocks._maxes
+        pos = bisect_left(maxes, key)
+        if pos == len(maxes):
+            return None
+        sublist = self.blocks._lists[pos]
+        return sublist[bisect_left(sublist, key)][3]
+
+    def index_of(self, block: Block) -> int:
+        """Position of a free block in the pool order (for walking to its neighbours)."""
+        return self.blocks.index((block.stream_key, block.size, block.ptr, block))
 
     def block_at(self, index: int) -> Optional[Block]:
         return self.blocks[index][3] if index < len(self.blocks) else None

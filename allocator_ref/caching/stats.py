@@ -79,15 +79,53 @@ class DeviceStats:
 
     # PyTorch updates a stat for AGGREGATE and for the block's pool together
     # (``for_each_selected_stat_type``): these two helpers do exactly that.
+    # Stat.increase/decrease written out inline: these run ~10 times per malloc+free pair,
+    # and the call overhead was a third of the allocator's warm path (benchmarks/bench_warm_path.py).
     def increase(self, name: str, pool_type: int, amount: int) -> None:
         array = self.arrays[name]
-        array[AGGREGATE].increase(amount)
-        array[pool_type].increase(amount)
+        for stat in (array[AGGREGATE], array[pool_type]):
+            current = stat.current + amount
+            stat.current = current
+            stat.allocated += amount
+            if current > stat.peak:
+                stat.peak = current
 
     def decrease(self, name: str, pool_type: int, amount: int) -> None:
         array = self.arrays[name]
-        array[AGGREGATE].decrease(amount)
-        array[pool_type].decrease(amount)
+        for stat in (array[AGGREGATE], array[pool_type]):
+            stat.current -= amount
+            stat.freed += amount
+
+    # The three places PyTorch touches several stats at once, each as one call: they sit on
+    # the warm path (a malloc+free pair), where every Python call shows in the benchmark.
+    def count_allocation(self, pool_type: int, block_size: int, requested: int) -> None:
+        """``alloc_found_block``: allocation, allocated_bytes, active, active_bytes, requested_bytes."""
+        arrays = self.arrays
+        for name, amount in (("allocation", 1), ("allocated_bytes", block_size), ("active", 1),
+                             ("active_bytes", block_size), ("requested_bytes", requested)):
+            array = arrays[name]
+            for stat in (array[AGGREGATE], array[pool_type]):
+                current = stat.current + amount
+                stat.current = current
+                stat.allocated += amount
+                if current > stat.peak:
+                    stat.peak = current
+
+    def count_free_request(self, pool_type: int, block_size: int) -> None:
+        """``free``: allocation and allocated_bytes drop when the user frees."""
+        for name, amount in (("allocation", 1), ("allocated_bytes", block_size)):
+            array = self.arrays[name]
+            for stat in (array[AGGREGATE], array[pool_type]):
+                stat.current -= amount
+                stat.freed += amount
+
+    def count_free_completed(self, pool_type: int, block_size: int, requested: int) -> None:
+        """``free_block``: active, active_bytes and requested_bytes drop when the memory is back."""
+        for name, amount in (("active", 1), ("active_bytes", block_size), ("requested_bytes", requested)):
+            array = self.arrays[name]
+            for stat in (array[AGGREGATE], array[pool_type]):
+                stat.current -= amount
+                stat.freed += amount
 
     def reset_accumulated(self) -> None:
         """``resetAccumulatedStats``: zero allocated/freed totals and the five counters."""

@@ -109,6 +109,7 @@ class TraceRecorder:
     entries: deque = field(default_factory=deque)
     listeners: list = field(default_factory=list)
     overflowed: bool = False
+    active: bool = False      # anyone to tell? (history "all" or a listener): allocators skip building entries otherwise
 
     def configure(self, enabled: Optional[str] = "all", context: Optional[str] = "all",
                   max_entries: int = sys.maxsize, clear_history: bool = False,
@@ -125,6 +126,7 @@ class TraceRecorder:
             raise ValueError(f"skip_actions has unknown actions {sorted(unknown)}; known: {list(ACTIONS)}")
         self.enabled = enabled
         self.context = context
+        self._update_active()
         # "state" keeps no history (PyTorch forces max_entries = 1); the ring holds at least one entry.
         self.max_entries = 1 if enabled == "state" else max(1, max_entries)
         self.skip_actions = frozenset(skip_actions)
@@ -147,7 +149,16 @@ class TraceRecorder:
     def add_listener(self, fn: Callable[[TraceEntry], None]) -> Callable[[], None]:
         """Call ``fn(entry)`` for every future event; returns a function that stops it."""
         self.listeners.append(fn)
-        return lambda: self.listeners.remove(fn) if fn in self.listeners else None
+        self._update_active()
+
+        def remove() -> None:
+            if fn in self.listeners:
+                self.listeners.remove(fn)
+            self._update_active()
+        return remove
+
+    def _update_active(self) -> None:
+        self.active = self.enabled == "all" or bool(self.listeners)
 
     def dicts(self) -> list[dict]:
         return [e.to_dict() for e in self.entries]
