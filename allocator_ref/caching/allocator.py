@@ -135,9 +135,9 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
     def _malloc(self, nbytes: int, stream: Any) -> Allocation:
         if self.cuda_events:                       # (process_events has nothing to do otherwise)
             self.process_events()
-        size = round_size(nbytes, self.config)
+        size = self.round_size(nbytes)
         pool = self.small_blocks if size <= kSmallSize else self.large_blocks    # get_pool
-        params = AllocParams(size, get_allocation_size(size, self.config), pool, stream)
+        params = AllocParams(size, self.get_allocation_size(size), pool, stream)
 
         found = self.get_free_block(params) or (
             self.trigger_free_memory_callbacks() and self.get_free_block(params))
@@ -158,6 +158,14 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
                                 stream=stream, allocator=self, _block=block)
         self._live[block.ptr] = allocation
         return allocation
+
+    def round_size(self, size: int) -> int:
+        """``round_size``: 512 B multiples, or power-of-two divisions (config.py; labs override it)."""
+        return round_size(size, self.config)
+
+    def get_allocation_size(self, size: int) -> int:
+        """``get_allocation_size``: the segment size a rounded request asks cudaMalloc for."""
+        return get_allocation_size(size, self.config)
 
     def get_pool(self, size: int) -> BlockPool:
         """``get_pool``: rounded sizes up to 1 MiB use the small pool."""
