@@ -46,12 +46,15 @@ def _print_replay(result, out=sys.stdout) -> None:
     print(f"  peak reserved {_mib(j['peak_reserved'])}, peak allocated {_mib(j['peak_allocated'])}, "
           f"fragmentation at peak {_mib(j['fragmentation_at_peak'])}", file=out)
     print(f"  device calls {j['device_calls']}, simulated time {j['simulated_time_us'] / 1000:.1f} ms", file=out)
+    if not result.verify:
+        print(f"  out-of-memory errors: {j['ooms_raised']}" + ("" if j["ooms_raised"] else " (it fits)"), file=out)
 
 
 def cmd_replay(args) -> int:
     from .trace.replay import replay
+    size = None if args.device_memory is None else int(args.device_memory * GiB)
     result = replay(args.snapshot, config=args.config, policy=args.policy, verify=args.verify,
-                    profile=args.profile)
+                    profile=args.profile, device_memory=size)
     if args.json:
         print(json.dumps(result.to_json(), default=str))
     else:
@@ -67,9 +70,11 @@ def compare_rows(snapshot, profile: str = "h100-80gb", device_memory: float | No
     from .trace.snapshot import load_snapshot
     data = load_snapshot(snapshot) if not isinstance(snapshot, dict) else snapshot
     rows = []
+    size = None if device_memory is None else int(device_memory * GiB)
     for policy, config in WHAT_IFS:
-        result = replay(data, config=config, policy=policy, profile=profile, progress=False).to_json()
-        fits = None if device_memory is None else result["peak_reserved"] <= device_memory * GiB
+        result = replay(data, config=config, policy=policy, profile=profile, device_memory=size,
+                        progress=False).to_json()
+        fits = None if size is None else result["fits"]
         rows.append({"policy": policy, "config": config or "(default)",
                      "peak_reserved": result["peak_reserved"], "peak_allocated": result["peak_allocated"],
                      "fragmentation_at_peak": result["fragmentation_at_peak"],
@@ -123,6 +128,8 @@ def main(argv=None) -> int:
     p.add_argument("--verify", action="store_true", help="compare every decision with PyTorch's, address for address")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--profile", default="h100-80gb", help="simulated device profile")
+    p.add_argument("--device-memory", type=float, default=None,
+                   help="GiB: replay on a simulated GPU of this size and count the OOMs")
     p.set_defaults(func=cmd_replay)
     c = sub.add_parser("compare", help="what-if table: the same run under several configs and policies")
     c.add_argument("snapshot")

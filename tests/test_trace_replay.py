@@ -158,3 +158,17 @@ def test_cli_names_a_bad_file(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "empty.pickle" in proc.stderr and "empty" in proc.stderr
+
+
+@needs_traces
+def test_what_if_on_a_smaller_gpu_counts_the_ooms():
+    path = TRACES / "cs336-gpt-ctx128-fullstep.pickle"
+    data = load_snapshot(path)
+    big = replay(data, device_memory=80 * 2**30, progress=False)
+    small = replay(data, device_memory=40 * 2**30, progress=False)
+    assert big.fits and big.to_json()["ooms_raised"] == 0
+    # 52.5 GiB are live at the peak: on a 40 GiB GPU some requests cannot be served.
+    assert not small.fits and small.to_json()["ooms_raised"] > 0
+    assert small.to_json()["peak_reserved"] <= 40 * 2**30
+    with pytest.raises(ValueError, match="device-memory"):
+        replay(data, verify=True, device_memory=40 * 2**30)

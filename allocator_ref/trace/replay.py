@@ -168,6 +168,11 @@ class ReplayResult:
         return all(values) if values else None
 
     @property
+    def fits(self) -> bool:
+        """No request ran out of memory (meaningful with ``device_memory``)."""
+        return self._sum("ooms_raised") == 0
+
+    @property
     def perfect(self) -> bool:
         return (self.first_divergence is None and self._sum("allocs_exact") == self._sum("allocs")
                 and self.final_state_equal is not False)
@@ -182,6 +187,7 @@ class ReplayResult:
             "segment_frees_expected": self._sum("segment_frees_expected"),
             "segment_frees_made": self._sum("segment_frees_made"),
             "ooms_expected": self._sum("ooms_expected"), "ooms_raised": self._sum("ooms_raised"),
+            "fits": self.fits,
             "first_divergence": asdict(div) if div else None,
             "final_state_equal": self.final_state_equal,
             "peak_reserved": max((d.peak_reserved for d in self.devices), default=0),
@@ -201,11 +207,14 @@ def _config_text(snapshot: dict) -> str:
 
 def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, config: Optional[str] = None,
            policy: str = "caching", verify: bool = False, profile: str = "h100-80gb",
-           progress: Optional[bool] = None) -> ReplayResult:
+           device_memory: Optional[int] = None, progress: Optional[bool] = None) -> ReplayResult:
     """Replay every device trace of ``snapshot`` (a dict, or a path to a pickle).
 
     ``config`` defaults to the snapshot's own ``PYTORCH_CUDA_ALLOC_CONF``;
-    ``allocator_factory(device, config)`` builds something else than the policy named.
+    ``allocator_factory(device, config)`` builds something else than the policy named;
+    ``device_memory`` (bytes) replays on a simulated GPU of that size: requests that do
+    not fit raise the allocator's OutOfMemoryError, are counted in ``ooms_raised`` and
+    skipped, so the report says whether the run would have fitted.
     """
     source = "<dict>"
     if not isinstance(snapshot, dict):
@@ -213,6 +222,8 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
         snapshot = load_snapshot(snapshot)
     same_config = config is None
     config = _config_text(snapshot) if config is None else config
+    if verify and device_memory is not None:
+        raise ValueError("--verify replays on the GPU the trace was recorded on; drop --device-memory")
     if verify and (policy != "caching" or allocator_factory is not None or not same_config):
         raise ValueError("--verify compares against PyTorch's own decisions: it needs the caching "
                          "policy and the snapshot's own config")
@@ -222,7 +233,7 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
             continue
         finals = [s for s in snapshot["segments"] if s.get("device", 0) == index]
         devices.append(_DeviceReplayer(index, events, finals, config, policy, verify, profile,
-                                       allocator_factory, progress).run())
+                                       allocator_factory, progress, device_memory).run())
     return ReplayResult(source, policy, config, verify, devices)
 
 
@@ -240,11 +251,15 @@ def make_allocator(policy: str, device, config: str):
 class _DeviceReplayer:
     """Replays one device's trace."""
 
-    def __init__(self, index, events, finals, config, policy, verify, profile, factory, progress):
+    def __init__(self, index, events, finals, config, policy, verify, profile, factory, progress,
+                 device_memory=None):
         self.index, self.events, self.finals = index, events, finals
         self.verify, self.policy = verify, policy
         self.device = (ReplayDevice(profile, index=index, total_memory=_infer_gpu_total(events))
                        if verify else SimDevice(profile, index=index))
+        if device_memory is not None:
+            # A GPU of this size (the profile's context reserve still comes off the top).
+            self.device.info = dataclasses.replace(self.device.info, total_memory=int(device_memory))
         self.allocator = factory(self.device, config) if factory else make_allocator(policy, self.device, config)
         self.result = DeviceReplay(index, len(events))
         self.live: dict = {}          # trace address -> our Allocation
