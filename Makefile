@@ -23,8 +23,10 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # Start the course in JupyterLab, chapter 0 first.  Headless: make lab LAB_ARGS="--no-browser --port 8899"
+# (as root, e.g. in a container, JupyterLab needs --allow-root)
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=. $(LAB_ARGS) chapters/00_setup_and_tour.ipynb
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_ARGS) chapters/00_setup_and_tour.ipynb
 
 # Every test.  Passes on a 2-core machine without a GPU (GPU tests skip and say why).
 # Optional extras the tests use when they can have them cheaply (else those tests skip and say why):
