@@ -8,11 +8,17 @@ check where it comes from; nothing here invents a figure.
 
 Costs depend on size where the sources say they do: cudaMalloc and cudaFree
 pay per 2 MiB page, VMM steps pay per 2 MiB page, pinned host memory per MiB.
+
+A profile may carry its own ``"costs"`` (same keys and shape as
+``costs.json``); those entries replace the defaults for a SimDevice of that
+profile.  ``tools/calibrate.py`` writes such profiles from a real GPU's
+measurements (``profiles/measured-<gpu>.json``), each number's source saying
+where and when it was measured.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -45,21 +51,30 @@ class Profile:
     memory_bandwidth_gbps: float   # device memory, for fill/copy kernel durations
     host_link_gbps: float          # PCIe per direction, for read/write durations
     sources: dict                  # field -> the text that says where the number comes from
+    costs: dict = field(default_factory=dict, hash=False, compare=False)
+    # ^ cost entries ({"value", "basis", "source"}) replacing those of costs.json (calibrated profiles)
 
 
 @lru_cache(maxsize=None)
-def load_profile(name: str) -> Profile:
-    """Read a profile by name; an unknown name raises ValueError listing the known ones."""
-    known = profile_names()
-    if not isinstance(name, str) or name not in known:
-        raise ValueError(f"unknown device profile {name!r}; choose one of {known}")
-    raw = _read_json(PROFILE_DIR / f"{name}.json")
+def load_profile(name: str | Path) -> Profile:
+    """Read a profile by name; an unknown name raises ValueError listing the known ones.
+
+    A ``pathlib.Path`` (not a string) reads that file instead, e.g. a profile
+    ``tools/calibrate.py`` wrote somewhere else than ``profiles/``.
+    """
+    if isinstance(name, Path):
+        raw = _read_json(name)
+    else:
+        known = profile_names()
+        if not isinstance(name, str) or name not in known:
+            raise ValueError(f"unknown device profile {name!r}; choose one of {known}")
+        raw = _read_json(PROFILE_DIR / f"{name}.json")
     numbers = ("total_memory", "context_reserve", "vmm_granularity", "malloc_alignment",
                "memory_bandwidth_gbps", "host_link_gbps")
     values = {key: raw[key]["value"] for key in numbers}
     sources = {key: raw[key]["source"] for key in numbers}
     return Profile(name=raw["name"], description=raw["description"], gpu=raw["gpu"],
-                   sources=sources, **values)
+                   sources=sources, costs=dict(raw.get("costs", {})), **values)
 
 
 def _pages(nbytes: int) -> int:
@@ -71,11 +86,19 @@ class CostModel:
     """Host time, in microseconds, that each modelled CUDA call costs.
 
     ``CostModel()`` reads ``profiles/costs.json``; ``source(key)`` tells where
-    a figure comes from.  Methods are named after the call they price.
+    a figure comes from.  ``overrides`` (a profile's ``costs``) replace single
+    entries.  Methods are named after the call they price.
     """
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, overrides: dict | None = None) -> None:
         self.raw = _read_json(path or PROFILE_DIR / "costs.json")
+        for key, entry in (overrides or {}).items():
+            if key.startswith("_"):
+                continue
+            if key not in self.raw or not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
+                raise ValueError(f"cost override {key!r}: expected a known key of costs.json with "
+                                 f"'value' and 'source' (got {entry!r})")
+            self.raw[key] = entry
 
     def value(self, key: str):
         return self.raw[key]["value"]

@@ -83,7 +83,7 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
     def __init__(self, profile: str = "h100-80gb", index: int = 0) -> None:
         prof = load_profile(profile)          # ValueError naming the known profiles
         self.profile = prof
-        self.costs = CostModel()
+        self.costs = CostModel(overrides=prof.costs)
         self.serial = next(_device_serials)
         self.info = DeviceInfo(
             name=f"sim-{prof.name} (simulated)", index=index,
