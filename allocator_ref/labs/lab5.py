@@ -1,0 +1,264 @@
+"""Lab 5 -- grow it: a growable buffer from the raw VMM calls (reserve once, map pages on demand).
+
+The learner writes a class ``Buffer(dev, max_size)`` with ``ptr``, ``grow(nbytes)`` and
+``close()``, using only the device's VMM calls (``vmm_granularity``, ``address_reserve``,
+``mem_create``, ``mem_map``, ``mem_set_access``, ``mem_unmap``, ``mem_release``,
+``address_free``).  The check runs it on a fresh SimDevice that logs every VMM call and judges
+what happened, step by step, against the reference :class:`allocator_ref.vmm.GrowableBuffer`
+run now on another fresh device with the same granularity:
+
+* ``__init__`` reserves one range (at least ``max_size``) and creates no memory;
+* after each ``grow(n)``: the address did not move; the bytes mapped in the range are exactly the
+  pages needed (``n`` rounded up to the granularity, never less than before); the physical memory
+  the device holds equals what is mapped (no orphaned handle); nothing already mapped was unmapped
+  or created again; no more VMM calls than the reference made; the new pages are writable (access
+  granted); the bytes written before the growth read back intact; writing one byte past the mapped
+  end fails on the device;
+* ``grow`` past the reservation raises and leaves the device as it was (no leaked handle);
+* after ``close()`` the device's free memory (``mem_get_info``) is back where it started and no
+  handle, mapping or reservation is left.
+
+Hidden cases draw ``max_size``, the growth sequence, the device profile and the granularity
+(2 or 4 MiB: never hard-code 2 MiB) from the seed.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from ..device import CudaError
+from ..device.sim import SimDevice
+from ..vmm import GrowableBuffer
+from .check import Case, Exercise, Fail, MiB, fmt, register
+
+VMM_CALLS = ("address_reserve", "address_free", "mem_create", "mem_release", "mem_map", "mem_unmap",
+             "mem_set_access")
+
+
+class VmmLogDevice(SimDevice):
+    """A fresh SimDevice that logs every successful VMM call as ``(name, args, result)``."""
+
+    def __init__(self, profile: str = "h100-80gb", granularity: int = 0) -> None:
+        super().__init__(profile)
+        if granularity:
+            self.info = replace(self.info, vmm_granularity=granularity)
+        self.log: list = []
+
+
+def _logged(name):
+    real = getattr(SimDevice, name)
+
+    def call(self, *args, **kwargs):
+        result = real(self, *args, **kwargs)
+        self.log.append((name, args + tuple(kwargs.values()), result))
+        return result
+    call.__name__ = name
+    call.__doc__ = real.__doc__
+    return call
+
+
+for _name in VMM_CALLS:
+    setattr(VmmLogDevice, _name, _logged(_name))
+
+
+def _pages(n: int, g: int) -> int:
+    return -(-n // g) * g
+
+
+def _mapped_in(dev, ptr: int, size: int) -> int:
+    return sum(m.size for m in dev._pages.overlapping(ptr, size) if m.kind == "vmm")
+
+
+def _reference_steps(profile: str, g: int, max_size: int, grows: list) -> list:
+    """[(mapped after grow, VMM calls of that grow)] by the reference GrowableBuffer, measured now."""
+    dev = VmmLogDevice(profile, g)
+    ref = GrowableBuffer(dev, max_size)
+    steps = []
+    for n in grows:
+        before = dev.counters.vmm_calls
+        ref.reserve(n)
+        steps.append((ref.mapped, dev.counters.vmm_calls - before))
+    ref.close()
+    return steps
+
+
+def _calls(log, names):
+    return [c for c in log if c[0] in names]
+
+
+def judge_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed: int) -> None:
+    if not isinstance(cls, type):
+        raise Fail(f"check() needs your class itself (e.g. check('lab5.growable_buffer', Buffer)), got "
+                   f"{type(cls).__name__}", "check() needs your class itself")
+    dev = VmmLogDevice(profile, g)
+    g = dev.vmm_granularity()
+    expected = _reference_steps(profile, g, max_size, grows)
+    rng = random.Random(data_seed)
+    where = f"max_size {fmt(max_size)}, granularity {fmt(g)}, grows {[fmt(n) for n in grows]}"
+    free0 = dev.mem_get_info()[0]
+
+    buf = cls(dev, max_size)
+    reserves = _calls(dev.log, ("address_reserve",))
+    if len(reserves) != 1:
+        raise Fail(f"__init__ must reserve one virtual range with dev.address_reserve; it made "
+                   f"{len(reserves)} reservation(s) ({where})",
+                   "__init__ did not reserve exactly one virtual range")
+    _, (reserved, *_), start = reserves[0]
+    if reserved < max_size:
+        raise Fail(f"__init__ reserved {fmt(reserved)} of addresses for max_size {fmt(max_size)}: reserve "
+                   f"max_size rounded up to the granularity ({fmt(_pages(max_size, g))})",
+                   "__init__ reserved fewer addresses than max_size")
+    created = sum(c[1][0] for c in _calls(dev.log, ("mem_create",)))
+    if created or _mapped_in(dev, start, reserved):
+        raise Fail(f"__init__ mapped the whole range up front: it created {fmt(created)} of physical memory "
+                   f"before any grow() asked for it ({where}). Reserving addresses costs no memory; "
+                   "create and map pages only when grow() needs them.",
+                   "__init__ mapped the whole range up front (created physical memory before any grow())")
+    if getattr(buf, "ptr", None) != start:
+        raise Fail(f"buf.ptr is {getattr(buf, 'ptr', None)!r}; it must be the start of your reservation "
+                   f"({start:#x}, what dev.address_reserve returned)",
+                   "buf.ptr is not the start of the reservation")
+
+    shadow = bytearray()                     # what the buffer must hold
+    mapped = 0
+    for (n, (ref_mapped, ref_calls)) in zip(grows, expected):
+        mark = len(dev.log)
+        calls0 = dev.counters.vmm_calls
+        buf.grow(n)
+        new = dev.log[mark:]
+        step = f"grow({fmt(n)}) after {fmt(len(shadow))} in use ({where})"
+        if buf.ptr != start or _calls(new, ("address_reserve", "address_free")):
+            raise Fail(f"{step}: the address changed (or the range was reserved again). A growable buffer "
+                       "keeps its one reservation: only map pages at its end.",
+                       "the buffer's address changed while growing")
+        undone = _calls(new, ("mem_unmap", "mem_release"))
+        made = sum(c[1][0] for c in _calls(new, ("mem_create",)))
+        held = dev.vmm_physical_bytes()
+        if undone or made > ref_mapped - mapped:
+            leaked = held - _mapped_in(dev, start, reserved)
+            leak = (f" The old handles were never released: a leak of {fmt(leaked)} (the device still holds "
+                    f"{fmt(held)} of physical memory for {fmt(_mapped_in(dev, start, reserved))} mapped)."
+                    if leaked > 0 else "")
+            raise Fail(f"{step}: re-created pages that were already mapped: it created {fmt(made)} of physical "
+                       f"memory (mem_create) and unmapped {len(undone)} time(s), but only "
+                       f"{fmt(ref_mapped - mapped)} of new pages were missing.{leak} Keep the pages you "
+                       "have; map new ones after them.",
+                       "grow() re-created pages that were already mapped" +
+                       (" and leaked the old handles (never released)" if leaked > 0 else ""))
+        now = _mapped_in(dev, start, reserved)
+        if now != ref_mapped:
+            more = now > ref_mapped
+            raise Fail(f"{step}: {fmt(now)} is mapped in your range; it needs exactly {fmt(ref_mapped)} "
+                       f"({'the pages already mapped' if ref_mapped == mapped else fmt(n) + ' rounded up to ' + fmt(g) + ' pages'})"
+                       + (": map only the pages grow() needs" if more else ""),
+                       "grow() mapped more pages than needed" if more else "grow() mapped fewer pages than needed")
+        if held != now:
+            raise Fail(f"{step}: the device holds {fmt(held)} of physical memory but only {fmt(now)} is mapped: "
+                       "a handle was created and never mapped (or never released)",
+                       "physical memory was created that is not mapped (a leaked handle)")
+        used = dev.counters.vmm_calls - calls0
+        if used > ref_calls:
+            raise Fail(f"{step}: {used} VMM calls; the reference makes {ref_calls} (create, map and grant "
+                       "each new page once, nothing for pages already mapped)",
+                       "grow() made more VMM calls than needed")
+        # The new bytes become usable: write them (fails on pages without access rights).
+        extra = rng.randbytes(max(0, n - len(shadow)))
+        if extra:
+            try:
+                dev.write(start + len(shadow), extra)
+            except CudaError as e:
+                grant = " Call dev.mem_set_access(ptr, size) after dev.mem_map." if "access" in str(e) else ""
+                raise Fail(f"{step}: writing the new bytes failed: {e}.{grant}",
+                           "the new bytes cannot be written" +
+                           (" (mapped without mem_set_access)" if grant else "")) from None
+            shadow += extra
+        got = dev.read(start, len(shadow)) if shadow else b""
+        if got != bytes(shadow):
+            i = next(k for k in range(len(shadow)) if got[k] != shadow[k])
+            raise Fail(f"{step}: byte {i} changed (0x{shadow[i]:02X} was written, 0x{got[i]:02X} reads back): "
+                       "the bytes written before a growth must stay where they are",
+                       "bytes written before the growth were lost")
+        if now < reserved:
+            try:
+                dev.write(start + now, b"\x01")
+            except CudaError:
+                pass
+            else:
+                raise Fail(f"{step}: writing one byte past the mapped end ({fmt(now)}) succeeded: "
+                           "only mapped pages may be usable", "writing past the mapped end succeeded")
+        mapped = now
+
+    # Misuse: growing past the reservation must raise and change nothing on the device.
+    mark = len(dev.log)
+    held = dev.vmm_physical_bytes()
+    try:
+        buf.grow(reserved + 1)
+    except Exception:
+        pass
+    else:
+        raise Fail(f"grow({fmt(reserved)} + 1 B) past the {fmt(reserved)} reservation returned without an error "
+                   f"({where}): it must raise (e.g. ValueError)",
+                   "growing past the reservation did not raise")
+    if dev.vmm_physical_bytes() != held or _mapped_in(dev, start, reserved) != mapped:
+        creates = len(_calls(dev.log[mark:], ("mem_create",)))
+        raise Fail(f"grow({fmt(reserved)} + 1 B) past the {fmt(reserved)} reservation raised but leaked physical "
+                   f"memory: the device now holds {fmt(dev.vmm_physical_bytes() - held)} more than before it "
+                   f"({creates} mem_create call(s) before the error; {where}). Check the size (and raise "
+                   "ValueError) before any device call.",
+                   "growing past the reservation raised but leaked physical memory")
+
+    buf.close()
+    free1 = dev.mem_get_info()[0]
+    left = []
+    if dev._handles or dev._dying:
+        left.append(f"{len(dev._handles) + len(dev._dying)} physical handle(s) (mem_release)")
+    if dev._pages.overlapping(start, reserved):
+        left.append("mappings (mem_unmap)")
+    if dev._reservations:
+        left.append(f"{len(dev._reservations)} reservation(s) (address_free)")
+    if free1 != free0 or left:
+        raise Fail(f"leak after close(): mem_get_info reports {fmt(free0 - free1)} less free memory than "
+                   f"before the buffer ({where}); still held: {', '.join(left) or 'memory'}. close() must "
+                   "unmap every page, release every handle and free the range.",
+                   "leak after close(): the device did not get everything back")
+
+
+PUBLIC = [
+    # (max_size, grows, profile, granularity, data seed, label)
+    (64 * MiB, [3 * MiB, 3 * MiB + 1, 9 * MiB], "h100-80gb", 0, 1,
+     "64 MiB range; grow to 3 MiB, by one byte, to 9 MiB"),
+    (16 * MiB, [1, 2 * MiB, 2 * MiB + 100, 16 * MiB], "tiny-1gb", 0, 2,
+     "16 MiB range grown to the full reservation"),
+    (40 * MiB, [10 * MiB, 5 * MiB, 13 * MiB], "h100-80gb", 4 * MiB, 3,
+     "granularity 4 MiB; a smaller grow maps nothing"),
+]
+
+
+def _cases(rng=None):
+    if rng is None:
+        specs = PUBLIC
+    else:
+        specs = []
+        for k in range(3):
+            g = rng.choice([2 * MiB, 2 * MiB, 4 * MiB])
+            max_size = rng.randint(4 * MiB, 48 * MiB)
+            reserved = _pages(max_size, g)
+            grows, n = [], 0
+            for _ in range(rng.randint(2, 5)):
+                n = min(reserved, n + rng.choice([1, rng.randint(1, g), rng.randint(g, 3 * g)]))
+                grows.append(n if rng.random() < 0.85 else max(1, n // 2))
+            specs.append((max_size, grows, rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"]), g,
+                          rng.randrange(1 << 30), f"seeded growth sequence ({len(grows)} grows)"))
+    return [Case(s[5], (lambda cls, s=s: judge_buffer(cls, *s[:5])), data=s[:5]) for s in specs]
+
+
+register(Exercise(
+    id="lab5.growable_buffer", lab=5,
+    title="a growable buffer: reserve once, map pages on demand, release everything",
+    public=lambda: _cases(), hidden=lambda rng: _cases(rng), what="class",
+    hint="__init__: g = dev.vmm_granularity(); reserve max_size rounded up to g with dev.address_reserve "
+         "(no memory yet). grow(n): for each missing page i (from len(self.handles) up to ceil(n / g)): "
+         "h = dev.mem_create(g); dev.mem_map(ptr + i*g, g, h); dev.mem_set_access(ptr + i*g, g); keep h. "
+         "Raise ValueError before any device call when n is past the reservation. close(): mem_unmap and "
+         "mem_release every page, then address_free(ptr, reserved).",
+))
