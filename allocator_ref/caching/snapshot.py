@@ -24,8 +24,12 @@ class SnapshotMixin:
         yield from self.large_blocks
         yield from self.active_blocks.values()
 
-    def segments(self) -> list[dict]:
-        """The ``segments`` list: one entry per segment (per contiguous mapped range if expandable)."""
+    def segments(self, record: bool = True) -> list[dict]:
+        """The ``segments`` list: one entry per segment (per contiguous mapped range if expandable).
+
+        Like PyTorch, taking a snapshot is itself a trace event (``snapshot``); pictures that
+        look at the allocator after every event pass ``record=False`` to leave history alone.
+        """
         result = []
         total_active = 0
         for head in self._all_blocks():
@@ -56,7 +60,8 @@ class SnapshotMixin:
             total_active += segment["active_size"]
             result.append(segment)
         result.sort(key=lambda s: s["address"])
-        self._record("snapshot", 0, total_active, 0)
+        if record:
+            self._record("snapshot", 0, total_active, 0)
         return result
 
     def snapshot(self) -> dict:

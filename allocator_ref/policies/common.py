@@ -347,7 +347,7 @@ class PolicyAllocator:
     def allocator_settings(self) -> dict:
         return {}
 
-    def segments(self) -> list[dict]:
+    def segments(self, record: bool = True) -> list[dict]:
         """The snapshot's ``segments`` list (in address order), without copying the trace."""
         return sorted(self._segments(), key=lambda s: s["address"])
 

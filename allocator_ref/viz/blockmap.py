@@ -60,7 +60,10 @@ MIN_LABEL_W = 58       # a block narrower than this gets no size label (it would
 def segments_of(state: Any, device: Optional[int] = None) -> list:
     """The segment list inside whatever we were given (see the module docstring)."""
     if callable(getattr(state, "segments", None)):
-        state = state.segments()      # an allocator: just the segments, without copying its trace
+        try:                          # an allocator: just the segments, without a "snapshot" event
+            state = state.segments(record=False)
+        except TypeError:
+            state = state.segments()
     elif callable(getattr(state, "snapshot", None)):
         state = state.snapshot()
     if isinstance(state, Mapping):
