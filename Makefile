@@ -49,10 +49,12 @@ student: $(STAMP)
 sync-notebooks: $(STAMP)
 	$(VENV)/bin/jupytext --sync chapters/*.ipynb labs/source/*.ipynb
 
-# On a machine with an NVIDIA GPU: the gpu-marked tests and the measurement script.
+# On a machine with an NVIDIA GPU: the gpu-marked tests, the measurement script, and real torch
+# snapshots of the chapter workloads replayed with --verify (each script skips, saying why, without one).
 gpu-check: $(STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider -m gpu -rs
 	$(PY) tools/gpu_measure.py
+	$(PY) tools/record_torch_snapshots.py
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
