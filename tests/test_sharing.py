@@ -109,3 +109,14 @@ def test_no_token_files_left_after_unshare(dev):
     S.unshare(h)
     assert _tokens() == before
     a.free(x)
+
+
+def test_a_stream_ordered_block_cannot_be_shared(dev):
+    # PyTorch's backend:cudaMallocAsync has no IPC (spec section 10): a clear error, not an AttributeError.
+    from allocator_ref.policies import StreamOrderedAllocator
+    a = StreamOrderedAllocator(dev)
+    x = a.malloc(MiB)
+    with pytest.raises(S.SharingError, match="cudaMallocAsync does not support IPC"):
+        S.share_block(a, x)
+    a.free(x)
+    a.close()
