@@ -77,6 +77,7 @@ class Exercise:
     hidden: Callable[[random.Random], list]   # seeded generator -> [Case]
     hint: str
     what: str = "function"               # what the learner hands in, for messages
+    teardown: Optional[Callable[[], None]] = None   # run after every check (e.g. stop a helper process)
 
 
 @dataclass
@@ -205,8 +206,12 @@ def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
             hidden_cases = hidden_cases[:2]
         for case in hidden_cases:
             case.hidden = True
-        for case in cases + hidden_cases:
-            result.cases.append(run_case(case, submission))
+        try:
+            for case in cases + hidden_cases:
+                result.cases.append(run_case(case, submission))
+        finally:
+            if ex.teardown is not None:
+                ex.teardown()
     _STATUS[ex.id] = result.passed
     first = next((c for c in result.cases if not c.passed), None)
     if first is not None:

@@ -1,0 +1,470 @@
+"""Lab 6 -- share it: send a caching-allocator block to a second OS process and read it back there.
+
+Three exercises, each judged with a real second process (``multiprocessing`` spawn, one
+simulated device of its own); the bytes cross through the simulated device's legacy IPC
+(``ipc_get_mem_handle`` / ``ipc_open_mem_handle``, a shared segment in ``/dev/shm``):
+
+* ``lab6.share_handle``: ``share_handle(alloc, allocation) -> {"ipc_handle", "offset", "size"}``
+  in the sender: the legacy handle of the block's *segment base* plus the block's offset in it, as
+  PyTorch's ``'c'`` handle.  The check gives the learner's handle and offset to the reference
+  receiver in the other process and compares the bytes it reads with the bytes written into the
+  block.  Most cases put the block away from its segment's base.
+* ``lab6.read_shared``: ``read_shared(dev, handle) -> bytes``, run *in the other process* (its
+  source is sent there, as spawn would import it): open the segment, add the offset, read, close.
+  The handle comes from the reference sender.  Judged on the bytes, and on nothing left open
+  on the receiver's device.
+* ``lab6.lifetime``: ``producer(alloc, data, peer) -> bytes``: allocate, write, share with
+  :func:`allocator_ref.sharing.share_block`, let the other process open, read and close it, and
+  free the block only after that.  A producer that frees too early is rejected with the receiver's
+  own ``SenderFreedError``.
+
+The expected results (the offset, the bytes) are computed at check time by the reference
+:func:`allocator_ref.sharing.share_block`; hidden cases draw the layout of the segment (blocks
+allocated, and freed, before the shared one), its size and its bytes from the seed.  One receiver
+process serves all the cases of one check: started on first use (restarted if it died), stopped
+when the check ends (``Exercise.teardown``), so no process outlives a check.
+"""
+from __future__ import annotations
+
+import atexit
+import inspect
+import random
+import textwrap
+import traceback
+from dataclasses import replace
+from typing import Any, Optional
+
+from .. import sharing
+from ..caching import CachingAllocator
+from .check import Case, Exercise, Fail, KiB, MiB, fmt, lab_device, register
+
+RUN_TIMEOUT_S = 60
+
+
+# ------------------------------------------------------------------ the second process
+
+def _child_main(conn: Any) -> None:
+    """The receiver process: the reference receiver commands plus running a learner's function."""
+    import signal
+    from ..device.sim import SimDevice
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # a notebook interrupt is for the kernel; we end on EOF
+    dev = SimDevice("h100-80gb")
+    blocks: dict = {}
+    while True:
+        try:
+            cmd, *args = conn.recv()
+        except (EOFError, OSError):
+            return
+        if dev._closed:                       # a learner's function closed it: start a fresh one
+            dev = SimDevice("h100-80gb")
+        if cmd == "run":
+            source, name, handle = args
+            sharing._reply(conn, lambda: _run_learner(dev, source, name, handle))
+        elif cmd == "open":
+            handle = sharing.recv_shared(conn)
+
+            def do_open(handle=handle):
+                b = sharing.open_block(dev, handle)
+                blocks[id(b)] = b
+                return id(b), b.ptr
+            sharing._reply(conn, do_open)
+        elif cmd == "read":
+            sharing._reply(conn, lambda: blocks[args[0]].read(args[1], args[2]))
+        elif cmd == "close":
+            sharing._reply(conn, lambda: blocks.pop(args[0]).close())
+        elif cmd == "leaks":
+            sharing._reply(conn, lambda: sharing._leaks(dev))
+        elif cmd == "exit":
+            for b in blocks.values():
+                try:
+                    b.close()
+                except Exception:
+                    pass
+            conn.send(("ok", None))
+            return
+
+
+class LearnerError(RuntimeError):
+    pass
+
+
+def _run_learner(dev: Any, source: str, name: str, handle: dict) -> tuple:
+    """Define the learner's function here, call it; (result, imports it left open).  Cleans up after it."""
+    namespace = {"__name__": "lab6_receiver"}
+    before = set(dev._import_ptrs)
+    try:
+        exec(compile(source, "<your receiver>", "exec"), namespace)
+        result = namespace[name](dev, dict(handle))
+    except BaseException as exc:          # report it with the line in the learner's source
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<your receiver>"]
+        where = ""
+        if frames:
+            line = source.splitlines()[frames[-1].lineno - 1].strip()
+            where = f" (line {frames[-1].lineno} of your function: {line})"
+        raise LearnerError(f"{type(exc).__name__}: {exc}{where}") from None
+    finally:
+        left = [p for p in dev._import_ptrs if p not in before]
+        for p in left:                        # close what it left open, so the next case starts clean
+            while p in dev._import_ptrs:
+                dev.ipc_close_mem_handle(p)
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        result = bytes(result)
+    else:
+        result = f"<{type(result).__name__}>"
+    return result, len(left)
+
+
+class LabPeer(sharing.RemoteReceiver):
+    """The reference receiver (open/read/close_block/leaks) that can also run a learner's function."""
+
+    def __init__(self) -> None:
+        sharing._Peer.__init__(self, _child_main)
+
+    def run(self, source: str, name: str, handle: dict) -> tuple:
+        self.conn.send(("run", source, name, dict(handle)))
+        if not self.conn.poll(RUN_TIMEOUT_S):
+            self.process.kill()
+            raise Fail(f"your receiver did not return within {RUN_TIMEOUT_S} s (in the other process)",
+                       "your receiver did not return in time")
+        return sharing._raise_remote(self.conn.recv())
+
+
+_PEER: Optional[LabPeer] = None
+
+
+def peer() -> LabPeer:
+    """The receiver process of the running check (started on first use, restarted if it died)."""
+    global _PEER
+    if _PEER is None or not _PEER.process.is_alive():
+        if _PEER is not None:
+            _close_peer()
+        _PEER = LabPeer()
+    return _PEER
+
+
+def _close_peer() -> None:
+    global _PEER
+    if _PEER is not None:
+        try:
+            _PEER.close()
+        except Exception:
+            _PEER.process.kill()
+        _PEER = None
+
+
+atexit.register(_close_peer)
+
+
+# ------------------------------------------------------------------ the sender's side, made by the check
+
+class RecordingAllocator(CachingAllocator):
+    """The reference allocator; records frees in a shared event list (the lifetime check reads it)."""
+
+    def __init__(self, device, events: list) -> None:
+        super().__init__(device)
+        self.events = events
+
+    def free(self, allocation):
+        self.events.append(("free", getattr(allocation, "ptr", allocation)))
+        return super().free(allocation)
+
+
+def _layout(profile: str, pads: list, size: int, data_seed: int, events: Optional[list] = None):
+    """A fresh device and allocator; blocks allocated (and some freed) before the one to share."""
+    dev = lab_device(profile)
+    alloc = RecordingAllocator(dev, events if events is not None else [])
+    held = []
+    for n, keep in pads:
+        a = alloc.malloc(n)
+        if keep:
+            held.append(a)
+        else:
+            alloc.free(a)
+    alloc.events.clear()
+    data = random.Random(data_seed).randbytes(size)
+    return dev, alloc, held, data
+
+
+def _describe_layout(pads: list, size: int, profile: str) -> str:
+    parts = [f"{fmt(n)}{'' if keep else ' (freed)'}" for n, keep in pads]
+    return f"{fmt(size)} block after {', '.join(parts) if parts else 'nothing'} on {profile}"
+
+
+def _remote_error(exc: Exception) -> str:
+    return f"{getattr(exc, 'remote_type', type(exc).__name__)}: {exc}"
+
+
+# ------------------------------------------------------------------ lab6.share_handle
+
+def judge_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) -> None:
+    dev, alloc, held, data = _layout(profile, pads, size, data_seed)
+    what = _describe_layout(pads, size, profile)
+    a = alloc.malloc(size)
+    dev.write(a.ptr, data)
+    dev.synchronize()
+    ref = sharing.share_block(alloc, a, "legacy")           # the expected handle and offset, now
+    try:
+        h = fn(alloc, a)
+        if not isinstance(h, dict) or not {"ipc_handle", "offset", "size"} <= set(h):
+            raise Fail(f"share_handle returned {type(h).__name__}; return a dict with the keys "
+                       "'ipc_handle', 'offset' and 'size'", "share_handle did not return the handle dict")
+        ipc, offset, nbytes = h["ipc_handle"], h["offset"], h["size"]
+        if not isinstance(ipc, (bytes, bytearray)) or len(ipc) != 64:
+            raise Fail("h['ipc_handle'] must be the 64 bytes dev.ipc_get_mem_handle(base) returns",
+                       "the ipc_handle is not the 64 bytes of a legacy IPC handle")
+        if not isinstance(offset, int) or not isinstance(nbytes, int):
+            raise Fail("h['offset'] and h['size'] must be ints", "offset and size must be ints")
+        if not a.requested_size <= nbytes <= a.size:
+            raise Fail(f"h['size'] is {nbytes}: share the allocation's bytes ({a.requested_size} asked for, "
+                       f"{a.size} in its block)", "the size in the handle is not the allocation's")
+        if a.freed or alloc.live_allocations() != sorted(held + [a], key=lambda x: x.ptr):
+            raise Fail("share_handle changed the allocator (freed or allocated blocks): it only describes "
+                       "the block", "share_handle allocated or freed blocks")
+        p = peer()
+        try:
+            ref_id = p.open(replace(ref, ipc_handle=bytes(ipc), offset=offset))
+        except sharing.SharingError as exc:
+            raise Fail(f"the receiver (process {p.pid}) could not open your handle ({what}): "
+                       f"{_remote_error(exc)}", "the receiver could not open your handle") from None
+        try:
+            got = p.read(ref_id, 0, a.requested_size)
+        except sharing.SharingError as exc:
+            raise Fail(f"the receiver (process {p.pid}) could not read {fmt(a.requested_size)} at your offset "
+                       f"{offset} ({what}): {_remote_error(exc)}",
+                       "the receiver could not read the block at your offset") from None
+        finally:
+            try:
+                p.close_block(ref_id)
+            except sharing.SharingError:
+                pass
+        if got != data:
+            if ipc != ref.ipc_handle:
+                raise Fail(f"the receiver opened another allocation than the block's segment ({what}): the "
+                           "handle must name the segment that holds the block (its base)",
+                           "your handle does not name the block's segment")
+            raise Fail(f"the receiver read other bytes than the block's ({what}): your offset is {offset}, the "
+                       f"block is {ref.offset} bytes ({fmt(ref.offset)}) into its {fmt(ref.segment_size)} "
+                       "segment. The handle names the whole segment: add the block's offset from its base.",
+                       "the receiver read other bytes than the block's: wrong offset from the segment base")
+    finally:
+        if not a.freed:
+            alloc.free(a)
+        sharing._remove_token(ref.token)
+        dev.close()
+
+
+# ------------------------------------------------------------------ lab6.read_shared
+
+def _source_of(fn) -> tuple:
+    if not inspect.isfunction(fn) or fn.__name__ == "<lambda>":
+        raise Fail("check() needs your receiver function itself (a def, not a lambda)",
+                   "check() needs your receiver function itself")
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        raise Fail("the source of your function cannot be read (define it with def in a cell or a file)",
+                   "the source of your function cannot be read") from None
+    return source, fn.__name__
+
+
+def judge_read_shared(fn, profile: str, pads: list, size: int, data_seed: int) -> None:
+    source, name = _source_of(fn)
+    dev, alloc, held, data = _layout(profile, pads, size, data_seed)
+    what = _describe_layout(pads, size, profile)
+    a = alloc.malloc(size)
+    dev.write(a.ptr, data)
+    dev.synchronize()
+    ref = sharing.share_block(alloc, a, "legacy")
+    handle = {"ipc_handle": ref.ipc_handle, "offset": ref.offset, "size": a.requested_size}
+    p = peer()
+    try:
+        try:
+            got, left_open = p.run(source, name, handle)
+        except sharing.SharingError as exc:
+            text = str(exc).replace("in the other process: LearnerError: ", "")
+            if text.startswith("NotImplementedError"):
+                raise NotImplementedError(text) from None     # the stub: "not written yet"
+            hint = (" Your function runs in another process: names defined in your notebook are not there; "
+                    "import what you need inside the function." if "NameError" in text else "")
+            raise Fail(f"your receiver raised in the other process (pid {p.pid}; {what}): {text}.{hint}",
+                       "your receiver raised an error in the other process" + (" (NameError)" if hint else "")) \
+                from None
+        if not isinstance(got, bytes):
+            raise Fail(f"your receiver returned {got}; return the bytes it read (dev.read(...))",
+                       "your receiver did not return bytes")
+        if got != data:
+            n = min(len(got), len(data))
+            i = next((k for k in range(n) if got[k] != data[k]), n)
+            raise Fail(f"your receiver returned {len(got)} bytes that differ from the block's {len(data)} from "
+                       f"byte {i} on ({what}; the block is {ref.offset} bytes into its segment). The handle's "
+                       "ipc_handle opens the whole segment: the block starts at base + offset.",
+                       "the bytes your receiver read differ from the block's (offset from the segment base?)")
+        if left_open:
+            raise Fail(f"correct bytes, but your receiver left {left_open} IPC mapping(s) open on its device "
+                       "(no dev.ipc_close_mem_handle(base) after the read): every open needs a close, with "
+                       "the pointer ipc_open_mem_handle returned", "your receiver did not close the handle")
+    finally:
+        alloc.free(a)
+        sharing._remove_token(ref.token)
+        dev.close()
+
+
+# ------------------------------------------------------------------ lab6.lifetime
+
+class Consumer:
+    """What the learner's producer talks to: the receiver process, recording what happens."""
+
+    def __init__(self, receiver: LabPeer, events: list) -> None:
+        self._peer, self.events = receiver, events
+        self.pid = receiver.pid
+        self.tokens: list = []
+
+    def open(self, handle: Any) -> int:
+        """The receiver opens the shared block; returns a reference for read/close."""
+        if hasattr(handle, "token"):
+            self.tokens.append(handle.token)
+        ref = self._peer.open(handle)
+        self.events.append(("open", ref))
+        return ref
+
+    def read(self, ref: int, offset: int = 0, nbytes: Optional[int] = None) -> bytes:
+        """The receiver reads the block's bytes (over there) and sends them back."""
+        got = self._peer.read(ref, offset, nbytes)
+        self.events.append(("read", ref, offset, got))
+        return got
+
+    def close(self, ref: int) -> None:
+        """The receiver is done: it unmaps the block on its side."""
+        self._peer.close_block(ref)
+        self.events.append(("close", ref))
+
+    def __repr__(self) -> str:
+        return f"<receiver process {self.pid}: open(handle) -> ref, read(ref), close(ref)>"
+
+
+def judge_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> None:
+    events: list = []
+    dev, alloc, held, data = _layout(profile, pads, size, data_seed, events)
+    what = _describe_layout(pads, size, profile)
+    p = peer()
+    consumer = Consumer(p, events)
+    shares_before = set(sharing._SHARES)
+    try:
+        try:
+            got = fn(alloc, data, consumer)
+        except sharing.SharingError as exc:
+            kind = getattr(exc, "remote_type", type(exc).__name__)
+            if kind == "SenderFreedError":
+                raise Fail(f"the receiver (process {p.pid}) failed ({what}): SenderFreedError: {exc} "
+                           "Free the block only after the receiver has closed it.",
+                           "the receiver failed with SenderFreedError: the sender freed the block while the "
+                           "receiver still used it") from None
+            raise Fail(f"the receiver (process {p.pid}) failed ({what}): {kind}: {exc}",
+                       "the receiver failed") from None
+        opened = {e[1] for e in events if e[0] == "open"}
+        reads = [e for e in events if e[0] == "read"]
+        if not opened or not reads:
+            raise Fail("the receiver never opened and read the block: hand it the handle with "
+                       "peer.open(handle), then peer.read(ref)", "the receiver never read the block")
+        n = len(data)           # the block is rounded up: a read of the whole block has more bytes
+        if not isinstance(got, bytes) or got[:n] != data or not any(e[2] == 0 and e[3][:n] == data for e in reads):
+            raise Fail(f"the receiver did not read the data ({what}): write `data` into the block "
+                       "(alloc.device.write(x.ptr, data)) before sharing it, share that block, and return what "
+                       "peer.read(ref) gave", "the receiver did not read the data that was written")
+        closed = [i for i, e in enumerate(events) if e[0] == "close"]
+        frees = [i for i, e in enumerate(events) if e[0] == "free"]
+        if opened - {events[i][1] for i in closed}:
+            raise Fail("the receiver still has the block open when your producer returns: call "
+                       "peer.close(ref) when it is done", "the receiver never closed the block")
+        if not frees:
+            raise Fail(f"leak: the shared block is still allocated when your producer returns ({what}): free "
+                       "it once the receiver has closed it", "leak: the shared block was never freed")
+        if frees[-1] < closed[-1]:
+            raise Fail("the block was freed before the receiver closed it: the receiver was not done with it "
+                       "(it may still read). Free it after peer.close(ref).",
+                       "the block was freed before the receiver closed it")
+        leaked = [x for x in alloc.live_allocations() if x not in held]
+        if leaked:
+            raise Fail(f"leak: {len(leaked)} allocation(s) besides the ones the check made are still allocated "
+                       f"({', '.join(fmt(x.requested_size) for x in leaked)})",
+                       "leak: allocations are left when the producer returns")
+        if set(sharing._SHARES) - shares_before:
+            raise Fail("a share is still active when your producer returns (share_block without a free of "
+                       "its block, or unshare)", "a share is still active at the end")
+        left = p.leaks()
+        if left["imports"]:
+            raise Fail(f"the receiver's device still holds {left['imports']} IPC mapping(s)",
+                       "the receiver still holds an IPC mapping")
+    finally:
+        for ref in {e[1] for e in events if e[0] == "open"} - {e[1] for e in events if e[0] == "close"}:
+            try:
+                p.close_block(ref)
+            except Exception:
+                pass
+        for token in set(sharing._SHARES) - shares_before:
+            sharing.unshare(sharing._SHARES[token].handle)
+        for token in consumer.tokens:            # ended shares leave a dead token file until exit
+            sharing._remove_token(token)
+        dev.close()
+
+
+# ------------------------------------------------------------------ cases
+
+PUBLIC = [
+    # (profile, pads [(bytes, kept?)], size, data seed, label)
+    ("h100-80gb", [], 3 * MiB, 1, "a 3 MiB block at the base of its segment"),
+    ("h100-80gb", [(3 * MiB, True)], 5 * MiB, 2, "a 5 MiB block 3 MiB into a 20 MiB segment"),
+    ("h100-80gb", [(1000, True), (5000, True)], 700, 3, "a 700 B block after two small ones (2 MiB segment)"),
+]
+
+
+def _hidden(rng: random.Random) -> list:
+    specs = []
+    for k in range(3):
+        small = k == 1
+        pads = []
+        for _ in range(rng.randint(1, 4)):
+            n = rng.randint(512, 200 * KiB) if small else rng.randint(1 * MiB + 1, 6 * MiB)
+            pads.append((n, rng.random() < 0.7))
+        if all(not keep for _, keep in pads):
+            pads[0] = (pads[0][0], True)
+        size = rng.randint(1, 300 * KiB) if small else rng.randint(1 * MiB + 1, 8 * MiB)
+        profile = rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"])
+        label = ("a small block" if small else "a large block") + " after seeded allocations and frees"
+        specs.append((profile, pads, size, rng.randrange(1 << 30), label))
+    return specs
+
+
+def _cases(judge, rng=None) -> list:
+    specs = PUBLIC if rng is None else _hidden(rng)
+    return [Case(s[4], (lambda fn, s=s: judge(fn, *s[:4])), data=s[:4]) for s in specs]
+
+
+register(Exercise(
+    id="lab6.share_handle", lab=6, title="the sender: a legacy handle of the segment base + the block's offset",
+    public=lambda: _cases(judge_share_handle), hidden=lambda rng: _cases(judge_share_handle, rng),
+    teardown=_close_peer,
+    hint="cudaIpcGetMemHandle only names a whole cudaMalloc allocation, i.e. the block's segment. Find the "
+         "segment holding allocation.ptr in alloc.snapshot()['segments'] (its 'address' and 'total_size'), "
+         "then return {'ipc_handle': alloc.device.ipc_get_mem_handle(base), 'offset': allocation.ptr - base, "
+         "'size': allocation.requested_size}.",
+))
+
+register(Exercise(
+    id="lab6.read_shared", lab=6, title="the receiver, in another process: open the segment, add the offset, close",
+    public=lambda: _cases(judge_read_shared), hidden=lambda rng: _cases(judge_read_shared, rng),
+    teardown=_close_peer,
+    hint="base = dev.ipc_open_mem_handle(handle['ipc_handle']) maps the sender's whole segment here; the "
+         "block starts at base + handle['offset']. Read handle['size'] bytes there with dev.read, then "
+         "dev.ipc_close_mem_handle(base) (the pointer open returned, not base + offset). The function runs "
+         "in another process: import inside it whatever it needs.",
+))
+
+register(Exercise(
+    id="lab6.lifetime", lab=6, title="the lifetime rule: keep the block alive until the receiver is done",
+    public=lambda: _cases(judge_lifetime), hidden=lambda rng: _cases(judge_lifetime, rng),
+    teardown=_close_peer,
+    hint="x = alloc.malloc(len(data)); alloc.device.write(x.ptr, data); h = share_block(alloc, x); "
+         "ref = peer.open(h); got = peer.read(ref, 0, len(data)); peer.close(ref); and only then alloc.free(x). Freeing "
+         "x returns it to the cache, where the next malloc may reuse its bytes while the receiver reads.",
+))
