@@ -189,11 +189,12 @@ def share_block(allocator: Any, allocation: Any, kind: str = "auto") -> Any:
     """
     if kind not in ("auto", "legacy", "expandable"):
         raise ValueError(f"kind must be 'auto', 'legacy' or 'expandable', got {kind!r}")
-    block = _block_of(allocation)
-    if not hasattr(block, "expandable_segment"):
+    block = getattr(allocation, "_block", None)
+    if block is not None and not hasattr(block, "expandable_segment"):
         raise SharingError(f"share_block shares CachingAllocator blocks only, not a {type(allocator).__name__}'s: "
                            "PyTorch's backend:cudaMallocAsync does not support IPC either "
                            "(spec pytorch-allocator.md section 10)")
+    block = _block_of(allocation)
     seg = block.expandable_segment
     if kind == "auto":
         kind = "expandable" if seg is not None else "legacy"
