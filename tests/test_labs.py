@@ -172,6 +172,25 @@ def test_check_reports_a_stub_without_raising_and_counts_progress(capsys):
     assert not check("lab2.round_size", None, verbose=False).passed
 
 
+def test_lab6_runs_one_receiver_process_per_check_and_stops_it():
+    lab6 = importlib.import_module("allocator_ref.labs.lab6")
+    started = []
+    real = lab6.LabPeer.__init__
+
+    def counting(self):
+        real(self)
+        started.append(self.process)
+    lab6.LabPeer.__init__ = counting
+    try:
+        result = check("lab6.lifetime", _load(ROOT / "labs" / "wrong" / "lab6_never_frees.py").SUBMISSION,
+                       seed=1, verbose=False)
+    finally:
+        lab6.LabPeer.__init__ = real
+    assert not result.passed and len(result.cases) > 1
+    assert len(started) == 1, "every case of one check shares one receiver process"
+    assert lab6._PEER is None and not started[0].is_alive(), "the receiver process outlived its check"
+
+
 # ------------------------------------------------------------------ notebooks
 def _kernel_env() -> dict:
     env = dict(os.environ)
