@@ -179,23 +179,37 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         pool = p.pool
         if self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold > 0:
             pool.get_free_blocks_call_count += 1      # the GC clock ticks on every search
-        block = pool.best_fit(p.stream_key, p.size)
-        if block is None or block.stream_key != p.stream_key:
-            return False
-        if block.expandable_segment is not None:
-            _, block = self._pick_expandable_candidate(pool, pool.index_of(block), block, p.stream_key)
-            if block is None:
-                return False
-        max_split = self.config.max_split_size
-        # Never hand an oversize block to a normal request ...
-        if p.size < max_split and block.size >= max_split:
-            return False
-        # ... and an oversize request may take a cached block only a little bigger than it.
-        if p.size >= max_split and block.size >= p.size + self.config.max_non_split_rounding_size:
+        block = self._find_free_block(pool, p.stream_key, p.size)
+        if block is None:
             return False
         pool.remove(block)
         p.block = block
         return True
+
+    def _find_free_block(self, pool: BlockPool, stream_key: int, size: int) -> Optional[Block]:
+        """The block ``get_free_block`` would take, without taking it."""
+        block = pool.best_fit(stream_key, size)
+        if block is None or block.stream_key != stream_key:
+            return None
+        if block.expandable_segment is not None:
+            _, block = self._pick_expandable_candidate(pool, pool.index_of(block), block, stream_key)
+            if block is None:
+                return None
+        max_split = self.config.max_split_size
+        # Never hand an oversize block to a normal request ...
+        if size < max_split and block.size >= max_split:
+            return None
+        # ... and an oversize request may take a cached block only a little bigger than it.
+        if size >= max_split and block.size >= size + self.config.max_non_split_rounding_size:
+            return None
+        return block
+
+    def can_serve_from_cache(self, nbytes: int, stream: Any = None) -> bool:
+        """Would ``malloc(nbytes, stream)`` find a cached block right now?  Changes nothing."""
+        stream = self._check_stream(stream)
+        size = self.round_size(nbytes)
+        pool = self.small_blocks if size <= kSmallSize else self.large_blocks
+        return self._find_free_block(pool, stream.handle, size) is not None
 
     def trigger_free_memory_callbacks(self) -> bool:
         """``trigger_free_memory_callbacks``: True if any registered callback freed memory."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from ..caching.config import AllocatorConfig, kSmallBuffer, kSmallSize, round_size
+from ..caching.config import SIZE_MAX, AllocatorConfig, kSmallBuffer, kSmallSize, round_size
 
 
 @dataclass
@@ -104,11 +104,13 @@ def _segments_at_start(events, final_segments, state) -> dict:
 
 def _blocks_live_at_start(events, final_segments):
     live_in_trace, requested_in_trace = set(), set()
+    owned = set()          # allocated by the trace and not yet given back (pending frees included)
     pre_live, pending = {}, set()
     for index, e in enumerate(events):
         action, addr = e["action"], e.get("addr")
         if action == "alloc":
             live_in_trace.add(addr)
+            owned.add(addr)
         elif action == "free_requested":
             requested_in_trace.add(addr)
             if addr in live_in_trace:
@@ -116,6 +118,7 @@ def _blocks_live_at_start(events, final_segments):
             elif addr not in pre_live:
                 pre_live[addr] = {"requested": e["size"], "stream": e["stream"], "until": index}
         elif action == "free_completed":
+            owned.discard(addr)
             if addr in requested_in_trace:
                 requested_in_trace.discard(addr)
             elif addr not in pre_live and addr not in live_in_trace:
@@ -125,7 +128,7 @@ def _blocks_live_at_start(events, final_segments):
         if s.get("is_expandable"):
             continue
         for b in s["blocks"]:
-            if b["state"].startswith("active") and b["address"] not in live_in_trace \
+            if b["state"].startswith("active") and b["address"] not in owned \
                     and b["address"] not in pre_live:
                 pre_live[b["address"]] = {"requested": b.get("requested_size", b["size"]),
                                           "stream": s["stream"], "until": len(events),
@@ -151,17 +154,22 @@ def _infer_block_size(addr, info, seg, pre_live, evidence, config) -> int:
     end_min = addr + rounded
     if seg.small:
         return rounded            # small blocks always split off any remainder >= 512 B
+    # How much bigger than the request can an unsplit block be?  A normal request splits
+    # off any remainder > 1 MiB; an oversize one (>= max_split_size) is never split and may
+    # take a cached block up to max_non_split_rounding_size bigger (get_free_block).
+    oversize = config.max_split_size != SIZE_MAX and rounded >= config.max_split_size
+    slack = config.max_non_split_rounding_size - 1 if oversize else kSmallSize
     boundary = seg.address + seg.size
     for other in pre_live:
         if end_min <= other < boundary:
             boundary = other
     # An allocation placed right after this block while it was still live marks where it ends.
     i = bisect.bisect_left(evidence, (end_min, -1))
-    while i < len(evidence) and evidence[i][0] <= end_min + kSmallSize:
+    while i < len(evidence) and evidence[i][0] <= end_min + slack:
         if evidence[i][1] < info["until"] and evidence[i][0] < boundary:
             boundary = evidence[i][0]
             break
         i += 1
-    if boundary - end_min <= kSmallSize:
-        return boundary - addr    # the remainder was too small to split: the block took it all
+    if boundary - end_min <= slack:
+        return boundary - addr    # the remainder was too small to split off: the block took it all
     return rounded
