@@ -33,7 +33,7 @@ from ..caching.allocator import CachingAllocator
 from ..caching.config import AllocatorConfig
 from ..caching.oom import OutOfMemoryError
 from ..caching.restore import restore_segment
-from ..device.errors import cuda_error
+from ..device.errors import CudaError, cuda_error
 from ..device.sim import SimDevice
 from .rebuild import infer_initial_state
 from .snapshot import load_snapshot
@@ -70,7 +70,8 @@ class ReplayDevice(SimDevice):
         self.script_pos = 0                      # ... and the next event it should produce
         self.events_by_addr: dict = {}
         self.freeing_addr: Optional[int] = None
-        self._replay_reservations: dict = {}
+        self._replay_reservations: dict = {}      # base -> (nominal size, claimed in the address space)
+        self._extent: dict = {}                   # base -> highest mapped end so far
         self.set_address_hint(self._hint_address)
 
     def _hint_address(self, kind: str, size: int) -> Optional[int]:
@@ -80,9 +81,10 @@ class ReplayDevice(SimDevice):
             if self.planned_segments and self.planned_segments[0][1] == size:
                 return self._free_or_none(self.planned_segments.popleft()[0], size)
             return None
-        # An expandable segment's first map is at its base: that is where the reservation starts.
+        # A new expandable segment's first map is at its base: the planned map that does not
+        # fall inside a reservation we already have is where this one starts.
         for addr, _size, action in self.planned_segments:
-            if action == "segment_map":
+            if action == "segment_map" and not self._in_a_reservation(addr):
                 return addr
         return None
 
@@ -122,22 +124,44 @@ class ReplayDevice(SimDevice):
         if planned is None:
             return super().address_reserve(size, alignment)
         self.counters.vmm_calls += 1
-        self._replay_reservations[planned] = size
+        # Take the range in the address space too when it is free, so that a later
+        # reservation placed without a plan does not land on it.
+        claimed = not self._space.overlapping(planned, size)
+        if claimed:
+            self._space.claim(planned, size)
+        self._replay_reservations[planned] = (size, claimed)
         return planned
 
     def address_free(self, ptr: int, size: int) -> None:
-        if self._replay_reservations.get(ptr) != size:
+        entry = self._replay_reservations.get(ptr)
+        if entry is None or entry[0] != size:
             return super().address_free(ptr, size)
         if self._pages.overlapping(ptr, size):
             raise cuda_error("CUDA_ERROR_INVALID_VALUE", f"address_free({ptr:#x}): still mapped")
         self.counters.vmm_calls += 1
         del self._replay_reservations[ptr]
+        self._extent.pop(ptr, None)
+        if entry[1]:
+            self._space.release(ptr)
 
     def _reservation_holding(self, ptr: int, size: int):
-        for start, length in self._replay_reservations.items():
+        for start, (length, _claimed) in self._replay_reservations.items():
             if start <= ptr and ptr + size <= start + length:
                 return start, length
         return super()._reservation_holding(ptr, size)
+
+    def _in_a_reservation(self, addr: int) -> bool:
+        # A segment grows from its base, lowest unmapped range first: a map inside an existing
+        # segment starts at most where its mapped extent ever reached.  (The nominal size of a
+        # reservation here may exceed the recording GPU's, so it cannot be the test.)
+        return any(start <= addr <= self._extent.get(start, start)
+                   for start in self._replay_reservations)
+
+    def mem_map(self, ptr: int, size: int, handle: int, offset: int = 0) -> None:
+        super().mem_map(ptr, size, handle, offset)
+        for start, (length, _claimed) in self._replay_reservations.items():
+            if start <= ptr < start + length:
+                self._extent[start] = max(self._extent.get(start, start), ptr + size)
 
     def create_event(self, timing: bool = True):
         event = _ManualEvent(self)
@@ -385,6 +409,16 @@ class _DeviceReplayer:
             allocation = self.allocator.malloc(e["size"], self._stream(e["stream"]))
         except OutOfMemoryError:
             self.result.ooms_raised += 1
+            return
+        except CudaError as exc:
+            if not self.verify:
+                raise
+            # Only after an earlier divergence can a replayed device call be refused
+            # (e.g. a mapping where ours already has one): report it, do not crash.
+            self._diverge(pos, None)
+            self.result.final_state_diff = f"device call failed during the replay: {exc}"
+            self.produced.clear()
+            self.pos = pos + 1
             return
         finally:
             if self.verify:
