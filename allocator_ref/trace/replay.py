@@ -564,7 +564,8 @@ class _DeviceReplayer:
         clone.result.first_divergence = None
         clone._replay_malloc(pos, j, reading)
         clone._run_until(j + 1)
-        return clone.result.first_divergence is None
+        # Every event the reading made must be one the trace shows, and nothing left over.
+        return clone.result.first_divergence is None and not clone.produced
 
     def _replay_malloc(self, pos: int, j: int, reading: str) -> None:
         if reading == "empty_cache":
