@@ -51,7 +51,7 @@ def random_program(seed: int, config: str, start_history_at: int = 0) -> dict:
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("seed", [0, 3, 5])
+@pytest.mark.parametrize("seed", [0, 3, 5, 10, 12])
 @pytest.mark.parametrize("start", [0, 150], ids=["from-start", "mid-run"])
 def test_random_programs_replay_exactly(seed, config, start):
     if start and "expandable" in config:

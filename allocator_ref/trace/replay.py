@@ -550,7 +550,12 @@ class _DeviceReplayer:
         pending = any(g["action"] == "free_completed" and g["addr"] in self.device.events_by_addr
                       for g in group)
         default = "sync" if actions & set(RELEASES) else "ready"
-        if not pending or not (actions & (set(RELEASES) | {"oom"})) or self._in_trial:
+        # Completions that the malloc's process_events or a sync may have made ...
+        completions_unclear = pending and bool(actions & (set(RELEASES) | {"oom"}))
+        # ... or unmaps then a map: a malloc whose first try reserved a new segment before
+        # failing, or the user's empty_cache() freeing the address range the map then reuses.
+        reservation_unclear = {"segment_unmap", "segment_map"} <= actions
+        if self._in_trial or not (completions_unclear or reservation_unclear):
             return default
         for reading in (default,) + tuple(r for r in self.READINGS if r != default):
             if self._reading_reproduces(pos, j, reading):
