@@ -52,3 +52,25 @@ def test_with_record_stream_the_allocator_waits_and_the_bytes_are_intact(device)
     old_ptr, new_ptr, got = _run(device, use_record_stream=True)
     assert new_ptr != old_ptr                 # the block was held back for B's event
     assert got == bytes([ORIGINAL]) * N
+
+
+def test_a_destroyed_using_stream_neither_leaks_nor_corrupts(sim):
+    from allocator_ref.caching import check_stats_consistency
+    from allocator_ref.device.errors import CudaError
+    allocator = CachingAllocator(sim)
+    side = sim.create_stream()
+    x = allocator.malloc(N)
+    sim.sleep(side, 5_000)
+    allocator.record_stream(x, side)
+    sim.destroy_stream(side)
+    allocator.free(x)                      # waits for the destroyed stream's work, then frees
+    assert sim.now_us() >= 5_000
+    check_stats_consistency(allocator.segments(), allocator.memory_stats())
+    assert allocator.memory_stats()["active_bytes.all.current"] == 0
+    y = allocator.malloc(N)
+    with pytest.raises(CudaError, match="destroyed"):
+        allocator.record_stream(y, side)   # clear error, nothing changed
+    check_stats_consistency(allocator.segments(), allocator.memory_stats())
+    allocator.free(y)
+    with pytest.raises(ValueError, match="already freed"):
+        allocator.record_stream(y, sim.default_stream)

@@ -432,6 +432,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             self.stats.oversize_allocations.decrease(1)
         if block.stream_uses:
             self.insert_events(block)      # stays active ("active_pending_free") until they complete
+            if block.event_count == 0:     # (every using stream was destroyed and has drained)
+                self.free_block(block)
         else:
             self.free_block(block)
 
@@ -495,6 +497,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         """``recordStream``: remember another stream used this memory (ignored on the owner)."""
         allocation = self._lookup(allocation, "record_stream")
         stream = self._check_stream(stream)
+        if getattr(stream, "destroyed", False):
+            raise CudaError("cudaErrorInvalidResourceHandle",
+                            f"record_stream: stream {stream.handle:#x} was destroyed; record the streams "
+                            "that will still use the memory, before destroying them")
         if allocation.ptr == 0:
             return
         block = allocation._block
@@ -505,6 +511,11 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
     def insert_events(self, block: Block) -> None:
         """``insert_events``: one event per using stream; the block is freed when all complete."""
         streams, block.stream_uses = block.stream_uses, set()
+        if any(getattr(s, "destroyed", False) for s in streams):
+            # A destroyed stream cannot take an event, but its queued work still runs:
+            # wait for the device to drain so the memory is surely unused.
+            self.device.synchronize()
+            streams = {s for s in streams if not getattr(s, "destroyed", False)}
         for stream in sorted(streams, key=lambda s: s.handle):
             event = self.device.create_event(timing=False)
             event.record(stream)
@@ -627,8 +638,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         if allocation.ptr == 0:
             return allocation
         if allocation.freed or self._live.get(allocation.ptr) is not allocation:
-            raise ValueError(f"{what}: the allocation at {allocation.ptr:#x} was already freed "
-                             "(double free)")
+            why = "(double free)" if what == "free" else f"({what} needs a live allocation)"
+            raise ValueError(f"{what}: the allocation at {allocation.ptr:#x} was already freed {why}")
         return allocation
 
     def live_allocations(self) -> list[Allocation]:
