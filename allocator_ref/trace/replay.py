@@ -503,6 +503,8 @@ class _DeviceReplayer:
         if action == "free_requested":
             deferred = not (pos + 1 < n and events[pos + 1]["action"] == "free_completed"
                             and events[pos + 1]["addr"] == e["addr"])
+            if not deferred and self.verify and self._completion_unclear(pos):
+                deferred = not self._free_reproduces(pos, deferred=False)
             known = self._free(e["addr"], deferred=deferred and self.verify)
             self._sample()
             if self.verify and not known:
@@ -570,6 +572,30 @@ class _DeviceReplayer:
         clone._replay_malloc(pos, j, reading)
         clone._run_until(j + 1)
         # Every event the reading made must be one the trace shows, and nothing left over.
+        return clone.result.first_divergence is None and not clone.produced
+
+    def _completion_unclear(self, pos: int) -> bool:
+        """Was the free at ``pos`` completed at once, or by a failing malloc's sync right after?
+
+        ``free_requested`` then ``free_completed`` usually means no other stream used the
+        block.  But when the next malloc goes on to release cached memory (or fails), its
+        synchronize_and_free_events may have completed a deferred free just there.
+        """
+        if self._in_trial:
+            return False
+        j = self._next_malloc(pos + 2)
+        if j < 0:
+            return False
+        return any(g["action"] in RELEASES + ("oom",) for g in self.events[pos + 2:j + 1])
+
+    def _free_reproduces(self, pos: int, deferred: bool) -> bool:
+        clone = copy.deepcopy(self, {id(self.events): self.events, id(self.finals): self.finals,
+                                     id(self._bar): _NoBar()})
+        clone._in_trial = True
+        clone.result.first_divergence = None
+        clone._free(self.events[pos]["addr"], deferred=deferred)
+        end = self._next_malloc(pos + 2)
+        clone._run_until(end + 1)
         return clone.result.first_divergence is None and not clone.produced
 
     def _replay_malloc(self, pos: int, j: int, reading: str) -> None:
