@@ -136,7 +136,9 @@ class ReplayDevice(SimDevice):
         entry = self._replay_reservations.get(ptr)
         if entry is None or entry[0] != size:
             return super().address_free(ptr, size)
-        if self._pages.overlapping(ptr, size):
+        # Only pages up to this segment's mapped extent are its own (another, overlapping
+        # reservation may have pages beyond it).
+        if self._pages.overlapping(ptr, max(self._extent.get(ptr, ptr) - ptr, 1)):
             raise cuda_error("CUDA_ERROR_INVALID_VALUE", f"address_free({ptr:#x}): still mapped")
         self.counters.vmm_calls += 1
         del self._replay_reservations[ptr]
@@ -525,7 +527,14 @@ class _DeviceReplayer:
         # on were caused by the user's next call.  Which one?
         end = self._user_empty_cache_end(pos)
         if end >= 0:                         # torch.cuda.empty_cache() (or a release without a malloc)
-            self.allocator.empty_cache()
+            try:
+                self.allocator.empty_cache()
+            except CudaError as exc:         # only possible after an earlier divergence
+                self._diverge(pos, None)
+                self.result.final_state_diff = f"device call failed during the replay: {exc}"
+                self.produced.clear()
+                self.pos = end
+                return
             if not self.produced:
                 self._diverge(pos, None)
                 self.pos = end
@@ -569,8 +578,11 @@ class _DeviceReplayer:
                                      id(self._bar): _NoBar()})
         clone._in_trial = True
         clone.result.first_divergence = None
-        clone._replay_malloc(pos, j, reading)
-        clone._run_until(j + 1)
+        try:
+            clone._replay_malloc(pos, j, reading)
+            clone._run_until(j + 1)
+        except CudaError:
+            return False                     # this reading asks the device for the impossible
         # Every event the reading made must be one the trace shows, and nothing left over.
         return clone.result.first_divergence is None and not clone.produced
 
@@ -593,9 +605,11 @@ class _DeviceReplayer:
                                      id(self._bar): _NoBar()})
         clone._in_trial = True
         clone.result.first_divergence = None
-        clone._free(self.events[pos]["addr"], deferred=deferred)
-        end = self._next_malloc(pos + 2)
-        clone._run_until(end + 1)
+        try:
+            clone._free(self.events[pos]["addr"], deferred=deferred)
+            clone._run_until(self._next_malloc(pos + 2) + 1)
+        except CudaError:
+            return False
         return clone.result.first_divergence is None and not clone.produced
 
     def _replay_malloc(self, pos: int, j: int, reading: str) -> None:
