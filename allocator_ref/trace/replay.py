@@ -774,3 +774,48 @@ def _progress_bar(total: int, enabled: bool, desc: str):
         return _NoBar()
     from tqdm.auto import tqdm
     return tqdm(total=total, desc=desc, unit="ev", leave=False, mininterval=0.5)
+
+
+class TraceStepper:
+    """Walk a real trace on the reference allocator, stopping where you like.
+
+        stepper = TraceStepper("run.pickle")       # verify mode: PyTorch's addresses
+        stepper.run_until(5000)                     # the allocator as it was at event 5000
+        stepper.allocator.snapshot()
+
+    Pictures use it to animate a window of a long trace without redrawing all of it.
+    """
+
+    def __init__(self, snapshot: Any, device: Optional[int] = None, profile: str = "h100-80gb") -> None:
+        data = snapshot if isinstance(snapshot, dict) else load_snapshot(snapshot)
+        traces = data.get("device_traces", [])
+        if device is None:
+            device = next((i for i, t in enumerate(traces) if t), None)
+        if device is None or device >= len(traces) or not traces[device]:
+            raise ValueError(f"the snapshot has no trace events for device {device!r}")
+        finals = [s for s in data["segments"] if s.get("device", 0) == device]
+        self._replayer = _DeviceReplayer(device, traces[device], finals, _config_text(data), "caching",
+                                         True, profile, None, False)
+        self._replayer._restore_start()
+        self.events = traces[device]
+
+    @property
+    def allocator(self) -> CachingAllocator:
+        return self._replayer.allocator
+
+    @property
+    def position(self) -> int:
+        """Index of the next trace event not yet replayed."""
+        return self._replayer.pos
+
+    @property
+    def next_event(self) -> int:
+        """Index of the first trace event the allocator has not made yet."""
+        return self._replayer.pos + len(self._replayer.produced)
+
+    @property
+    def divergence(self) -> Optional[Divergence]:
+        return self._replayer.result.first_divergence
+
+    def run_until(self, index: int) -> None:
+        self._replayer._run_until(min(index, len(self.events)))

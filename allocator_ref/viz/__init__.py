@@ -29,6 +29,7 @@ _EXPORTS = {
     "FrameSource": "frames",
     "build_frames": "frames",
     "record_frames": "frames",
+    "frames_of_snapshot": "replay_frames",
     "describe": "frames",
     "changed_addresses": "frames",
     "TracePlayer": "player",
