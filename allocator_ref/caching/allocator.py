@@ -31,7 +31,7 @@ from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size
 from .expandable import ExpandableMixin
 from .oom import EXABYTE_MESSAGE, OutOfMemoryError, oom_message
 from .snapshot import SnapshotMixin
-from .stats import LARGE_POOL, SMALL_POOL, DeviceStats
+from .stats import DeviceStats
 from .summary import memory_summary
 
 

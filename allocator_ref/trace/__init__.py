@@ -5,6 +5,9 @@ snapshot.py  safe loading and saving of torch memory snapshots
 rmm_csv.py   RMM's logging_resource_adaptor CSV
 rebuild.py   the allocator state at the start of a mid-run trace
 replay.py    replay a trace, verify it against PyTorch, or ask "what if"
+replay_device.py  the simulated GPU a --verify replay runs on (follows the trace's script)
+replay_report.py  what a replay reports
+record_torch.py   a real PyTorch model's allocations, recorded on the CPU
 """
 from .events import ACTIONS, TraceEntry, TraceRecorder
 from .snapshot import SnapshotError, load_snapshot, loads_snapshot, save_snapshot

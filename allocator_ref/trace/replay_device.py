@@ -1,0 +1,148 @@
+"""The simulated GPU a ``--verify`` replay runs on: it follows the trace's script.
+
+A ``ReplayDevice`` is a ``SimDevice`` that knows the trace being replayed:
+
+* it hands out the addresses PyTorch's cudaMalloc / cuMemAddressReserve returned
+  (the trace's ``segment_alloc`` / first ``segment_map`` of a segment);
+* a device allocation succeeds exactly when the trace shows the segment it made
+  next, and fails when the trace shows a release or an ``oom`` next -- so the
+  allocator walks the same retry ladder it walked on the GPU;
+* events are ``_ManualEvent``s that the replay completes where the trace says
+  ``free_completed``.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Optional
+
+from ..device.errors import cuda_error
+from ..device.sim import SimDevice
+
+
+class _ManualEvent:
+    """An event the replay completes where the trace says (``free_completed``)."""
+
+    def __init__(self, device) -> None:
+        self.device = device
+        self.ready = False
+
+    def record(self, stream=None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return self.ready
+
+    def synchronize(self) -> None:
+        self.ready = True
+
+
+class ReplayDevice(SimDevice):
+    """A SimDevice the replay steers: planned addresses, planned failures, manual events."""
+
+    def __init__(self, profile: str, index: int = 0) -> None:
+        super().__init__(profile, index=index)
+        self.planned_segments: deque = deque()   # (addr, size) of upcoming segment_alloc/map
+        self.script: Optional[list] = None       # the trace, while a malloc is replayed ...
+        self.script_pos = 0                      # ... and the next event it should produce
+        self.events_by_addr: dict = {}
+        self.freeing_addr: Optional[int] = None
+        self._replay_reservations: dict = {}      # base -> (nominal size, claimed in the address space)
+        self._extent: dict = {}                   # base -> highest mapped end so far
+        self.set_address_hint(self._hint_address)
+
+    def _hint_address(self, kind: str, size: int) -> Optional[int]:
+        if kind == "malloc":
+            while self.planned_segments and self.planned_segments[0][2] != "segment_alloc":
+                self.planned_segments.popleft()
+            if self.planned_segments and self.planned_segments[0][1] == size:
+                return self._free_or_none(self.planned_segments.popleft()[0], size)
+            return None
+        # A new expandable segment's first map is at its base: the planned map that does not
+        # fall inside a reservation we already have is where this one starts.
+        for addr, _size, action in self.planned_segments:
+            if action == "segment_map" and not self._in_a_reservation(addr):
+                return addr
+        return None
+
+    def _free_or_none(self, addr: int, size: int) -> Optional[int]:
+        # After a divergence the planned address may still be in use here: place it elsewhere
+        # (the replay reports the divergence) rather than fail the device call.
+        return None if self._space.overlapping(addr, size) else addr
+
+    def _maybe_fail(self, name: str, succeeds_before: str) -> None:
+        # Follow the script: a device allocation succeeded on the GPU exactly when the next
+        # thing the trace shows is the segment it made.  If the trace shows a release or an
+        # oom next, cudaMalloc / cuMemCreate failed there, and so it does here.
+        if self.script is None:
+            return
+        nxt = self.script[self.script_pos]["action"] if self.script_pos < len(self.script) else None
+        if nxt != succeeds_before:
+            raise cuda_error(name, "replay: this call failed on the GPU that recorded the trace")
+
+    def malloc(self, nbytes: int) -> int:
+        self._maybe_fail("cudaErrorMemoryAllocation", "segment_alloc")
+        return super().malloc(nbytes)
+
+    def mem_create(self, size: int) -> int:
+        self._maybe_fail("CUDA_ERROR_OUT_OF_MEMORY", "segment_map")
+        return super().mem_create(size)
+
+    def _charge(self, nbytes: int, error: str, call: str) -> None:
+        # Which calls failed is decided by the trace (the script), not by a capacity.
+        self._used += nbytes
+
+    # The trace tells where each expandable segment's address range started, not how long
+    # it was (1.125x the recording GPU's memory, which a snapshot does not record).  So
+    # reservations here are kept apart from the address space: two may overlap, only the
+    # pages mapped into them may not (mem_map still checks that).
+    def address_reserve(self, size: int, alignment: int = 0) -> int:
+        planned = self._hint_address("reserve", size)
+        if planned is None:
+            return super().address_reserve(size, alignment)
+        self.counters.vmm_calls += 1
+        # Take the range in the address space too when it is free, so that a later
+        # reservation placed without a plan does not land on it.
+        claimed = not self._space.overlapping(planned, size)
+        if claimed:
+            self._space.claim(planned, size)
+        self._replay_reservations[planned] = (size, claimed)
+        return planned
+
+    def address_free(self, ptr: int, size: int) -> None:
+        entry = self._replay_reservations.get(ptr)
+        if entry is None or entry[0] != size:
+            return super().address_free(ptr, size)
+        # Only pages up to this segment's mapped extent are its own (another, overlapping
+        # reservation may have pages beyond it).
+        if self._pages.overlapping(ptr, max(self._extent.get(ptr, ptr) - ptr, 1)):
+            raise cuda_error("CUDA_ERROR_INVALID_VALUE", f"address_free({ptr:#x}): still mapped")
+        self.counters.vmm_calls += 1
+        del self._replay_reservations[ptr]
+        self._extent.pop(ptr, None)
+        if entry[1]:
+            self._space.release(ptr)
+
+    def _reservation_holding(self, ptr: int, size: int):
+        for start, (length, _claimed) in self._replay_reservations.items():
+            if start <= ptr and ptr + size <= start + length:
+                return start, length
+        return super()._reservation_holding(ptr, size)
+
+    def _in_a_reservation(self, addr: int) -> bool:
+        # A segment grows from its base, lowest unmapped range first: a map inside an existing
+        # segment starts at most where its mapped extent ever reached.  (The nominal size of a
+        # reservation here may exceed the recording GPU's, so it cannot be the test.)
+        return any(start <= addr <= self._extent.get(start, start)
+                   for start in self._replay_reservations)
+
+    def mem_map(self, ptr: int, size: int, handle: int, offset: int = 0) -> None:
+        super().mem_map(ptr, size, handle, offset)
+        for start, (length, _claimed) in self._replay_reservations.items():
+            if start <= ptr < start + length:
+                self._extent[start] = max(self._extent.get(start, start), ptr + size)
+
+    def create_event(self, timing: bool = True):
+        event = _ManualEvent(self)
+        if self.freeing_addr is not None:
+            self.events_by_addr.setdefault(self.freeing_addr, []).append(event)
+        return event

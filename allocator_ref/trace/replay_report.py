@@ -1,0 +1,94 @@
+"""What a replay reports: per device, and for the whole snapshot (``--json``)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+
+@dataclass
+class Divergence:
+    index: int                 # position in the device's trace
+    expected: dict             # the trace's event
+    got: Optional[dict]        # what the reference allocator did instead (None: nothing)
+    context: list              # a few trace events around it
+    state: list                # the segments around the address at that moment
+
+
+@dataclass
+class DeviceReplay:
+    device: int
+    events: int
+    allocs: int = 0
+    allocs_exact: int = 0
+    segment_allocs_expected: int = 0
+    segment_allocs_made: int = 0
+    segment_frees_expected: int = 0
+    segment_frees_made: int = 0
+    ooms_expected: int = 0
+    ooms_raised: int = 0
+    first_divergence: Optional[Divergence] = None
+    final_state_equal: Optional[bool] = None
+    final_state_diff: str = ""
+    inferred: list = field(default_factory=list)
+    peak_reserved: int = 0
+    peak_allocated: int = 0
+    fragmentation_at_peak: int = 0
+    device_calls: int = 0
+    simulated_time_us: float = 0.0
+
+    @property
+    def allocs_exact_pct(self) -> float:
+        return 100.0 * self.allocs_exact / self.allocs if self.allocs else 100.0
+
+
+@dataclass
+class ReplayResult:
+    source: str
+    policy: str
+    config: str
+    verify: bool
+    devices: list
+
+    def _sum(self, name: str) -> int:
+        return sum(getattr(d, name) for d in self.devices)
+
+    @property
+    def first_divergence(self) -> Optional[Divergence]:
+        return next((d.first_divergence for d in self.devices if d.first_divergence), None)
+
+    @property
+    def final_state_equal(self) -> Optional[bool]:
+        values = [d.final_state_equal for d in self.devices if d.final_state_equal is not None]
+        return all(values) if values else None
+
+    @property
+    def fits(self) -> bool:
+        """No request ran out of memory (meaningful with ``device_memory``)."""
+        return self._sum("ooms_raised") == 0
+
+    @property
+    def perfect(self) -> bool:
+        return (self.first_divergence is None and self._sum("allocs_exact") == self._sum("allocs")
+                and self.final_state_equal is not False)
+
+    def to_json(self) -> dict:
+        div = self.first_divergence
+        return {
+            "source": self.source, "policy": self.policy, "config": self.config, "verify": self.verify,
+            "allocs": self._sum("allocs"), "allocs_exact": self._sum("allocs_exact"),
+            "segment_allocs_expected": self._sum("segment_allocs_expected"),
+            "segment_allocs_made": self._sum("segment_allocs_made"),
+            "segment_frees_expected": self._sum("segment_frees_expected"),
+            "segment_frees_made": self._sum("segment_frees_made"),
+            "ooms_expected": self._sum("ooms_expected"), "ooms_raised": self._sum("ooms_raised"),
+            "fits": self.fits,
+            "first_divergence": asdict(div) if div else None,
+            "final_state_equal": self.final_state_equal,
+            "peak_reserved": max((d.peak_reserved for d in self.devices), default=0),
+            "peak_allocated": max((d.peak_allocated for d in self.devices), default=0),
+            "fragmentation_at_peak": max((d.fragmentation_at_peak for d in self.devices), default=0),
+            "device_calls": self._sum("device_calls"),
+            "simulated_time_us": self._sum("simulated_time_us"),
+            "inferred": [note for d in self.devices for note in d.inferred],
+            "devices": [{k: v for k, v in asdict(d).items() if k != "first_divergence"} for d in self.devices],
+        }
