@@ -40,7 +40,7 @@ from sortedcontainers import SortedList
 from allocator_ref.allocation import Allocation
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
-from .common import (MiB, EventGuard, PolicyAllocator, check_size, format_size,
+from .common import (MiB, DeferredFrees, EventGuard, PolicyAllocator, check_size, format_size,
                      OutOfMemoryError, parse_config, round_up, stat_keys)
 
 kMinAllocationBits = 8
@@ -99,7 +99,7 @@ class Chunk:
         self.stream_uses: list = []
 
 
-class BFCAllocator(PolicyAllocator):
+class BFCAllocator(DeferredFrees, PolicyAllocator):
     """Best-fit with coalescing over growing regions (TensorFlow's GPU allocator, XLA's and JAX's)."""
 
     ROUND = kMinAllocationSize
@@ -334,29 +334,9 @@ class BFCAllocator(PolicyAllocator):
         del self._chunks[right.ptr]
 
     # ------------------------------------------------------------------ streams and events
-    def record_stream(self, allocation: Allocation, stream: Any) -> None:
-        """``Tensor.record_stream``: the free will wait for the work queued on ``stream``."""
-        found = self._validated_record_stream(allocation, stream)
-        if found:
-            chunk, stream = found
-            chunk.stream_uses.append(stream)
-
-    def _process_events(self) -> None:
-        for chunk in self._guard.completed():
-            self._free_and_coalesce(chunk)
-
-    def _wait_for_deferred(self) -> bool:
-        if not len(self._guard):
-            return False
-        self.stats.num_sync_all_streams += 1
-        for chunk in self._guard.wait_all():
-            self._free_and_coalesce(chunk)
-        return True
-
-    def synchronize(self) -> None:
-        self._check_open("synchronize")
-        self.device.synchronize()
-        self._process_events()
+    def _free_after_events(self, record) -> None:
+        """Called by DeferredFrees when a deferred free's events completed."""
+        self._free_and_coalesce(record)
 
     def empty_cache(self) -> None:
         """BFC has no public "empty cache"; here: finish deferred frees, then ``DeallocateRegions``

@@ -182,6 +182,42 @@ class BlockRecord:
     stream_uses: list = field(default_factory=list)
 
 
+class DeferredFrees:
+    """record_stream for designs without PyTorch's per-block event queues (Direct, BFC).
+
+    A free whose memory another stream still uses waits in ``self._guard`` (an EventGuard)
+    until one event per using stream completed; then ``self._free_after_events(record)``
+    really frees it.  These are PyTorch's ``process_events`` / ``synchronize_and_free_events``.
+    """
+
+    def record_stream(self, allocation: Allocation, stream: Any) -> None:
+        """``Tensor.record_stream``: the free will wait for the work queued on ``stream``."""
+        found = self._validated_record_stream(allocation, stream)
+        if found:
+            record, stream = found
+            record.stream_uses.append(stream)
+
+    def _process_events(self) -> None:
+        """Really free every deferred record whose events completed."""
+        for record in self._guard.completed():
+            self._free_after_events(record)
+
+    def _wait_for_deferred(self) -> bool:
+        """Block on every outstanding event and free what waited (counts a sync-all)."""
+        if not len(self._guard):
+            return False
+        self.stats.num_sync_all_streams += 1
+        for record in self._guard.wait_all():
+            self._free_after_events(record)
+        return True
+
+    def synchronize(self) -> None:
+        """cudaDeviceSynchronize, then the deferred frees complete."""
+        self._check_open("synchronize")
+        self.device.synchronize()
+        self._process_events()
+
+
 class PolicyAllocator:
     """Shared half of every policy: validation, the live set, trace, stats, snapshot shell.
 

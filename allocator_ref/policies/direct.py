@@ -23,11 +23,11 @@ from allocator_ref.device.errors import CudaOutOfMemoryError
 
 from allocator_ref.caching.config import ONE_EXABYTE
 
-from .common import (BlockRecord, EventGuard, PolicyAllocator, check_size, format_size,
+from .common import (BlockRecord, DeferredFrees, EventGuard, PolicyAllocator, check_size, format_size,
                      OutOfMemoryError, parse_config, round_up, stat_keys)
 
 
-class DirectAllocator(PolicyAllocator):
+class DirectAllocator(DeferredFrees, PolicyAllocator):
     """cudaMalloc / cudaFree on every request (the baseline with no cache)."""
 
     ROUND = 512   # cudaMalloc's guaranteed alignment; nothing else is rounded
@@ -113,32 +113,9 @@ class DirectAllocator(PolicyAllocator):
         self._emit("segment_free", segment.ptr, segment.size, segment.stream)
 
     # ------------------------------------------------------------------ streams and events
-    def record_stream(self, allocation: Allocation, stream: Any) -> None:
-        """``Tensor.record_stream``: the free will wait for the work queued on ``stream``."""
-        found = self._validated_record_stream(allocation, stream)
-        if found:
-            block, stream = found
-            block.stream_uses.append(stream)
-
-    def _process_events(self) -> None:
-        """PyTorch's process_events: really free every deferred block whose events completed."""
-        for segment in self._guard.completed():
-            self._release(segment)
-
-    def _wait_for_deferred(self) -> bool:
-        """PyTorch's synchronize_and_free_events: block on every event, free what waited."""
-        if not len(self._guard):
-            return False
-        self.stats.num_sync_all_streams += 1
-        for segment in self._guard.wait_all():
-            self._release(segment)
-        return True
-
-    def synchronize(self) -> None:
-        """cudaDeviceSynchronize, then the deferred frees complete."""
-        self._check_open("synchronize")
-        self.device.synchronize()
-        self._process_events()
+    def _free_after_events(self, record) -> None:
+        """Called by DeferredFrees when a deferred free's events completed."""
+        self._release(record)
 
     def empty_cache(self) -> None:
         """Nothing is cached; only the frees waiting for events are completed."""
