@@ -192,22 +192,22 @@ class AllocatorConfig:
         return i + 2
 
     def _parse_max_split_size_mb(self, tokens, i):
-        tokens.check_token(i + 1, ":")
-        value = tokens.to_size_t(i + 2)
-        minimum = self.large_segment_size // MiB
-        if value < minimum:
-            raise ValueError(f"CachingAllocator option max_split_size_mb too small, must be >= {minimum}")
-        self.max_split_size = min(value, SIZE_MAX // MiB) * MiB
+        self.max_split_size = self._mb_at_least_large_segment(tokens, i, "max_split_size_mb")
         return i + 2
 
     def _parse_max_non_split_rounding_mb(self, tokens, i):
+        self.max_non_split_rounding_size = self._mb_at_least_large_segment(
+            tokens, i, "max_non_split_rounding_mb")
+        return i + 2
+
+    def _mb_at_least_large_segment(self, tokens, i, key: str) -> int:
+        """A size in MiB that may not be below large_segment_size (parseMaxSplitSize & co)."""
         tokens.check_token(i + 1, ":")
         value = tokens.to_size_t(i + 2)
         minimum = self.large_segment_size // MiB
         if value < minimum:
-            raise ValueError(f"CachingAllocator option max_non_split_rounding_mb too small, must be >= {minimum}")
-        self.max_non_split_rounding_size = min(value, SIZE_MAX // MiB) * MiB
-        return i + 2
+            raise ValueError(f"CachingAllocator option {key} too small, must be >= {minimum}")
+        return min(value, SIZE_MAX // MiB) * MiB
 
     def _parse_garbage_collection_threshold(self, tokens, i):
         tokens.check_token(i + 1, ":")
