@@ -294,21 +294,6 @@ class BFCAllocator(DeferredFrees, PolicyAllocator):
         return max(sizes, default=0)
 
     # ------------------------------------------------------------------ free
-    def free(self, allocation: Allocation) -> None:
-        self._check_open("free")
-        allocation = self._check_allocation(allocation, "free")
-        if not allocation:
-            allocation.freed = True
-            return
-        chunk = allocation._block
-        self._check_streams_alive(chunk.stream_uses, "free")
-        self._take_back(allocation)
-        if chunk.stream_uses:
-            self._guard.defer(chunk, chunk.stream_uses)
-            chunk.stream_uses = []
-        else:
-            self._free_and_coalesce(chunk)
-
     def _free_and_coalesce(self, chunk: Chunk) -> None:
         """``FreeAndMaybeCoalesce``: merge with free neighbours, then back into a bin."""
         self._complete_free(chunk)

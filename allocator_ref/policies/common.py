@@ -190,6 +190,23 @@ class DeferredFrees:
     really frees it.  These are PyTorch's ``process_events`` / ``synchronize_and_free_events``.
     """
 
+    def free(self, allocation: Allocation) -> None:
+        """The user is done: free now, or after the events of the streams that used it."""
+        self._check_open("free")
+        allocation = self._check_allocation(allocation, "free")
+        if not allocation:
+            allocation.freed = True                 # freeing a null allocation is a no-op
+            return
+        record = allocation._block
+        self._check_streams_alive(record.stream_uses, "free")
+        self._take_back(allocation)
+        if record.stream_uses:
+            # PyTorch's insert_events: one event per using stream; the real free once all completed.
+            self._guard.defer(record, record.stream_uses)
+            record.stream_uses = []
+        else:
+            self._free_after_events(record)
+
     def record_stream(self, allocation: Allocation, stream: Any) -> None:
         """``Tensor.record_stream``: the free will wait for the work queued on ``stream``."""
         found = self._validated_record_stream(allocation, stream)

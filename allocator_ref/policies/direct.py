@@ -87,22 +87,6 @@ class DirectAllocator(DeferredFrees, PolicyAllocator):
             f"(frees waiting for record_stream events).")
 
     # ------------------------------------------------------------------ free
-    def free(self, allocation: Allocation) -> None:
-        self._check_open("free")
-        allocation = self._check_allocation(allocation, "free")
-        if not allocation:
-            allocation.freed = True                 # freeing a null allocation is a no-op
-            return
-        segment = allocation._block
-        self._check_streams_alive(segment.stream_uses, "free")
-        self._take_back(allocation)
-        if segment.stream_uses:
-            # PyTorch's insert_events: one event per using stream; cudaFree only once they all completed.
-            self._guard.defer(segment, segment.stream_uses)
-            segment.stream_uses = []
-        else:
-            self._release(segment)
-
     def _release(self, segment: BlockRecord) -> None:
         """free_completed, then cudaFree (which waits for the whole device) and segment_free."""
         self._complete_free(segment)
