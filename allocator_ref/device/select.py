@@ -1,12 +1,13 @@
 """``open_device()``: pick the simulated or the real device, and say why.
 
-The choice comes from the ``kind`` argument, else the environment variable
-``ALLOCATOR_REF_DEVICE`` (``sim``, ``cuda`` or ``auto``; default ``auto``):
+The choice comes from the ``kind`` argument, else the course setting ``device``
+(``ALLOCATOR_REF_DEVICE`` or ``course-settings.toml``, see ``allocator_ref.settings``;
+``sim``, ``cuda`` or ``auto``; default ``auto``):
 
 * ``auto`` -- a CudaDevice when the NVIDIA driver loads and reports a GPU,
   otherwise a SimDevice;
 * ``sim``  -- always the simulated device, with the profile from ``profile``
-  or ``ALLOCATOR_REF_PROFILE`` (default ``h100-80gb``);
+  or the course setting ``profile`` (``ALLOCATOR_REF_PROFILE``; default ``h100-80gb``);
 * ``cuda`` -- the real GPU, or a CudaError telling you to use ``sim``.
 
 It prints one line saying what it picked and why, so the first cell of every
@@ -14,21 +15,22 @@ notebook shows whether its numbers are measured or simulated.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
+from .. import settings
 from .costs import load_profile
 from .errors import cuda_error
 
 KINDS = ("auto", "sim", "cuda")
-DEFAULT_PROFILE = "h100-80gb"
+DEFAULT_PROFILE = settings.SETTINGS["profile"][1]
 
 
 def _kind(kind: Optional[str]) -> tuple[str, str]:
     """(kind, where it came from); a malformed value raises ValueError."""
     source = "argument"
     if kind is None:
-        kind, source = os.environ.get("ALLOCATOR_REF_DEVICE", "auto"), "ALLOCATOR_REF_DEVICE"
+        setting = settings.get("device")
+        kind, source = setting.value, setting.source
     value = kind.strip().lower() if isinstance(kind, str) else kind
     if value not in KINDS:
         raise ValueError(f"{source}={kind!r} is not a device kind; use one of {', '.join(KINDS)}")
@@ -36,7 +38,7 @@ def _kind(kind: Optional[str]) -> tuple[str, str]:
 
 
 def _profile(profile: Optional[str]) -> str:
-    name = profile if profile is not None else os.environ.get("ALLOCATOR_REF_PROFILE", DEFAULT_PROFILE)
+    name = profile if profile is not None else settings.value("profile")
     load_profile(name)                 # ValueError naming the known profiles
     return name
 

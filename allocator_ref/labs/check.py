@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .. import settings
+
 MiB = 1 << 20
 KiB = 1 << 10
 LAB_MODULES = ("lab1", "lab2", "lab3", "lab4", "lab5", "lab6", "lab7")
@@ -139,12 +141,18 @@ def exercise(exercise_id: str) -> Exercise:
 
 
 def resolve_seed(seed: Optional[int] = None) -> int:
-    """The hidden-case seed: argument, then $ALLOCATOR_REF_LAB_SEED, then the user name."""
+    """The hidden-case seed: argument, then the course setting ``lab_seed``
+    ($ALLOCATOR_REF_LAB_SEED or course-settings.toml), then the user name."""
     if seed is not None:
         return int(seed)
-    env = os.environ.get(SEED_ENV)
-    if env:
-        return int(env)
+    setting = settings.get("lab_seed")
+    if setting.value != "user":
+        try:
+            return int(setting.value)
+        except ValueError:
+            raise settings.SettingsError(
+                f"lab_seed={setting.value!r} (from {setting.source}) must be 'user' or a whole "
+                "number") from None
     try:
         user = getpass.getuser()
     except Exception:                                 # no user name (some containers)
