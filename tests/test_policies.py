@@ -170,8 +170,9 @@ def test_cross_stream_opportunistic(dev):
 
 def test_cross_stream_internal_dependencies_insert_a_wait(dev):
     a, s1, s2, ptr = _freed_on_busy_stream(dev, allow_internal_dependencies=True)
-    before = calls(dev)
-    assert a.malloc(2 * MiB, s2).ptr == ptr and calls(dev) == before
+    dev.malloc(dev.mem_get_info()[0])           # the device is full: the pool cannot grow (CUDA
+    assert a.malloc(2 * MiB, s2).ptr == ptr     # Programming Guide: the wait comes only then)
+    assert a.memory_reserved() == 2 * MiB       # no new chunk
     assert a.reuse_counts["internal_dependency"] == 1
     probe = dev.create_event()
     probe.record(s2)                            # s2 was idle: only the inserted wait delays it
@@ -219,7 +220,8 @@ def test_trim_keeps_unobserved_frees_and_respects_min_bytes(dev):
 def test_stream_ordered_stats_are_pytorchs_subset(dev):
     a = make(StreamOrderedAllocator, dev)
     x = a.malloc(1000)
-    assert a.memory_stats() == {
+    filled = {k: v for k, v in a.memory_stats().items() if v}   # every other key reads 0 (getDeviceStats)
+    assert filled == {
         "active_bytes.all.current": 1024, "active_bytes.all.peak": 1024,
         "allocated_bytes.all.current": 1024, "allocated_bytes.all.peak": 1024,
         "reserved_bytes.all.current": 32 * MiB, "reserved_bytes.all.peak": 32 * MiB,

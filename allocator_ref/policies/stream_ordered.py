@@ -14,8 +14,12 @@ is free once the stream reaches the free, not when the host calls it.  So
     the freeing stream after the free (``cudaStreamWaitEvent``);
   - ``allow_opportunistic``: the host has seen the freeing stream pass the
     free (``cudaEventQuery`` says done), even with no dependency;
-  - ``allow_internal_dependencies``: the pool *inserts* a wait of T on the
-    free, then reuses (T may now stall behind the other stream);
+  - ``allow_internal_dependencies``: only when the pool *fails to grow* (the
+    driver cannot allocate and map more physical memory), it inserts a wait
+    of T on the free, then reuses (T may now stall behind the other stream).
+    On a device with room the pool grows instead: the CUDA Programming Guide,
+    "Stream-Ordered Memory Allocator", reuse policies,
+    ``cudaMemPoolReuseAllowInternalDependencies``;
 
 * memory above the **release threshold** (``cudaMemPoolAttrReleaseThreshold``)
   goes back to the OS at the next synchronisation: CUDA's default is 0
@@ -33,8 +37,9 @@ real ``cudaMallocAsync`` / ``cudaFreeAsync`` and keeps the same statistics.
 
 PyTorch's ``backend:cudaMallocAsync`` (``c10/cuda/CUDAMallocAsyncAllocator.cpp``,
 spec ``pytorch-allocator.md`` section 10) is mirrored for what a user sees:
-the statistics subset, ``record_stream`` through a unifying stream, the
-memory-fraction check and the OOM message.
+``memory_stats()`` with every key of ``DeviceStats`` but only six of them
+filled (the rest read 0, as ``getDeviceStats`` leaves them), ``record_stream``
+through a unifying stream, the memory-fraction check and the OOM message.
 """
 from __future__ import annotations
 
@@ -98,7 +103,8 @@ class _Block:
 class StreamOrderedAllocator(PolicyAllocator):
     """``cudaMallocAsync`` with one pool per device, a release threshold and three reuse switches."""
 
-    # PyTorch's backend fills only these (spec 10); everything else stays absent.
+    # PyTorch's backend fills only these (CudaMallocAsyncAllocator::getDeviceStats); the other keys
+    # of DeviceStats are still returned by memory_stats(), as zeros (see memory_stats below).
     STAT_KEYS = stat_keys(("allocated_bytes", "active_bytes", "reserved_bytes"), metrics=("current", "peak"))
 
     def __init__(self, device: Any, config: Any = None, *, driver_pool: Optional[bool] = None,
@@ -215,8 +221,7 @@ class StreamOrderedAllocator(PolicyAllocator):
         if self.driver_pool:
             block = self._driver_malloc(size, stream)
         else:
-            rounded = round_up(size, ROUND_BYTES)
-            block = self._reuse(rounded, stream) or self._grow(rounded, size, stream)
+            block = self._find_or_grow(round_up(size, ROUND_BYTES), size, stream)
             block.allocated = True
         block.requested_size, block.stream, block.stream_uses = size, stream, []
         return self._hand_out(block, stream)
@@ -225,21 +230,44 @@ class StreamOrderedAllocator(PolicyAllocator):
         """PyTorch's ``pytorch_used_bytes``: the sizes callers asked for and still hold."""
         return self.stats["requested_bytes"][AGGREGATE].current
 
-    def _reuse(self, rounded: int, stream: Any) -> Optional[_Block]:
-        """Best fit among free blocks this stream may take; inserting a wait only as a last resort."""
-        fallback = None
+    def _find_or_grow(self, rounded: int, size: int, stream: Any) -> _Block:
+        """The driver's order: reuse without waiting, else grow, else insert a wait, else trim and retry.
+
+        An internal dependency is the pool's last resort before trimming: the CUDA
+        Programming Guide (reuse policies, ``cudaMemPoolReuseAllowInternalDependencies``)
+        has the driver look for memory freed on another stream only after it fails to
+        allocate and map more physical memory.  So on a device with room the pool grows
+        and the two streams keep running side by side.
+        """
+        block = self._reuse_without_waiting(rounded, stream) or self._grow(rounded, stream)
+        if block is None:
+            block = self._reuse_with_inserted_wait(rounded, stream)
+        if block is None:
+            self.trim_to(0)                       # newest PyTorch: trim the pool, retry once
+            block = self._grow(rounded, stream)
+        if block is None:
+            self._raise_oom(size, rounded, stream)
+        return block
+
+    def _reuse_without_waiting(self, rounded: int, stream: Any) -> Optional[_Block]:
+        """Best fit among the free blocks ``stream`` may take as they are (no new wait)."""
         for _size, ptr in self._free.irange((rounded, -1)):
             block = self._blocks[ptr]
             rule = self._reuse_rule(block, stream)
             if rule:
                 self.reuse_counts[rule] += 1
                 return self._carve(block, rounded)
-            if fallback is None:
-                fallback = block
-        if fallback is not None and self.options["allow_internal_dependencies"]:
-            self._wait(stream, fallback.free_event, fallback.free_knows)   # the driver inserts this wait
+        return None
+
+    def _reuse_with_inserted_wait(self, rounded: int, stream: Any) -> Optional[_Block]:
+        """allow_internal_dependencies: make ``stream`` wait on another stream's free, then reuse."""
+        if not self.options["allow_internal_dependencies"]:
+            return None
+        for _size, ptr in self._free.irange((rounded, -1)):
+            block = self._blocks[ptr]            # best fit: every block left needs a wait
+            self._wait(stream, block.free_event, block.free_knows)   # the driver inserts this wait
             self.reuse_counts["internal_dependency"] += 1
-            return self._carve(fallback, rounded)
+            return self._carve(block, rounded)
         return None
 
     def _reuse_rule(self, block: _Block, stream: Any) -> Optional[str]:
@@ -268,16 +296,15 @@ class StreamOrderedAllocator(PolicyAllocator):
         self._blocks[block.ptr] = block
         self._free.add((block.size, block.ptr))
 
-    def _grow(self, rounded: int, size: int, stream: Any) -> _Block:
-        """No free block fits: take a new backing chunk (trimming and retrying once if the device is full)."""
-        chunk_size = max(self.options["chunk_bytes"], round_up(rounded, CHUNK_GRANULARITY))
-        ptr = self._try_cuda_malloc(chunk_size)
-        if ptr is None:
-            chunk_size = round_up(rounded, CHUNK_GRANULARITY)
-            self.trim_to(0)                       # newest PyTorch: trim the pool, retry once
+    def _grow(self, rounded: int, stream: Any) -> Optional[_Block]:
+        """Take a new backing chunk (the default chunk size, else just enough); None if the device is full."""
+        exact = round_up(rounded, CHUNK_GRANULARITY)
+        for chunk_size in dict.fromkeys((max(self.options["chunk_bytes"], exact), exact)):
             ptr = self._try_cuda_malloc(chunk_size)
-        if ptr is None:
-            self._raise_oom(size, rounded, stream)
+            if ptr is not None:
+                break
+        else:
+            return None
         chunk = _Chunk(ptr, chunk_size)
         self._chunks[ptr] = chunk
         self.stats.num_device_alloc += 1
@@ -465,6 +492,22 @@ class StreamOrderedAllocator(PolicyAllocator):
             self._stat_increase(("reserved_bytes",), delta)
         elif delta < 0:
             self._stat_decrease(("reserved_bytes",), -delta)
+
+    # ------------------------------------------------------------------ statistics
+    def memory_stats(self) -> dict:
+        """Every key ``torch.cuda.memory_stats()`` returns, with only six of them filled.
+
+        ``THCPModule_memoryStats`` (torch/csrc/cuda/Module.cpp) builds the dict from a
+        whole ``DeviceStats`` whatever the backend, and ``CudaMallocAsyncAllocator::
+        getDeviceStats`` fills only the ``.all`` current/peak of allocated, active and
+        reserved bytes, leaving every other ``Stat`` zeroed (and ``max_split_size`` at
+        the struct's default 0).  So a dashboard reads "0 OOMs, 0 retries, 0 segments"
+        under this backend: zeros that mean "not tracked", not "did not happen".
+        """
+        flat = self.stats.as_flat_dict()
+        stats = {key: 0 for key in flat}
+        stats.update({key: flat[key] for key in self.STAT_KEYS})
+        return stats
 
     # ------------------------------------------------------------------ snapshot and teardown
     def allocator_settings(self) -> dict:
