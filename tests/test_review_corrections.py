@@ -142,3 +142,31 @@ def test_memory_reserved_is_the_present_and_max_memory_reserved_the_peak(dev):
     assert a.max_memory_reserved() == 100 * MiB             # the high-water mark
     a.reset_peak_memory_stats()
     assert a.max_memory_reserved() == 0
+
+
+# ------------------------------------------------------- pinned host memory (chapter 1)
+
+def test_cuda_free_host_waits_for_the_device_like_cuda_free():
+    """CachingHostAllocator.h: the pinned cache exists to avoid "device synchronizations due to
+    cudaFreeHost calls"; the simulated cudaFreeHost drains queued work first."""
+    dev = SimDevice("h100-80gb")
+    side = dev.create_stream()
+    buf = dev.host_alloc(MiB)
+    dev.sleep(side, 5000)                                   # 5 ms of unrelated work
+    t0, syncs = dev.now_us(), dev.counters.implicit_syncs
+    dev.host_free(buf)
+    assert dev.counters.implicit_syncs == syncs + 1
+    assert dev.now_us() - t0 >= 4000                        # most of the 5 ms was waited out
+    dev.close()
+
+
+def test_pinning_costs_grow_with_size():
+    dev = SimDevice("h100-80gb")
+    costs = []
+    for n in (MiB, 64 * MiB):
+        t0 = dev.now_us()
+        buf = dev.host_alloc(n)
+        costs.append(dev.now_us() - t0)
+        dev.host_free(buf)
+    assert costs[1] > 5 * costs[0]                          # 64x the bytes: many times the cost
+    dev.close()

@@ -9,8 +9,8 @@ table maps that address straight onto the host buffer.
 ``host_register(bytearray)`` models cudaHostRegister(cudaHostRegisterMapped):
 the same, on memory the user already owns.
 
-Pinning is slow (milliseconds, see costs.json), which is why frameworks pool
-pinned memory too.
+Pinning is slow (milliseconds, see costs.json) and cudaFreeHost waits for the
+device like cudaFree, which is why frameworks pool pinned memory too.
 """
 from __future__ import annotations
 
@@ -98,8 +98,14 @@ class PinnedCalls:
             self._space.release(rec.device_ptr)
 
     def host_free(self, buf: HostBuffer) -> None:
-        """cudaFreeHost.  The memoryview stops working (the memory is gone)."""
+        """cudaFreeHost.  The memoryview stops working (the memory is gone).
+
+        Like cudaFree it waits for the device first: PyTorch's CachingHostAllocator.h
+        exists to avoid "device synchronizations due to cudaFreeHost calls".
+        """
         rec = self._pinned_record(buf, registered=False, call="host_free")
+        if self.costs.free_syncs_device:
+            self._implicit_sync()
         self._spend(self.costs.host_free_us(buf.nbytes))
         self._unpin(rec)
         rec.view.release()
