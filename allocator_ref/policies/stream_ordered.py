@@ -261,14 +261,13 @@ class StreamOrderedAllocator(PolicyAllocator):
 
     def _reuse_with_inserted_wait(self, rounded: int, stream: Any) -> Optional[_Block]:
         """allow_internal_dependencies: make ``stream`` wait on another stream's free, then reuse."""
-        if not self.options["allow_internal_dependencies"]:
+        best_fit = next(iter(self._free.irange((rounded, -1))), None)   # every block left needs a wait
+        if best_fit is None or not self.options["allow_internal_dependencies"]:
             return None
-        for _size, ptr in self._free.irange((rounded, -1)):
-            block = self._blocks[ptr]            # best fit: every block left needs a wait
-            self._wait(stream, block.free_event, block.free_knows)   # the driver inserts this wait
-            self.reuse_counts["internal_dependency"] += 1
-            return self._carve(block, rounded)
-        return None
+        block = self._blocks[best_fit[1]]
+        self._wait(stream, block.free_event, block.free_knows)   # the driver inserts this wait
+        self.reuse_counts["internal_dependency"] += 1
+        return self._carve(block, rounded)
 
     def _reuse_rule(self, block: _Block, stream: Any) -> Optional[str]:
         """Why ``stream`` may take this free block without waiting, or None."""
