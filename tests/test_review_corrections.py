@@ -186,6 +186,7 @@ DOCS = sorted([*ROOT.glob("chapters/*.md"), *ROOT.glob("labs/source/*.md")])
 VERIFIED = {
     "https://github.com/pytorch/pytorch/issues/107667": "set_per_process_memory_fraction; context ~300 MB, >1 GB before CUDA 11.7",
     "https://github.com/pytorch/pytorch/pull/86509": "[1.13] sets CUDA_MODULE_LOADING=LAZY; 666,632,192 vs 287,047,680 bytes",
+    "https://github.com/pytorch/pytorch/pull/152695": "set CUDA_MODULE_LOADING only for drivers older than 12.2 (2025)",
     "https://github.com/cupy/cupy/pull/2898": "cudaFree (but not cudaMalloc) synchronizes the device",
     "https://github.com/kokkos/kokkos/issues/9307": "quotes the runtime API: cudaFree 'may perform implicit synchronization'",
     "https://github.com/chelsea0x3b/dfdx/issues/678": "3x forward / 6x backward slowdown with PYTORCH_NO_CUDA_MEMORY_CACHING=1",
