@@ -161,6 +161,8 @@ class TraceRecorder:
         if len(self._buffer) < self.max_entries:
             self._buffer.append(entry)
             return
+        if self._next >= len(self._buffer):
+            self._next = 0            # C++ would write past the vector here (undefined); wrap instead
         self._buffer[self._next] = entry
         self.overflowed = True
         self._next += 1
