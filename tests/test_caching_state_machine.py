@@ -98,7 +98,7 @@ class AllocatorMachine(RuleBasedStateMachine):
 
 
 AllocatorMachine.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=25, deadline=None,
+    max_examples=30, stateful_step_count=25, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 test_allocator_state_machine = AllocatorMachine.TestCase
 
