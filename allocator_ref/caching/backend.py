@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 from .config import env_config_string
-from .tokenizer import ConfigTokenizer
+from .tokenizer import ConfigAssertError, ConfigTokenizer
 
 BACKENDS = ("native", "cudaMallocAsync")
 
@@ -77,7 +77,7 @@ def make_allocator(device: Any = None) -> Any:
 
 def backend_mismatch_error(runtime: str, loaded: str) -> RuntimeError:
     """``parseAllocatorConfig``'s internal assert, for a backend other than the loaded one."""
-    err = RuntimeError("Allocator backend parsed at runtime != allocator backend parsed at "
+    err = ConfigAssertError("Allocator backend parsed at runtime != allocator backend parsed at "
                        f"load time, {runtime} != {loaded}")
     err.add_note("PyTorch picks the backend once, from the environment, when it loads: build the "
                  "allocator the environment selects with allocator_ref.make_allocator()")

@@ -21,7 +21,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from .tokenizer import AllocatorConfigWarning, ConfigTokenizer  # noqa: F401 -- re-exported
+from .tokenizer import AllocatorConfigWarning, ConfigAssertError, ConfigTokenizer  # noqa: F401
 
 MiB = 1024 * 1024
 kMinBlockSize = 512                 # every request is rounded to a multiple of 512 B
@@ -228,7 +228,7 @@ class AllocatorConfig:
                 i += 1
             i += 1
         if i >= len(tokens):
-            raise RuntimeError("Expected closing bracket ']' in ConfigTokenizer but reached end of config")
+            raise ConfigAssertError("Expected closing bracket ']' in ConfigTokenizer but reached end of config")
         return i
 
     def _parse_bool(self, tokens, i, attribute: str):
@@ -243,7 +243,7 @@ class AllocatorConfig:
         if value not in ("native", "cudaMallocAsync"):
             raise ValueError("Unknown allocator backend, options are native and cudaMallocAsync")
         if loaded_backend is not None and value != loaded_backend:
-            err = RuntimeError("Allocator backend parsed at runtime != allocator backend parsed "
+            err = ConfigAssertError("Allocator backend parsed at runtime != allocator backend parsed "
                                f"at load time, {value} != {loaded_backend}")
             err.add_note("PyTorch chooses the backend once, from PYTORCH_CUDA_ALLOC_CONF when it "
                          "loads (see allocator_ref.caching.backend.make_allocator)")

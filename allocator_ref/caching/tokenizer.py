@@ -49,6 +49,16 @@ class AllocatorConfigWarning(UserWarning):
     """PyTorch accepted part of the allocator config silently; here is what it did."""
 
 
+# PyTorch's classes, and also ValueError: the course's "bad input" error, so one
+# ``except ValueError`` catches every rejected config (as the CLI does).
+class ConfigAssertError(RuntimeError, ValueError):
+    """A ``TORCH_INTERNAL_ASSERT`` of the config parser (RuntimeError in PyTorch)."""
+
+
+class ConfigRangeError(IndexError, ValueError):
+    """``std::out_of_range`` from stoull / stod (IndexError through pybind11)."""
+
+
 def _warn(message: str) -> None:
     warnings.warn(message, AllocatorConfigWarning, stacklevel=4)
 
@@ -63,7 +73,7 @@ def stoull(token: str) -> int:
     sign, digits = match.groups()
     magnitude = int(digits)
     if magnitude > ULLONG_MAX:
-        err = IndexError("stoull")           # std::out_of_range; pybind11 makes it IndexError
+        err = ConfigRangeError("stoull")           # std::out_of_range; pybind11 makes it IndexError
         err.add_note(f"'{token}' does not fit in 64 bits")
         raise err
     value = (-magnitude) % 2**64 if sign == "-" else magnitude
@@ -92,7 +102,7 @@ def stod(token: str) -> float:
     else:
         value = float(text)
     if _out_of_range(body, value):
-        err = IndexError("stod")             # strtod set ERANGE: std::out_of_range
+        err = ConfigRangeError("stod")             # strtod set ERANGE: std::out_of_range
         err.add_note(f"'{token}' overflows or underflows a double")
         raise err
     if match.end() < len(token):
@@ -124,7 +134,7 @@ class ConfigTokenizer:
     def __getitem__(self, i: int) -> str:
         """``operator[]`` / ``checkIndex``: reading past the end is an internal assert (RuntimeError)."""
         if i >= len(self.tokens):
-            err = RuntimeError("Index out of bounds in ConfigTokenizer")
+            err = ConfigAssertError("Index out of bounds in ConfigTokenizer")
             err.add_note("the allocator config ended where a value was expected "
                          "(write key:value pairs separated by commas, lists in [ ])")
             raise err
@@ -161,5 +171,5 @@ class ConfigTokenizer:
         while i < len(self.tokens) and self.tokens[i] != "]":
             i += 1
         if i >= len(self.tokens):
-            raise RuntimeError("Expected closing bracket ']' in ConfigTokenizer but reached end of config")
+            raise ConfigAssertError("Expected closing bracket ']' in ConfigTokenizer but reached end of config")
         return i
