@@ -174,6 +174,22 @@ def test_error_texts_are_pytorchs(text, cls, message):
     with pytest.raises(cls) as err:
         AllocatorConfig.parse(text)
     assert str(err.value) == message
+    # PyTorch's class, and also the course's bad-input error
+    assert isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize("config", ["max_split_size_mb", "max_split_size_mb:abc",
+                                    "garbage_collection_threshold:1e400", "backend:cudaMallocAsync"])
+def test_cli_reports_a_bad_config_in_one_line(config, tmp_path, capsys):
+    from allocator_ref.__main__ import main
+    from allocator_ref.trace import save_snapshot
+    path = save_snapshot({"segments": [], "device_traces": [[
+        {"action": "segment_alloc", "addr": 2**21, "size": 2 * MiB, "stream": 0, "time_us": 0},
+        {"action": "alloc", "addr": 2**21, "size": 512, "stream": 0, "time_us": 1}]],
+        "allocator_settings": {}, "external_annotations": []}, tmp_path / "s.pickle")
+    assert main(["replay", str(path), "--config", config]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
 
 
 def test_the_accelerator_pass_finishes_before_the_cuda_hook(make_alloc):
