@@ -1,7 +1,8 @@
 """A hypothesis state machine over the caching allocator's whole API, on several streams.
 
-Rules: malloc, free, record_stream, empty_cache, set_allocator_settings and
-record_memory_history, on three streams of the 1 GiB simulated device.  After every
+Rules: malloc, free, record_stream, empty_cache, set_allocator_settings,
+record_memory_history, caching_allocator_enable and stream destruction, on three
+streams of the 1 GiB simulated device.  After every
 step: test_cuda_multigpu.py ``_check_memory_stat_consistency`` (stats recomputed from the
 snapshot), allocated <= reserved, and no two live allocations overlap.  For programs
 whose history was on from the start with fixed settings (what a real recording is), a
@@ -47,6 +48,9 @@ class AllocatorMachine(RuleBasedStateMachine):
             self.live.append(self.a.malloc(size, self.streams[stream]))
         except ar.OutOfMemoryError:
             pass
+        except ar.CudaOutOfMemoryError:
+            # caching off: uncached_allocate's C10_CUDA_CHECK(cudaMalloc) raises the CUDA error
+            assert not self.a.is_caching_enabled()
 
     @precondition(lambda self: self.live)
     @rule(index=st.integers(0, 10**6))
@@ -71,6 +75,18 @@ class AllocatorMachine(RuleBasedStateMachine):
           context=st.sampled_from([None, "state", "alloc", "all"]))
     def record_memory_history(self, enabled, context):
         self.a.record_memory_history(enabled, context=context)
+        self.replayable = False
+
+    @rule(stream=st.integers(1, 2))
+    def destroy_stream(self, stream):
+        # cudaStreamDestroy with blocks still on the stream; later work uses a fresh one
+        self.device.destroy_stream(self.streams[stream])
+        self.streams[stream] = self.device.create_stream()
+        self.replayable = False       # a trace does not record stream destruction
+
+    @rule(enabled=st.booleans())
+    def caching_allocator_enable(self, enabled):
+        self.a.caching_allocator_enable(enabled)
         self.replayable = False
 
     @invariant()

@@ -45,7 +45,11 @@ class UncachedMixin:
         self.free(ptr)
 
     def _uncached_malloc(self, nbytes: int, stream: Any) -> Allocation:
-        """``uncached_allocate``: cudaMalloc exactly ``nbytes``; no stats move."""
+        """``uncached_allocate``: cudaMalloc exactly ``nbytes``; no stats move.
+
+        Out of memory here is cudaMalloc's own error (``C10_CUDA_CHECK``), not the caching
+        allocator's OutOfMemoryError: there is no cache to empty and retry.
+        """
         ptr = self.device.malloc(nbytes)
         allocation = Allocation(ptr=ptr, size=nbytes, requested_size=nbytes, stream=stream,
                                 allocator=self, _block=None)
