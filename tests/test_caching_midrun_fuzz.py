@@ -22,7 +22,7 @@ import random
 import pytest
 
 import allocator_ref as ar
-from allocator_ref.caching.unsafe import SplitSegmentReleaseError
+from allocator_ref import SplitSegmentReleaseError
 from caching_helpers import MiB, check_segments, make_alloc  # noqa: F401
 
 PROFILE = "tiny-1gb"

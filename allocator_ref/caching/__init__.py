@@ -20,10 +20,13 @@ from .config import (AllocatorConfig, get_allocation_size, kMinBlockSize, kMinLa
                      roundup_power2_next_division)
 from .oom import OutOfMemoryError, format_size
 from .snapshot import check_stats_consistency
+from .tokenizer import AllocatorConfigWarning
+from .unsafe import SplitSegmentReleaseError
 
 __all__ = [
     "CachingAllocator", "AllocatorConfig", "OutOfMemoryError", "format_size",
     "check_stats_consistency", "round_size", "get_allocation_size",
     "roundup_power2_next_division", "kMinBlockSize", "kSmallSize", "kSmallBuffer",
     "kMinLargeAlloc", "kRoundLarge", "get_allocator_backend", "make_allocator",
+    "AllocatorConfigWarning", "SplitSegmentReleaseError",
 ]
