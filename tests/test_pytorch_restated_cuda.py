@@ -238,6 +238,14 @@ def test_memory_allocation(alloc):
     assert alloc.memory_allocated() == prev
 
 
+def test_caching_allocator_alloc_negative_size(alloc):
+    """test_cuda.py TestCuda.test_caching_allocator_alloc_negative_size: ValueError "Invalid memory size"."""
+    before = alloc.memory_stats()
+    with pytest.raises(ValueError, match="Invalid memory size"):
+        alloc.malloc(-1)
+    assert alloc.memory_stats() == before
+
+
 def test_memory_stats(alloc):
     """test_cuda.py TestCuda.test_memory_stats: torch.randn(256) is 1024 bytes of active memory."""
     a = alloc
