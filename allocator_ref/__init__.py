@@ -34,6 +34,10 @@ _EXPORTS = {
     "DirectAllocator": "allocator_ref.policies",
     "StreamOrderedAllocator": "allocator_ref.policies",
     "BFCAllocator": "allocator_ref.policies",
+    "get_allocator_backend": "allocator_ref.caching",
+    "make_allocator": "allocator_ref.caching",
+    "SplitSegmentReleaseError": "allocator_ref.caching",
+    "AllocatorConfigWarning": "allocator_ref.caching",
     # traces and snapshots
     "TraceEntry": "allocator_ref.trace",
     "load_snapshot": "allocator_ref.trace",

@@ -19,12 +19,13 @@ def settings(a):
 # ------------------------------------------------------------------ errors (spec 7.1, 7.2, 11.1)
 BAD = [
     # (config, regex the message must match)
-    ("foo:1,bar:2", r"Unrecognized key 'foo' in Accelerator allocator config\."),
+    ("foo:1,bar:2", r"^Unrecognized key 'foo' in Accelerator allocator config\.$"),
     ("max_split_size_mb:40,bar:2", r"Unrecognized key 'bar'"),
     ("garbage_collection_threshold:1.2", r"garbage_collect_threshold is invalid, set it in \(0\.0, 1\.0\)"),
     ("garbage_collection_threshold:0", r"garbage_collect_threshold is invalid, set it in \(0\.0, 1\.0\)"),
     ("garbage_collection_threshold:1.0", r"garbage_collect_threshold is invalid, set it in \(0\.0, 1\.0\)"),
-    ("garbage_collection_threshold:abc", r"abc"),
+    # std::stod / std::stoull find no number: their what() is the function's name
+    ("garbage_collection_threshold:abc", r"^stod$"),
     ("max_split_size_mb:2", r"CachingAllocator option max_split_size_mb too small, must be >= 20"),
     ("max_split_size_mb:19", r"CachingAllocator option max_split_size_mb too small, must be >= 20"),
     ("large_segment_size_mb:32,max_split_size_mb:31", r"max_split_size_mb too small, must be >= 32"),
@@ -42,9 +43,10 @@ BAD = [
     ("expandable_segments:true", r"Expected 'True' or 'False'"),
     ("pinned_use_background_threads:1", r"Expected 'True' or 'False'"),
     ("graph_capture_record_stream_reuse:yes", r"Expected 'True' or 'False'"),
-    ("pinned_num_register_threads:none", r"none"),
-    ("pinned_num_register_threads:1024", r"128"),
-    ("pinned_num_register_threads:3", r"power of 2"),
+    ("pinned_num_register_threads:none", r"^stoull$"),
+    ("pinned_num_register_threads:1024",
+     r"^Number of register threads should be less than or equal to 128, got 1024$"),
+    ("pinned_num_register_threads:3", r"^Number of register threads has to be power of 2, got 3$"),
     ("pinned_reserve_segment_size_mb:0", r"greater than 0"),
     ("roundup_power2_divisions:3", r"For roundups, the divisions has to be power of 2 "),
     ("roundup_power2_divisions:0", r"For roundups, the divisions has to be power of 2 "),
@@ -64,23 +66,40 @@ def test_bad_config_raises_value_error(text, message):
     assert re.search(message, str(err.value)), str(err.value)
 
 
+# c10/core/AllocatorConfig.h setAllocatorSettings: parseArgs (Accelerator pass) then the CUDA
+# hook, both in place.  A rejected key leaves the keys before it applied, and
+# last_allocator_settings_ is the rejected string.
 @pytest.mark.parametrize("text,message", BAD, ids=[b[0] for b in BAD])
-def test_bad_config_at_runtime_changes_nothing(make_alloc, text, message):
+def test_bad_config_at_runtime_keeps_what_pytorch_keeps(make_alloc, text, message):
     a = make_alloc("max_split_size_mb:40,roundup_power2_divisions:4,garbage_collection_threshold:0.6,"
                    "expandable_segments:True,large_segment_size_mb:24")
     x = a.malloc(3 * MiB)
-    before_settings = settings(a)
     before_stats = a.memory_stats()
-    before_segments = a.segments()
+    before_segments = a.segments(record=False)
     with pytest.raises(ValueError):
         a.set_allocator_settings(text)
-    assert settings(a) == before_settings
+    # the allocator's memory is untouched ...
     assert a.memory_stats() == before_stats
-    assert a.segments() == before_segments
-    # and the old configuration still decides: 4 divisions, 24 MiB pages
-    assert round_size(88_080_384, a.config) == 100_663_296
-    assert a.config.large_segment_size == 24 * MiB
+    assert a.segments(record=False) == before_segments
+    # ... the settings string is the rejected one, and parseArgs reset its three values first
+    assert settings(a)["PYTORCH_CUDA_ALLOC_CONF"] == text
+    if "large_segment_size_mb" not in text:
+        assert a.config.large_segment_size == 24 * MiB       # not reset by a parse
     a.free(x)
+
+
+def test_keys_before_a_rejected_one_stay_applied(make_alloc):
+    a = make_alloc()
+    with pytest.raises(ValueError) as err:
+        a.set_allocator_settings("max_split_size_mb:40,expandable_segments:True,bar:2")
+    assert str(err.value) == "Unrecognized key 'bar' in Accelerator allocator config."
+    assert a.config.max_split_size == 40 * MiB and a.config.expandable_segments is True
+    # The Accelerator pass ran to completion before the CUDA hook: a bad CUDA value keeps
+    # every Accelerator key, and CUDA keys before it.
+    with pytest.raises(ValueError, match=r"got 3"):
+        a.set_allocator_settings("release_lock_on_cudamalloc:True,pinned_num_register_threads:3,"
+                                 "max_split_size_mb:60")
+    assert a.config.max_split_size == 60 * MiB and a.config.release_lock_on_cudamalloc is True
 
 
 def test_bad_constructor_config_raises():
@@ -187,7 +206,9 @@ def test_from_env_first_variable_wins(monkeypatch):
     env = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:100", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:40"}
     assert AllocatorConfig.from_env(env).max_split_size == 40 * MiB
     env = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:100", "PYTORCH_HIP_ALLOC_CONF": "max_split_size_mb:60"}
-    assert AllocatorConfig.from_env(env).max_split_size == 60 * MiB
+    # PYTORCH_HIP_ALLOC_CONF is read only by a ROCm build (parseEnvForBackend: #ifdef USE_ROCM)
+    assert AllocatorConfig.from_env(env, rocm=True).max_split_size == 60 * MiB
+    assert AllocatorConfig.from_env(env).max_split_size == 100 * MiB
     assert AllocatorConfig.from_env({}).max_split_size == AllocatorConfig().max_split_size
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:44")
     a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), read_env=True)

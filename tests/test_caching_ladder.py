@@ -305,9 +305,13 @@ def test_set_and_get_fraction_errors_and_round_trip(make_alloc):
         a.set_per_process_memory_fraction(1.1)
     assert a.get_per_process_memory_fraction() == 1.0       # unchanged by the failures
     rng = random.Random(7)
+    total = a.device.info.total_memory
     for f in [1.0, 0.0] + [rng.random() for _ in range(10)]:
         a.set_per_process_memory_fraction(f)
-        assert a.get_per_process_memory_fraction() == f
+        # getMemoryFraction: allowed_memory_maximum / totalGlobalMem, the bytes set divided back
+        expected = 1.0 if f == 1.0 else int(f * total) / total
+        assert a.get_per_process_memory_fraction() == expected
+        assert abs(expected - f) * total < 1
 
 
 # ------------------------------------------------------------------ spec 3.7 OOM

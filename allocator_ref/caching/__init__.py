@@ -8,17 +8,25 @@ stats.py       memory_stats() counters
 snapshot.py    _snapshot() and the stats/snapshot consistency check
 summary.py     memory_summary()
 oom.py         OutOfMemoryError and its message
+tokenizer.py   ConfigTokenizer: std::stoull / std::stod as PyTorch reads numbers
+backend.py     which allocator the environment selects (native or cudaMallocAsync)
+uncached.py    caching switched off: raw cudaMalloc / cudaFree
+unsafe.py      where PyTorch would free live memory, a clear error instead
 """
 from .allocator import CachingAllocator
+from .backend import get_allocator_backend, make_allocator
 from .config import (AllocatorConfig, get_allocation_size, kMinBlockSize, kMinLargeAlloc,
                      kRoundLarge, kSmallBuffer, kSmallSize, round_size,
                      roundup_power2_next_division)
 from .oom import OutOfMemoryError, format_size
 from .snapshot import check_stats_consistency
+from .tokenizer import AllocatorConfigWarning
+from .unsafe import SplitSegmentReleaseError
 
 __all__ = [
     "CachingAllocator", "AllocatorConfig", "OutOfMemoryError", "format_size",
     "check_stats_consistency", "round_size", "get_allocation_size",
     "roundup_power2_next_division", "kMinBlockSize", "kSmallSize", "kSmallBuffer",
-    "kMinLargeAlloc", "kRoundLarge",
+    "kMinLargeAlloc", "kRoundLarge", "get_allocator_backend", "make_allocator",
+    "AllocatorConfigWarning", "SplitSegmentReleaseError",
 ]

@@ -19,6 +19,7 @@ The life of a request (``malloc``):
 """
 from __future__ import annotations
 
+import copy
 from collections import deque
 from typing import Any, Optional
 
@@ -28,8 +29,11 @@ from ..trace.events import TraceEntry, TraceRecorder, python_frames
 from .block import Block, BlockPool
 from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
                      kMinBlockSize, kSmallSize, round_size)
+from .backend import backend_mismatch_error, force_uncached_from_env, get_allocator_backend
 from .expandable import ExpandableMixin
 from .oom import EXABYTE_MESSAGE, OutOfMemoryError, oom_message
+from .uncached import UncachedMixin
+from .unsafe import split_segment_release_error
 from .snapshot import SnapshotMixin
 from .stats import DeviceStats
 from .summary import memory_summary
@@ -50,7 +54,7 @@ class AllocParams:
         self.err: Optional[str] = None
 
 
-class CachingAllocator(ExpandableMixin, SnapshotMixin):
+class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
     """PyTorch's ``DeviceCachingAllocator`` for one device.
 
     ``config`` is a ``PYTORCH_CUDA_ALLOC_CONF`` string (or an AllocatorConfig);
@@ -64,11 +68,14 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             device = open_device()
         self.device = device
         if read_env:
-            self.config = AllocatorConfig.from_env()
+            self.config = AllocatorConfig.from_env(loaded_backend=get_allocator_backend())
+            self.force_uncached = force_uncached_from_env()
         elif isinstance(config, AllocatorConfig):
             self.config = config
         else:
-            self.config = AllocatorConfig.parse(config)
+            self.config = AllocatorConfig.parse(config, loaded_backend="native")
+        if self.config.backend != "native":
+            raise backend_mismatch_error(self.config.backend, "native")
         self.small_blocks = BlockPool(is_small=True)
         self.large_blocks = BlockPool(is_small=False)
         self.active_blocks: dict[int, Block] = {}     # ptr -> block (allocated, or waiting for events)
@@ -84,14 +91,28 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         self.oom_observers: list = []
         self.expandable_segments_: list = []
         self._live: dict[int, Allocation] = {}         # ptr -> Allocation handed out
+        self._oversize_blocks: set = set()             # ptrs counted in oversize_allocations
+        self._oversize_segments: set = set()           # segment ptrs counted in oversize_segments
         self._context: Optional[list] = None           # Python stack of the call in progress (history on)
         if self.config.per_process_memory_fraction < 1.0:
             self.set_per_process_memory_fraction(self.config.per_process_memory_fraction)
 
     # ------------------------------------------------------------------ config
     def set_allocator_settings(self, text: str) -> None:
-        """``torch._C._accelerator_setAllocatorSettings``: re-parse; nothing changes on error."""
-        self.config = AllocatorConfig.parse(text, base=self.config)
+        """``torch._C._accelerator_setAllocatorSettings`` (``setAllocatorSettings``).
+
+        Applied in place, as PyTorch does: when a key is rejected, the keys before it stay
+        applied and the snapshot's ``PYTORCH_CUDA_ALLOC_CONF`` shows the rejected string.
+        """
+        config = copy.deepcopy(self.config)
+        try:
+            config.apply(text, loaded_backend="native")
+        except ValueError as err:                    # (every config error is one; tokenizer.py)
+            err.add_note("The keys before the rejected one stay applied, as in PyTorch's "
+                         "setAllocatorSettings (it parses in place).")
+            raise
+        finally:
+            self.config = config
 
     def set_per_process_memory_fraction(self, fraction: float) -> None:
         """``torch.cuda.set_per_process_memory_fraction`` with PyTorch's checks."""
@@ -102,12 +123,12 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         total = self.device.info.total_memory
         # 2.11: the limit only exists for fractions below 1 (setMemoryFraction).
         self.allowed_memory_maximum = int(fraction * total) if fraction < 1.0 else None
-        self._fraction = fraction
 
     def get_per_process_memory_fraction(self) -> float:
+        """``getMemoryFraction``: allowed / total as PyTorch computes it (not the number set)."""
         if self.allowed_memory_maximum is None:
             return 1.0
-        return getattr(self, "_fraction", self.allowed_memory_maximum / self.device.info.total_memory)
+        return self.allowed_memory_maximum / self.device.info.total_memory
 
     def _gc_enabled(self) -> bool:
         return self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold > 0
@@ -116,6 +137,9 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
     def malloc(self, nbytes: int, stream: Any = None) -> Allocation:
         """``NativeCachingAllocator::allocate`` then ``DeviceCachingAllocator::malloc``."""
         stream = self._check_stream(stream)
+        if getattr(stream, "destroyed", False):     # same error as the policies' _resolve_stream
+            raise ValueError(f"malloc: stream with handle {int(stream.handle or 0)} was destroyed "
+                             f"(cudaStreamDestroy); work can no longer be ordered on it")
         if isinstance(nbytes, bool) or not isinstance(nbytes, int):
             raise TypeError(f"Invalid memory size: expected a number of bytes (int), got {type(nbytes).__name__}")
         if nbytes < 0:
@@ -124,6 +148,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             return Allocation(ptr=0, size=0, requested_size=0, stream=stream, allocator=self)
         if nbytes >= ONE_EXABYTE:
             raise OutOfMemoryError(EXABYTE_MESSAGE)
+        if not self._enabled or self.force_uncached:     # NativeCachingAllocator::allocate
+            return self._uncached_malloc(nbytes, stream)
         if self.trace.enabled is None:          # the common case: no history, no stack to gather
             return self._malloc(nbytes, stream)
         self._context = self._gather_context(("state", "alloc", "all"))
@@ -271,6 +297,9 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         self.stats.increase("segment", pool_type, 1)
         self.stats.increase("reserved_bytes", pool_type, size)
         if size >= self.config.max_split_size:
+            # PyTorch re-reads max_split_size at release (release_block), so a threshold
+            # changed mid-run drives the stat negative; remember what was counted instead.
+            self._oversize_segments.add(ptr)
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
         p.block.segment_frames = self._context or []
@@ -278,33 +307,40 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         return True
 
     def release_available_cached_blocks(self, p: AllocParams) -> bool:
-        """``release_available_cached_blocks``: free just enough oversize blocks (max_split_size only)."""
+        """``release_available_cached_blocks``: free just enough oversize blocks (max_split_size only).
+
+        2.11: when the lower bound is on another stream, past the end, *or an expandable
+        block*, it does not look further right; it walks left from there, releasing
+        non-expandable oversize blocks of this stream, largest first, and returns false
+        at the pool's first block.
+        """
         max_split = self.config.max_split_size
         if max_split == SIZE_MAX:
             return False
         pool = p.pool
         key_size = max(p.size, max_split)
         index = pool.lower_bound(p.stream_key, key_size)
-        # Expandable blocks are never released here (2.11): skip over them.
-        while pool.block_at(index) is not None and pool.block_at(index).stream_key == p.stream_key \
-                and pool.block_at(index).expandable_segment is not None:
-            index += 1
         block = pool.block_at(index)
-        if block is not None and block.stream_key == p.stream_key:
+        if block is not None and block.stream_key == p.stream_key and block.expandable_segment is None:
             self.release_block(block)
             return True
-        # No single block is big enough: free oversize blocks from the largest down.
-        released = 0
+        # No single block is large enough: free oversize blocks, starting with the largest.
+        if index == 0:
+            return False
         index -= 1
-        while index >= 0 and released < key_size:
+        released = 0
+        while released < key_size:
             block = pool.block_at(index)
             if block.size < max_split or block.stream_key != p.stream_key:
                 break
-            index -= 1
-            if block.expandable_segment is not None:
-                continue
-            released += block.size
-            self.release_block(block)
+            is_first = index == 0
+            if not is_first:
+                index -= 1                 # (releasing the block leaves lower indices alone)
+            if block.expandable_segment is None:
+                released += block.size
+                self.release_block(block)
+            if is_first:
+                break
         return released >= key_size
 
     def release_cached_blocks(self) -> bool:
@@ -329,6 +365,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
 
     def release_block(self, block: Block) -> None:
         """``release_block``: cudaFree one whole segment."""
+        if block.is_split():
+            raise split_segment_release_error(block, self.config.max_split_size)
         self.stats.num_device_free += 1
         self._record("segment_free", block.ptr, block.size, block.stream_key,
                      self._context or block.segment_frames)
@@ -337,7 +375,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         pool_type = self._pool_type(block.pool)
         self.stats.decrease("segment", pool_type, 1)
         self.stats.decrease("reserved_bytes", pool_type, block.size)
-        if block.size >= self.config.max_split_size:
+        if block.ptr in self._oversize_segments:      # counted when it was allocated (see alloc_block)
+            self._oversize_segments.discard(block.ptr)
             self.stats.oversize_segments.decrease(1)
         block.pool.remove(block)
 
@@ -385,6 +424,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         # allocation +1, allocated_bytes, active +1, active_bytes += block.size; requested_bytes += orig_size
         self.stats.count_allocation(pool_type, block.size, orig_size)
         if block.size >= self.config.max_split_size:
+            self._oversize_blocks.add(block.ptr)       # decreased by what was counted (see _free)
             self.stats.oversize_allocations.increase(1)
         return block
 
@@ -411,6 +451,9 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         if allocation.ptr == 0:
             return
         block = allocation._block
+        if block is None:                        # came from cudaMalloc directly (uncached.py)
+            self._uncached_free(allocation)
+            return
         allocation.freed = True
         if self.trace.enabled is None:
             self._free(allocation, block)
@@ -428,7 +471,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         if self.trace.active:
             self._record("free_requested", block.ptr, block.requested_size, block.stream_key,
                          self._context or block.frames)
-        if block.size >= self.config.max_split_size:
+        if self._oversize_blocks and block.ptr in self._oversize_blocks:
+            # PyTorch's free re-reads max_split_size; a threshold lowered since the malloc
+            # would make oversize_allocations.current negative.  Undo what was counted.
+            self._oversize_blocks.discard(block.ptr)
             self.stats.oversize_allocations.decrease(1)
         if block.stream_uses:
             self.insert_events(block)      # stays active ("active_pending_free") until they complete
@@ -485,6 +531,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             dst.prev = src.prev
             if dst.prev is not None:
                 dst.prev.next = dst
+            # 2.11 moves context_when_segment_allocated from src: dst is now the segment's head.
+            dst.segment_frames = src.segment_frames
         else:                                     # [dst src]
             dst.next = src.next
             if dst.next is not None:
@@ -501,7 +549,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
             raise CudaError("cudaErrorInvalidResourceHandle",
                             f"record_stream: stream {stream.handle:#x} was destroyed; record the streams "
                             "that will still use the memory, before destroying them")
-        if allocation.ptr == 0:
+        if allocation.ptr == 0 or allocation._block is None:   # uncached: recordStream skips it
             return
         block = allocation._block
         if stream.handle == block.stream_key:
@@ -552,8 +600,19 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
 
     # ---------------------------------------------------------------- caching
     def empty_cache(self) -> None:
-        """``emptyCache``: release every cached segment that is whole and free."""
-        self.release_cached_blocks()
+        """``emptyCache``: release every cached segment that is whole and free.
+
+        Like 2.11 it gathers the caller's stack first (``maybeGatherContext(RecordContext::ALL)``),
+        so with context="all" the segment_free / segment_unmap entries carry it.
+        """
+        if self.trace.enabled is None:
+            self.release_cached_blocks()
+            return
+        self._context = self._gather_context(("all",))
+        try:
+            self.release_cached_blocks()
+        finally:
+            self._context = None
 
     # ------------------------------------------------------------------ stats
     def memory_stats(self) -> dict:
@@ -584,12 +643,28 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
 
     def record_memory_history(self, enabled: Optional[str] = "all", context: Optional[str] = "all",
                               stacks: str = "python", max_entries: int = 2**63 - 1,
-                              clear_history: bool = False, skip_actions=()) -> None:
+                              clear_history: bool = False, skip_actions=None) -> None:
         """``torch.cuda.memory._record_memory_history`` (the trace ring buffer)."""
         if stacks not in ("python", "all"):
             raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
         self.trace.configure(enabled=enabled, context=context, max_entries=max_entries,
                              clear_history=clear_history, skip_actions=skip_actions)
+
+    def set_memory_metadata(self, metadata: str) -> None:
+        """``torch.cuda.memory._set_memory_metadata`` (``setUserMetadata``): stamped on later entries."""
+        if not isinstance(metadata, str):
+            raise TypeError(f"memory metadata must be a str, got {type(metadata).__name__}")
+        self.trace.user_metadata = metadata
+
+    def get_memory_metadata(self) -> str:
+        """``torch.cuda.memory._get_memory_metadata`` (``getUserMetadata``)."""
+        return self.trace.user_metadata
+
+    def attach_out_of_memory_observer(self, observer) -> None:
+        """``torch._C._cuda_attach_out_of_memory_observer``: called as (device, alloc_size, allowed, free)."""
+        if not callable(observer):
+            raise TypeError(f"an out-of-memory observer must be callable, got {type(observer).__name__}")
+        self.oom_observers.append(observer)
 
     # ---------------------------------------------------------------- helpers
     def _record(self, action: str, addr: int, size: int, stream_key: int,
@@ -651,3 +726,4 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin):
         for allocation in self.live_allocations():
             self.free(allocation)
         self.empty_cache()
+        self.release_unmapped_segments()

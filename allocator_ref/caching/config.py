@@ -4,20 +4,24 @@ Mirrors ``c10::CachingAllocator::AcceleratorAllocatorConfig::parseArgs``
 (``c10/core/AllocatorConfig.cpp``) and ``CUDAAllocatorConfig::parseArgs``
 (``c10/cuda/CUDAAllocatorConfig.cpp``) of PyTorch 2.11; spec section 7.
 
-Two differences from PyTorch, both on the side of the learner:
+One difference from PyTorch, on the side of the learner: PyTorch keeps one
+process-wide config; here every allocator owns an :class:`AllocatorConfig`, so
+two designs can be compared side by side.
 
-* PyTorch keeps one process-wide config; here every allocator owns an
-  :class:`AllocatorConfig`, so two designs can be compared side by side.
-* A bad string raises ``ValueError`` *before* anything changes: the config is
-  parsed into a copy and only then committed, so there is never a
-  half-applied configuration.
+Like ``setAllocatorSettings``, a string is applied in place, in two passes (the
+Accelerator keys, then the CUDA hook's keys): when a key is rejected, the keys
+parsed before it stay applied and ``last_settings`` is the rejected string.
+Numbers are read with PyTorch's ``std::stoull`` / ``std::stod`` leniency
+(tokenizer.py), with a warning where PyTorch stays silent.
 """
 from __future__ import annotations
 
 import copy
 import os
-import re
+import warnings
 from dataclasses import dataclass, field
+
+from .tokenizer import AllocatorConfigWarning, ConfigAssertError, ConfigTokenizer  # noqa: F401
 
 MiB = 1024 * 1024
 kMinBlockSize = 512                 # every request is rounded to a multiple of 512 B
@@ -50,61 +54,6 @@ def _is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-class ConfigTokenizer:
-    """``c10::CachingAllocator::ConfigTokenizer``: split on , : [ ] (each its own token), drop spaces."""
-
-    def __init__(self, text: str) -> None:
-        self.tokens = [t for t in re.split(r"([,:\[\]])", re.sub(r"\s+", "", text)) if t]
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def __getitem__(self, i: int) -> str:
-        if i >= len(self.tokens):
-            raise ValueError("Index out of bounds in ConfigTokenizer: the allocator config ended "
-                             "where a value was expected (write key:value pairs separated by commas)")
-        return self.tokens[i]
-
-    def check_token(self, i: int, expected: str) -> None:
-        # PyTorch's checkToken only returns a bool here; a learner deserves the error.
-        got = self[i]
-        if got != expected:
-            raise ValueError(f"Expected '{expected}' at index {i} in ConfigTokenizer but got '{got}'")
-
-    def to_size_t(self, i: int) -> int:
-        token = self[i]
-        if not token.isdigit():
-            raise ValueError(f"Expected a non-negative integer at index {i} in ConfigTokenizer but got '{token}'")
-        return int(token)
-
-    def to_double(self, i: int) -> float:
-        token = self[i]
-        try:
-            return float(token)
-        except ValueError:
-            raise ValueError(f"Expected a number at index {i} in ConfigTokenizer but got '{token}'") from None
-
-    def to_bool(self, i: int) -> bool:
-        token = self[i]
-        if token not in ("True", "False"):
-            raise ValueError(f"Expected 'True' or 'False' at index {i} in ConfigTokenizer but got '{token}'")
-        return token == "True"
-
-    def skip_key(self, i: int) -> int:
-        """Skip a key and its value(s) up to (not including) the next top-level comma."""
-        depth = 0
-        while i + 1 < len(self.tokens):
-            nxt = self.tokens[i + 1]
-            if nxt == "[":
-                depth += 1
-            elif nxt == "]":
-                depth -= 1
-            elif nxt == "," and depth == 0:
-                break
-            i += 1
-        return i
-
-
 @dataclass
 class AllocatorConfig:
     """The settings one caching allocator runs with (defaults = no PYTORCH_CUDA_ALLOC_CONF)."""
@@ -127,32 +76,45 @@ class AllocatorConfig:
 
     # ---- building ----------------------------------------------------------
     @classmethod
-    def parse(cls, text: str = "", base: "AllocatorConfig | None" = None) -> "AllocatorConfig":
+    def parse(cls, text: str = "", base: "AllocatorConfig | None" = None,
+              loaded_backend: "str | None" = None) -> "AllocatorConfig":
         """A new config: ``base`` (or the defaults) with ``text`` applied; ``base`` is not touched."""
         config = copy.deepcopy(base) if base is not None else cls()
-        config._apply(text or "")
+        config.apply(text or "", loaded_backend)
         return config
 
     @classmethod
-    def from_env(cls, environ=None) -> "AllocatorConfig":
-        """Read the environment the way PyTorch does: first of the three variables present wins."""
-        environ = os.environ if environ is None else environ
-        for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
-            if var in environ:
-                return cls.parse(environ[var])
-        return cls()
+    def from_env(cls, environ=None, rocm: bool = False,
+                 loaded_backend: "str | None" = None) -> "AllocatorConfig":
+        """Read the environment the way PyTorch does: first of the variables present wins.
 
-    def _apply(self, text: str) -> None:
+        ``PYTORCH_HIP_ALLOC_CONF`` counts only on a ROCm build (``rocm=True``).
+        """
+        value = env_config_string(environ, rocm)
+        return cls.parse(value, loaded_backend=loaded_backend) if value is not None else cls()
+
+    def apply(self, text: str, loaded_backend: "str | None" = None) -> None:
+        """``setAllocatorSettings``: the Accelerator pass, then the CUDA hook, both in place.
+
+        ``loaded_backend`` is the backend of the allocator this config belongs to: a
+        ``backend`` key naming another one fails as in ``parseAllocatorConfig``.
+        """
         if not isinstance(text, str):
             raise TypeError(f"the allocator config must be a string like 'max_split_size_mb:128', "
                             f"got {type(text).__name__}")
-        # Every parse resets these three (AcceleratorAllocatorConfig::parseArgs) ...
+        tokens = ConfigTokenizer(text)
+        self._accelerator_pass(text, tokens)
+        self._cuda_pass(tokens, loaded_backend)
+
+    def _accelerator_pass(self, text: str, tokens: ConfigTokenizer) -> None:
+        """``AcceleratorAllocatorConfig::parseArgs``."""
+        # Every parse resets these three ...
         self.max_split_size = SIZE_MAX
         self.roundup_power2_divisions = [0] * kRoundUpPowerOfTwoIntervals
         self.garbage_collection_threshold = 0.0
         self.last_settings = text
-        tokens = ConfigTokenizer(text)
-        # ... large_segment_size_mb is read first, because the others are checked against it.
+        # ... large_segment_size_mb is read first (every token is looked at, not only keys),
+        # because the others are checked against it.
         i = 0
         while i < len(tokens):
             if tokens[i] == "large_segment_size_mb":
@@ -161,27 +123,38 @@ class AllocatorConfig:
         self.max_non_split_rounding_size = self.large_segment_size
         i = 0
         while i < len(tokens):
-            i = self._parse_key(tokens, i)
-            if i + 1 < len(tokens):
-                tokens.check_token(i + 1, ",")
-                i += 1
-            i += 1
+            key = tokens[i]
+            if key in _ACCELERATOR_PARSERS and key != "large_segment_size_mb":
+                i = _ACCELERATOR_PARSERS[key](self, tokens, i)
+            else:
+                if key not in ALL_KEYS:
+                    raise ValueError(f"Unrecognized key '{key}' in Accelerator allocator config.")
+                i = tokens.skip_key(i)          # large_segment_size_mb (done) or a CUDA key
+            i = _next_pair(tokens, i)
 
-    def _parse_key(self, tokens: ConfigTokenizer, i: int) -> int:
-        key = tokens[i]
-        if key not in ALL_KEYS:
-            raise ValueError(f"Unrecognized key '{key}' in Accelerator allocator config. "
-                             f"Known keys: {', '.join(ALL_KEYS)}")
-        parser = getattr(self, f"_parse_{key}", None)
-        if key == "large_segment_size_mb":
-            return tokens.skip_key(i)          # handled in the first pass
-        if parser is None:                      # a plain boolean flag
-            tokens.check_token(i + 1, ":")
-            setattr(self, _BOOL_FLAGS[key], tokens.to_bool(i + 2))
-            return i + 2
-        return parser(tokens, i)
+    def _cuda_pass(self, tokens: ConfigTokenizer, loaded_backend: "str | None") -> None:
+        """``CUDAAllocatorConfig::parseArgs`` (the hook ``setAllocatorSettings`` calls second)."""
+        used_async = used_native_option = False
+        i = 0
+        while i < len(tokens):
+            key = tokens[i]
+            if key == "backend":
+                i = self._parse_backend(tokens, i, loaded_backend)
+                used_async = self.backend == "cudaMallocAsync"
+            elif key in _CUDA_PARSERS:
+                i = _CUDA_PARSERS[key](self, tokens, i)
+                used_native_option = True
+            else:
+                if key not in ALL_KEYS:
+                    raise ValueError(f"Unrecognized key '{key}' in CUDA allocator config.")
+                i = tokens.skip_key(i)
+            i = _next_pair(tokens, i)
+        if used_async and used_native_option:
+            warnings.warn("backend:cudaMallocAsync ignores max_split_size_mb,"
+                          "roundup_power2_divisions, and garbage_collect_threshold.", UserWarning,
+                          stacklevel=4)
 
-    # ---- one parser per key (AcceleratorAllocatorConfig::parse*) -------------
+    # ---- one parser per key (AcceleratorAllocatorConfig::parse*, CUDAAllocatorConfig::parse*) --
     def _parse_large_segment_size(self, tokens, i):
         tokens.check_token(i + 1, ":")
         value = tokens.to_size_t(i + 2)
@@ -220,7 +193,7 @@ class AllocatorConfig:
     def _parse_roundup_power2_divisions(self, tokens, i):
         tokens.check_token(i + 1, ":")
         i += 2
-        if tokens[i] != "[":                       # single value: every bucket
+        if tokens[i] != "[":                       # single value: every bucket (kept for compatibility)
             value = tokens.to_size_t(i)
             if not _is_power_of_two(value):
                 raise ValueError("For roundups, the divisions has to be power of 2 ")
@@ -230,16 +203,17 @@ class AllocatorConfig:
         first_value, last_index = True, 0
         i += 1
         while i < len(tokens) and tokens[i] != "]":
-            boundary_token = tokens[i]
+            value_index = i
             tokens.check_token(i + 1, ":")
-            value = tokens.to_size_t(i + 2)
+            i += 2
+            value = tokens.to_size_t(i)
             if not (value == 0 or _is_power_of_two(value)):
                 raise ValueError("For roundups, the divisions has to be power of 2 or 0 to disable roundup ")
-            if boundary_token == ">":              # every bucket after the last one listed
+            if tokens[value_index] == ">":         # every bucket after the last one listed
                 for j in range(last_index + 1, kRoundUpPowerOfTwoIntervals):
                     divisions[j] = value
             else:
-                boundary = tokens.to_size_t(i)     # in MiB
+                boundary = tokens.to_size_t(value_index)     # in MiB
                 if not _is_power_of_two(boundary):
                     raise ValueError("For roundups, the intervals have to be power of 2 ")
                 index = min(max(boundary.bit_length() - 1, 0), kRoundUpPowerOfTwoIntervals - 1)
@@ -249,19 +223,31 @@ class AllocatorConfig:
                     first_value = False
                 divisions[index] = value
                 last_index = index
-            i += 3
-            if i < len(tokens) and tokens[i] == ",":
+            if tokens[i + 1] != "]":
+                tokens.check_token(i + 1, ",")
                 i += 1
+            i += 1
         if i >= len(tokens):
-            raise ValueError("Expected closing bracket ']' in ConfigTokenizer but reached end of config")
+            raise ConfigAssertError("Expected closing bracket ']' in ConfigTokenizer but reached end of config")
         return i
 
-    def _parse_backend(self, tokens, i):
+    def _parse_bool(self, tokens, i, attribute: str):
+        tokens.check_token(i + 1, ":")
+        setattr(self, attribute, tokens.to_bool(i + 2))
+        return i + 2
+
+    def _parse_backend(self, tokens, i, loaded_backend):
+        """``parseAllocatorConfig`` (CUDA build; the ROCm build also takes hipMallocAsync)."""
         tokens.check_token(i + 1, ":")
         value = tokens[i + 2]
-        # CUDA build of CUDAAllocatorConfig::parseAllocatorConfig (the ROCm build also takes hipMallocAsync).
         if value not in ("native", "cudaMallocAsync"):
             raise ValueError("Unknown allocator backend, options are native and cudaMallocAsync")
+        if loaded_backend is not None and value != loaded_backend:
+            err = ConfigAssertError("Allocator backend parsed at runtime != allocator backend parsed "
+                               f"at load time, {value} != {loaded_backend}")
+            err.add_note("PyTorch chooses the backend once, from PYTORCH_CUDA_ALLOC_CONF when it "
+                         "loads (see allocator_ref.caching.backend.make_allocator)")
+            raise err
         self.backend = value
         return i + 2
 
@@ -269,9 +255,10 @@ class AllocatorConfig:
         tokens.check_token(i + 1, ":")
         value = tokens.to_size_t(i + 2)
         if not _is_power_of_two(value):
-            raise ValueError("Number of register threads has to be power of 2 ")
+            raise ValueError(f"Number of register threads has to be power of 2, got {value}")
         if value > PINNED_MAX_REGISTER_THREADS:
-            raise ValueError(f"Number of register threads should be less than or equal to {PINNED_MAX_REGISTER_THREADS}")
+            raise ValueError("Number of register threads should be less than or equal to "
+                             f"{PINNED_MAX_REGISTER_THREADS}, got {value}")
         self.pinned_num_register_threads = value
         return i + 2
 
@@ -314,15 +301,53 @@ class AllocatorConfig:
         }
 
 
-_BOOL_FLAGS = {
-    "expandable_segments": "expandable_segments",
-    "pinned_use_background_threads": "pinned_use_background_threads",
-    "release_lock_on_cudamalloc": "release_lock_on_cudamalloc",
-    "release_lock_on_hipmalloc": "release_lock_on_cudamalloc",
-    "pinned_use_cuda_host_register": "pinned_use_cuda_host_register",
-    "pinned_use_hip_host_register": "pinned_use_cuda_host_register",
-    "graph_capture_record_stream_reuse": "graph_capture_record_stream_reuse",
+def _next_pair(tokens: ConfigTokenizer, i: int) -> int:
+    """Step over the ',' after a value (``checkToken(++i, ",")``, answer ignored) to the next key."""
+    if i + 1 < len(tokens):
+        tokens.check_token(i + 1, ",")
+        i += 1
+    return i + 1
+
+
+def _bool_parser(attribute: str):
+    return lambda config, tokens, i: config._parse_bool(tokens, i, attribute)
+
+
+# Which method reads which key, pass by pass (AcceleratorAllocatorConfig / CUDAAllocatorConfig).
+_ACCELERATOR_PARSERS = {
+    "large_segment_size_mb": AllocatorConfig._parse_large_segment_size,
+    "max_split_size_mb": AllocatorConfig._parse_max_split_size_mb,
+    "max_non_split_rounding_mb": AllocatorConfig._parse_max_non_split_rounding_mb,
+    "garbage_collection_threshold": AllocatorConfig._parse_garbage_collection_threshold,
+    "roundup_power2_divisions": AllocatorConfig._parse_roundup_power2_divisions,
+    "expandable_segments": _bool_parser("expandable_segments"),
+    "pinned_use_background_threads": _bool_parser("pinned_use_background_threads"),
 }
+_CUDA_PARSERS = {
+    "release_lock_on_cudamalloc": _bool_parser("release_lock_on_cudamalloc"),
+    "release_lock_on_hipmalloc": _bool_parser("release_lock_on_cudamalloc"),
+    "pinned_use_cuda_host_register": _bool_parser("pinned_use_cuda_host_register"),
+    "pinned_use_hip_host_register": _bool_parser("pinned_use_cuda_host_register"),
+    "pinned_num_register_threads": AllocatorConfig._parse_pinned_num_register_threads,
+    "pinned_reserve_segment_size_mb": AllocatorConfig._parse_pinned_reserve_segment_size_mb,
+    "graph_capture_record_stream_reuse": _bool_parser("graph_capture_record_stream_reuse"),
+    "per_process_memory_fraction": AllocatorConfig._parse_per_process_memory_fraction,
+}
+
+
+def env_config_string(environ=None, rocm: bool = False) -> "str | None":
+    """The allocator config PyTorch reads from the environment, or None.
+
+    ``AcceleratorAllocatorConfig::instance``: ``PYTORCH_CUDA_ALLOC_CONF``, then (ROCm
+    builds only) ``PYTORCH_HIP_ALLOC_CONF``, then ``PYTORCH_ALLOC_CONF``; the first present wins.
+    """
+    environ = os.environ if environ is None else environ
+    names = ("PYTORCH_CUDA_ALLOC_CONF",) + (("PYTORCH_HIP_ALLOC_CONF",) if rocm else ()) + \
+        ("PYTORCH_ALLOC_CONF",)
+    for name in names:
+        if name in environ:
+            return environ[name]
+    return None
 
 
 def round_size(size: int, config: AllocatorConfig) -> int:

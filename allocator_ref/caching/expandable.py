@@ -67,8 +67,13 @@ class ExpandableSegment:
         last = (ptr - self.ptr + size) // self.page_size
         if first >= last:
             return ptr, 0
-        # Work queued on the segment's stream may still use the pages: wait for it first.
-        self.stream.synchronize()
+        # Work queued on the segment's stream may still use the pages: wait for it first
+        # (ExpandableSegment::unmapHandles).  A destroyed stream cannot be waited on, but its
+        # queued work still runs: wait for the whole device, as unmapHandles does without a stream.
+        if getattr(self.stream, "destroyed", False):
+            self.device.synchronize()
+        else:
+            self.stream.synchronize()
         for i in range(first, last):
             self.device.mem_unmap(self.ptr + i * self.page_size, self.page_size)   # cuMemUnmap
             self.device.mem_release(self.handles[i])                                # cuMemRelease
@@ -186,8 +191,14 @@ class ExpandableMixin:
 
     def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Optional[Block]:
         """``try_allocate_expandable_block``: map just enough pages for ``size`` (the rounded request)."""
+        segments_before = len(self.expandable_segments_)
         candidate = self.find_expandable_block(stream, pool, size)
         if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size)):
+            if len(self.expandable_segments_) > segments_before:
+                # PyTorch keeps the new, wholly unmapped reservation in pool->unmapped, and
+                # release_blocks never looks there: a request bigger than 1.125x the GPU leaks
+                # one per try.  Give back what this call reserved.
+                self.release_expandable_segment(candidate)
             return None
         while candidate.size < size:
             # invariant: free -> unmapped -> ...; mapping the next range merges into it
@@ -231,6 +242,13 @@ class ExpandableMixin:
         self.stats.decrease("reserved_bytes", self._pool_type(pool), unmapped)
         self.stats.num_device_free += 1
         self._record("segment_unmap", start, unmapped, block.stream_key, self._context)
+
+    def release_unmapped_segments(self) -> None:
+        """Give back every reservation with no page mapped (``close``: nothing may outlive it)."""
+        for pool in (self.large_blocks, self.small_blocks):
+            for _key, _ptr, block in list(pool.unmapped):
+                if block.prev is None and block.next is None:
+                    self.release_expandable_segment(block)
 
     def release_expandable_segment(self, block: Block) -> None:
         """``release_expandable_segment``: the whole range is unmapped: free the reservation."""

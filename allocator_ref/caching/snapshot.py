@@ -66,10 +66,14 @@ class SnapshotMixin:
 
     def snapshot(self) -> dict:
         """The whole dict: segments, device_traces, allocator_settings, external_annotations."""
+        # NativeCachingAllocator::snapshot copies the trace (da->trace) before
+        # DeviceCachingAllocator::snapshot records its SNAPSHOT entry: that entry shows
+        # only in the next snapshot.
+        traces = [self.trace.dicts()]
         segments = self.segments()
         return {
             "segments": segments,
-            "device_traces": [self.trace.dicts()],
+            "device_traces": traces,
             "allocator_settings": self.config.settings_dict(),
             "external_annotations": [],
         }

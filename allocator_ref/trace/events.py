@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
@@ -96,8 +95,12 @@ class TraceEntry:
 class TraceRecorder:
     """The trace ring buffer behind ``_record_memory_history``.
 
-    ``enabled`` is None (off), "state" or "all"; entries are kept only while
-    "all" is on, in a ring buffer of ``max_entries`` (oldest dropped first).
+    ``enabled`` is None (off), "state" or "all".  Both "state" and "all" record
+    (``record_history`` is true for either); "state" only shrinks the ring to one
+    entry (``torch/csrc/cuda/memory_snapshot.cpp::_record_memory_history`` sets
+    ``max_entries = enabled == "all" ? max_entries : 1``), so the latest event is kept.
+    The ring is ``c10::RingBuffer``: a vector plus the index of the next slot to
+    overwrite; ``setMaxEntries`` changes only the limit (see :meth:`_insert`).
     Listeners (the live widget, the replay checker) see every event even when
     history is off: they are how pictures follow the allocator.
     """
@@ -106,14 +109,16 @@ class TraceRecorder:
     context: Optional[str] = None
     max_entries: int = sys.maxsize
     skip_actions: frozenset = frozenset()
-    entries: deque = field(default_factory=deque)
     listeners: list = field(default_factory=list)
     overflowed: bool = False
-    active: bool = False      # anyone to tell? (history "all" or a listener): allocators skip building entries otherwise
+    active: bool = False      # anyone to tell? (history on or a listener): allocators skip building entries otherwise
+    user_metadata: str = ""   # torch.cuda.memory._set_memory_metadata: stamped on every later entry
+    _buffer: list = field(default_factory=list)    # RingBuffer::alloc_trace
+    _next: int = 0                                 # RingBuffer::alloc_trace_next
 
     def configure(self, enabled: Optional[str] = "all", context: Optional[str] = "all",
                   max_entries: int = sys.maxsize, clear_history: bool = False,
-                  skip_actions: Iterable[str] = ()) -> None:
+                  skip_actions: Optional[Iterable[str]] = ()) -> None:
         """``torch.cuda.memory._record_memory_history``'s arguments and checks."""
         if enabled not in (None, "state", "all"):
             raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
@@ -121,30 +126,53 @@ class TraceRecorder:
             raise ValueError(f"context must be None, 'state', 'alloc' or 'all', got {context!r}")
         if not isinstance(max_entries, int) or isinstance(max_entries, bool):
             raise TypeError(f"max_entries must be an int, got {type(max_entries).__name__}")
+        skip_actions = [] if skip_actions is None else list(skip_actions)   # memory.py: None means []
         unknown = set(skip_actions) - set(ACTIONS)
         if unknown:
             raise ValueError(f"skip_actions has unknown actions {sorted(unknown)}; known: {list(ACTIONS)}")
         self.enabled = enabled
-        self.context = context
+        # DeviceCachingAllocator::recordHistory: record_context_ = enabled ? when : NEVER.
+        self.context = context if enabled is not None else None
         self._update_active()
-        # "state" keeps no history (PyTorch forces max_entries = 1); the ring holds at least one entry.
-        self.max_entries = 1 if enabled == "state" else max(1, max_entries)
+        # memory_snapshot.cpp: "state" keeps a one-entry ring; RingBuffer::setMaxEntries clamps to >= 1.
+        self.max_entries = max(1, max_entries if enabled == "all" else 1)
         self.skip_actions = frozenset(skip_actions)
-        if clear_history or enabled is None:
-            self.entries.clear()
+        if clear_history or enabled is None:     # RingBuffer::clear
+            self._buffer.clear()
+            self._next = 0
             self.overflowed = False
-        while len(self.entries) > self.max_entries:
-            self.entries.popleft()
 
     def record(self, entry: TraceEntry) -> None:
+        if self.user_metadata:
+            entry.user_metadata = self.user_metadata
         for listener in self.listeners:
             listener(entry)
-        if self.enabled != "all" or entry.action in self.skip_actions:
+        if self.enabled is None or entry.action in self.skip_actions:
             return
-        if len(self.entries) >= self.max_entries:
-            self.entries.popleft()
-            self.overflowed = True
-        self.entries.append(entry)
+        self._insert(entry)
+
+    def _insert(self, entry: TraceEntry) -> None:
+        """``RingBuffer::insertEntries``: append below the limit, else overwrite slot ``next``.
+
+        Like PyTorch, a limit lowered after the buffer grew does not drop entries: only the
+        first ``max_entries`` slots are overwritten from then on, and a limit raised again
+        appends after them, so the order read back can jump (that is PyTorch's behaviour).
+        """
+        if len(self._buffer) < self.max_entries:
+            self._buffer.append(entry)
+            return
+        if self._next >= len(self._buffer):
+            self._next = 0            # C++ would write past the vector here (undefined); wrap instead
+        self._buffer[self._next] = entry
+        self.overflowed = True
+        self._next += 1
+        if self._next == self.max_entries:
+            self._next = 0
+
+    @property
+    def entries(self) -> list:
+        """``RingBuffer::getEntries``: from slot ``next`` to the end, then the start."""
+        return self._buffer[self._next:] + self._buffer[:self._next]
 
     def add_listener(self, fn: Callable[[TraceEntry], None]) -> Callable[[], None]:
         """Call ``fn(entry)`` for every future event; returns a function that stops it."""
@@ -158,7 +186,7 @@ class TraceRecorder:
         return remove
 
     def _update_active(self) -> None:
-        self.active = self.enabled == "all" or bool(self.listeners)
+        self.active = self.enabled is not None or bool(self.listeners)
 
     def dicts(self) -> list[dict]:
         return [e.to_dict() for e in self.entries]
