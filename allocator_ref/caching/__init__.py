@@ -8,6 +8,12 @@ stats.py       memory_stats() counters
 snapshot.py    _snapshot() and the stats/snapshot consistency check
 summary.py     memory_summary()
 oom.py         OutOfMemoryError and its message
+private_pool.py PrivatePool and pool ids (graph_pools' entries)
+pools.py       routing into private pools: use_mem_pool, captures, use_on_oom, no_split
+mempool.py     MemPool, use_mem_pool, graph_pool_handle (torch.cuda's API)
+pluggable.py   a custom allocator for a pool (CUDAPluggableAllocator)
+capture_rules.py what changes while a CUDA graph is captured
+graph.py       CUDAGraph and the graph() context manager
 """
 from .allocator import CachingAllocator
 from .config import (AllocatorConfig, get_allocation_size, kMinBlockSize, kMinLargeAlloc,
@@ -15,10 +21,15 @@ from .config import (AllocatorConfig, get_allocation_size, kMinBlockSize, kMinLa
                      roundup_power2_next_division)
 from .oom import OutOfMemoryError, format_size
 from .snapshot import check_stats_consistency
+from .mempool import MemPool, graph_pool_handle, use_mem_pool
+from .pluggable import PluggableAllocator, device_allocator
+from .graph import CUDAGraph, graph
 
 __all__ = [
     "CachingAllocator", "AllocatorConfig", "OutOfMemoryError", "format_size",
     "check_stats_consistency", "round_size", "get_allocation_size",
     "roundup_power2_next_division", "kMinBlockSize", "kSmallSize", "kSmallBuffer",
     "kMinLargeAlloc", "kRoundLarge",
+    "MemPool", "use_mem_pool", "graph_pool_handle", "PluggableAllocator", "device_allocator",
+    "CUDAGraph", "graph",
 ]

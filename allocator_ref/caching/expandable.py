@@ -181,7 +181,7 @@ class ExpandableMixin:
         self.stats.num_device_alloc += 1
         if to_map.prev is None and not to_map.segment_frames:
             to_map.segment_frames = self._context or []
-        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, self._context)
+        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, self._context, pool)
         return True
 
     def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Optional[Block]:
@@ -229,8 +229,9 @@ class ExpandableMixin:
         pool.add_unmapped(block)
         self.total_allocated_memory -= unmapped
         self.stats.decrease("reserved_bytes", self._pool_type(pool), unmapped)
+        self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count (pools.py)
         self.stats.num_device_free += 1
-        self._record("segment_unmap", start, unmapped, block.stream_key, self._context)
+        self._record("segment_unmap", start, unmapped, block.stream_key, self._context, pool)
 
     def release_expandable_segment(self, block: Block) -> None:
         """``release_expandable_segment``: the whole range is unmapped: free the reservation."""
