@@ -37,6 +37,7 @@ _EXPORTS = {
     "graph_pool_handle": "allocator_ref.caching",
     "PluggableAllocator": "allocator_ref.caching",
     "CUDAGraph": "allocator_ref.caching",
+    "graph": "allocator_ref.caching",
     "DirectAllocator": "allocator_ref.policies",
     "StreamOrderedAllocator": "allocator_ref.policies",
     "BFCAllocator": "allocator_ref.policies",

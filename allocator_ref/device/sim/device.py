@@ -412,6 +412,7 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls, GraphCalls):
         """cudaMemcpyAsync device-to-host on ``stream`` + wait: the bytes as that stream sees them."""
         check_count(nbytes, "read")
         s = self._check_stream(stream)
+        self._check_capture_safe("cudaMemcpy (device to host, synchronous)")
         self._check_range(ptr, nbytes, "read")
         result: list[bytes] = []
         self._launch(s, self._link_us(nbytes), lambda: result.append(self._pages.read(ptr, nbytes)))
