@@ -10,7 +10,8 @@ import pytest
 
 import allocator_ref as ar
 from allocator_ref.device import SimDevice
-from allocator_ref.trace import load_snapshot, replay, save_snapshot
+from allocator_ref.trace import load_snapshot, save_snapshot
+from allocator_ref.trace.replay import replay
 
 MiB = 1 << 20
 

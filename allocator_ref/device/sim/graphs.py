@@ -104,7 +104,8 @@ class GraphCalls:
 
     def _init_graphs(self) -> None:
         self._captures: dict[int, Capture] = {}          # stream handle -> the capture it is part of
-        self._capture_mode = threading.local()           # per-thread exchanged mode
+        self._capture_modes: dict[int, str] = {}         # thread id -> exchanged mode (a dict, so the
+                                                         # device can be deep-copied by the replay's trials)
 
     # ------------------------------------------------------------- begin / end
     def begin_capture(self, stream, mode: str = "global") -> None:
@@ -169,18 +170,19 @@ class GraphCalls:
         """cudaThreadExchangeStreamCaptureMode for this thread (``CUDAStreamCaptureModeGuard``)."""
         if mode not in CAPTURE_MODES:
             raise cuda_error("cudaErrorInvalidValue", f"capture mode must be one of {CAPTURE_MODES}, got {mode!r}")
-        old = getattr(self._capture_mode, "mode", "global")
-        self._capture_mode.mode = mode
+        me = threading.get_ident()
+        old = self._capture_modes.get(me, "global")
+        self._capture_modes[me] = mode
         try:
             yield
         finally:
-            self._capture_mode.mode = old
+            self._capture_modes[me] = old
 
     def _check_capture_safe(self, call: str, stream=None) -> None:
         """Refuse a potentially unsafe call while a capture that forbids it is underway."""
-        if not self._captures or getattr(self._capture_mode, "mode", "global") == "relaxed":
-            return
         me = threading.get_ident()
+        if not self._captures or self._capture_modes.get(me, "global") == "relaxed":
+            return
         for cap in set(self._captures.values()):
             if cap.mode == "global" or (cap.mode == "thread_local" and cap.thread == me):
                 cap.invalidated = cap.invalidated or call
