@@ -150,6 +150,7 @@ class PrivatePoolsMixin:
             self.end_allocate_to_pool(pool_id)
             self.release_pool(pool_id)
             if found:
+                p.expandable = False      # mempool_params is built with is_expandable_segments_active false
                 return True
             p.pool = saved_pool
         return False
