@@ -148,7 +148,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, PrivatePoolsMixin, Captur
             size = self.round_size(nbytes)
             pool = self.small_blocks if size <= kSmallSize else self.large_blocks    # get_pool
         params = AllocParams(size, self.get_allocation_size(size), pool, stream)
-        params.expandable = self._expandable_for(pool)
+        params.expandable = self.config.expandable_segments and self._expandable_for(pool)
 
         found = self.get_free_block(params) or (
             self.trigger_free_memory_callbacks() and self.get_free_block(params))
@@ -370,7 +370,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, PrivatePoolsMixin, Captur
 
     def should_split(self, block: Block, size: int, expandable_active: bool) -> bool:
         """``should_split``: keep the remainder only if it is worth tracking."""
-        if not self._splits_allowed(block.pool):    # MemPool(no_split=True)
+        if self.no_split_pools and not self._splits_allowed(block.pool):    # MemPool(no_split=True)
             return False
         remaining = block.size - size
         if block.pool.is_small or expandable_active:
