@@ -100,3 +100,20 @@ def test_pooled_snapshot_opens_in_torchs_memory_viz(tmp_path):
     html = mv.trace_plot(data)                            # the browser viewer's page, data embedded
     assert "MemoryViz" in html
     assert load_snapshot(path)["segments"] == snap["segments"]
+
+
+def test_cli_says_which_pools_it_kept(tmp_path):
+    """``python -m allocator_ref replay --verify``: the text names the pools; --json counts the routed requests."""
+    import json
+    import subprocess
+    import sys
+    a, snap, _keep = pooled_run()
+    path = save_snapshot(snap, tmp_path / "pools.pickle")
+    private = sorted({s["segment_pool_id"] for s in snap["segments"]} - {(0, 0)})
+    text = subprocess.run([sys.executable, "-m", "allocator_ref", "replay", str(path), "--verify"],
+                          capture_output=True, text=True, check=True).stdout
+    assert f"private pools kept: {', '.join(map(str, private))} (6 requests routed into them)" in text
+    report = json.loads(subprocess.run([sys.executable, "-m", "allocator_ref", "replay", str(path), "--verify",
+                                        "--json"], capture_output=True, text=True, check=True).stdout)
+    assert report["pool_requests"] == 6                  # 4 in the MemPool, 2 during the capture
+    assert [tuple(p) for p in report["pools"]] == private

@@ -192,7 +192,10 @@ class _DeviceReplayer:
         if not failed_on_gpu:
             self.result.allocs += 1
         try:
-            with self.pools.route(self.allocator, self.pools.pool_of(e)):
+            pool_id = self.pools.pool_of(e)
+            if pool_id != (0, 0) and not failed_on_gpu:
+                self.result.pool_requests += 1
+            with self.pools.route(self.allocator, pool_id):
                 allocation = self.allocator.malloc(e["size"], self._stream(e["stream"]))
         except OutOfMemoryError:
             self.result.ooms_raised += 1
@@ -502,6 +505,7 @@ class _DeviceReplayer:
         self.result.simulated_time_us = float(self.device.now_us())
         self.result.peak_reserved = max(self.result.peak_reserved, self.allocator.max_memory_reserved())
         self.result.peak_allocated = max(self.result.peak_allocated, self.allocator.max_memory_allocated())
+        self.result.pools = sorted(self.pools.pools_seen)
         if self.verify:
             # The trace's snapshot() events recorded nothing that changes state; ignore them.
             ours = _layout(self.allocator.segments(record=False))
