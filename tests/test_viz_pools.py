@@ -43,3 +43,20 @@ def test_pool_colour_is_stable_and_defaults_to_grey():
     assert pool_colour((0, 0)) == pool_colour(None) == DEFAULT_POOL_COLOUR
     assert pool_colour((0, 5)) == pool_colour((0, 5))
     assert len({pool_colour((0, n)) for n in range(1, 8)}) == 7      # neighbours differ
+
+
+def test_captions_name_the_private_pool():
+    """The player's captions (viz/frames.py) say when a block is in a private pool."""
+    from allocator_ref.viz.frames import record_frames
+    a = ar.CachingAllocator(SimDevice("h100-80gb"))
+    pool = ar.MemPool(a)
+    with record_frames(a) as frames:
+        x = a.malloc(4 * MiB)
+        with a.use_mem_pool(pool):
+            y = a.malloc(4 * MiB)
+    captions = [f.caption for f in frames if f.event["action"] == "alloc"]
+    assert len(captions) == 2
+    assert "private pool" not in captions[0]
+    assert f"of private pool {pool.id}" in captions[1]
+    a.free(x)
+    a.free(y)
