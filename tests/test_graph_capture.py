@@ -206,8 +206,11 @@ def test_cudamalloc_during_capture_uses_relaxed_mode(make_alloc):
         a.device.malloc(MiB)                            # the same call without the guard
     with pytest.raises(CudaError, match="Invalidated"):
         g.capture_end()
+    assert a.captures_underway == []                    # routing ended although the capture failed
     a.free(x)
-    g.reset()
+    g.reset()                                           # a failed capture still releases its pool
+    a.empty_cache()                                     # (pytorch/pytorch#190348's fix)
+    assert a.graph_pools == {} and a.memory_reserved() == 0
 
 
 def test_empty_cache_during_capture_leaves_the_default_pools(make_alloc):
