@@ -117,3 +117,25 @@ def test_cli_says_which_pools_it_kept(tmp_path):
                                         "--json"], capture_output=True, text=True, check=True).stdout)
     assert report["pool_requests"] == 6                  # 4 in the MemPool, 2 during the capture
     assert [tuple(p) for p in report["pools"]] == private
+
+
+def test_mid_run_pooled_trace_rebuilds_its_pools():
+    """History turned on after a MemPool already held segments: restore_segment puts them back
+    into that pool (pool id from the final segments), so the rest replays exactly."""
+    a = ar.CachingAllocator(SimDevice("h100-80gb"))
+    pool = ar.MemPool(a)
+    with a.use_mem_pool(pool):
+        early = [a.malloc(6 * MiB), a.malloc(300 * 1024)]
+    a.record_memory_history(enabled="all")
+    a.free(early[0])
+    with a.use_mem_pool(pool):
+        late = [a.malloc(5 * MiB), a.malloc(2 * MiB)]      # reuse the pool's free 20 MiB segment
+    other = a.malloc(5 * MiB)                              # default pool: a new segment
+    snap = a.snapshot()
+    report = replay(snap, verify=True, progress=False).to_json()
+    assert any("existed before recording" in note for note in report["inferred"])
+    assert report["first_divergence"] is None
+    assert report["allocs_exact"] == report["allocs"] == 3
+    assert report["final_state_equal"] is True
+    for x in [early[1], other] + late:
+        a.free(x)

@@ -15,16 +15,22 @@ from .block import Block
 from .config import kSmallBuffer
 
 
-def restore_segment(allocator, address: int, size: int, stream, live_blocks, small: bool = None) -> dict:
+def restore_segment(allocator, address: int, size: int, stream, live_blocks, small: bool = None,
+                    pool_id: tuple = (0, 0)) -> dict:
     """Recreate one non-expandable segment.
 
     ``live_blocks`` is a list of ``(address, size, requested_size)`` for the blocks that
-    were allocated at that moment; everything between them is free.  Returns
-    ``{address: Allocation}`` for the live blocks.
+    were allocated at that moment; everything between them is free.  ``pool_id`` names the
+    private pool (MemPool / CUDA graph) the segment belonged to, (0, 0) for the default pools.
+    Returns ``{address: Allocation}`` for the live blocks.
     """
     if small is None:
         small = size == kSmallBuffer
     pool = allocator.small_blocks if small else allocator.large_blocks
+    if tuple(pool_id) != (0, 0):                   # a private pool's segment: its pool, held alive
+        private = allocator.graph_pools.get(tuple(pool_id)) or allocator.create_or_incref_pool(tuple(pool_id))
+        private.cudaMalloc_count += 1
+        pool = private.small_blocks if small else private.large_blocks
     pool_type = allocator._pool_type(pool)
     ptr = allocator.device.malloc(size)
     if ptr != address:

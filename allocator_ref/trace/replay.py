@@ -174,7 +174,8 @@ class _DeviceReplayer:
             if exact:
                 self.device.planned_segments.appendleft((seg.address, seg.size, "segment_alloc"))
                 self.live.update(restore_segment(self.allocator, seg.address, seg.size, stream,
-                                                 seg.live_blocks, small=seg.small))
+                                                 seg.live_blocks, small=seg.small,
+                                                 pool_id=self.pools.pool_of({"addr": seg.address})))
         if not exact:
             # Another design cannot have PyTorch's layout: ask it for the same live blocks instead.
             for seg in state.segments:
