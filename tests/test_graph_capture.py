@@ -500,3 +500,38 @@ def test_graph_memory_stats_and_use_result_after_destroy_graph(make_alloc, case,
     assert [after[k] - pre[k] for k in keys] == expected_after
     a.free(b)
     a.free(x)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_graph_three_successive(make_alloc, share):
+    """test_cuda.py::test_graph_three_successive: with a shared pool, g2's capture reuses the block
+    g1's capture freed (c), so replaying g0, g2, g1 out of capture order corrupts e -- with real bytes
+    on the simulated device.  Separate pools never alias.  (fill = "x + k", copy = "read x")"""
+    a = make_alloc()
+    dev = a.device
+    s = dev.create_stream()
+    n = 4000
+    x = a.malloc(n, s)
+    dev.fill(x.ptr, n, 1, s)                            # a = ones
+    g0, g1, g2 = ar.CUDAGraph(a), ar.CUDAGraph(a), ar.CUDAGraph(a)
+    pool = ar.graph_pool_handle() if share else None
+    g0.capture_begin(s, pool=pool)
+    c = a.malloc(n, s); dev.fill(c.ptr, n, 2, s)       # c = a + 1
+    d = a.malloc(n, s); dev.fill(d.ptr, n, 3, s)       # d = a + 2
+    g0.capture_end()
+    g1.capture_begin(s, pool=g0.pool() if share else None)
+    e = a.malloc(n, s); dev.copy(e.ptr, c.ptr, n, s)   # e = c (+ 3)
+    a.free(c)                                          # del c
+    g1.capture_end()
+    g2.capture_begin(s, pool=g0.pool() if share else None)
+    f = a.malloc(n, s); dev.fill(f.ptr, n, 7, s)       # f = d + 4
+    g2.capture_end()
+    assert (f.ptr == c.ptr) is share                   # the shared pool handed c's block to f
+    for g in (g0, g1, g2):                             # capture order: always right
+        g.replay()
+    assert dev.read(e.ptr, 4, s) == b"\x02" * 4
+    for g in (g0, g2, g1):                             # out of order: corrupt only when shared
+        g.replay()
+    assert dev.read(e.ptr, 4, s) == (b"\x07" * 4 if share else b"\x02" * 4)
+    for t in (x, d, e, f):
+        a.free(t)
