@@ -23,7 +23,7 @@ from collections import deque
 from typing import Any, Optional
 
 from ..allocation import Allocation
-from ..device.errors import CudaError, CudaOutOfMemoryError
+from ..device.errors import CudaError
 from ..trace.events import TraceEntry, TraceRecorder, python_frames
 from .block import Block, BlockPool
 from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
