@@ -471,3 +471,95 @@ def test_custom_allocator_out_of_memory_is_an_oom(make_alloc):
         with pytest.raises(ar.OutOfMemoryError):
             a.malloc(MiB)
     assert refusing.alloc_calls >= 1 and a.memory_reserved() == 0
+
+
+# --------------------------------------- _check_memory_stat_consistency, pools live
+@pytest.mark.parametrize("conf", list(MODES.values()), ids=list(MODES))
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_stats_consistent_after_every_step_with_pools_live(make_alloc, conf, seed):
+    """test_cuda_multigpu.py::test_memory_stats's invariant (``_check_memory_stat_consistency``
+    after every step), on a seeded random program that mixes the default pools, three MemPools
+    (one no_split, one use_on_oom) entered and left at random, cross-stream frees and empty_cache.
+    At the end, freeing everything and destroying the pools gives every byte back."""
+    import random
+    rng = random.Random(seed)
+    a = make_alloc(conf, profile="tiny-1gb")
+    side = a.device.create_stream()
+    pools = [ar.MemPool(a), ar.MemPool(a, no_split=True), ar.MemPool(a, use_on_oom=True)]
+    live, contexts = [], []
+    for step in range(300):
+        op = rng.random()
+        if op < 0.45:
+            size = rng.choice([rng.randint(1, 1 << 20), rng.randint(1 << 20, 24 << 20)])
+            live.append(a.malloc(size))
+        elif op < 0.8 and live:
+            x = live.pop(rng.randrange(len(live)))
+            if rng.random() < 0.2:
+                a.record_stream(x, side)
+                a.device.sleep(side, 50.0)
+            a.free(x)
+        elif op < 0.88 and len(contexts) < 3:
+            ctx = a.use_mem_pool(rng.choice(pools))
+            try:
+                ctx.__enter__()
+                contexts.append(ctx)
+            except RuntimeError:            # that pool's context is already open: refused, nothing changed
+                pass
+        elif op < 0.96 and contexts:
+            contexts.pop().__exit__(None, None, None)
+        else:
+            a.empty_cache()
+        assert_consistent(a)
+    while contexts:
+        contexts.pop().__exit__(None, None, None)
+    for x in live:
+        a.free(x)
+    for p in pools:
+        p.close()
+    a.device.synchronize()
+    a.empty_cache()
+    assert a.memory_reserved() == 0
+    if not conf:
+        assert a.graph_pools == {}
+    else:   # see test_expandable_pool_count_can_outlive_its_memory: emptied pools may stay listed
+        assert all(p.use_count == 0 and not p.free_bytes() for p in a.graph_pools.values())
+    assert_consistent(a)
+
+
+def test_expandable_pool_count_can_outlive_its_memory(make_alloc):
+    """A PyTorch quirk the model keeps: with expandable segments, ``alloc_block`` adds 1 to the pool's
+    ``cudaMalloc_count`` per successful ``try_allocate_expandable_block`` while ``unmap_block`` takes 1
+    per unmap.  Two 20 MiB tensors map a page each (count 2); freed, their pages merge and go back in
+    ONE unmap (count 1): the pool holds no memory yet is never erased from ``graph_pools``."""
+    a = make_alloc("expandable_segments:True")
+    pool = ar.MemPool(a)
+    with a.use_mem_pool(pool):
+        x, y = a.malloc(20 * MiB), a.malloc(20 * MiB)
+    assert a.graph_pools[pool.id].cudaMalloc_count == 2
+    a.free(x)
+    a.free(y)
+    pid = pool.id
+    pool.close()                                        # releasePool + emptyCache(id): one unmap
+    assert a.memory_reserved() == 0
+    assert a.graph_pools[pid].cudaMalloc_count == 1 and pid in a.graph_pools_freeable
+    a.empty_cache()
+    assert pid in a.graph_pools                         # a zombie: nothing left to release
+
+
+@pytest.mark.gpu
+def test_mempool_on_the_real_device():
+    """The same pool rules on the real GPU (CudaDevice): routing, custom allocator, release."""
+    from conftest import open_kind
+    dev = open_kind("cuda")
+    a = ar.CachingAllocator(dev)
+    custom = device_allocator(dev, "cudaMalloc")
+    pool = ar.MemPool(a, custom=custom)
+    with a.use_mem_pool(pool):
+        x = a.malloc(MiB)
+    assert {s["segment_pool_id"] for s in a.segments()} == {pool.id}
+    assert custom.alloc_calls == 1
+    a.free(x)
+    pool.close()
+    assert custom.free_calls == 1 and a.memory_reserved() == 0
+    assert_consistent(a)
+    dev.close()
