@@ -535,3 +535,31 @@ def test_graph_three_successive(make_alloc, share):
     assert dev.read(e.ptr, 4, s) == (b"\x07" * 4 if share else b"\x02" * 4)
     for t in (x, d, e, f):
         a.free(t)
+
+
+def test_graph_bad_input_says_what_to_do(make_alloc):
+    import types
+    a = make_alloc()
+    with pytest.raises(TypeError, match="capture"):
+        ar.CUDAGraph(types.SimpleNamespace(device=object()))       # a device that cannot capture
+    g = ar.CUDAGraph(a)
+    with pytest.raises(RuntimeError, match="capture a graph first"):
+        g.replay()
+    with pytest.raises(RuntimeError, match="capture_begin"):
+        g.capture_end()
+    with pytest.raises(RuntimeError, match="no pool yet"):
+        g.pool()
+    s = a.device.create_stream()
+    with pytest.raises(TypeError, match="pair of non-negative ints"):
+        g.capture_begin(s, pool="shared")
+    assert not a.device.is_capturing(s) and a.captures_underway == []
+    with pytest.raises(CudaError, match="legacy default stream"):
+        g.capture_begin(a.device.default_stream)
+    assert a.captures_underway == [] and a.graph_pools == {}
+    g.capture_begin(s)
+    with pytest.raises(RuntimeError, match="already owns"):
+        g.capture_begin(s)
+    g.capture_end()
+    g.reset()
+    a.empty_cache()
+    assert a.graph_pools == {}
