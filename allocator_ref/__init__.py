@@ -31,6 +31,13 @@ _EXPORTS = {
     "OutOfMemoryError": "allocator_ref.caching",
     "AllocatorConfig": "allocator_ref.caching",
     "format_size": "allocator_ref.caching",
+    # pools a program owns (chapter 8)
+    "MemPool": "allocator_ref.caching",
+    "use_mem_pool": "allocator_ref.caching",
+    "graph_pool_handle": "allocator_ref.caching",
+    "PluggableAllocator": "allocator_ref.caching",
+    "CUDAGraph": "allocator_ref.caching",
+    "graph": "allocator_ref.caching",
     "DirectAllocator": "allocator_ref.policies",
     "StreamOrderedAllocator": "allocator_ref.policies",
     "BFCAllocator": "allocator_ref.policies",

@@ -34,6 +34,9 @@ def _print_replay(result, out=sys.stdout) -> None:
           "(simulated device)", file=out)
     for note in j["inferred"]:
         print(f"  inferred: {note}", file=out)
+    if j.get("pools"):
+        print(f"  private pools kept: {', '.join(map(str, j['pools']))} "
+              f"({j['pool_requests']} requests routed into them)", file=out)
     if result.verify:
         pct = 100.0 * j["allocs_exact"] / j["allocs"] if j["allocs"] else 100.0
         print(f"  allocations at PyTorch's address: {j['allocs_exact']}/{j['allocs']} ({pct:.1f}%)", file=out)

@@ -12,6 +12,12 @@ tokenizer.py   ConfigTokenizer: std::stoull / std::stod as PyTorch reads numbers
 backend.py     which allocator the environment selects (native or cudaMallocAsync)
 uncached.py    caching switched off: raw cudaMalloc / cudaFree
 unsafe.py      where PyTorch would free live memory, a clear error instead
+private_pool.py PrivatePool and pool ids (graph_pools' entries)
+pools.py       routing into private pools: use_mem_pool, captures, use_on_oom, no_split
+mempool.py     MemPool, use_mem_pool, graph_pool_handle (torch.cuda's API)
+pluggable.py   a custom allocator for a pool (CUDAPluggableAllocator)
+capture_rules.py what changes while a CUDA graph is captured
+graph.py       CUDAGraph and the graph() context manager
 """
 from .allocator import CachingAllocator
 from .backend import get_allocator_backend, make_allocator
@@ -22,6 +28,9 @@ from .oom import OutOfMemoryError, format_size
 from .snapshot import check_stats_consistency
 from .tokenizer import AllocatorConfigWarning
 from .unsafe import SplitSegmentReleaseError
+from .mempool import MemPool, graph_pool_handle, use_mem_pool
+from .pluggable import PluggableAllocator, device_allocator
+from .graph import CUDAGraph, graph
 
 __all__ = [
     "CachingAllocator", "AllocatorConfig", "OutOfMemoryError", "format_size",
@@ -29,4 +38,6 @@ __all__ = [
     "roundup_power2_next_division", "kMinBlockSize", "kSmallSize", "kSmallBuffer",
     "kMinLargeAlloc", "kRoundLarge", "get_allocator_backend", "make_allocator",
     "AllocatorConfigWarning", "SplitSegmentReleaseError",
+    "MemPool", "use_mem_pool", "graph_pool_handle", "PluggableAllocator", "device_allocator",
+    "CUDAGraph", "graph",
 ]

@@ -24,14 +24,16 @@ from collections import deque
 from typing import Any, Optional
 
 from ..allocation import Allocation
-from ..device.errors import CudaError, CudaOutOfMemoryError
+from ..device.errors import CudaError
 from ..trace.events import TraceEntry, TraceRecorder, python_frames
 from .block import Block, BlockPool
 from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
                      kMinBlockSize, kSmallSize, round_size)
 from .backend import backend_mismatch_error, force_uncached_from_env, get_allocator_backend
+from .capture_rules import CaptureRulesMixin
 from .expandable import ExpandableMixin
 from .oom import EXABYTE_MESSAGE, OutOfMemoryError, oom_message
+from .pools import DEFAULT_POOL_ID, PrivatePoolsMixin
 from .uncached import UncachedMixin
 from .unsafe import split_segment_release_error
 from .snapshot import SnapshotMixin
@@ -42,7 +44,7 @@ from .summary import memory_summary
 class AllocParams:
     """``AllocParams``: one request travelling down the malloc ladder."""
 
-    __slots__ = ("size", "alloc_size", "pool", "stream", "stream_key", "block", "err")
+    __slots__ = ("size", "alloc_size", "pool", "stream", "stream_key", "block", "err", "expandable")
 
     def __init__(self, size: int, alloc_size: int, pool: BlockPool, stream: Any) -> None:
         self.size = size                # rounded request
@@ -52,9 +54,11 @@ class AllocParams:
         self.stream_key = stream.handle
         self.block: Optional[Block] = None
         self.err: Optional[str] = None
+        self.expandable = False         # is_expandable_segments_active (set by malloc)
 
 
-class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
+class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoolsMixin,
+                       CaptureRulesMixin):
     """PyTorch's ``DeviceCachingAllocator`` for one device.
 
     ``config`` is a ``PYTORCH_CUDA_ALLOC_CONF`` string (or an AllocatorConfig);
@@ -94,6 +98,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
         self._oversize_blocks: set = set()             # ptrs counted in oversize_allocations
         self._oversize_segments: set = set()           # segment ptrs counted in oversize_segments
         self._context: Optional[list] = None           # Python stack of the call in progress (history on)
+        self._init_private_pools()                     # MemPool / CUDA graph pools (pools.py)
+        self._init_capture_rules()                     # frees deferred during capture (capture_rules.py)
         if self.config.per_process_memory_fraction < 1.0:
             self.set_per_process_memory_fraction(self.config.per_process_memory_fraction)
 
@@ -159,11 +165,17 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
             self._context = None
 
     def _malloc(self, nbytes: int, stream: Any) -> Allocation:
-        if self.cuda_events:                       # (process_events has nothing to do otherwise)
-            self.process_events()
-        size = self.round_size(nbytes)
-        pool = self.small_blocks if size <= kSmallSize else self.large_blocks    # get_pool
+        if self.captures_underway:                 # a MemPool context or a CUDA graph capture
+            self.before_malloc_in_capture(stream)  # (no event queries while capturing)
+            size = self.round_size(nbytes)
+            pool = self.get_pool(size, stream)
+        else:
+            if self.cuda_events or self.deferred_blocks:   # (process_events has nothing to do otherwise)
+                self.process_events()
+            size = self.round_size(nbytes)
+            pool = self.small_blocks if size <= kSmallSize else self.large_blocks    # get_pool
         params = AllocParams(size, self.get_allocation_size(size), pool, stream)
+        params.expandable = self.config.expandable_segments and self._expandable_for(pool)
 
         found = self.get_free_block(params) or (
             self.trigger_free_memory_callbacks() and self.get_free_block(params))
@@ -171,14 +183,16 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
             if self._gc_enabled():
                 self.garbage_collect_cached_blocks()
             found = (self.alloc_block(params, is_retry=False)
+                     or self.try_mempool_fallback(params)          # use_on_oom pools (pools.py)
                      or (self.release_available_cached_blocks(params)
                          and self.alloc_block(params, is_retry=False))
-                     or (self.release_cached_blocks()
+                     or (not self.captures_underway               # never empty the cache mid-capture
+                         and self.release_cached_blocks()
                          and self.alloc_block(params, is_retry=True)))
         if not found:
             self._raise_oom(params)
         # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
-        split = self.should_split(params.block, size, self.config.expandable_segments)
+        split = self.should_split(params.block, size, params.expandable)
         block = self.alloc_found_block(params, nbytes, split)
         allocation = Allocation(ptr=block.ptr, size=block.size, requested_size=nbytes,
                                 stream=stream, allocator=self, _block=block)
@@ -193,8 +207,13 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
         """``get_allocation_size``: the segment size a rounded request asks cudaMalloc for."""
         return get_allocation_size(size, self.config)
 
-    def get_pool(self, size: int) -> BlockPool:
-        """``get_pool``: rounded sizes up to 1 MiB use the small pool."""
+    def get_pool(self, size: int, stream: Any = None) -> BlockPool:
+        """``get_pool``: a private pool if a capture / MemPool context takes this request (pools.py),
+        else rounded sizes up to 1 MiB use the small pool."""
+        if self.captures_underway:
+            pool = self._capture_pool(size, stream)
+            if pool is not None:
+                return pool
         return self.small_blocks if size <= kSmallSize else self.large_blocks
 
     def _pool_type(self, pool: BlockPool) -> int:
@@ -282,15 +301,17 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
                 and self.total_allocated_memory + size > self.allowed_memory_maximum):
             p.err = "cudaErrorMemoryAllocation"          # over the fraction: no cudaMalloc at all
             return False
-        if self.config.expandable_segments:
+        if p.expandable:
             p.block = self.try_allocate_expandable_block(p.stream, p.pool, p.size)
             p.err = None if p.block is not None else "cudaErrorMemoryAllocation"
+            if p.block is not None:
+                self._count_pool_segment(p.pool, +1)
             return p.block is not None
-        try:
-            ptr = self.device.malloc(size)
-        except CudaOutOfMemoryError:
+        ptr = self.cuda_malloc_maybe_capturing(size, p.pool)   # capture_rules.py
+        if ptr is None:
             p.err = "cudaErrorMemoryAllocation"
             return False
+        self._count_pool_segment(p.pool, +1)
         self.total_allocated_memory += size
         p.block = Block(ptr, size, p.stream, p.stream_key, p.pool)
         pool_type = self._pool_type(p.pool)
@@ -303,7 +324,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
         p.block.segment_frames = self._context or []
-        self._record("segment_alloc", ptr, size, p.stream_key, self._context)
+        self._record("segment_alloc", ptr, size, p.stream_key, self._context, p.pool)
         return True
 
     def release_available_cached_blocks(self, p: AllocParams) -> bool:
@@ -343,11 +364,17 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
                 break
         return released >= key_size
 
-    def release_cached_blocks(self) -> bool:
-        """``release_cached_blocks`` (= ``empty_cache``): wait for events, free every unsplit segment."""
-        self.synchronize_and_free_events()
-        self.release_blocks(self.large_blocks)
-        self.release_blocks(self.small_blocks)
+    def release_cached_blocks(self, mempool_id: tuple = DEFAULT_POOL_ID) -> bool:
+        """``release_cached_blocks`` (= ``empty_cache``): wait for events, free every unsplit segment.
+
+        The default pools only when no capture is underway; then the freeable private pools (pools.py).
+        """
+        if mempool_id == DEFAULT_POOL_ID and not self.captures_underway:
+            self.synchronize_and_free_events()
+            self.release_blocks(self.large_blocks)
+            self.release_blocks(self.small_blocks)
+        if self.graph_pools_freeable:
+            self._release_freeable_pools(mempool_id)
         return True
 
     def release_blocks(self, pool: BlockPool) -> None:
@@ -369,9 +396,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
             raise split_segment_release_error(block, self.config.max_split_size)
         self.stats.num_device_free += 1
         self._record("segment_free", block.ptr, block.size, block.stream_key,
-                     self._context or block.segment_frames)
-        self.device.free(block.ptr)
+                     self._context or block.segment_frames, block.pool)
+        self.cuda_free(block.ptr, block.pool)                 # or the pool's custom allocator
         self.total_allocated_memory -= block.size
+        self._count_pool_segment(block.pool, -1)
         pool_type = self._pool_type(block.pool)
         self.stats.decrease("segment", pool_type, 1)
         self.stats.decrease("reserved_bytes", pool_type, block.size)
@@ -382,6 +410,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
 
     def should_split(self, block: Block, size: int, expandable_active: bool) -> bool:
         """``should_split``: keep the remainder only if it is worth tracking."""
+        if self.no_split_pools and not self._splits_allowed(block.pool):    # MemPool(no_split=True)
+            return False
         remaining = block.size - size
         if block.pool.is_small or expandable_active:
             return remaining >= kMinBlockSize
@@ -420,7 +450,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
         block.frames = self._context or []       # context_when_allocated
         self.active_blocks[block.ptr] = block
         if self.trace.active:
-            self._record("alloc", block.ptr, orig_size, block.stream_key, self._context)
+            self._record("alloc", block.ptr, orig_size, block.stream_key, self._context, pool)
         # allocation +1, allocated_bytes, active +1, active_bytes += block.size; requested_bytes += orig_size
         self.stats.count_allocation(pool_type, block.size, orig_size)
         if block.size >= self.config.max_split_size:
@@ -431,7 +461,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
     def _raise_oom(self, p: AllocParams) -> None:
         """The end of ``malloc``: count it, trace it, tell the observers, raise."""
         free, total = self.device.mem_get_info()
-        self._record("oom", free, p.size, p.stream_key, self._context)
+        self._record("oom", free, p.size, p.stream_key, self._context, p.pool)
         self.stats.num_ooms += 1
         limit = self.allowed_memory_maximum if self.allowed_memory_maximum is not None else total
         for observer in self.oom_observers:
@@ -441,7 +471,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
             device_index=self.device.info.index, alloc_size=p.alloc_size, total=total, free=free,
             allocated=agg["allocated_bytes"][0].current, reserved=agg["reserved_bytes"][0].current,
             allowed=self.allowed_memory_maximum,
-            process_in_use=(total - free) if self.device.info.simulated else None)
+            process_in_use=(total - free) if self.device.info.simulated else None,
+            private_pools=self.allocated_in_private_pools())
         raise OutOfMemoryError(message)
 
     # -------------------------------------------------------------------- free
@@ -470,13 +501,15 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
         self.stats.count_free_request(block.pool.stat_type, block.size)   # allocation -1, allocated_bytes
         if self.trace.active:
             self._record("free_requested", block.ptr, block.requested_size, block.stream_key,
-                         self._context or block.frames)
+                         self._context or block.frames, block.pool)
         if self._oversize_blocks and block.ptr in self._oversize_blocks:
             # PyTorch's free re-reads max_split_size; a threshold lowered since the malloc
             # would make oversize_allocations.current negative.  Undo what was counted.
             self._oversize_blocks.discard(block.ptr)
             self.stats.oversize_allocations.decrease(1)
-        if block.stream_uses:
+        if block.stream_uses and self.captures_underway:
+            self.defer_free_during_capture(block)   # no events while capturing (capture_rules.py)
+        elif block.stream_uses:
             self.insert_events(block)      # stays active ("active_pending_free") until they complete
             if block.event_count == 0:     # (every using stream was destroyed and has drained)
                 self.free_block(block)
@@ -487,7 +520,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
         """``free_block``: back into the pool, merged with free neighbours."""
         if self.trace.active:
             self._record("free_completed", block.ptr, block.requested_size, block.stream_key,
-                         self._context or block.frames)
+                         self._context or block.frames, block.pool)
         block.frames = []
         original_size, requested = block.size, block.requested_size
         pool = block.pool
@@ -555,6 +588,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
         if stream.handle == block.stream_key:
             return
         block.stream_uses.add(stream)
+        if self.captures_underway:                 # remember which uses the capture added
+            self.block_to_cudagraph_stream_uses.setdefault(block, set()).add(stream)
 
     def insert_events(self, block: Block) -> None:
         """``insert_events``: one event per using stream; the block is freed when all complete."""
@@ -572,6 +607,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
 
     def process_events(self) -> None:
         """``process_events``: per stream, free blocks whose events completed (stop at the first not ready)."""
+        if self.deferred_blocks:
+            self.insert_events_deferred_until_no_capture()    # frees held back by a capture
         if not self.cuda_events:
             return
         for key in list(self.cuda_events):
@@ -587,30 +624,46 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
             if not queue:
                 del self.cuda_events[key]
 
-    def synchronize_and_free_events(self) -> None:
-        """``synchronize_and_free_events``: wait for every outstanding event (counts a sync-all)."""
+    def synchronize_and_free_events(self, private_pool: Any = None) -> None:
+        """``synchronize_and_free_events``: wait for every outstanding event (counts a sync-all).
+
+        With ``private_pool``, only the events of that pool's blocks (``MemPool``'s destructor).
+        """
         self.stats.num_sync_all_streams += 1
-        for queue in self.cuda_events.values():
-            for event, block in queue:
+        if self.captures_underway:
+            raise RuntimeError("synchronize_and_free_events: a capture is underway (no syncs while capturing)")
+        if self.deferred_blocks:
+            self.insert_events_deferred_until_no_capture()
+        for key in list(self.cuda_events):
+            kept = deque()
+            for event, block in self.cuda_events[key]:
+                if private_pool is not None and block.pool.owner_PrivatePool is not private_pool:
+                    kept.append((event, block))
+                    continue
                 event.synchronize()
                 block.event_count -= 1
                 if block.event_count == 0:
                     self.free_block(block)
-        self.cuda_events.clear()
+            if kept:
+                self.cuda_events[key] = kept
+            else:
+                del self.cuda_events[key]
 
     # ---------------------------------------------------------------- caching
-    def empty_cache(self) -> None:
+    def empty_cache(self, mempool_id: tuple = DEFAULT_POOL_ID) -> None:
         """``emptyCache``: release every cached segment that is whole and free.
 
         Like 2.11 it gathers the caller's stack first (``maybeGatherContext(RecordContext::ALL)``),
-        so with context="all" the segment_free / segment_unmap entries carry it.
+        so with context="all" the segment_free / segment_unmap entries carry it.  Private pools
+        give memory back only once freeable (``use_count`` 0); ``mempool_id`` limits the call to
+        that one pool, as ``MemPool``'s destructor does.
         """
         if self.trace.enabled is None:
-            self.release_cached_blocks()
+            self.release_cached_blocks(tuple(mempool_id))
             return
         self._context = self._gather_context(("all",))
         try:
-            self.release_cached_blocks()
+            self.release_cached_blocks(tuple(mempool_id))
         finally:
             self._context = None
 
@@ -668,13 +721,16 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
 
     # ---------------------------------------------------------------- helpers
     def _record(self, action: str, addr: int, size: int, stream_key: int,
-                frames: Optional[list] = None) -> None:
+                frames: Optional[list] = None, pool: Optional[BlockPool] = None) -> None:
         if not self.trace.active:
             return                    # nobody is listening: do not even build the entry
         # Trace entries carry a stack only from context "alloc" up (record_trace's RecordContext::ALLOC).
         if not frames or self.trace.context not in ("alloc", "all"):
             frames = None
-        self.trace.record(TraceEntry(action, addr, size, stream_key, int(self.device.now_us()), frames))
+        entry = TraceEntry(action, addr, size, stream_key, int(self.device.now_us()), frames)
+        if pool is not None and pool.owner_PrivatePool is not None:
+            entry.pool_id = pool.owner_id          # record_trace's mempool_id
+        self.trace.record(entry)
 
     def _gather_context(self, levels: tuple) -> Optional[list]:
         """The caller's Python stack, when history is on with a context level in ``levels``."""
@@ -716,6 +772,13 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin):
             why = "(double free)" if what == "free" else f"({what} needs a live allocation)"
             raise ValueError(f"{what}: the allocation at {allocation.ptr:#x} was already freed {why}")
         return allocation
+
+    def use_mem_pool(self, pool: Any):
+        """``torch.cuda.use_mem_pool(pool)`` as a method: ``with a.use_mem_pool(pool): ...`` (mempool.py)."""
+        from .mempool import use_mem_pool
+        if getattr(pool, "allocator", None) is not self:
+            raise ValueError("this MemPool belongs to another allocator; use it with that one")
+        return use_mem_pool(pool)
 
     def live_allocations(self) -> list[Allocation]:
         """Everything handed out and not yet freed, in address order."""

@@ -67,12 +67,18 @@ class Block:
 class BlockPool:
     """Free blocks of one kind (small or large), ordered by (stream, size, address)."""
 
-    def __init__(self, is_small: bool) -> None:
+    def __init__(self, is_small: bool, owner: Any = None) -> None:
         self.is_small = is_small
+        self.owner_PrivatePool = owner    # the PrivatePool this pool belongs to (None: the default pools)
         self.stat_type = SMALL_POOL if is_small else LARGE_POOL   # which stats its blocks count in
         self.blocks = SortedList()        # free, mapped blocks
         self.unmapped = SortedList()      # expandable segments' unmapped ranges, by (stream, address)
         self.get_free_blocks_call_count = 0   # the garbage collector's clock
+
+    @property
+    def owner_id(self) -> tuple:
+        """``BlockPool::owner_MempoolId``: the private pool's id, (0, 0) for the default pools."""
+        return self.owner_PrivatePool.id if self.owner_PrivatePool is not None else (0, 0)
 
     def insert_into_blocks(self, block: Block) -> None:
         """``BlockPool::insert_into_blocks``: stamp the GC clock, then insert."""

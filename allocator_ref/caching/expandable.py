@@ -186,7 +186,7 @@ class ExpandableMixin:
         self.stats.num_device_alloc += 1
         if to_map.prev is None and not to_map.segment_frames:
             to_map.segment_frames = self._context or []
-        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, self._context)
+        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, self._context, pool)
         return True
 
     def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Optional[Block]:
@@ -240,12 +240,16 @@ class ExpandableMixin:
         pool.add_unmapped(block)
         self.total_allocated_memory -= unmapped
         self.stats.decrease("reserved_bytes", self._pool_type(pool), unmapped)
+        self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count (pools.py)
         self.stats.num_device_free += 1
-        self._record("segment_unmap", start, unmapped, block.stream_key, self._context)
+        self._record("segment_unmap", start, unmapped, block.stream_key, self._context, pool)
 
     def release_unmapped_segments(self) -> None:
         """Give back every reservation with no page mapped (``close``: nothing may outlive it)."""
-        for pool in (self.large_blocks, self.small_blocks):
+        pools = [self.large_blocks, self.small_blocks]
+        for private in getattr(self, "graph_pools", {}).values():     # MemPools and graph pools
+            pools += [private.large_blocks, private.small_blocks]
+        for pool in pools:
             for _key, _ptr, block in list(pool.unmapped):
                 if block.prev is None and block.next is None:
                     self.release_expandable_segment(block)

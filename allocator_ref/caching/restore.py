@@ -15,16 +15,22 @@ from .block import Block
 from .config import kSmallBuffer
 
 
-def restore_segment(allocator, address: int, size: int, stream, live_blocks, small: bool = None) -> dict:
+def restore_segment(allocator, address: int, size: int, stream, live_blocks, small: bool = None,
+                    pool_id: tuple = (0, 0)) -> dict:
     """Recreate one non-expandable segment.
 
     ``live_blocks`` is a list of ``(address, size, requested_size)`` for the blocks that
-    were allocated at that moment; everything between them is free.  Returns
-    ``{address: Allocation}`` for the live blocks.
+    were allocated at that moment; everything between them is free.  ``pool_id`` names the
+    private pool (MemPool / CUDA graph) the segment belonged to, (0, 0) for the default pools.
+    Returns ``{address: Allocation}`` for the live blocks.
     """
     if small is None:
         small = size == kSmallBuffer
     pool = allocator.small_blocks if small else allocator.large_blocks
+    if tuple(pool_id) != (0, 0):                   # a private pool's segment: its pool, held alive
+        private = allocator.graph_pools.get(tuple(pool_id)) or allocator.create_or_incref_pool(tuple(pool_id))
+        private.cudaMalloc_count += 1
+        pool = private.small_blocks if small else private.large_blocks
     pool_type = allocator._pool_type(pool)
     ptr = allocator.device.malloc(size)
     if ptr != address:
@@ -74,6 +80,7 @@ def restore_segment(allocator, address: int, size: int, stream, live_blocks, sma
                              ("active_bytes", block.size), ("requested_bytes", requested)):
             stats.increase(name, pool_type, amount)
         if block.size >= allocator.config.max_split_size:
+            allocator._oversize_blocks.add(block.ptr)    # so its free undoes exactly this count
             stats.oversize_allocations.increase(1)
         allocation = Allocation(block.ptr, block.size, requested, stream, allocator, block)
         allocator._live[block.ptr] = allocation

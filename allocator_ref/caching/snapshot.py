@@ -18,13 +18,18 @@ def block_state(block) -> str:
 class SnapshotMixin:
     """``snapshot()`` and friends, mixed into CachingAllocator."""
 
-    def _all_blocks(self):
-        """``get_all_blocks``: free blocks of both pools and every active block (all mapped)."""
+    def _all_blocks(self, mempool_id: tuple = (0, 0)):
+        """``get_all_blocks``: free blocks of every pool and every active block (all mapped);
+        for a private pool's id, only that pool's segment heads (``get_private_pool_head_blocks``)."""
+        if mempool_id != (0, 0):
+            yield from self._private_pool_head_blocks(mempool_id)
+            return
         yield from self.small_blocks
         yield from self.large_blocks
+        yield from self._private_pool_blocks()
         yield from self.active_blocks.values()
 
-    def segments(self, record: bool = True) -> list[dict]:
+    def segments(self, record: bool = True, mempool_id: tuple = (0, 0)) -> list[dict]:
         """The ``segments`` list: one entry per segment (per contiguous mapped range if expandable).
 
         Like PyTorch, taking a snapshot is itself a trace event (``snapshot``); pictures that
@@ -32,7 +37,7 @@ class SnapshotMixin:
         """
         result = []
         total_active = 0
-        for head in self._all_blocks():
+        for head in self._all_blocks(tuple(mempool_id)):
             if head.prev is not None and head.prev.mapped:
                 continue
             segment = {
@@ -40,7 +45,7 @@ class SnapshotMixin:
                 "allocated_size": 0, "active_size": 0, "requested_size": 0,
                 "stream": head.stream_key,
                 "segment_type": "small" if head.pool.is_small else "large",
-                "segment_pool_id": (0, 0),
+                "segment_pool_id": head.pool.owner_id,
                 "is_expandable": head.expandable_segment is not None,
                 "frames": list(head.segment_frames), "blocks": [],
             }

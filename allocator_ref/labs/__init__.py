@@ -6,7 +6,7 @@
     show_solution("lab2.should_split")           # only when you ask
     progress()                                   # "lab 2: 3/4 exercises passing"
 
-check.py is the framework; lab1.py ... lab7.py hold each lab's public cases,
+check.py is the framework; lab1.py ... lab8.py hold each lab's public cases,
 seeded hidden-case generators and hints; generate.py builds the student
 notebooks from the instructor sources (``make student``).  See labs/README.md.
 """

@@ -36,6 +36,7 @@ from ..device.errors import CudaError
 from ..device.sim import SimDevice
 from .rebuild import infer_initial_state
 from .replay_device import ReplayDevice
+from .replay_pools import PoolRouter
 from .replay_report import DeviceReplay, Divergence, ReplayResult
 from .snapshot import load_snapshot
 
@@ -104,6 +105,7 @@ class _DeviceReplayer:
             self.device.info = dataclasses.replace(self.device.info, total_memory=int(device_memory))
         self.allocator = factory(self.device, config) if factory else make_allocator(policy, self.device, config)
         self.result = DeviceReplay(index, len(events))
+        self.pools = PoolRouter(events, finals)      # MemPool / CUDA graph pools (replay_pools.py)
         self.live: dict = {}          # trace address -> our Allocation
         self.streams: dict = {0: self.device.default_stream}
         self.produced: deque = deque()
@@ -172,7 +174,8 @@ class _DeviceReplayer:
             if exact:
                 self.device.planned_segments.appendleft((seg.address, seg.size, "segment_alloc"))
                 self.live.update(restore_segment(self.allocator, seg.address, seg.size, stream,
-                                                 seg.live_blocks, small=seg.small))
+                                                 seg.live_blocks, small=seg.small,
+                                                 pool_id=self.pools.pool_of({"addr": seg.address})))
         if not exact:
             # Another design cannot have PyTorch's layout: ask it for the same live blocks instead.
             for seg in state.segments:
@@ -190,7 +193,11 @@ class _DeviceReplayer:
         if not failed_on_gpu:
             self.result.allocs += 1
         try:
-            allocation = self.allocator.malloc(e["size"], self._stream(e["stream"]))
+            pool_id = self.pools.pool_of(e)
+            if pool_id != (0, 0) and not failed_on_gpu:
+                self.result.pool_requests += 1
+            with self.pools.route(self.allocator, pool_id):
+                allocation = self.allocator.malloc(e["size"], self._stream(e["stream"]))
         except OutOfMemoryError:
             self.result.ooms_raised += 1
             return
@@ -499,6 +506,7 @@ class _DeviceReplayer:
         self.result.simulated_time_us = float(self.device.now_us())
         self.result.peak_reserved = max(self.result.peak_reserved, self.allocator.max_memory_reserved())
         self.result.peak_allocated = max(self.result.peak_allocated, self.allocator.max_memory_allocated())
+        self.result.pools = sorted(self.pools.pools_seen)
         if self.verify:
             # The trace's snapshot() events recorded nothing that changes state; ignore them.
             ours = _layout(self.allocator.segments(record=False))
@@ -518,7 +526,8 @@ def _same_event(expected: dict, got) -> bool:
 def _layout(segments: list[dict]) -> list:
     return sorted((s["address"], s["total_size"], s["stream"], bool(s.get("is_expandable")),
                    tuple((b["address"] if "address" in b else None, b["size"], b["state"])
-                         for b in s["blocks"])) for s in segments)
+                         for b in s["blocks"]),
+                   tuple(s.get("segment_pool_id") or (0, 0))) for s in segments)
 
 
 def _diff(ours: list, theirs: list) -> str:

@@ -35,6 +35,8 @@ class DeviceReplay:
     fragmentation_at_peak: int = 0
     device_calls: int = 0
     simulated_time_us: float = 0.0
+    pool_requests: int = 0          # requests routed to a private pool (MemPool / CUDA graph)
+    pools: list = field(default_factory=list)   # the private pool ids the replay kept
 
     @property
     def allocs_exact_pct(self) -> float:
@@ -90,5 +92,7 @@ class ReplayResult:
             "device_calls": self._sum("device_calls"),
             "simulated_time_us": self._sum("simulated_time_us"),
             "inferred": [note for d in self.devices for note in d.inferred],
+            "pool_requests": self._sum("pool_requests"),
+            "pools": sorted({tuple(p) for d in self.devices for p in d.pools}),
             "devices": [{k: v for k, v in asdict(d).items() if k != "first_divergence"} for d in self.devices],
         }

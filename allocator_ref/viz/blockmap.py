@@ -46,6 +46,18 @@ STATE_WORDS = {
     "unmapped": "unmapped virtual range",
 }
 HIGHLIGHT = "#d62728"
+# Pool colours: a stripe left of each segment and its group heading say which pool owns it.
+DEFAULT_POOL_COLOUR = "#9aa5b1"
+PRIVATE_POOL_COLOURS = ("#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b", "#9d755d", "#ff9da6")
+
+
+def pool_colour(pool_id) -> str:
+    """The colour of a pool id: grey for the default pools, a stable palette colour for a private one
+    (the same id keeps its colour in every frame of a film)."""
+    pool_id = tuple(pool_id or (0, 0))
+    if pool_id == (0, 0):
+        return DEFAULT_POOL_COLOUR
+    return PRIVATE_POOL_COLOURS[(pool_id[0] * 7 + pool_id[1]) % len(PRIVATE_POOL_COLOURS)]
 
 # Geometry, in SVG pixels.
 WIDTH = 960
@@ -118,7 +130,9 @@ def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: O
         groups.setdefault(pool_key(seg), []).append(seg)
     for key in sorted(groups):
         group = sorted(groups[key], key=lambda s: (ids.get(s["address"], 1 << 62), s["address"]))
-        body.append(f'<text class="ar-pool" x="4" y="{y + 16}" font-weight="bold">'
+        colour = pool_colour(group[0].get("segment_pool_id"))
+        body.append(f'<rect class="ar-pool-key" x="4" y="{y + 6}" width="10" height="12" fill="{colour}"/>')
+        body.append(f'<text class="ar-pool" x="18" y="{y + 16}" font-weight="bold">'
                     f'{escape(pool_title(group[0]))} ({len(group)} segment{"s" if len(group) != 1 else ""})</text>')
         y += HEADER_H
         for seg in group:
@@ -161,7 +175,10 @@ def _draw_segment(out: list, seg: dict, seg_id: Any, y: int, bar_w: float, marke
     label = f"seg {seg_id} · stream {stream} · {format_bytes(seg.get('total_size', span))}{kind}"
     out.append(f'<g class="ar-segment" id="seg-{addr:#x}" data-addr="{addr:#x}" data-size="{seg.get("total_size", span)}" '
                f'data-stream="{stream}" data-segment="{seg_id}" data-pool="{seg.get("segment_type", "large")}">')
-    out.append(f'<text x="4" y="{y + 13}" fill="#33414e">{escape(label)}</text>')
+    pool_id = tuple(seg.get("segment_pool_id") or (0, 0))
+    out.append(f'<rect class="ar-pool-stripe" data-pool-id="{pool_id[0]},{pool_id[1]}" x="4" y="{y}" width="5" '
+               f'height="{BAR_H}" fill="{pool_colour(pool_id)}"/>')
+    out.append(f'<text x="12" y="{y + 13}" fill="#33414e">{escape(label)}</text>')
     x0 = LABEL_W
     offset = 0
     for block in blocks:

@@ -109,7 +109,9 @@ def describe(event: dict, before: list, after: list, segment_ids: Optional[dict]
 def _where(seg: Optional[dict], addr: int, ids: dict) -> str:
     if seg is None:
         return f"at {addr:#x}"
-    return f"at {format_offset(addr - seg['address'])} in segment {ids.get(seg['address'], '?')}"
+    where = f"at {format_offset(addr - seg['address'])} in segment {ids.get(seg['address'], '?')}"
+    pool_id = tuple(seg.get("segment_pool_id") or (0, 0))
+    return where if pool_id == (0, 0) else f"{where} of private pool {pool_id}"
 
 
 def _caption_alloc(event, before, after, ids, previous):

@@ -95,19 +95,25 @@ class SimEvent:
         self.device = device
         self.timing = timing
         self.time_us: Optional[float] = None     # completion time of the last record
+        self.captured = None                     # (capture, nodes) when recorded inside a graph capture
 
     def record(self, stream=None) -> None:               # cudaEventRecord
         s = self.device._check_stream(stream)
         self.device._check_event(self)
+        if self.device._captures and self.device._capture_event_record(self, s):
+            return                               # a node of the graph, not a time (graphs.py)
+        self.captured = None
         self.time_us = max(self.device._clock.host_us, s.tail_us)
 
     def query(self) -> bool:                             # cudaEventQuery
         self.device._check_event(self)
+        self.device._check_capture_safe("cudaEventQuery")
         # A never-recorded event reports cudaSuccess, as in CUDA.
         return self.time_us is None or self.device._clock.host_us >= self.time_us
 
     def synchronize(self) -> None:                       # cudaEventSynchronize
         self.device._check_event(self)
+        self.device._check_capture_safe("cudaEventSynchronize")
         if self.time_us is not None:
             self.device._clock.wait_until(self.time_us)
             self.device._after_host_sync()

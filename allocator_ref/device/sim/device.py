@@ -37,6 +37,7 @@ from .address_space import AddressSpace, round_up
 from .backing import LazyPages
 from .checks import check_count, check_ptr, check_size
 from .clock import SimEvent, SimStream, Timeline
+from .graphs import GraphCalls
 from .ipc import IpcCalls
 from .pagetable import Mapping, PageTable
 from .pinned import PinnedCalls
@@ -75,7 +76,7 @@ class DeviceAllocation:
     ipc_segment: object = None     # set once exported with ipc_get_mem_handle
 
 
-class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
+class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls, GraphCalls):
     """A simulated GPU (see the module docstring).  ``SimDevice("tiny-1gb")``."""
 
     simulated = True
@@ -108,6 +109,7 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
         self._init_vmm()
         self._init_pinned()
         self._init_ipc()
+        self._init_graphs()
 
     # ------------------------------------------------------------------ text
     def describe(self) -> str:
@@ -175,6 +177,7 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
         """cudaMalloc.  >= 2 MiB: 2 MiB aligned and rounded; smaller: 512 B."""
         check_size(nbytes, "malloc")
         self._check_open()
+        self._check_capture_safe("cudaMalloc")          # graphs.py: only in relaxed mode while capturing
         self.counters.malloc_calls += 1
         unit = LARGE if nbytes >= LARGE else self.info.malloc_alignment
         charged = round_up(nbytes, unit)
@@ -230,6 +233,7 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
         if ptr == 0 and isinstance(ptr, int) and not isinstance(ptr, bool):
             return
         alloc = self._find_allocation(ptr, "free")
+        self._check_capture_safe("cudaFree")
         self.counters.free_calls += 1
         if self.costs.free_syncs_device:
             self._implicit_sync()
@@ -322,17 +326,21 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
         """cudaStreamWaitEvent: work queued on ``stream`` after this starts after ``event``."""
         s = self._check_stream(stream)
         ev = self._check_event(event)
+        if ev.captured is not None and self._capture_wait_event(s, ev):   # a fork/join inside a capture
+            return
         if ev.time_us is not None:
             s.tail_us = max(s.tail_us, ev.time_us)
 
     def synchronize(self) -> None:
         """cudaDeviceSynchronize: the host waits for every stream."""
         self._check_open()
+        self._check_capture_safe("cudaDeviceSynchronize")
         self._clock.wait_until(self._drain_time())
         self._after_host_sync()
 
     def _stream_synchronize(self, stream: SimStream) -> None:
         s = self._check_stream(stream)
+        self._check_capture_safe("cudaStreamSynchronize")
         self._clock.wait_until(s.tail_us)
         self._after_host_sync()
 
@@ -348,6 +356,8 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
     def _launch(self, stream, duration_us: float, effect=None) -> tuple[float, float]:
         """Queue a kernel: the host pays the launch, the stream runs it after its tail."""
         s = self._check_stream(stream)
+        if self._captures and self._capture_kernel(s, duration_us, effect):   # recorded into a graph
+            return self._clock.host_us, self._clock.host_us
         self.counters.kernels += 1
         self._spend(self.costs.kernel_launch_us())
         start = max(self._clock.host_us, s.tail_us)
@@ -402,6 +412,7 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls):
         """cudaMemcpyAsync device-to-host on ``stream`` + wait: the bytes as that stream sees them."""
         check_count(nbytes, "read")
         s = self._check_stream(stream)
+        self._check_capture_safe("cudaMemcpy (device to host, synchronous)")
         self._check_range(ptr, nbytes, "read")
         result: list[bytes] = []
         self._launch(s, self._link_us(nbytes), lambda: result.append(self._pages.read(ptr, nbytes)))

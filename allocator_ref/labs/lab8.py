@@ -1,0 +1,188 @@
+"""Lab 8 -- own the pool: route requests to private pools, and plan CUDA graph captures.
+
+Two exercises, both judged by running the reference allocator now (nothing is stored):
+
+* ``lab8.get_pool``: ``route(captures, size, stream) -> (pool_id, "small" | "large")``.
+  ``captures`` is ``captures_underway``: a list of ``(pool_id, accepts)`` pairs, oldest first,
+  where ``accepts(stream)`` says whether that MemPool context / capture takes the request.
+  The expected answer is what ``CachingAllocator.get_pool`` (PyTorch's ``get_pool`` in
+  ``c10/cuda/CUDACachingAllocator.cpp``) returns for the same entries.
+* ``lab8.capture_order``: ``plan(batch_sizes) -> list`` -- the order in which to capture one
+  graph per batch size into ONE shared pool so that the pool reserves as little as possible.
+  The judge captures :func:`training_step` for each size in the learner's order and in the
+  largest-first order on fresh simulated devices; the learner's plan must be a permutation of
+  the sizes and reserve no more than largest-first.
+"""
+from __future__ import annotations
+
+import random
+
+from ..caching import CachingAllocator, CUDAGraph, graph, graph_pool_handle
+from ..caching.config import kSmallSize
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
+
+
+# ----------------------------------------------------------------- the step
+def training_step(a, stream, batch: int, layers: int = 4, mib_per_batch: int = 6):
+    """A training-like step: ``layers`` activations of ``batch * mib_per_batch`` MiB kept for the
+    backward pass, a 2 MiB output kept, then one gradient per layer while the activations go."""
+    acts = [a.malloc(batch * mib_per_batch * MiB, stream) for _ in range(layers)]
+    out = a.malloc(2 * MiB, stream)
+    for act in reversed(acts):
+        grad = a.malloc(batch * mib_per_batch * MiB, stream)
+        a.free(act)
+        a.free(grad)
+    return out
+
+
+def reserved_after_captures(order, layers: int = 4, mib_per_batch: int = 6) -> int:
+    """Capture one graph per batch size, in ``order``, into one shared pool; the bytes reserved."""
+    a = CachingAllocator(lab_device())
+    stream = a.device.create_stream()
+    pool = graph_pool_handle()
+    graphs = []
+    for batch in order:
+        g = CUDAGraph(a)
+        with graph(g, pool=pool, stream=stream) as cs:
+            training_step(a, cs, batch, layers, mib_per_batch)
+        graphs.append(g)
+    return a.memory_reserved()
+
+
+# ------------------------------------------------------------ exercise 1
+class Scenario:
+    """A ``captures_underway`` list: which entries accept which streams, and a request."""
+
+    def __init__(self, n_pools: int, accepts: list, size: int, stream: int) -> None:
+        self.n_pools = n_pools
+        self.accepts = accepts          # per entry: the set of stream handles it takes
+        self.size = size
+        self.stream = stream
+
+    def expected(self) -> tuple:
+        """What the reference allocator's get_pool answers for this scenario."""
+        a = CachingAllocator(lab_device())
+        streams = {0: a.device.default_stream}
+        for handles in self.accepts:
+            for h in handles:
+                if h not in streams:
+                    streams[h] = a.device.create_stream(handle=h)
+        if self.stream not in streams:
+            streams[self.stream] = a.device.create_stream(handle=self.stream)
+        ids = [graph_pool_handle() for _ in self.accepts]
+        for pool_id, handles in zip(ids, self.accepts):
+            a.begin_allocate_to_pool(pool_id, lambda s, hs=frozenset(handles): s.handle in hs)
+        block_pool = a.get_pool(self.size, streams[self.stream])
+        owner = block_pool.owner_id
+        index = ids.index(owner) if owner != (0, 0) else None
+        return index, ("small" if block_pool.is_small else "large")
+
+    def learner_input(self) -> tuple:
+        """(captures, size, stream) as the learner's function receives them; ids are entry numbers."""
+        captures = [((0, 100 + i), (lambda s, hs=frozenset(h): s in hs)) for i, h in enumerate(self.accepts)]
+        return captures, self.size, self.stream
+
+    def __repr__(self) -> str:
+        return f"Scenario(accepts={self.accepts}, size={self.size}, stream={self.stream})"
+
+
+def _route_case(scenario: Scenario, label: str) -> Case:
+    def judge(fn):
+        index, kind = scenario.expected()
+        want = ((0, 100 + index) if index is not None else (0, 0), kind)
+        captures, size, stream = scenario.learner_input()
+        got = fn(captures, size, stream)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise Fail(f"route returned {got!r}; return a pair (pool_id, 'small' or 'large')",
+                       "route did not return a (pool_id, kind) pair")
+        if tuple(got[0]) != want[0]:
+            which = ("the default pools (0, 0): no entry accepts the stream" if index is None
+                     else f"{want[0]}, the NEWEST entry whose filter accepts stream {stream}")
+            raise Fail(f"{scenario}: the request goes to {which}; yours chose {got[0]!r}",
+                       "your pool differs from get_pool's choice (which entry wins when several accept?)")
+        if got[1] != want[1]:
+            raise Fail(f"{scenario}: a rounded size of {size} bytes goes to the {want[1]} list "
+                       f"(small means <= {kSmallSize} bytes); yours said {got[1]!r}",
+                       "your small/large choice differs from get_pool's")
+    return Case(label, judge, data=repr(scenario))
+
+
+def _route_public() -> list:
+    return [
+        _route_case(Scenario(0, [], 4096, 0), "no pool context: the default small list"),
+        _route_case(Scenario(1, [{0}], 4 * MiB, 0), "one MemPool context taking this stream: its large list"),
+        _route_case(Scenario(1, [{7}], 4 * MiB, 0), "a capture on another stream: the default pools"),
+        _route_case(Scenario(1, [{0}], kSmallSize, 0), "exactly 1 MiB, inside a context"),
+    ]
+
+
+def _route_hidden(rng: random.Random) -> list:
+    cases = []
+    for _ in range(2 if _quick() else 6):
+        n = rng.randint(2, 5)
+        handles = [0, 3, 5, 9]
+        accepts = [set(rng.sample(handles, rng.randint(1, 3))) for _ in range(n)]
+        stream = rng.choice(handles)
+        if not any(stream in h for h in accepts):
+            accepts[rng.randrange(n)].add(stream)
+        accepts[rng.randrange(n)].add(stream)          # usually more than one entry matches
+        size = rng.choice([512 * rng.randint(1, 2048), rng.randint(2, 64) * MiB])
+        cases.append(_route_case(Scenario(n, accepts, size, stream), "nested contexts, several accepting"))
+    return cases
+
+
+# ------------------------------------------------------------ exercise 2
+def _order_case(sizes: list, layers: int, mib: int, label: str) -> Case:
+    def judge(fn):
+        plan = fn(list(sizes))
+        if sorted(plan) != sorted(sizes):
+            raise Fail(f"plan({sizes}) returned {plan!r}; return the same batch sizes, reordered",
+                       "your plan is not a reordering of the batch sizes")
+        best = reserved_after_captures(sorted(sizes, reverse=True), layers, mib)
+        got = reserved_after_captures(plan, layers, mib)
+        if got > best:
+            raise Fail(f"captured in the order {plan}, the shared pool reserves {fmt(got)}; largest first "
+                       f"reserves {fmt(best)}. A capture can reuse only freed blocks big enough for it",
+                       "your order makes the shared pool reserve more than the best order does")
+    return Case(label, judge, data=(tuple(sizes), layers, mib))
+
+
+def _order_public() -> list:
+    return [_order_case([3], 4, 6, "one batch size"),
+            _order_case([4, 2, 1], 4, 6, "batch sizes 4, 2, 1")]
+
+
+def _order_hidden(rng: random.Random) -> list:
+    cases = []
+    for _ in range(2 if _quick() else 4):
+        layers, mib = rng.randint(2, 5), rng.choice([3, 5, 6, 8])
+        sizes = rng.sample(range(1, 9), rng.randint(3, 5))
+        # draw an order in which capturing as given costs more than the best order
+        # (so keeping the given order is never right by luck)
+        best = reserved_after_captures(sorted(sizes, reverse=True), layers, mib)
+        for _ in range(20):
+            if reserved_after_captures(sizes, layers, mib) > best:
+                break
+            rng.shuffle(sizes)
+        cases.append(_order_case(sizes, layers, mib, "batch sizes in another order"))
+    return cases
+
+
+def _quick() -> bool:
+    from .check import quick
+    return quick()
+
+
+register(Exercise(
+    id="lab8.get_pool", lab=8, title="route(captures, size, stream): get_pool's routing rule",
+    public=_route_public, hidden=_route_hidden, what="route function",
+    hint="Walk captures_underway from the NEWEST entry (the end of the list) to the oldest and take the first "
+         "whose accepts(stream) is true; no entry accepts -> (0, 0). Then small if size <= 1 MiB, else large.",
+))
+
+register(Exercise(
+    id="lab8.capture_order", lab=8, title="plan(batch_sizes): the capture order for one shared pool",
+    public=_order_public, hidden=_order_hidden, what="plan function",
+    hint="A later capture can reuse blocks an earlier capture freed only if they are big enough. Which order "
+         "makes every later step fit in what the first one left behind?",
+))
