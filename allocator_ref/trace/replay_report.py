@@ -35,6 +35,7 @@ class DeviceReplay:
     fragmentation_at_peak: int = 0
     device_calls: int = 0
     simulated_time_us: float = 0.0
+    work: int = 0              # replay steps + events examined: linear in the trace (tests bound it)
 
     @property
     def allocs_exact_pct(self) -> float:
