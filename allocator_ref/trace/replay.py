@@ -71,6 +71,12 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
         snapshot = _checked(snapshot)
     same_config = config is None
     config = _config_text(snapshot) if config is None else config
+    if same_config and policy == "caching" and allocator_factory is None:
+        try:
+            AllocatorConfig.parse(config)
+        except ValueError as exc:        # the file's own setting: say so, in the loader's words
+            raise SnapshotError(f"{source}: allocator_settings['PYTORCH_CUDA_ALLOC_CONF'] = "
+                                f"{config[:80]!r} cannot be used: {exc}") from None
     if verify and device_memory is not None:
         raise ValueError("--verify replays on the GPU the trace was recorded on; drop --device-memory")
     if verify and (policy != "caching" or allocator_factory is not None or not same_config):
