@@ -44,7 +44,7 @@ from .validate import SnapshotError, validate_snapshot
 
 USER_ACTIONS = ("alloc", "free_requested")
 RELEASES = ("segment_free", "segment_unmap")
-REORDER_WINDOW = 1024     # how far ahead _take_produced looks for an event emitted out of order
+REORDER_WINDOW = 64       # how far ahead _take_produced looks for an event emitted out of order
 
 
 def _config_text(snapshot: dict) -> str:
