@@ -49,6 +49,17 @@ def check_size(nbytes: Any) -> int:
     return nbytes
 
 
+MAX_REQUEST = 2**60        # the largest size a device call accepts (the devices call more "absurd")
+
+
+def check_byte_option(name: str, value: Any, low: int, high: int = MAX_REQUEST) -> int:
+    """A size option (bytes) checked when the allocator is built, not at the first malloc."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number of bytes between {low} and {high}, "
+                         f"got {value!r}")
+    return value
+
+
 def stream_handle(stream: Any) -> int:
     """The raw integer PyTorch writes in traces and snapshots (0 = default stream)."""
     return int(getattr(stream, "handle", 0) or 0)

@@ -46,9 +46,9 @@ from allocator_ref.allocation import Allocation
 from allocator_ref.caching.stats import AGGREGATE
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
-from .common import (UINT64_MAX, MiB, BlockRecord, PolicyAllocator, check_size, format_size,
-                     OutOfMemoryError, parse_config, round_up, stat_keys, stream_handle,
-                     stream_is_destroyed, warn)
+from .common import (UINT64_MAX, MiB, BlockRecord, PolicyAllocator, check_byte_option,
+                     check_size, format_size, OutOfMemoryError, parse_config, round_up, stat_keys,
+                     stream_handle, stream_is_destroyed, warn)
 
 ROUND_BYTES = 512          # sub-allocation granularity of the model (cudaMalloc's alignment)
 CHUNK_GRANULARITY = 2 * MiB
@@ -107,6 +107,8 @@ class StreamOrderedAllocator(PolicyAllocator):
         super().__init__(device)
         self.options = parse_config(options, parse_config(config, DEFAULTS))
         self._check_threshold(self.options["release_threshold"], "release_threshold")
+        # More than the device holds could never be taken in one cudaMalloc.
+        check_byte_option("chunk_bytes", self.options["chunk_bytes"], 1, device.mem_get_info()[1])
         # On a GPU the driver's own pool does the work; the simulated device gets the Python model.
         self.driver_pool = (not device.simulated) if driver_pool is None else driver_pool
         if self.driver_pool:
