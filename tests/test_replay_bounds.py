@@ -81,3 +81,44 @@ def test_huge_but_legal_request_replays_as_an_oom():
                                                  "stream": 0}]]}
     result = replay(snap, progress=False)
     assert result.devices[0].ooms_raised == 1
+
+
+def random_trace(seed: int) -> dict:
+    """Well-typed nonsense: every action, addresses and sizes that overlap, two streams."""
+    import random
+    from allocator_ref.trace.events import ACTIONS
+    rnd = random.Random(seed)
+    addrs = [2**40 + i * 2**21 for i in range(8)] + [2**40 + 512 * i for i in range(8)]
+    events = []
+    for _ in range(rnd.choice([20, 200])):
+        action = rnd.choice(ACTIONS)
+        e = {"action": action, "addr": 0 if action == "snapshot" else rnd.choice(addrs),
+             "size": rnd.choice([512, 2**20, 2**21, 20 * 2**20, 3 * 2**20 + 512]),
+             "stream": rnd.choice([0, 0, 7])}
+        if action == "oom":
+            e["device_free"] = 0
+        events.append(e)
+    segments = []
+    if rnd.random() < 0.5:
+        segments = [{"address": 2**40, "total_size": 2**21, "stream": 0, "segment_type": "large",
+                     "blocks": [{"address": 2**40, "size": 2**20, "state": "active_allocated"},
+                                {"address": 2**40 + 2**20, "size": 2**20, "state": "inactive"}]}]
+    return {"segments": segments, "device_traces": [events]}
+
+
+@pytest.mark.slow
+def test_random_traces_end_with_a_report_or_one_clear_error():
+    from allocator_ref.trace import SnapshotError
+    reports = 0
+    for seed in range(150):
+        snap = random_trace(seed)
+        n = len(snap["device_traces"][0])
+        for verify in (True, False):
+            try:
+                result = replay(snap, verify=verify, progress=False)
+            except SnapshotError as exc:          # e.g. a start state the trace contradicts
+                assert "\n" not in str(exc) and str(exc).startswith("<dict>: ")
+                continue
+            reports += 1
+            assert result.devices[0].work <= (REORDER_WINDOW + 4) * n + 10
+    assert reports > 150

@@ -126,10 +126,11 @@ def test_every_field_mutation_loads_soundly_or_is_refused_with_one_line():
             loaded = loads_or_refuses(dumps(snap))
             if loaded is not None:
                 # Whatever loads must also replay: a report, or one clear line.
-                try:
-                    replay(loaded, progress=False)
-                except SnapshotError as exc:
-                    assert "\n" not in str(exc)
+                for verify in (False, True):
+                    try:
+                        replay(loaded, verify=verify, progress=False)
+                    except SnapshotError as exc:
+                        assert "\n" not in str(exc)
     assert seen > 1000
 
 

@@ -87,8 +87,11 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
         if not events:
             continue
         finals = [s for s in snapshot["segments"] if s.get("device", 0) == index]
-        devices.append(_DeviceReplayer(index, events, finals, config, policy, verify, profile,
-                                       allocator_factory, progress, device_memory).run())
+        try:
+            devices.append(_DeviceReplayer(index, events, finals, config, policy, verify, profile,
+                                           allocator_factory, progress, device_memory).run())
+        except SnapshotError as exc:
+            raise SnapshotError(f"{source}: {exc}") from None
     return ReplayResult(source, policy, config, verify, devices)
 
 
@@ -285,7 +288,12 @@ class _DeviceReplayer:
 
     # ------------------------------------------------------------ the loop
     def run(self) -> DeviceReplay:
-        self._restore_start()
+        try:
+            self._restore_start()
+        except (ValueError, RuntimeError) as exc:      # CudaError included
+            raise SnapshotError(f"device {self.index} trace: the allocator state at its first event "
+                                f"cannot be rebuilt ({exc}); the trace contradicts itself or the "
+                                "snapshot's final segments") from None
         self.pos = 0
         self._bar = _progress_bar(len(self.events), self.progress, f"replay device {self.index}")
         self._run_until(len(self.events))
