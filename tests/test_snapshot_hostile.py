@@ -326,3 +326,25 @@ def test_validation_also_guards_dicts_given_to_replay():
     with pytest.raises(SnapshotError, match="trace entry 1"):
         replay(snap)
     assert validate_snapshot(copy.deepcopy(BASE))["segments"]
+
+
+def test_rmm_logs_get_the_same_file_checks(tmp_path):
+    from allocator_ref.trace import read_rmm_log
+    with pytest.raises(SnapshotError, match="a device"):
+        read_rmm_log("/dev/zero")
+    fifo = tmp_path / "log.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(SnapshotError, match="FIFO"):
+        read_rmm_log(fifo)
+    for body, match in [("Thread,Time,Action,Pointer,Size,Stream\n1,0.1,allocate,0x10\n", "not a number"),
+                        ("Thread,Time,Action,Pointer,Size,Stream\n1,0.1,allocate,0x10,-4,0\n", "between 0"),
+                        ("Thread,Time,Action,Pointer,Size,Stream\n1,0.1,allocate,0x10,1" + "0" * 30 + ",0\n",
+                         "between 0")]:
+        path = tmp_path / "bad.csv"
+        path.write_text(body)
+        with pytest.raises(ValueError, match=match):
+            read_rmm_log(path)
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ValueError, match="UTF-8"):
+        read_rmm_log(binary)

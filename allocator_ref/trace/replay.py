@@ -632,7 +632,7 @@ class TraceStepper:
     """
 
     def __init__(self, snapshot: Any, device: Optional[int] = None, profile: str = "h100-80gb") -> None:
-        data = snapshot if isinstance(snapshot, dict) else load_snapshot(snapshot)
+        data = _checked(snapshot) if isinstance(snapshot, dict) else load_snapshot(snapshot)
         traces = data.get("device_traces", [])
         if device is None:
             device = next((i for i, t in enumerate(traces) if t), None)

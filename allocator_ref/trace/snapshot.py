@@ -69,32 +69,34 @@ def load_snapshot(path: Union[str, os.PathLike], max_bytes: Optional[int] = None
     return loads_snapshot(read_regular_file(path, limit), str(path))
 
 
-def read_regular_file(path: Path, limit: int) -> bytes:
+SNAPSHOT_FILE = "a snapshot is a regular file written by torch.cuda.memory._dump_snapshot"
+
+
+def read_regular_file(path: Path, limit: int, expected: str = SNAPSHOT_FILE) -> bytes:
     """The bytes of a regular file no bigger than ``limit``; anything else is refused unread."""
     try:
         # Refuse FIFOs and devices before opening them (opening a FIFO blocks until a writer
         # comes); then check again on what was opened, in case the path changed in between.
-        _check_regular(path, os.stat(path), limit)
+        _check_regular(path, os.stat(path), limit, expected)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read the file ({exc.strerror})") from None
     with os.fdopen(fd, "rb") as f:
-        _check_regular(path, os.fstat(fd), limit)
+        _check_regular(path, os.fstat(fd), limit, expected)
         data = f.read(limit + 1)
     if len(data) > limit:
         _too_big(path, len(data), limit)
     return data
 
 
-def _check_regular(path: Path, info: os.stat_result, limit: int) -> None:
+def _check_regular(path: Path, info: os.stat_result, limit: int, expected: str) -> None:
     if stat.S_ISDIR(info.st_mode):
-        raise SnapshotError(f"{path}: is a folder, not a snapshot file")
+        raise SnapshotError(f"{path}: is a folder; {expected}")
     if not stat.S_ISREG(info.st_mode):
         kind = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else \
             "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else \
             "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file"
-        raise SnapshotError(f"{path}: is {kind}; a snapshot is a regular file written by "
-                            "torch.cuda.memory._dump_snapshot")
+        raise SnapshotError(f"{path}: is {kind}; {expected}")
     if info.st_size > limit:
         _too_big(path, info.st_size, limit)
 
