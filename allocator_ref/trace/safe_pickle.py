@@ -127,9 +127,26 @@ def scan(data: bytes) -> tuple:
             fail("items added to something that is not a container")
         return stack[-1]
 
+    memo_get = memo.get
+    from_bytes = int.from_bytes
     while pos < end:
         op = data[pos]
         pos += 1
+        # The memo fetches first: they are three quarters of a real snapshot's opcodes.
+        if op == 0x6A and pos + 4 <= end:     # LONG_BINGET
+            item = memo_get(from_bytes(data[pos:pos + 4], "little"))
+            pos += 4
+            if item is None:
+                fail("memo entry used before it was stored")
+            push(item)
+            continue
+        if op == 0x68 and pos < end:          # BINGET
+            item = memo_get(data[pos])
+            pos += 1
+            if item is None:
+                fail("memo entry used before it was stored")
+            push(item)
+            continue
         kind = _KIND[op]
         if kind == _FIXED:
             pos += _WIDTH[op]
@@ -146,12 +163,6 @@ def scan(data: bytes) -> tuple:
                 fail("unterminated text argument")
             pos = nl + 1
             push(SCALAR)
-        elif op == 0x68 and pos < end:        # BINGET, the commonest opcode in a snapshot
-            key = data[pos]
-            pos += 1
-            if key not in memo:
-                fail("memo entry used before it was stored")
-            push(memo[key])
         elif kind == _MEMO_GET:
             key, pos = _memo_arg(data, op, pos, fail)
             if key not in memo:
