@@ -223,7 +223,9 @@ def validate_snapshot(obj: Any, distinct_records: bool = False) -> dict:
     for (dev_a, addr_a, size_a, where_a), (dev_b, addr_b, _, where_b) in zip(spans, spans[1:]):
         if dev_a == dev_b and addr_b < addr_a + size_a:
             raise SnapshotError(f"{where_b} overlaps {where_a} on device {dev_a}")
-    traces = obj.setdefault("device_traces", [])
+    if "device_traces" not in obj:           # a copy: the caller's dict is left as it was
+        obj = {**obj, "device_traces": []}
+    traces = obj["device_traces"]
     if not isinstance(traces, list):
         raise SnapshotError(f"'device_traces' is {show(traces)}; expected a list of lists (one per device)")
     if len(traces) > 2**16:
