@@ -348,3 +348,10 @@ def test_rmm_logs_get_the_same_file_checks(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ValueError, match="UTF-8"):
         read_rmm_log(binary)
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_a_sound_snapshot_loads_in_every_pickle_protocol(protocol):
+    """The opcode scan must know every opcode plain data can be written with."""
+    data = pickle.dumps(BASE, protocol=protocol)
+    assert loads_snapshot(data) == pickle.loads(data)
