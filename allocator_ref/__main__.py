@@ -3,6 +3,8 @@
     python -m allocator_ref replay snap.pickle --verify          # does the reference allocator match PyTorch?
     python -m allocator_ref replay snap.pickle --config "expandable_segments:True"
     python -m allocator_ref compare snap.pickle --plot compare.png   # the what-if table
+
+A bad argument or a bad file is one line on stderr (exit 2); ``--debug`` shows the traceback.
 """
 from __future__ import annotations
 
