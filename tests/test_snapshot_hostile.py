@@ -279,6 +279,13 @@ def test_shared_trace_entries_are_refused():
     entry = {"action": "snapshot", "addr": 0, "size": 0, "stream": 0}
     data = dumps({"segments": [], "device_traces": [[entry] * 5000]})
     refused(data, "more than once")
+    # one trace named for three devices: three replays of it (many more hit the expansion cap)
+    trace = [dict(entry) for _ in range(1000)]
+    refused(dumps({"segments": [], "device_traces": [trace] * 3}), "device 1 trace")
+    # one block list shared by every segment
+    seg = copy.deepcopy(BASE["segments"][0])
+    twin = dict(seg, address=seg["address"] + 2**30)
+    refused(dumps(dict(BASE, segments=[seg, twin])), "more than once")
 
 
 # ---------------------------------------------------------------- files that are not snapshots
