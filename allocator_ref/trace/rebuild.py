@@ -174,8 +174,8 @@ def _infer_block_size(addr, info, seg, live_starts, evidence, config) -> int:
         boundary = live_starts[k]
     # An allocation placed right after this block while it was still live marks where it ends.
     i = bisect.bisect_left(evidence, (end_min, -1))
-    while i < len(evidence) and evidence[i][0] <= end_min + slack:
-        if evidence[i][1] < info["until"] and evidence[i][0] < boundary:
+    while i < len(evidence) and evidence[i][0] <= end_min + slack and evidence[i][0] < boundary:
+        if evidence[i][1] < info["until"]:
             boundary = evidence[i][0]
             break
         i += 1
