@@ -3,14 +3,58 @@
     python -m allocator_ref replay snap.pickle --verify          # does the reference allocator match PyTorch?
     python -m allocator_ref replay snap.pickle --config "expandable_segments:True"
     python -m allocator_ref compare snap.pickle --plot compare.png   # the what-if table
+
+A bad argument or a bad file is one line on stderr (exit 2); ``--debug`` shows the traceback.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from pathlib import Path
 
 GiB = 1024**3
+MAX_DEVICE_GIB = 2**20          # 1 PiB: far beyond any GPU, small enough to stay exact in bytes
+
+
+# ---- argument types: a bad value is argparse's clear one-line error, before anything runs
+def device_gib(text: str) -> float:
+    """--device-memory: a finite, positive number of GiB."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB (e.g. 16 or 0.5)") from None
+    if not math.isfinite(value) or value <= 0 or value > MAX_DEVICE_GIB:
+        raise argparse.ArgumentTypeError(f"{text!r}: the device size must be a number of GiB above 0 "
+                                         f"and at most {MAX_DEVICE_GIB:,}")
+    if int(value * GiB) < 2**20:
+        raise argparse.ArgumentTypeError(f"{text!r} GiB is under 1 MiB: no GPU is that small")
+    return value
+
+
+def profile_name(text: str) -> str:
+    """--profile: one of the simulated GPUs in allocator_ref/device/profiles."""
+    from .device.costs import profile_names
+    names = profile_names()
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"unknown profile {text!r}; choose one of {', '.join(names)}")
+    return text
+
+
+def plot_path(text: str) -> str:
+    """--plot: a file in a folder that exists, with an image suffix matplotlib can write."""
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: the folder {str(path.parent)!r} does not exist")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name such as compare.png")
+    from matplotlib.backend_bases import FigureCanvasBase
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise argparse.ArgumentTypeError(f"{text!r}: end the name with one of "
+                                         f"{', '.join('.' + f for f in sorted(formats))}")
+    return text
 
 WHAT_IFS = (
     ("caching", ""),
@@ -123,6 +167,7 @@ def cmd_compare(args) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref",
                                      description="Replay PyTorch memory snapshots on the reference allocator.")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("replay", help="replay a snapshot's trace (verify it, or try another config/policy)")
     p.add_argument("snapshot")
@@ -130,24 +175,50 @@ def main(argv=None) -> int:
     p.add_argument("--policy", default="caching", choices=["caching", "stream_ordered", "bfc", "direct"])
     p.add_argument("--verify", action="store_true", help="compare every decision with PyTorch's, address for address")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    p.add_argument("--profile", default="h100-80gb", help="simulated device profile")
-    p.add_argument("--device-memory", type=float, default=None,
+    p.add_argument("--profile", type=profile_name, default="h100-80gb", help="simulated device profile")
+    p.add_argument("--device-memory", type=device_gib, default=None,
                    help="GiB: replay on a simulated GPU of this size and count the OOMs")
     p.set_defaults(func=cmd_replay)
     c = sub.add_parser("compare", help="what-if table: the same run under several configs and policies")
     c.add_argument("snapshot")
-    c.add_argument("--profile", default="h100-80gb")
-    c.add_argument("--device-memory", type=float, default=None, help="GiB: say whether each design fits")
-    c.add_argument("--plot", default=None, help="write a bar chart PNG here")
+    c.add_argument("--profile", type=profile_name, default="h100-80gb")
+    c.add_argument("--device-memory", type=device_gib, default=None, help="GiB: say whether each design fits")
+    c.add_argument("--plot", type=plot_path, default=None, help="write a bar chart PNG here")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compare)
+    for subparser in sub.choices.values():      # --debug after the command works too
+        if "--debug" not in subparser._option_string_actions:
+            subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                                   help="show the full traceback of an error")
     args = parser.parse_args(argv)
-    from .trace.snapshot import SnapshotError
+    return run_command(args)
+
+
+def run_command(args) -> int:
+    """Run the chosen command; any error is one line on stderr (the traceback only with --debug)."""
+    if args.debug:
+        return args.func(args)
     try:
         return args.func(args)
-    except (SnapshotError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as exc:     # SnapshotError, config and settings errors among them
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except Exception as exc:                 # a bug, or an input nothing above foresaw
+        print(f"error: {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:                        # an exception whose message itself fails
+        text = type(exc).__name__
+    text = " ".join(text.split()) or type(exc).__name__
+    return text if len(text) <= 2000 else text[:2000] + "..."
 
 
 if __name__ == "__main__":

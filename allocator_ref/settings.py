@@ -38,6 +38,7 @@ SETTINGS = {
     "profile": ("ALLOCATOR_REF_PROFILE", "h100-80gb"),
     "lab_seed": ("ALLOCATOR_REF_LAB_SEED", "user"),
     "traces": ("ALLOCATOR_REF_TRACES", ""),
+    "max_snapshot_mb": ("ALLOCATOR_REF_MAX_SNAPSHOT_MB", "512"),
 }
 
 

@@ -20,23 +20,32 @@ blocks): **the sender must keep the block alive while a receiver uses it.**
 Freeing the block returns it to the sender's cache, where the next ``malloc``
 may hand the same bytes to another tensor: on a GPU the receiver would read
 silent garbage.  Here every share has a liveness token (a one-byte file in
-``/dev/shm``); the sender's allocator flips it when the block is freed, and
+``/dev/shm``); the sender's allocator removes it when the block is freed, and
 the receiver's :class:`SharedBlock` checks it on every access, raising
 :class:`SenderFreedError` instead of returning stale bytes.  A sender that
 exits removes its tokens (and the device retires exported segments), so a
-receiver that outlives its sender gets the same clear error.
+receiver that outlives its sender gets the same clear error.  A sender killed
+with SIGKILL cannot clean up: the next process that starts sharing sweeps the
+files of dead processes (``shared_segment.sweep_dead_files``).
+
+A receiver trusts nothing in a handle: every field is checked, the token must be
+a regular file with the sender's name, and each file descriptor of an ``'e'``
+handle must be the very memfd the sender exported (same device and inode) before
+anything is mapped -- an fd number, once closed, may name another file.
 """
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import secrets
-import tempfile
+import stat
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from . import vmm
+from .device.sim.shared_segment import shm_dir, sweep_once
 
 __all__ = [
     "SharingError", "SenderFreedError", "LegacyBlockHandle", "ExpandableBlockHandle", "share_block",
@@ -60,7 +69,8 @@ class SenderFreedError(SharingError):
     """The sender freed the shared block (or exited): its bytes may already belong to another tensor."""
 
 
-_TOKEN_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+_TOKEN_DIR = str(shm_dir())
+_TOKEN_NAME = re.compile(r"^allocator_ref_share_(\d+)_[0-9a-f]{16}$")
 _MY_TOKENS: set = set()
 
 
@@ -73,19 +83,12 @@ atexit.register(_cleanup_tokens)
 
 
 def _new_token() -> str:
+    sweep_once()                       # files left by senders killed without cleaning up
     path = os.path.join(_TOKEN_DIR, f"allocator_ref_share_{os.getpid()}_{secrets.token_hex(8)}")
     with open(path, "wb") as f:
         f.write(b"\x01")
     _MY_TOKENS.add(path)
     return path
-
-
-def _kill_token(path: str) -> None:
-    try:
-        with open(path, "r+b") as f:
-            f.write(b"\x00")
-    except FileNotFoundError:
-        pass
 
 
 def _remove_token(path: str) -> None:
@@ -97,11 +100,20 @@ def _remove_token(path: str) -> None:
 
 
 def _token_state(path: str) -> str:
+    """"alive" while the sender holds the block, "gone" once it freed it or exited."""
     try:
-        with open(path, "rb") as f:
-            return "alive" if f.read(1) == b"\x01" else "freed"
+        # A FIFO planted at the path must not block us, nor a link lead elsewhere.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
         return "gone"
+    except OSError:
+        return "bad"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "bad"
+        return "alive" if os.read(fd, 1) == b"\x01" else "bad"
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------ handles
@@ -131,6 +143,7 @@ class ExpandableBlockHandle:
     segment_size: int          # the sender's whole reservation (PyTorch's receiver reserves this much)
     token: str
     fds: tuple = ()            # the fds, valid in the process that holds this handle
+    identities: tuple = ()     # (st_dev, st_ino) of each page's memfd: what each fd must name
     kind: str = "e"
 
 
@@ -153,18 +166,15 @@ class _Exports:
     def _on_event(self, entry: Any) -> None:
         if entry.action == "free_requested" and entry.addr in self.by_ptr:
             for share in self.by_ptr.pop(entry.addr):
-                _end_share(share, freed=True)
+                _end_share(share)
 
 
 _EXPORTS: "weakref.WeakKeyDictionary[Any, _Exports]" = weakref.WeakKeyDictionary()
 _SHARES: dict[str, _Share] = {}            # token -> share, in the sender
 
 
-def _end_share(share: _Share, freed: bool) -> None:
-    if freed:
-        _kill_token(share.handle.token)    # receivers now get SenderFreedError
-    else:
-        _remove_token(share.handle.token)
+def _end_share(share: _Share) -> None:
+    _remove_token(share.handle.token)      # receivers now get SenderFreedError
     for fd in share.fds:
         os.close(fd)
     share.fds.clear()
@@ -227,8 +237,10 @@ def share_block(allocator: Any, allocation: Any, kind: str = "auto") -> Any:
             for fd in fds:
                 os.close(fd)
             raise
+        identities = tuple((st.st_dev, st.st_ino) for st in map(os.fstat, fds))
         handle = ExpandableBlockHandle(os.getpid(), seg.page_size, block.ptr - (seg.ptr + first * seg.page_size),
-                                       block.size, last - first, seg.size(), _new_token(), tuple(fds))
+                                       block.size, last - first, seg.size(), _new_token(), tuple(fds),
+                                       identities)
         share = _Share(handle, block.ptr, fds)
     exports = _EXPORTS.get(allocator)
     if exports is None:
@@ -249,8 +261,7 @@ def unshare(handle: Any) -> None:
             shares.remove(share)
             if not shares:
                 del exports.by_ptr[share.ptr]
-    _end_share(share, freed=True)
-    _remove_token(handle.token)
+    _end_share(share)
 
 
 def active_shares() -> int:
@@ -291,21 +302,59 @@ class SharedBlock:
     """
 
     def __init__(self, dev: Any, handle: Any) -> None:
+        if not isinstance(handle, (LegacyBlockHandle, ExpandableBlockHandle)):
+            raise SharingError(f"not a block handle: a {type(handle).__name__}; pass what share_block "
+                               "returned (received with recv_shared)")
         self.device, self.handle = dev, handle
         self.size = handle.size
         self.closed = False
-        self._check()                                      # refuse a handle that is already dead
         if isinstance(handle, LegacyBlockHandle):
-            self._base = dev.ipc_open_mem_handle(handle.ipc_handle)     # cudaIpcOpenMemHandle
-            self.ptr = self._base + handle.offset
-            self.reserved = 0
-        elif isinstance(handle, ExpandableBlockHandle):
+            _check_fields(handle)
+            self._check()                                  # refuse a handle that is already dead
+            self._open_legacy(handle)
+            return
+        if _CONSUMED.get(id(handle)) is handle:
+            raise SharingError("this 'e' handle was already opened once in this process: its file "
+                               "descriptors were consumed then (an fd number, once closed, may name "
+                               "another file).  Receive the share again with recv_shared(conn)")
+        if not handle.fds:
+            raise SharingError("this 'e' handle carries no file descriptors: receive it with "
+                               "recv_shared(conn) (they travel as SCM_RIGHTS), not plain pickling")
+        # Only fds proven to be the sender's pages are ever closed here: an unverified number
+        # may belong to another file of this process.
+        ours = _own_fds(handle)
+        try:
             if len(handle.fds) != handle.num_pages:
-                raise SharingError("this 'e' handle carries no file descriptors: receive it with "
-                                   "recv_shared(conn) (they travel as SCM_RIGHTS), not plain pickling")
+                raise SharingError(f"this 'e' handle names {handle.num_pages!r} pages but carries "
+                                   f"{len(handle.fds)} file descriptors")
+            _check_fields(handle)
+            if len(ours) != len(handle.fds):
+                bad = next(i for i, fd in enumerate(handle.fds) if fd not in ours)
+                raise SharingError(f"file descriptor {handle.fds[bad]!r} (page {bad}) is not the memory "
+                                   f"process {handle.sender_pid} exported: the number now names another "
+                                   "file, or the handle was forged.  Nothing was mapped")
+            if any(os.fstat(fd).st_size != handle.page_size for fd in ours):
+                raise SharingError(f"the pages are not {handle.page_size} bytes each, as the handle says")
+            self._check()
             self._open_expandable(handle)
-        else:
-            raise SharingError(f"not a block handle: {type(handle).__name__}")
+        finally:
+            _CONSUMED[id(handle)] = handle
+            for fd in ours:                # the imported handles hold their own references
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def _open_legacy(self, handle: LegacyBlockHandle) -> None:
+        dev = self.device
+        self._base = dev.ipc_open_mem_handle(handle.ipc_handle)     # cudaIpcOpenMemHandle
+        mapped = dev.ipc_mapped_size(self._base) if hasattr(dev, "ipc_mapped_size") else handle.segment_size
+        if handle.offset + handle.size > mapped:
+            dev.ipc_close_mem_handle(self._base)
+            raise SharingError(f"the handle's block [{handle.offset}, {handle.offset + handle.size}) lies "
+                               f"outside the {mapped}-byte segment it names (a forged offset or size)")
+        self.ptr = self._base + handle.offset
+        self.reserved = 0
 
     def _open_expandable(self, handle: ExpandableBlockHandle) -> None:
         dev = self.device
@@ -321,27 +370,24 @@ class SharedBlock:
         except Exception:
             self._close_expandable()
             raise
-        finally:
-            for fd in handle.fds:            # the imported handles hold their own references
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
         self.ptr = self._range + handle.offset
 
     def _check(self) -> None:
         if getattr(self, "closed", False):
             raise SharingError("this SharedBlock was closed")
         state = _token_state(self.handle.token)
-        if state == "freed":
+        if state == "bad":
+            raise SharingError(f"the handle's token {self.handle.token!r} is not a liveness token made by "
+                               "share_block (a forged handle?)")
+        if not _pid_alive(self.handle.sender_pid):
+            raise SenderFreedError(
+                f"process {self.handle.sender_pid} that shared this block has exited (or released the "
+                "share): the memory is gone.  A sender must outlive its receivers.")
+        if state == "gone":
             raise SenderFreedError(
                 f"process {self.handle.sender_pid} freed the shared block (or unshared it): its memory may "
                 "already hold another tensor.  The sender must keep the block allocated until every "
                 "receiver has closed it.")
-        if state == "gone" or not _pid_alive(self.handle.sender_pid):
-            raise SenderFreedError(
-                f"process {self.handle.sender_pid} that shared this block has exited (or released the "
-                "share): the memory is gone.  A sender must outlive its receivers.")
 
     def _span(self, offset: int, nbytes: int) -> None:
         if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
@@ -395,6 +441,62 @@ class SharedBlock:
     def __repr__(self) -> str:
         return (f"SharedBlock(kind={self.handle.kind!r}, ptr={self.ptr:#x}, size={self.size}, "
                 f"from pid {self.handle.sender_pid}{', closed' if self.closed else ''})")
+
+
+_CONSUMED: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()  # 'e' handles opened here
+
+
+def _is_count(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < 2**60
+
+
+def _check_fields(handle: Any) -> None:
+    """Every field of a received handle in range, before anything is opened or mapped."""
+    def bad(what: str):
+        raise SharingError(f"invalid {handle.kind!r} handle: {what} (make handles with share_block)")
+    if not _is_count(handle.sender_pid, 1):
+        bad(f"sender_pid {handle.sender_pid!r}")
+    if not _is_count(handle.size, 1) or not _is_count(handle.offset):
+        bad(f"size {handle.size!r} / offset {handle.offset!r}")
+    token = handle.token
+    match = _TOKEN_NAME.match(os.path.basename(token)) if isinstance(token, str) else None
+    if match is None or os.path.dirname(token) != _TOKEN_DIR or int(match.group(1)) != handle.sender_pid:
+        bad(f"token {token!r} is not process {handle.sender_pid}'s liveness token in {_TOKEN_DIR}")
+    if isinstance(handle, LegacyBlockHandle):
+        if not isinstance(handle.ipc_handle, bytes) or len(handle.ipc_handle) != 64:
+            bad("ipc_handle is not 64 bytes")
+        if not _is_count(handle.segment_size, 1) or handle.offset + handle.size > handle.segment_size:
+            bad(f"block [{handle.offset}, {handle.offset + handle.size}) outside its "
+                f"{handle.segment_size!r}-byte segment")
+        return
+    page = handle.page_size
+    if not _is_count(page, 1) or not _is_count(handle.num_pages, 1) or handle.offset >= page:
+        bad(f"page_size {page!r}, num_pages {handle.num_pages!r}, offset {handle.offset!r}")
+    if -(-(handle.offset + handle.size) // page) != handle.num_pages:
+        bad(f"{handle.num_pages} pages of {page} bytes do not cover [{handle.offset}, "
+            f"{handle.offset + handle.size})")
+    if not _is_count(handle.segment_size) or handle.segment_size < handle.num_pages * page:
+        bad(f"segment_size {handle.segment_size!r}")
+    if not isinstance(handle.identities, tuple) or len(handle.identities) != handle.num_pages:
+        bad("no page identities (each fd must be bound to the memfd it names)")
+
+
+def _own_fds(handle: ExpandableBlockHandle) -> list:
+    """The handle's fds that name exactly the memfd the sender exported for that page."""
+    ours = []
+    if not isinstance(handle.identities, tuple) or len(handle.identities) != len(handle.fds):
+        return ours
+    for fd, identity in zip(handle.fds, handle.identities):
+        if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
+            continue
+        try:
+            info = os.fstat(fd)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and isinstance(identity, (tuple, list)) \
+                and (info.st_dev, info.st_ino) == tuple(identity):
+            ours.append(fd)
+    return ours
 
 
 def open_block(dev: Any, handle: Any) -> SharedBlock:

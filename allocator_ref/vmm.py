@@ -143,7 +143,9 @@ class GrowableBuffer:
     def __init__(self, dev: Any, max_size: int, page_size: Optional[int] = None) -> None:
         self.device = dev
         g = granularity(dev)
-        self.page_size = int(page_size or g)
+        if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)):
+            raise ValueError(f"page_size must be a whole number of bytes, got {page_size!r}")
+        self.page_size = page_size or g
         if self.page_size <= 0 or self.page_size % g:
             raise ValueError(f"page_size must be a positive multiple of the VMM granularity {g}, "
                              f"got {page_size!r}")
@@ -174,10 +176,25 @@ class GrowableBuffer:
         if self.closed:
             raise ValueError("GrowableBuffer is closed")
 
+    @staticmethod
+    def _check_count(value: Any, what: str) -> int:
+        """A byte count must be a whole number >= 0 (checked before any page is touched)."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"GrowableBuffer: {what} must be a whole number of bytes >= 0, got {value!r}")
+        return value
+
+    def _unmap_down_to(self, pages: int) -> None:
+        """Unmap and release pages from the end until ``pages`` remain."""
+        while len(self.handles) > pages:
+            h = self.handles.pop()
+            unmap(self.device, self.ptr + len(self.handles) * self.page_size, self.page_size)
+            release(self.device, h)
+
     # --- growing and shrinking ------------------------------------------------
     def reserve(self, nbytes: int) -> None:
         """Make sure ``nbytes`` are backed by mapped pages (like ``std::vector::reserve``)."""
         self._check_open()
+        self._check_count(nbytes, "reserve(nbytes)")
         if nbytes > self.va_size:
             raise ValueError(f"GrowableBuffer: {nbytes} bytes do not fit in the {self.va_size}-byte "
                              "virtual reservation; create the buffer with a larger max_size")
@@ -206,8 +223,7 @@ class GrowableBuffer:
     def resize(self, nbytes: int) -> None:
         """Set the logical size; grows the mapping when needed (never shrinks it: see ``shrink_to_fit``)."""
         self._check_open()
-        if nbytes < 0:
-            raise ValueError(f"size must be >= 0, got {nbytes}")
+        self._check_count(nbytes, "resize(nbytes)")
         self.reserve(nbytes)
         self.size = nbytes
         self._snap(f"size {nbytes}")
@@ -215,18 +231,28 @@ class GrowableBuffer:
     def append(self, data: bytes) -> int:
         """Write ``data`` at the end (a host-to-device copy); returns the offset it was written at."""
         self._check_open()
-        offset = self.size
-        self.reserve(offset + len(data))
-        if data:
-            self.device.write(self.ptr + offset, bytes(data))
-        self.size = offset + len(data)
+        try:
+            payload = bytes(memoryview(data))      # bytes-like only: not a str, not an int
+        except TypeError:
+            raise TypeError(f"GrowableBuffer.append needs bytes-like data (bytes, bytearray, "
+                            f"memoryview), got {type(data).__name__}") from None
+        offset, pages = self.size, len(self.handles)
+        self.reserve(offset + len(payload))
+        try:
+            if payload:
+                self.device.write(self.ptr + offset, payload)
+        except BaseException:
+            self._unmap_down_to(pages)             # the pages this call mapped go back
+            raise
+        self.size = offset + len(payload)
         self._snap(f"append {len(data)} B")
         return offset
 
     def read(self, offset: int = 0, nbytes: Optional[int] = None) -> bytes:
         """Read bytes back (device-to-host)."""
         self._check_open()
-        nbytes = self.size - offset if nbytes is None else nbytes
+        self._check_count(offset, "read(offset)")
+        nbytes = self.size - offset if nbytes is None else self._check_count(nbytes, "read(nbytes)")
         if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
             raise ValueError(f"read({offset}, {nbytes}) is outside the {self.size} bytes in use")
         return self.device.read(self.ptr + offset, nbytes) if nbytes else b""
@@ -235,12 +261,8 @@ class GrowableBuffer:
         """Unmap and release the pages past the last byte in use (the range stays reserved)."""
         self._check_open()
         keep = -(-self.size // self.page_size)
-        dropped = 0
-        while len(self.handles) > keep:
-            h = self.handles.pop()
-            unmap(self.device, self.ptr + len(self.handles) * self.page_size, self.page_size)
-            release(self.device, h)
-            dropped += 1
+        dropped = max(0, len(self.handles) - keep)
+        self._unmap_down_to(keep)
         if dropped:
             self._snap(f"unmapped {dropped} page(s)")
 
@@ -249,10 +271,7 @@ class GrowableBuffer:
         if self.closed:
             return
         self.device.synchronize()        # queued kernels may still touch the pages
-        while self.handles:
-            h = self.handles.pop()
-            unmap(self.device, self.ptr + len(self.handles) * self.page_size, self.page_size)
-            release(self.device, h)
+        self._unmap_down_to(0)
         free_range(self.device, self.ptr, self.va_size)
         self.size = 0
         self.closed = True

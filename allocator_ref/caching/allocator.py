@@ -24,7 +24,7 @@ from collections import deque
 from typing import Any, Optional
 
 from ..allocation import Allocation
-from ..device.errors import CudaError
+from ..device.errors import CudaError, destroyed_stream_error
 from ..trace.events import TraceEntry, TraceRecorder, python_frames
 from .block import Block, BlockPool
 from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
@@ -143,9 +143,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
     def malloc(self, nbytes: int, stream: Any = None) -> Allocation:
         """``NativeCachingAllocator::allocate`` then ``DeviceCachingAllocator::malloc``."""
         stream = self._check_stream(stream)
-        if getattr(stream, "destroyed", False):     # same error as the policies' _resolve_stream
-            raise ValueError(f"malloc: stream with handle {int(stream.handle or 0)} was destroyed "
-                             f"(cudaStreamDestroy); work can no longer be ordered on it")
+        if getattr(stream, "destroyed", False):     # the one error every allocator raises for it
+            raise destroyed_stream_error("malloc", stream)
         if isinstance(nbytes, bool) or not isinstance(nbytes, int):
             raise TypeError(f"Invalid memory size: expected a number of bytes (int), got {type(nbytes).__name__}")
         if nbytes < 0:
@@ -579,9 +578,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         allocation = self._lookup(allocation, "record_stream")
         stream = self._check_stream(stream)
         if getattr(stream, "destroyed", False):
-            raise CudaError("cudaErrorInvalidResourceHandle",
-                            f"record_stream: stream {stream.handle:#x} was destroyed; record the streams "
-                            "that will still use the memory, before destroying them")
+            raise destroyed_stream_error("record_stream", stream)
         if allocation.ptr == 0 or allocation._block is None:   # uncached: recordStream skips it
             return
         block = allocation._block

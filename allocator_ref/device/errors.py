@@ -62,3 +62,16 @@ def cuda_error(name: str, detail: str = "") -> CudaError:
     if name in ("cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY"):
         return CudaOutOfMemoryError(name, detail)
     return CudaError(name, detail)
+
+
+def destroyed_stream_error(what: str, stream) -> CudaError:
+    """The one error every allocator raises when asked to order work on a destroyed stream.
+
+    CUDA answers ``cudaErrorInvalidResourceHandle`` for a stream after
+    ``cudaStreamDestroy`` (PyTorch raises it as a RuntimeError, ``torch.AcceleratorError``).
+    ``what`` names the call (``malloc``, ``record_stream``...).
+    """
+    handle = int(getattr(stream, "handle", 0) or 0)
+    return CudaError("cudaErrorInvalidResourceHandle",
+                     f"{what}: stream {handle:#x} was destroyed (cudaStreamDestroy); "
+                     "work can no longer be ordered on it: use a live stream")

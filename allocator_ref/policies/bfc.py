@@ -40,8 +40,8 @@ from sortedcontainers import SortedList
 from allocator_ref.allocation import Allocation
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
-from .common import (MiB, DeferredFrees, EventGuard, PolicyAllocator, check_size, format_size,
-                     OutOfMemoryError, parse_config, round_up, stat_keys)
+from .common import (MiB, DeferredFrees, EventGuard, PolicyAllocator, check_byte_option,
+                     check_size, format_size, OutOfMemoryError, parse_config, round_up, stat_keys)
 
 kMinAllocationBits = 8
 kMinAllocationSize = 1 << kMinAllocationBits       # 256 B
@@ -111,9 +111,8 @@ class BFCAllocator(DeferredFrees, PolicyAllocator):
     def __init__(self, device: Any, config: Any = None, **options: Any) -> None:
         super().__init__(device)
         self.options = parse_config(options, parse_config(config, DEFAULTS))
-        limit = self.options["memory_limit"]
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"memory_limit must be a non-negative int of bytes, got {limit!r}")
+        # Above the device's memory is allowed: Extend backs off by 0.9 until a region fits.
+        limit = check_byte_option("memory_limit", self.options["memory_limit"], 0)
         self.memory_limit = limit or device.mem_get_info()[0]
         # The constructor's choice of the first region size (BFCAllocator::BFCAllocator).
         if self.options["allow_growth"]:

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Optional
 from allocator_ref.allocation import Allocation
 from allocator_ref.caching.oom import OutOfMemoryError, format_size  # noqa: F401 -- re-exported for the policies
 from allocator_ref.caching.stats import AGGREGATE, DeviceStats
-from allocator_ref.device.errors import CudaError
+from allocator_ref.device.errors import CudaError, destroyed_stream_error
 from allocator_ref.trace.events import TraceEntry, TraceRecorder
 
 UINT64_MAX = 2**64 - 1
@@ -47,6 +47,17 @@ def check_size(nbytes: Any) -> int:
     if nbytes < 0:
         raise ValueError(f"Invalid memory size: {nbytes} bytes is negative")
     return nbytes
+
+
+MAX_REQUEST = 2**60        # the largest size a device call accepts (the devices call more "absurd")
+
+
+def check_byte_option(name: str, value: Any, low: int, high: int = MAX_REQUEST) -> int:
+    """A size option (bytes) checked when the allocator is built, not at the first malloc."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number of bytes between {low} and {high}, "
+                         f"got {value!r}")
+    return value
 
 
 def stream_handle(stream: Any) -> int:
@@ -198,7 +209,7 @@ class DeferredFrees:
             allocation.freed = True                 # freeing a null allocation is a no-op
             return
         record = allocation._block
-        self._check_streams_alive(record.stream_uses, "free")
+        record.stream_uses = self._drain_destroyed(record.stream_uses)
         self._take_back(allocation)
         if record.stream_uses:
             # PyTorch's insert_events: one event per using stream; the real free once all completed.
@@ -272,16 +283,22 @@ class PolicyAllocator:
             raise ValueError(f"{what}: stream {stream!r} belongs to another device "
                              f"(cudaErrorInvalidResourceHandle); use a stream created by this allocator's device")
         if stream_is_destroyed(stream):
-            raise ValueError(f"{what}: stream with handle {stream_handle(stream)} was destroyed "
-                             f"(cudaStreamDestroy); work can no longer be ordered on it")
+            raise destroyed_stream_error(what, stream)
         return stream
 
-    def _check_streams_alive(self, streams: Iterable[Any], what: str) -> None:
-        for stream in streams:
-            if stream_is_destroyed(stream):
-                raise ValueError(f"{what}: stream with handle {stream_handle(stream)} was destroyed "
-                                 f"(cudaStreamDestroy) but this free must be ordered on it; "
-                                 f"free the memory before destroying a stream that uses it")
+    def _drain_destroyed(self, streams: Iterable[Any]) -> list:
+        """The streams still alive; if one was destroyed, first wait for the device to drain.
+
+        A destroyed stream cannot take an event, but the work queued on it before
+        ``cudaStreamDestroy`` still runs: once the device is idle the memory is surely
+        unused, so the free goes ahead instead of being refused forever (a leak).  The
+        caching allocator's ``insert_events`` does the same.
+        """
+        streams = list(streams)
+        if not any(stream_is_destroyed(s) for s in streams):
+            return streams
+        self.device.synchronize()
+        return [s for s in streams if not stream_is_destroyed(s)]
 
     def _check_allocation(self, allocation: Any, what: str) -> Allocation:
         if not isinstance(allocation, Allocation):

@@ -51,8 +51,9 @@ from allocator_ref.allocation import Allocation
 from allocator_ref.caching.stats import AGGREGATE
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
-from .common import (UINT64_MAX, MiB, BlockRecord, PolicyAllocator, check_size, format_size,
-                     OutOfMemoryError, parse_config, round_up, stat_keys, stream_handle, warn)
+from .common import (UINT64_MAX, MiB, BlockRecord, PolicyAllocator, check_byte_option,
+                     check_size, format_size, OutOfMemoryError, parse_config, round_up, stat_keys,
+                     stream_handle, stream_is_destroyed, warn)
 
 ROUND_BYTES = 512          # sub-allocation granularity of the model (cudaMalloc's alignment)
 CHUNK_GRANULARITY = 2 * MiB
@@ -112,6 +113,8 @@ class StreamOrderedAllocator(PolicyAllocator):
         super().__init__(device)
         self.options = parse_config(options, parse_config(config, DEFAULTS))
         self._check_threshold(self.options["release_threshold"], "release_threshold")
+        # More than the device holds could never be taken in one cudaMalloc.
+        check_byte_option("chunk_bytes", self.options["chunk_bytes"], 1, device.mem_get_info()[1])
         # On a GPU the driver's own pool does the work; the simulated device gets the Python model.
         self.driver_pool = (not device.simulated) if driver_pool is None else driver_pool
         if self.driver_pool:
@@ -342,8 +345,14 @@ class StreamOrderedAllocator(PolicyAllocator):
             allocation.freed = True
             return
         block = allocation._block
-        self._check_streams_alive([allocation.stream, *block.stream_uses], "free")
-        free_stream = self._free_stream(allocation)
+        owner = allocation.stream
+        if stream_is_destroyed(owner) or any(stream_is_destroyed(s) for s in block.stream_uses):
+            # The device drains first (see _drain_destroyed); then the free is ordered on
+            # what is left alive, or on the default stream if the creation stream is gone.
+            block.stream_uses = self._drain_destroyed(block.stream_uses)
+            if stream_is_destroyed(owner):
+                owner = self.device.default_stream
+        free_stream = self._free_stream(allocation, owner)
         self._take_back(allocation)
         if self.driver_pool:
             self.device.free_async(block.ptr, free_stream)
@@ -357,14 +366,14 @@ class StreamOrderedAllocator(PolicyAllocator):
         self._complete_free(block)      # in the pool's books at once; usable in stream order
         self._insert_free(self._coalesce(block))
 
-    def _free_stream(self, allocation: Allocation) -> Any:
+    def _free_stream(self, allocation: Allocation, owner: Any) -> Any:
         """PyTorch's backend: a block used on other streams is freed on a side stream that waits for all."""
         uses = allocation._block.stream_uses
         if not uses:
-            return allocation.stream
+            return owner
         if self._unifying is None:
             self._unifying = self.device.create_stream()
-        for stream in [allocation.stream, *uses]:
+        for stream in [owner, *uses]:
             event, knows = self._record_event_on(stream)
             self._wait(self._unifying, event, knows)
         return self._unifying

@@ -1,7 +1,10 @@
 """Traces, snapshots and replay.
 
 events.py    the event vocabulary every allocator reports (TraceEntry, TraceRecorder)
-snapshot.py  safe loading and saving of torch memory snapshots
+snapshot.py  safe loading and saving of torch memory snapshots (file checks, size limit)
+safe_pickle.py  the pickle's opcodes checked before anything is built (no code, bounded shape)
+validate.py  every field of a snapshot checked, one clear line saying where it is wrong
+trace_index.py  O(1) "what comes next" lookups that keep the replay linear
 rmm_csv.py   RMM's logging_resource_adaptor CSV
 rebuild.py   the allocator state at the start of a mid-run trace
 replay.py    replay a trace, verify it against PyTorch, or ask "what if"

@@ -57,6 +57,7 @@ def infer_initial_state(events: list[dict], final_segments: list[dict],
     starts = sorted(segments)
     pre_live, pending = _blocks_live_at_start(events, final_segments)
     evidence = _alloc_addresses_by_time(events)
+    live_starts = sorted(pre_live)
     extended = 0
     for addr, info in sorted(pre_live.items()):
         seg = _segment_containing(segments, starts, addr)
@@ -65,7 +66,7 @@ def infer_initial_state(events: list[dict], final_segments: list[dict],
             continue
         size = info.get("exact_size")
         if size is None:
-            size = _infer_block_size(addr, info, seg, pre_live, evidence, config)
+            size = _infer_block_size(addr, info, seg, live_starts, evidence, config)
             if size != round_size(info["requested"], config):
                 extended += 1
         seg.live_blocks.append((addr, size, info["requested"]))
@@ -137,8 +138,16 @@ def _blocks_live_at_start(events, final_segments):
 
 
 def _alloc_addresses_by_time(events) -> list:
-    """(address, index) of every allocation in the trace, sorted by address."""
-    return sorted((e["addr"], i) for i, e in enumerate(events) if e["action"] == "alloc")
+    """(address, index of its first allocation) for every address the trace allocates, by address.
+
+    Only the first allocation at an address can mark where an earlier block ended, so one
+    entry per address keeps the search in _infer_block_size short on any trace.
+    """
+    first = {}
+    for i, e in enumerate(events):
+        if e["action"] == "alloc":
+            first.setdefault(e["addr"], i)
+    return sorted(first.items())
 
 
 def _segment_containing(segments, starts, addr):
@@ -149,7 +158,7 @@ def _segment_containing(segments, starts, addr):
     return seg if addr < seg.address + seg.size else None
 
 
-def _infer_block_size(addr, info, seg, pre_live, evidence, config) -> int:
+def _infer_block_size(addr, info, seg, live_starts, evidence, config) -> int:
     rounded = round_size(info["requested"], config)
     end_min = addr + rounded
     if seg.small:
@@ -160,13 +169,13 @@ def _infer_block_size(addr, info, seg, pre_live, evidence, config) -> int:
     oversize = config.max_split_size != SIZE_MAX and rounded >= config.max_split_size
     slack = config.max_non_split_rounding_size - 1 if oversize else kSmallSize
     boundary = seg.address + seg.size
-    for other in pre_live:
-        if end_min <= other < boundary:
-            boundary = other
+    k = bisect.bisect_left(live_starts, end_min)     # the next block live at the start
+    if k < len(live_starts) and live_starts[k] < boundary:
+        boundary = live_starts[k]
     # An allocation placed right after this block while it was still live marks where it ends.
     i = bisect.bisect_left(evidence, (end_min, -1))
-    while i < len(evidence) and evidence[i][0] <= end_min + slack:
-        if evidence[i][1] < info["until"] and evidence[i][0] < boundary:
+    while i < len(evidence) and evidence[i][0] <= end_min + slack and evidence[i][0] < boundary:
+        if evidence[i][1] < info["until"]:
             boundary = evidence[i][0]
             break
         i += 1

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections import deque
 from typing import Any, Callable, Optional
 
@@ -39,9 +40,12 @@ from .replay_device import ReplayDevice
 from .replay_pools import PoolRouter
 from .replay_report import DeviceReplay, Divergence, ReplayResult
 from .snapshot import load_snapshot
+from .trace_index import TraceIndex
+from .validate import SnapshotError, validate_snapshot
 
 USER_ACTIONS = ("alloc", "free_requested")
 RELEASES = ("segment_free", "segment_unmap")
+REORDER_WINDOW = 64       # how far ahead _take_produced looks for an event emitted out of order
 
 
 def _config_text(snapshot: dict) -> str:
@@ -64,8 +68,16 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
     if not isinstance(snapshot, dict):
         source = str(snapshot)
         snapshot = load_snapshot(snapshot)
+    else:
+        snapshot = _checked(snapshot)
     same_config = config is None
     config = _config_text(snapshot) if config is None else config
+    if same_config and policy == "caching" and allocator_factory is None:
+        try:
+            AllocatorConfig.parse(config)
+        except ValueError as exc:        # the file's own setting: say so, in the loader's words
+            raise SnapshotError(f"{source}: allocator_settings['PYTORCH_CUDA_ALLOC_CONF'] = "
+                                f"{config[:80]!r} cannot be used: {exc}") from None
     if verify and device_memory is not None:
         raise ValueError("--verify replays on the GPU the trace was recorded on; drop --device-memory")
     if verify and (policy != "caching" or allocator_factory is not None or not same_config):
@@ -76,9 +88,20 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
         if not events:
             continue
         finals = [s for s in snapshot["segments"] if s.get("device", 0) == index]
-        devices.append(_DeviceReplayer(index, events, finals, config, policy, verify, profile,
-                                       allocator_factory, progress, device_memory).run())
+        try:
+            devices.append(_DeviceReplayer(index, events, finals, config, policy, verify, profile,
+                                           allocator_factory, progress, device_memory).run())
+        except SnapshotError as exc:
+            raise SnapshotError(f"{source}: {exc}") from None
     return ReplayResult(source, policy, config, verify, devices)
+
+
+def _checked(snapshot: dict) -> dict:
+    """A snapshot built in memory gets the same field checks as one loaded from a file."""
+    try:
+        return validate_snapshot(snapshot)
+    except SnapshotError as exc:
+        raise SnapshotError(f"<dict>: {exc}") from None
 
 
 def make_allocator(policy: str, device, config: str):
@@ -116,6 +139,12 @@ class _DeviceReplayer:
         self._in_trial = False
         self.pos = 0
         self._bar = _NoBar()
+        # Every "what comes next" question is answered from tables built once (linear replay).
+        self.lookup = TraceIndex(events)
+        self._replayed_malloc = -1           # the last alloc/oom event replayed: never twice
+        # Trials copy the allocator; their total cost is capped so that no trace makes the
+        # replay quadratic (past the cap the default reading is taken, and a note says so).
+        self._trial_budget = 20 * len(events) + 10_000
 
     # ------------------------------------------------------------ plumbing
     def _on_event(self, entry) -> None:
@@ -239,9 +268,7 @@ class _DeviceReplayer:
 
     def _next_malloc(self, pos: int) -> int:
         """Index of the event that ends the malloc starting at ``pos``: its ``alloc``, or its ``oom``."""
-        j = pos
-        while j < len(self.events) and self.events[j]["action"] not in USER_ACTIONS + ("oom",):
-            j += 1
+        j = self.lookup.next_user[pos] if pos < len(self.events) else len(self.events)
         if j == len(self.events) or self.events[j]["action"] == "free_requested":
             return -1
         return j
@@ -252,6 +279,7 @@ class _DeviceReplayer:
         if j < 0:
             return -1
         group = self.events[pos:j + 1]
+        self.result.work += len(group)
         self.device.planned_segments = deque(
             (g["addr"], g["size"], g["action"]) for g in group if g["action"] in ("segment_alloc", "segment_map"))
         self.device.script, self.device.script_pos = self.events, pos
@@ -267,7 +295,12 @@ class _DeviceReplayer:
 
     # ------------------------------------------------------------ the loop
     def run(self) -> DeviceReplay:
-        self._restore_start()
+        try:
+            self._restore_start()
+        except (ValueError, RuntimeError) as exc:      # CudaError included
+            raise SnapshotError(f"device {self.index} trace: the allocator state at its first event "
+                                f"cannot be rebuilt ({exc}); the trace contradicts itself or the "
+                                "snapshot's final segments") from None
         self.pos = 0
         self._bar = _progress_bar(len(self.events), self.progress, f"replay device {self.index}")
         self._run_until(len(self.events))
@@ -276,9 +309,18 @@ class _DeviceReplayer:
         return self.result
 
     def _run_until(self, stop: int) -> None:
+        stalled = 0
         while self.pos < stop:
             before = self.pos
             self._step()
+            self.result.work += 1
+            stalled = stalled + 1 if self.pos == before and not self.produced else 0
+            if stalled > 1:
+                # Twice nothing advanced and nothing waits to be compared (e.g. a malloc that
+                # made no event): the step would repeat forever.  Report it and move on.
+                # (One such step is normal: the user's empty_cache() before a malloc.)
+                self._diverge(before, None)
+                self.pos, stalled = before + 1, 0
             self._bar.update(self.pos - before)
 
     def _step(self) -> None:
@@ -328,13 +370,20 @@ class _DeviceReplayer:
                 self.pos = end
             return
         j = self._next_malloc(pos)
+        if 0 <= j <= self._replayed_malloc:
+            # After a divergence the events before this malloc were not all made by our
+            # replay of it; replaying it again would allocate twice.  Skip to after it.
+            self._diverge(pos, None)
+            self.pos = j + 1
+            return
         if j >= 0:                           # the effects of a malloc, then its alloc (or oom)
             self._replay_malloc(pos, j, self._choose_reading(pos, j))
             return
         if self._complete_leading_frees(pos):
             return                           # deferred frees completing with no malloc after them
         self._diverge(pos, None) if action not in ("oom", "snapshot") else None
-        self.pos += 1                        # nothing we can cause: skip it
+        # Nothing we can cause: skip it (a whole run of completions nobody waited for at once).
+        self.pos = self.lookup.completed_end[pos] if action == "free_completed" else pos + 1
 
     # A malloc's group of events can be read more than one way when deferred frees complete
     # in it: by the malloc's own process_events (they were ready), or by the
@@ -354,7 +403,7 @@ class _DeviceReplayer:
         # ... or unmaps then a map: a malloc whose first try reserved a new segment before
         # failing, or the user's empty_cache() freeing the address range the map then reuses.
         reservation_unclear = {"segment_unmap", "segment_map"} <= actions
-        if self._in_trial or not (completions_unclear or reservation_unclear):
+        if self._in_trial or not (completions_unclear or reservation_unclear) or not self._can_try():
             return default
         for reading in (default,) + tuple(r for r in self.READINGS if r != default):
             if self._reading_reproduces(pos, j, reading):
@@ -362,8 +411,7 @@ class _DeviceReplayer:
         return default
 
     def _reading_reproduces(self, pos: int, j: int, reading: str) -> bool:
-        clone = copy.deepcopy(self, {id(self.events): self.events, id(self.finals): self.finals,
-                                     id(self._bar): _NoBar()})
+        clone = self._clone()
         clone._in_trial = True
         clone.result.first_divergence = None
         try:
@@ -374,6 +422,21 @@ class _DeviceReplayer:
         # Every event the reading made must be one the trace shows, and nothing left over.
         return clone.result.first_divergence is None and not clone.produced
 
+    def _clone(self) -> "_DeviceReplayer":
+        """A copy to try a reading on; the trace and its tables are shared, not copied."""
+        self._trial_budget -= 1 + len(getattr(self.allocator, "active_blocks", ())) + len(self.live)
+        self.result.work += 1 + len(self.live)
+        return copy.deepcopy(self, {id(self.events): self.events, id(self.finals): self.finals,
+                                    id(self._bar): _NoBar(), id(self.lookup): self.lookup})
+
+    def _can_try(self) -> bool:
+        if self._trial_budget > 0:
+            return True
+        note = "trial budget spent: later ambiguous groups took the default reading"
+        if note not in self.result.inferred:
+            self.result.inferred.append(note)
+        return False
+
     def _completion_unclear(self, pos: int) -> bool:
         """Was the free at ``pos`` completed at once, or by a failing malloc's sync right after?
 
@@ -381,7 +444,7 @@ class _DeviceReplayer:
         block.  But when the next malloc goes on to release cached memory (or fails), its
         synchronize_and_free_events may have completed a deferred free just there.
         """
-        if self._in_trial:
+        if self._in_trial or not self._can_try():
             return False
         j = self._next_malloc(pos + 2)
         if j < 0:
@@ -389,8 +452,7 @@ class _DeviceReplayer:
         return any(g["action"] in RELEASES + ("oom",) for g in self.events[pos + 2:j + 1])
 
     def _free_reproduces(self, pos: int, deferred: bool) -> bool:
-        clone = copy.deepcopy(self, {id(self.events): self.events, id(self.finals): self.finals,
-                                     id(self._bar): _NoBar()})
+        clone = self._clone()
         clone._in_trial = True
         clone.result.first_divergence = None
         try:
@@ -404,6 +466,7 @@ class _DeviceReplayer:
         if reading == "empty_cache":
             self.allocator.empty_cache()     # the malloc itself follows in the next step
             return
+        self._replayed_malloc = j
         self._prepare_malloc(pos, complete_frees=(reading == "ready"))
         self._malloc(j)
 
@@ -414,9 +477,8 @@ class _DeviceReplayer:
         release's ``synchronize_and_free_events`` (an ``empty_cache``, or a malloc's retry
         path), not by ``process_events``: those are left for the release to complete.
         """
-        j = pos
-        while j < len(self.events) and self.events[j]["action"] == "free_completed":
-            j += 1
+        j = self.lookup.completed_end[pos] if self.events[pos]["action"] == "free_completed" else pos
+        self.result.work += j - pos
         if j < len(self.events) and self.events[j]["action"] in RELEASES:
             return False
         ready = False
@@ -435,25 +497,23 @@ class _DeviceReplayer:
         followed by a ``segment_alloc``/``segment_map`` or by its ``oom``.  A run of releases
         followed by anything else was the user emptying the cache.
         """
-        events, n = self.events, len(self.events)
-        j = pos
-        while j < n and events[j]["action"] not in USER_ACTIONS + ("oom",):
-            if events[j]["action"] in RELEASES:
-                k = j
-                while k < n and events[k]["action"] in RELEASES:
-                    k += 1
-                if k == n or events[k]["action"] not in ("segment_alloc", "segment_map", "oom"):
-                    return k
-                # Releases then new memory: a malloc's own retry path -- unless the cache could
-                # have served that malloc before the release, in which case the malloc never
-                # reached a release: the user emptied the cache first.
-                m = self._next_malloc(k)
-                if m >= 0 and self._cache_would_serve(self.events[m]):
-                    return k
-                j = k
-                continue
-            j += 1
-        return -1
+        events, n, index = self.events, len(self.events), self.lookup
+        stop = index.next_user[pos]          # the user's next call: the releases must come first
+        j = index.next_release[pos]
+        if j >= stop:
+            return -1
+        k = index.release_end[j]
+        if k == n or events[k]["action"] not in ("segment_alloc", "segment_map", "oom"):
+            return k
+        # Releases then new memory: a malloc's own retry path -- unless the cache could have
+        # served that malloc before the release, in which case the malloc never reached a
+        # release: the user emptied the cache first.  (It is the same malloc for every run of
+        # releases before the user's next call, so one check answers for all of them.)
+        m = self._next_malloc(k)
+        if m >= 0 and self._cache_would_serve(self.events[m]):
+            return k
+        bare = index.bare_release_end[k]     # a later run of releases not followed by new memory
+        return bare if 0 <= bare <= stop else -1
 
     def _cache_would_serve(self, e: dict) -> bool:
         check = getattr(self.allocator, "can_serve_from_cache", None)
@@ -467,10 +527,14 @@ class _DeviceReplayer:
         """
         first = self.produced[0]
         if not _same_event(expected, first):
-            for i, entry in enumerate(self.produced):
-                if i and _same_event(expected, entry):
+            # Look a bounded way ahead: a reordering is local, and an unbounded search would
+            # make a long run of unmatched events quadratic.
+            for i, entry in enumerate(itertools.islice(self.produced, 1, REORDER_WINDOW), start=1):
+                if _same_event(expected, entry):
+                    self.result.work += i
                     del self.produced[i]
                     return entry
+            self.result.work += min(len(self.produced), REORDER_WINDOW)
         return self.produced.popleft()
 
     def _compare(self, pos: int, got) -> None:
@@ -577,7 +641,7 @@ class TraceStepper:
     """
 
     def __init__(self, snapshot: Any, device: Optional[int] = None, profile: str = "h100-80gb") -> None:
-        data = snapshot if isinstance(snapshot, dict) else load_snapshot(snapshot)
+        data = _checked(snapshot) if isinstance(snapshot, dict) else load_snapshot(snapshot)
         traces = data.get("device_traces", [])
         if device is None:
             device = next((i for i, t in enumerate(traces) if t), None)

@@ -37,6 +37,7 @@ class DeviceReplay:
     simulated_time_us: float = 0.0
     pool_requests: int = 0          # requests routed to a private pool (MemPool / CUDA graph)
     pools: list = field(default_factory=list)   # the private pool ids the replay kept
+    work: int = 0              # replay steps + events examined: linear in the trace (tests bound it)
 
     @property
     def allocs_exact_pct(self) -> float:

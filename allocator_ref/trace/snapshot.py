@@ -1,85 +1,111 @@
 """Reading and writing memory snapshots safely.
 
 A snapshot is what ``torch.cuda.memory._dump_snapshot(path)`` writes: a pickle
-of the dict ``torch.cuda.memory._snapshot()`` returns (spec section 9.1).
+of the dict ``torch.cuda.memory._snapshot()`` returns.
 
 Pickle can run arbitrary code while loading, and snapshots travel between
-people.  The format needs nothing but dicts, lists, tuples, strings, numbers,
-booleans and None, so :func:`load_snapshot` uses an unpickler that refuses
-*every* global: a hostile file is rejected before anything in it runs.
+people.  :func:`load_snapshot` reads a file no file can crash, hang or fool:
+
+* only a regular file, at most ``max_snapshot_mb`` (a course setting, default
+  512 MiB; ``ALLOCATOR_REF_MAX_SNAPSHOT_MB`` or ``max_bytes=`` raise it for a
+  file you trust), so ``/dev/zero``, a FIFO or a huge sparse file is refused
+  before it is read;
+* the pickle's opcodes are checked before anything is built
+  (``safe_pickle.py``): no globals, calls or extension codes, nesting at most
+  ``MAX_DEPTH`` deep, no reference cycles, and at most ``VALUES_PER_BYTE``
+  values per byte of file once shared references are expanded;
+* every field is then checked (``validate.py``): one clear line says what is
+  wrong and where (which segment, block or trace entry).
+
 :func:`save_snapshot` writes protocol 4 with plain types only, the subset
 PyTorch's browser viewer (MemoryViz.js) can read.
 """
 from __future__ import annotations
 
-import io
 import os
 import pickle
+import stat
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
+
+from .safe_pickle import UnsafePickle, loads_plain
+from .validate import SnapshotError, validate_snapshot
+
+MAX_DEPTH = 64               # a real snapshot nests about 6 deep
+VALUES_PER_BYTE = 16         # real snapshots expand to at most ~4 values per byte (shared frames)
+MIN_VALUES = 2**20
+MiB = 2**20
 
 
-class SnapshotError(ValueError):
-    """A snapshot file that cannot be used; the message names the file and the problem."""
-
-
-class _NoGlobalsUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(
-            f"refused to load the global '{module}.{name}': a memory snapshot contains only "
-            "plain data (dicts, lists, numbers, strings), so this file is not a snapshot "
-            "or has been tampered with")
+def max_snapshot_bytes() -> int:
+    """The course's size limit for snapshot files (setting ``max_snapshot_mb``)."""
+    from .. import settings
+    setting = settings.get("max_snapshot_mb")
+    try:
+        mib = float(setting.value)
+    except ValueError:
+        mib = float("nan")
+    if not 0 < mib < 2**40:      # also refuses nan and inf
+        raise SnapshotError(f"max_snapshot_mb={setting.value!r} (from {setting.source}) is not a "
+                            "positive number of MiB")
+    return int(mib * MiB)
 
 
 def loads_snapshot(data: bytes, source: str = "<bytes>") -> dict:
-    """Unpickle snapshot bytes with every global refused, and check the shape."""
+    """Unpickle snapshot bytes (plain data only, bounded in shape) and check every field."""
     if not data:
         raise SnapshotError(f"{source}: the file is empty (expected a pickled memory snapshot)")
     try:
-        obj = _NoGlobalsUnpickler(io.BytesIO(data)).load()
-    except pickle.UnpicklingError as exc:
+        obj = loads_plain(bytes(data), MAX_DEPTH, VALUES_PER_BYTE * len(data) + MIN_VALUES)
+        return validate_snapshot(obj, distinct_records=True)
+    except (UnsafePickle, SnapshotError) as exc:
         raise SnapshotError(f"{source}: {exc}") from None
-    except (EOFError, ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
-        raise SnapshotError(f"{source}: truncated or not a pickle ({type(exc).__name__}: {exc}); "
-                            "was the file copied completely?") from None
-    return _normalise(obj, source)
 
 
-def load_snapshot(path: Union[str, os.PathLike]) -> dict:
+def load_snapshot(path: Union[str, os.PathLike], max_bytes: Optional[int] = None) -> dict:
     """Read a ``_dump_snapshot`` pickle safely; the result always has segments and device_traces."""
     path = Path(path)
+    limit = max_snapshot_bytes() if max_bytes is None else max_bytes
+    return loads_snapshot(read_regular_file(path, limit), str(path))
+
+
+SNAPSHOT_FILE = "a snapshot is a regular file written by torch.cuda.memory._dump_snapshot"
+
+
+def read_regular_file(path: Path, limit: int, expected: str = SNAPSHOT_FILE) -> bytes:
+    """The bytes of a regular file no bigger than ``limit``; anything else is refused unread."""
     try:
-        data = path.read_bytes()
+        # Refuse FIFOs and devices before opening them (opening a FIFO blocks until a writer
+        # comes); then check again on what was opened, in case the path changed in between.
+        _check_regular(path, os.stat(path), limit, expected)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read the file ({exc.strerror})") from None
-    return loads_snapshot(data, str(path))
+    with os.fdopen(fd, "rb") as f:
+        _check_regular(path, os.fstat(fd), limit, expected)
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        _too_big(path, len(data), limit)
+    return data
 
 
-def _normalise(obj: Any, source: str) -> dict:
-    # torch's _memory_viz accepts a bare list of segments too (memory_snapshot()'s output).
-    if isinstance(obj, list):
-        obj = {"segments": obj, "device_traces": []}
-    if not isinstance(obj, dict):
-        raise SnapshotError(f"{source}: expected a dict with 'segments' and 'device_traces', "
-                            f"got a {type(obj).__name__}")
-    if "segments" not in obj or not isinstance(obj["segments"], list):
-        raise SnapshotError(f"{source}: no 'segments' list: this is not a torch memory snapshot "
-                            f"(top-level keys: {sorted(map(str, obj))[:8]})")
-    for i, segment in enumerate(obj["segments"]):
-        missing = {"address", "total_size", "stream", "blocks"} - set(segment) if isinstance(segment, dict) else {"(not a dict)"}
-        if missing:
-            raise SnapshotError(f"{source}: segment {i} lacks {sorted(missing)}")
-        for j, block in enumerate(segment["blocks"]):
-            if not isinstance(block, dict) or "size" not in block or "state" not in block:
-                raise SnapshotError(f"{source}: segment {i} block {j} lacks 'size' or 'state'")
-    traces = obj.setdefault("device_traces", [])
-    if not isinstance(traces, list) or any(not isinstance(t, list) for t in traces):
-        raise SnapshotError(f"{source}: 'device_traces' must be a list of lists (one per device)")
-    for d, trace in enumerate(traces):
-        for k, entry in enumerate(trace):
-            if not isinstance(entry, dict) or "action" not in entry:
-                raise SnapshotError(f"{source}: device {d} trace entry {k} has no 'action'")
-    return obj
+def _check_regular(path: Path, info: os.stat_result, limit: int, expected: str) -> None:
+    if stat.S_ISDIR(info.st_mode):
+        raise SnapshotError(f"{path}: is a folder; {expected}")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else \
+            "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else \
+            "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file"
+        raise SnapshotError(f"{path}: is {kind}; {expected}")
+    if info.st_size > limit:
+        _too_big(path, info.st_size, limit)
+
+
+def _too_big(path: Path, size: int, limit: int) -> None:
+    raise SnapshotError(f"{path}: is {size / MiB:,.1f} MiB, over the {limit / MiB:,.0f} MiB limit for "
+                        "snapshots; for a file you trust, raise it with "
+                        "ALLOCATOR_REF_MAX_SNAPSHOT_MB (or max_snapshot_mb in course-settings.toml, "
+                        "or load_snapshot(path, max_bytes=...))")
 
 
 def _plain(value: Any) -> Any:

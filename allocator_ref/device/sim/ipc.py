@@ -35,7 +35,7 @@ import weakref
 from ..errors import cuda_error
 from .backing import FlatBuffer
 from .pagetable import Mapping
-from .shared_segment import SharedSegment, map_fd, memfd_segment
+from .shared_segment import SharedSegment, map_fd, memfd_segment, sweep_once
 
 IPC_HANDLE_SIZE = 64
 _HANDLE_MAGIC = b"ARSIMIPC"
@@ -81,6 +81,7 @@ class IpcCalls:
 
     def _move_to_shared_memory(self, alloc) -> SharedSegment:
         """From now on this allocation's bytes live in a shared segment."""
+        sweep_once()                   # files left by processes killed without cleaning up
         ids = (os.getpid(), next(_segment_seqs), secrets.randbits(63))
         seg = SharedSegment.create(*ids, alloc.charged)
         seg.ids = ids
@@ -109,7 +110,7 @@ class IpcCalls:
                              f"{len(handle) if hasattr(handle, '__len__') else '?'}")
         handle = bytes(handle)
         magic, pid, seq, token, size = struct.unpack_from(_HANDLE_FMT, handle)
-        if magic != _HANDLE_MAGIC:
+        if magic != _HANDLE_MAGIC or not 0 < size < 2**60 or pid <= 0:
             raise cuda_error("cudaErrorInvalidValue", "ipc_open_mem_handle: these 64 bytes are not a "
                              "handle made by a SimDevice's ipc_get_mem_handle")
         if any(getattr(s, "ids", None) == (pid, seq, token) for s in self._exports.values()):
@@ -127,6 +128,14 @@ class IpcCalls:
         self._imports[handle] = _Import(ptr, seg)
         self._import_ptrs[ptr] = handle
         return ptr
+
+    def ipc_mapped_size(self, ptr: int) -> int:
+        """How many bytes the import at ``ptr`` maps (what an offset into it must stay within)."""
+        handle = self._import_ptrs.get(ptr) if isinstance(ptr, int) else None
+        if handle is None:
+            raise cuda_error("cudaErrorInvalidValue", f"ipc_mapped_size({ptr!r}): not a pointer "
+                             "returned by ipc_open_mem_handle on this device")
+        return self._imports[handle].segment.size
 
     def ipc_close_mem_handle(self, ptr: int) -> None:
         """cudaIpcCloseMemHandle: drop one reference; the last one unmaps it here."""

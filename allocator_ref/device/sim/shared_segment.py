@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
+import stat
 import struct
 import tempfile
 from pathlib import Path
@@ -37,6 +39,53 @@ def shm_dir() -> Path:
 
 def segment_path(pid: int, seq: int, token: int) -> Path:
     return shm_dir() / f"{PREFIX}{pid}-{seq}-{token:016x}"
+
+
+# The files the course leaves in shm_dir(): legacy IPC segments (this module) and the
+# liveness tokens of allocator_ref.sharing.  Both name the process that made them.
+_OUR_FILES = re.compile(r"^(?:allocator_ref-(\d+)-\d+-[0-9a-f]{16}|allocator_ref_share_(\d+)_[0-9a-f]{16})$")
+_swept = False
+
+
+def sweep_dead_files(directory: "Path | None" = None) -> list:
+    """Remove the segment and token files of processes that died without cleaning up.
+
+    A process killed with SIGKILL runs no atexit handler and no finalizer, so its files
+    stay in ``/dev/shm`` (memory nobody can free).  Only regular files of this user whose
+    process no longer runs are removed.  Returns the names removed.
+    """
+    directory = Path(directory or shm_dir())
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        match = _OUR_FILES.match(name)
+        if not match:
+            continue
+        pid = int(match.group(1) or match.group(2))
+        path = directory / name
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or _pid_alive(pid):
+            continue
+        try:
+            path.unlink()
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
+
+
+def sweep_once() -> None:
+    """Sweep the files of dead processes once per process, when it first starts sharing."""
+    global _swept
+    if not _swept:
+        _swept = True
+        sweep_dead_files()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -72,14 +121,27 @@ class SharedSegment:
     def open(cls, pid: int, seq: int, token: int, size: int) -> "SharedSegment":
         path = segment_path(pid, seq, token)
         try:
-            fd = os.open(path, os.O_RDWR)
+            # Never block (a FIFO planted at the name) and never follow a planted link.
+            fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW)
         except FileNotFoundError:
             raise cuda_error("CUDA_ERROR_INVALID_CONTEXT", "cannot open the IPC handle: the exporting "
                              "process freed this allocation or exited") from None
+        except OSError as exc:
+            raise cuda_error("cudaErrorInvalidValue", f"cannot open the IPC handle: {path.name} is not "
+                             f"an IPC segment ({exc.strerror})") from None
         try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size != HEADER + size:
+                raise cuda_error("cudaErrorInvalidValue", f"cannot open the IPC handle: {path.name} is not "
+                                 f"the {size}-byte segment the handle names")
             mm = mmap.mmap(fd, HEADER + size)
         finally:
             os.close(fd)
+        magic, _alive, owner_pid, owner_size = struct.unpack_from(_HEADER_FMT, mm, 0)
+        if magic != _MAGIC or owner_pid != pid or owner_size != size:
+            mm.close()
+            raise cuda_error("cudaErrorInvalidValue", "cannot open the IPC handle: the segment's header "
+                             "does not match the handle (a forged or stale handle)")
         seg = cls(path, size, mm, owner=False)
         seg.check_alive()
         return seg

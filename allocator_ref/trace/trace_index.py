@@ -1,0 +1,43 @@
+"""Where the next user call, release run or completion run starts, for every trace position.
+
+The replay asks, at each step, "what does the trace show from here until the user's
+next call?".  Scanning forward to answer made it quadratic on a run of events that
+are not user calls (16,000 ``snapshot`` events took 37 s).  These tables are built
+once, backwards, in one pass, so every such question costs O(1) and a replay is
+linear in the trace.
+"""
+from __future__ import annotations
+
+USER_CALLS = ("alloc", "free_requested", "oom")      # an oom is a malloc that failed
+RELEASES = ("segment_free", "segment_unmap")
+NEW_MEMORY = ("segment_alloc", "segment_map", "oom")
+
+
+class TraceIndex:
+    """Lookup tables over one device's trace (``n`` = number of events)."""
+
+    def __init__(self, events: list) -> None:
+        n = len(events)
+        actions = [e["action"] for e in events]
+        self.n = n
+        self.next_user = [n] * (n + 1)        # first index >= i that is a user call (or n)
+        self.next_release = [n] * (n + 1)     # first index >= i that releases memory (or n)
+        self.release_end = [n] * (n + 1)      # inside a run of releases: where the run ends
+        self.bare_release_end = [-1] * (n + 1)  # end of the first release run at/after i that
+        #                                        is not followed by new memory (-1: none)
+        self.completed_end = [n] * (n + 1)    # inside a run of free_completed: where it ends
+        for i in range(n - 1, -1, -1):
+            action = actions[i]
+            self.next_user[i] = i if action in USER_CALLS else self.next_user[i + 1]
+            if action in RELEASES:
+                self.next_release[i] = i
+                end = self.release_end[i + 1] if i + 1 < n and actions[i + 1] in RELEASES else i + 1
+                self.release_end[i] = end
+                bare = end == n or actions[end] not in NEW_MEMORY
+                self.bare_release_end[i] = end if bare else self.bare_release_end[end]
+            else:
+                self.next_release[i] = self.next_release[i + 1]
+                self.bare_release_end[i] = self.bare_release_end[i + 1]
+            if action == "free_completed":
+                self.completed_end[i] = self.completed_end[i + 1] if i + 1 < n and \
+                    actions[i + 1] == "free_completed" else i + 1
