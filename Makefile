@@ -56,6 +56,12 @@ gpu-check: $(STAMP)
 	$(PY) tools/gpu_measure.py
 	$(PY) tools/record_torch_snapshots.py
 
+# Download the real PyTorch snapshots the chapters and labs replay (once, online; sha256-checked) into
+# the per-user cache, or into ALLOCATOR_REF_TRACES when set.  `python -m allocator_ref traces list` says where they are.
+.PHONY: traces
+traces: $(STAMP)
+	$(PY) -m allocator_ref traces fetch
+
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
 

@@ -3,6 +3,7 @@
     python -m allocator_ref replay snap.pickle --verify          # does the reference allocator match PyTorch?
     python -m allocator_ref replay snap.pickle --config "expandable_segments:True"
     python -m allocator_ref compare snap.pickle --plot compare.png   # the what-if table
+    python -m allocator_ref traces fetch                         # download the real snapshots (sha256-checked)
 """
 from __future__ import annotations
 
@@ -117,6 +118,13 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_traces(args) -> int:
+    from .trace import fetch
+    if args.traces_command == "fetch":
+        return fetch.main_fetch(args.names, args.to, args.base_url)
+    return fetch.main_list()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref",
                                      description="Replay PyTorch memory snapshots on the reference allocator.")
@@ -138,6 +146,15 @@ def main(argv=None) -> int:
     c.add_argument("--plot", default=None, help="write a bar chart PNG here")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compare)
+    t = sub.add_parser("traces", help="the real PyTorch snapshots: fetch them once, or list where they are")
+    tsub = t.add_subparsers(dest="traces_command", required=True)
+    f = tsub.add_parser("fetch", help="download them from their public sources into the per-user cache")
+    f.add_argument("names", nargs="*", help="only these files (default: all)")
+    f.add_argument("--to", default=None, help="folder to store them (default: ALLOCATOR_REF_TRACES, else the cache)")
+    f.add_argument("--from", dest="base_url", default="https://raw.githubusercontent.com",
+                   help="a mirror laid out like raw.githubusercontent.com (owner/repo/commit/path)")
+    tsub.add_parser("list", help="where the course finds each snapshot, or that it is missing")
+    t.set_defaults(func=cmd_traces)
     args = parser.parse_args(argv)
     from .trace.snapshot import SnapshotError
     try:
