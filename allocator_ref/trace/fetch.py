@@ -264,7 +264,7 @@ def main_fetch(names: list[str], target: Optional[str], base_url: str, out=sys.s
     report = fetch(names or None, dest, base_url, say=say)
     if report.ok:
         say(f"done: {len(report.fetched)} downloaded, {len(report.already)} already there. "
-            f"The chapters and labs now use them.")
+            f"The chapters find them there (python -m allocator_ref traces list).")
         if dest != fetch_target():
             say(f"(the course looks in {fetch_target()} first; set ALLOCATOR_REF_TRACES={dest} "
                 f"so it finds these)")
