@@ -87,7 +87,8 @@ def kernel_env(device: str | None = None, profile: str | None = None) -> dict:
     return env
 
 
-def execute_notebook(path: Path, profile: str = PROFILES[0], device: str | None = None):
+def execute_notebook(path: Path, profile: str = PROFILES[0], device: str | None = None,
+                     extra_env: tuple = ()):
     """Run a notebook once per session and profile (cached), every cell; returns (executed, seconds).
 
     ``tests/test_chapter_claims.py`` reads the executed outputs from here, so
@@ -95,14 +96,14 @@ def execute_notebook(path: Path, profile: str = PROFILES[0], device: str | None 
     """
     from nbclient import NotebookClient
 
-    key = (str(path), profile, device, path.stat().st_mtime_ns)
+    key = (str(path), profile, device, extra_env, path.stat().st_mtime_ns)
     if key in _EXECUTED:
         return _EXECUTED[key]
     run = nbformat.read(path, as_version=4)
     client = NotebookClient(run, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME, allow_errors=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute(env=kernel_env(device, profile))
+    client.execute(env={**kernel_env(device, profile), **dict(extra_env)})
     seconds = time.perf_counter() - start
     _EXECUTED[key] = (run, seconds)
     return run, seconds
@@ -184,6 +185,21 @@ def test_notebook_runs_all_without_a_gpu(path, profile):
             assert re.search(r"no GPU", said) and re.search(r"simulated", said), (
                 f"{path.name}: a gpu cell on a machine without a GPU must say what it would measure "
                 f"and where the simulated equivalent is; it printed:\n{said[:600]}")
+
+
+REAL_TRACE_CHAPTERS = [p for p in NOTEBOOKS if "find_trace(" in p.with_suffix(".md").read_text(encoding="utf-8")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", REAL_TRACE_CHAPTERS, ids=_ids(REAL_TRACE_CHAPTERS))
+def test_without_real_traces_a_chapter_says_so(path):
+    """A clone without the real snapshots: the chapter runs, says its trace is course-made, and
+    never reports agreement with PyTorch for it (ALLOCATOR_REF_TRACES=none hides every real one)."""
+    run, _ = execute_notebook(path, extra_env=(("ALLOCATOR_REF_TRACES", "none"),))
+    text = outputs_text(run)
+    assert "COURSE-MADE" in text and "traces fetch" in text, f"{path.name} does not say its trace is course-made"
+    assert not re.search(r"at PyTorch's exact address|\(real PyTorch snapshot\)", text), (
+        f"{path.name} claims agreement with PyTorch for a course-made trace")
 
 
 STUDENT_LABS = sorted((ROOT / "labs" / "student").glob("lab*.ipynb"))

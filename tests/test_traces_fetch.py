@@ -201,3 +201,13 @@ def test_lookup_order_setting_then_cache_then_shared(tmp_path, monkeypatch):
     assert fetch.find_trace(SMALL) is None
     with pytest.raises(fetch.TraceNotFound, match="traces fetch"):
         fetch.require_trace(SMALL)
+
+
+def test_setting_none_turns_real_traces_off(tmp_path, monkeypatch):
+    monkeypatch.setattr(fetch, "shared_dir", lambda: SOURCE)
+    monkeypatch.setenv("ALLOCATOR_REF_TRACES", "none")
+    assert fetch.search_dirs() == [] and fetch.find_trace(SMALL) is None
+    with pytest.raises(ValueError, match="turns the real snapshots off"):
+        fetch.fetch([SMALL])
+    out = _cli(["fetch", SMALL], {"ALLOCATOR_REF_TRACES": "none"}, tmp_path)
+    assert out.returncode == 2 and "turned off" in out.stdout

@@ -12,6 +12,7 @@ each file must match the sha256 recorded here before anything reads it.
 Where the course looks, in this order (``find_trace``):
 
 1. the ``traces`` course setting (``ALLOCATOR_REF_TRACES`` or course-settings.toml);
+   ``none`` there turns the real snapshots off (the chapters then use course-made ones);
 2. the per-user cache ``$XDG_CACHE_HOME/allocator-ref/traces`` (``~/.cache/...``),
    where ``fetch`` stores them when the setting is empty;
 3. ``../shared/traces`` beside the repository (what the course's CI uses).
@@ -104,13 +105,18 @@ def shared_dir() -> Path:
     return Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 
 
+OFF = "none"     # ALLOCATOR_REF_TRACES=none: use no real snapshot (what a clone without them sees)
+
+
 def setting_dir() -> Optional[Path]:
     value = settings.value("traces")
-    return Path(value).expanduser() if value else None
+    return Path(value).expanduser() if value and value.lower() != OFF else None
 
 
 def search_dirs() -> list[tuple[Path, str]]:
-    """(folder, why it is searched), in the order the course looks."""
+    """(folder, why it is searched), in the order the course looks; none when the setting is 'none'."""
+    if settings.value("traces").lower() == OFF:
+        return []
     dirs = []
     named = setting_dir()
     if named is not None:
@@ -229,6 +235,9 @@ def fetch(names: Optional[Iterable[str]] = None, target: Optional[Path] = None, 
           timeout: float = TIMEOUT_S, say: Callable[[str], None] = print) -> FetchReport:
     """Download the named real snapshots (all by default) into target, each verified by sha256."""
     wanted = [_known(n) for n in names] if names else list(TRACES)
+    if target is None and settings.value("traces").lower() == OFF:
+        raise ValueError(f"the traces setting is {OFF!r} ({settings.get('traces').source}), which turns the "
+                         f"real snapshots off; unset it, or pass a folder (--to DIR)")
     target = Path(target) if target is not None else fetch_target()
     report = FetchReport(target)
     try:
@@ -259,6 +268,10 @@ def fetch(names: Optional[Iterable[str]] = None, target: Optional[Path] = None, 
 
 def main_fetch(names: list[str], target: Optional[str], base_url: str, out=sys.stdout) -> int:
     say = lambda line: print(line, file=out)      # noqa: E731
+    if not target and settings.value("traces").lower() == OFF:
+        print(f"the traces setting is {OFF!r} ({settings.get('traces').source}): real snapshots are turned "
+              f"off. Unset it, or pass --to DIR.", file=out)
+        return 2
     dest = Path(target).expanduser() if target else fetch_target()
     say(f"fetching {len(names) or len(TRACES)} real PyTorch snapshot(s) into {dest}")
     report = fetch(names or None, dest, base_url, say=say)
