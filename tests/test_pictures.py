@@ -114,6 +114,39 @@ def test_browser_renders_the_tiny_block(tmp_path):
     assert sum(1 for px in pixels if sum(abs(a - b) for a, b in zip(px, want)) < 40) >= 3, pixels
 
 
+_TEXT_BOXES = """() => [...document.querySelectorAll('svg text')].map(t => {
+    const b = t.getBoundingClientRect(); return [t.textContent, b.left, b.top, b.right, b.bottom]; })"""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_browser_ipc_picture_texts_fit_and_do_not_overlap():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: run tools/install_browser.sh first")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+    from allocator_ref import CachingAllocator, SimDevice, sharing
+    from allocator_ref.viz.ipc import WIDTH, render_ipc_share
+    dev = SimDevice("tiny-1gb")
+    a = CachingAllocator(dev)
+    pad, x = a.malloc(3 * MiB), a.malloc(5 * MiB)
+    h = sharing.share_block(a, x)
+    seg = next(s for s in a.segments(record=False) if s["address"] <= x.ptr < s["address"] + s["total_size"])
+    svg = render_ipc_share(seg, h, 0x7A0000000000 + h.offset, sender_pid=4242, receiver_pid=4343)
+    sharing.unshare(h)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": WIDTH + 40, "height": 400})
+        page.set_content(f"<html><body style='margin:0'>{svg}</body></html>")
+        boxes = page.evaluate(_TEXT_BOXES)
+        browser.close()
+    assert len(boxes) > 10
+    outside = [b[0] for b in boxes if b[3] > WIDTH]
+    assert not outside, f"texts run off the picture: {outside}"
+    overlap = [(a[0], b[0]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+               if a[1] < b[3] - 1 and b[1] < a[3] - 1 and a[2] < b[4] - 1 and b[2] < a[4] - 1]
+    assert not overlap, f"texts overlap: {overlap}"
+
+
 # ------------------------------------------------------------------ in the executed chapters
 
 def _chapter(prefix: str):

@@ -23,7 +23,6 @@ def plot_history(events: Sequence[tuple[float, str]], title: str = "", fontsize:
     mid = (lo + hi) / 2
     for row, (year, text) in enumerate(events):
         y = -row
-        ax.plot([year, year], [y, 0.6], color="#c7d3df", lw=0.8, zorder=1)
         ax.plot(year, y, "o", color="#4c78a8", zorder=2)
         right = year < mid                       # late events are labelled to their left
         ax.text(year + (0.25 if right else -0.25), y, f"{int(year)}: {text}", va="center",
@@ -31,6 +30,8 @@ def plot_history(events: Sequence[tuple[float, str]], title: str = "", fontsize:
     ax.set_xlim(lo, hi)
     ax.set_ylim(-len(events) + 0.4, 0.9)
     ax.set_yticks([])
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # years, not 2012.5
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
     if title:

@@ -62,7 +62,6 @@ def render_ipc_share(segment: dict, handle: Any, receiver_ptr: int, sender_pid: 
     out.append(f'<text x="4" y="60" fill="{INK}">sender, pid {sender_pid}</text>')
     out.append(f'<text x="4" y="75" fill="#5b6770" font-size="11">segment at {base:#x}</text>')
     _bar(out, 48, segment.get("blocks", []), base, total, shared)
-    out.append(f'<text x="{LABEL_W}" y="86" fill="#5b6770" font-size="11">base {base:#x}</text>')
     out.append(f'<text x="{x_block:.1f}" y="86" fill="{SHARED}" font-size="11">block {shared:#x} '
                f'= base + {escape(format_bytes(handle.offset))}</text>')
     # what travels
@@ -100,8 +99,9 @@ def render_ipc_share(segment: dict, handle: Any, receiver_ptr: int, sender_pid: 
     for x, words in ((rx0, "open"), (rx1, "close")):
         out.append(f'<circle cx="{x:.1f}" cy="{ry}" r="4" fill="{SHARED}"/>'
                    f'<text x="{x:.1f}" y="{ry + 18}" text-anchor="middle" fill="{INK}" font-size="11">{words}</text>')
-    out.append(f'<text x="{x0}" y="{ry + 46}" fill="#5b6770" font-size="11">Free the block before the receiver '
-               f'closes and the sender\'s cache can give those bytes to another tensor, which the receiver '
-               f'then reads and writes.</text>')
+    out.append(f'<text x="{x0}" y="{ry + 40}" fill="#5b6770" font-size="11">Free the block before the receiver '
+               f'closes, and the sender\'s cache can give those bytes to another tensor:</text>')
+    out.append(f'<text x="{x0}" y="{ry + 54}" fill="#5b6770" font-size="11">the receiver then reads and writes '
+               f'that tensor instead.</text>')
     out.append("</svg>")
     return "".join(out)
