@@ -211,3 +211,15 @@ def test_setting_none_turns_real_traces_off(tmp_path, monkeypatch):
         fetch.fetch([SMALL])
     out = _cli(["fetch", SMALL], {"ALLOCATOR_REF_TRACES": "none"}, tmp_path)
     assert out.returncode == 2 and "turned off" in out.stdout
+
+
+def test_a_killed_fetchs_leftovers_are_cleaned_not_used(mirror, tmp_path):
+    stale = tmp_path / f".{SMALL}.abc123.part"
+    stale.write_bytes((SOURCE / SMALL).read_bytes()[:100])
+    fresh = tmp_path / f".{SMALL}.xyz789.part"          # another fetch, still running: left alone
+    fresh.write_bytes(b"in progress")
+    old = os.path.getmtime(stale) - 2 * fetch.STALE_PART_S
+    os.utime(stale, (old, old))
+    assert fetch.find_trace(SMALL) is None or fetch.find_trace(SMALL).parent != tmp_path
+    report = fetch.fetch([SMALL], target=tmp_path, base_url=mirror.url, say=lambda _: None)
+    assert report.fetched == [SMALL] and not stale.exists() and fresh.exists()

@@ -231,6 +231,24 @@ def _download(trace: RealTrace, url: str, target: Path, timeout: float) -> None:
         tmp.unlink(missing_ok=True)
 
 
+STALE_PART_S = 3600
+
+
+def _remove_stale_parts(target: Path, wanted: list[RealTrace]) -> None:
+    """Temporary files a killed fetch left behind (never read: their names are not the trace's).
+
+    Only those older than an hour, so that a fetch running at the same time keeps its own.
+    """
+    import time
+    for trace in wanted:
+        for part in target.glob(f".{trace.name}.*.part"):
+            try:
+                if time.time() - part.stat().st_mtime > STALE_PART_S:
+                    part.unlink()
+            except OSError:
+                pass
+
+
 def fetch(names: Optional[Iterable[str]] = None, target: Optional[Path] = None, base_url: str = RAW_GITHUB,
           timeout: float = TIMEOUT_S, say: Callable[[str], None] = print) -> FetchReport:
     """Download the named real snapshots (all by default) into target, each verified by sha256."""
@@ -247,6 +265,7 @@ def fetch(names: Optional[Iterable[str]] = None, target: Optional[Path] = None, 
             report.failed[t.name] = f"cannot create {target} ({exc.strerror})"
         say(f"cannot create {target}: {exc.strerror}; set ALLOCATOR_REF_TRACES to a folder you can write")
         return report
+    _remove_stale_parts(target, wanted)
     for trace in wanted:
         if verified(target / trace.name, trace):
             report.already.append(trace.name)
