@@ -210,7 +210,7 @@ def _download(trace: RealTrace, url: str, target: Path, timeout: float) -> None:
                 raise DownloadError(f"{url} answered HTTP {exc.code} {exc.reason}") from None
             except urllib.error.URLError as exc:
                 raise DownloadError(f"cannot reach {url} ({exc.reason}); are you offline? "
-                                    f"Try again when online, or copy the file by hand") from None
+                                    f"Try again when online, or copy {trace.name} by hand into {target}") from None
             except (socket.timeout, TimeoutError):
                 raise DownloadError(f"{url} stopped answering after {received:,} bytes "
                                     f"(timeout {timeout:g} s)") from None
