@@ -17,7 +17,10 @@ picked up without editing this file):
   (type, source and tags), so editing one without ``make sync-notebooks`` fails;
 * the chapter conventions every learner relies on: the first code cell opens
   the device, learning objectives at the top, a recap and "try it" at the end,
-  a link to the chapter's lab.
+  a link to the chapter's lab; no "spec §" citations (a learner has no spec);
+* a chapter that reads a real PyTorch snapshot, run without any
+  (``ALLOCATOR_REF_TRACES=none``), says its trace is course-made and claims
+  no agreement with PyTorch.
 
 The whole course must execute in under 5 minutes on the 2-core CI machine.
 That is a session-level figure: the time of each notebook and the total are
@@ -27,12 +30,12 @@ Chapter authors: write ``chapters/NN_name.md`` (MyST), then
 ``jupytext --to ipynb chapters/NN_name.md`` and
 ``jupytext --set-formats ipynb,md:myst chapters/NN_name.ipynb``; commit both
 without outputs.  Tag a cell ``gpu`` (cell metadata ``tags: [gpu]``) when it
-needs a real GPU.
+needs a real GPU, and open the GPU with ``C.real_gpu(what it measures, where
+the simulated equivalent is)``, which returns None (after saying so) without one.
 """
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import re
 import shutil
