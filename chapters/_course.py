@@ -46,6 +46,11 @@ def open_device(profile: str | None = None):
     print(f"device     : {info.name}")
     print(f"capacity   : {fmt(total)}   free now (cudaMemGetInfo / nvidia-smi view): {fmt(free)}")
     print(f"context    : {fmt(info.context_reserve)} held by the CUDA context, outside every allocator")
+    if profile is None and dev.simulated:
+        from allocator_ref import settings
+        chosen = settings.get("profile")
+        print(f"profile    : {chosen.value} ({chosen.source}); a workshop sets it once in "
+              f"course-settings.toml or ALLOCATOR_REF_PROFILE")
     if dev.simulated:
         print("what it is : SIMULATED. Times come from a cost model with cited sources "
               "(allocator_ref/device/profiles/costs.json) on a virtual clock; every figure below "
