@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from test_notebooks import CHAPTERS, NOTEBOOKS, PROFILES, _ids, execute_notebook
+from test_notebooks import CHAPTERS, NOTEBOOKS, PROFILE_PARAMS, _ids, execute_notebook
 
 CLAIM_MIME = "application/vnd.allocator-ref.claim+json"
 MARKER = re.compile(r"<!--\s*claim:\s*([\w.\-]+)\s*-->")
@@ -74,7 +74,7 @@ WITH_CLAIMS = [p for p in NOTEBOOKS if p.with_suffix(".md").exists()
 
 
 @pytest.mark.skipif(not WITH_CLAIMS, reason="no chapter states claims yet")
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", PROFILE_PARAMS)
 @pytest.mark.parametrize("path", WITH_CLAIMS, ids=_ids(WITH_CLAIMS))
 def test_prose_numbers_match_the_code(path: Path, profile: str):
     """Under the suite's profile and a workshop's: a number the prose states holds on both

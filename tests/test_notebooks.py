@@ -68,6 +68,8 @@ def cell_tags(cell) -> list:
 
 
 PROFILES = ("h100-80gb", "t4-16gb")    # the suite's pinned profile, and a workshop's smaller card
+# As test parameters: the second profile doubles the chapters' run time, so `make test-fast` leaves it out.
+PROFILE_PARAMS = [PROFILES[0], pytest.param(PROFILES[1], marks=pytest.mark.slow)]
 
 
 def kernel_env(device: str | None = None, profile: str | None = None) -> dict:
@@ -170,7 +172,7 @@ def test_kernel_runs_this_interpreter(tmp_path):
 # ------------------------------------------------------------------ execution
 
 @pytest.mark.skipif(not NOTEBOOKS, reason="no chapters yet")
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", PROFILE_PARAMS)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_notebook_runs_all_without_a_gpu(path, profile):
     """A learner's Run All, gpu cells included, on the simulated device under each profile."""
