@@ -67,3 +67,4 @@ def test_make_lab_lists_each_chapter_once(tmp_path):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+        proc.stdout.close()
