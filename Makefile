@@ -25,8 +25,10 @@ venv: $(STAMP)
 # Start the course in JupyterLab, chapter 0 first.  Headless: make lab LAB_ARGS="--no-browser --port 8899"
 # (as root, e.g. in a container, JupyterLab needs --allow-root)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+# JUPYTER_CONFIG_PATH adds .jupyter-course/, which hides each chapter's and lab source's jupytext .md
+# twin from the file browser: JupyterLab would otherwise list and open every chapter twice.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_ARGS) chapters/00_setup_and_tour.ipynb
+	JUPYTER_CONFIG_PATH="$(CURDIR)/.jupyter-course$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" $(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_ARGS) chapters/00_setup_and_tour.ipynb
 
 # Every test.  Passes on a 2-core machine without a GPU (GPU tests skip and say why).
 # Optional extras the tests use when they can have them cheaply (else those tests skip and say why):
@@ -55,6 +57,12 @@ gpu-check: $(STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider -m gpu -rs
 	$(PY) tools/gpu_measure.py
 	$(PY) tools/record_torch_snapshots.py
+
+# Download the real PyTorch snapshots the chapters and labs replay (once, online; sha256-checked) into
+# the per-user cache, or into ALLOCATOR_REF_TRACES when set.  `python -m allocator_ref traces list` says where they are.
+.PHONY: traces
+traces: $(STAMP)
+	$(PY) -m allocator_ref traces fetch
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run

@@ -13,6 +13,7 @@ allocator_ref`` stays fast in a notebook's first cell.
 from __future__ import annotations
 
 import importlib
+import types
 
 __version__ = "0.1.0"
 
@@ -49,7 +50,9 @@ _EXPORTS = {
     "TraceEntry": "allocator_ref.trace",
     "load_snapshot": "allocator_ref.trace",
     "save_snapshot": "allocator_ref.trace",
-    "replay": "allocator_ref.trace",
+    # the function's own module, not the package: importing allocator_ref.trace.replay (the
+    # submodule) rebinds the package attribute ``allocator_ref.trace.replay`` to that module
+    "replay": "allocator_ref.trace.replay",
     "check_stats_consistency": "allocator_ref.caching",
     # VMM teaching API
     "GrowableBuffer": "allocator_ref.vmm",
@@ -63,6 +66,9 @@ def __getattr__(name: str):
     if module is None:
         raise AttributeError(f"module 'allocator_ref' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
+    if isinstance(value, types.ModuleType):     # a submodule shadowed the name: never hand that out
+        raise ImportError(f"allocator_ref.{name} resolved to the module {value.__name__}; "
+                          f"_EXPORTS must name the module that defines {name!r}")
     globals()[name] = value
     return value
 

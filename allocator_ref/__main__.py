@@ -3,6 +3,7 @@
     python -m allocator_ref replay snap.pickle --verify          # does the reference allocator match PyTorch?
     python -m allocator_ref replay snap.pickle --config "expandable_segments:True"
     python -m allocator_ref compare snap.pickle --plot compare.png   # the what-if table
+    python -m allocator_ref traces fetch                         # download the real snapshots (sha256-checked)
 
 A bad argument or a bad file is one line on stderr (exit 2); ``--debug`` shows the traceback.
 """
@@ -164,6 +165,13 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_traces(args) -> int:
+    from .trace import fetch
+    if args.traces_command == "fetch":
+        return fetch.main_fetch(args.names, args.to, args.base_url)
+    return fetch.main_list()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref",
                                      description="Replay PyTorch memory snapshots on the reference allocator.")
@@ -186,6 +194,15 @@ def main(argv=None) -> int:
     c.add_argument("--plot", type=plot_path, default=None, help="write a bar chart PNG here")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compare)
+    t = sub.add_parser("traces", help="the real PyTorch snapshots: fetch them once, or list where they are")
+    tsub = t.add_subparsers(dest="traces_command", required=True)
+    f = tsub.add_parser("fetch", help="download them from their public sources into the per-user cache")
+    f.add_argument("names", nargs="*", help="only these files (default: all)")
+    f.add_argument("--to", default=None, help="folder to store them (default: ALLOCATOR_REF_TRACES, else the cache)")
+    f.add_argument("--from", dest="base_url", default="https://raw.githubusercontent.com",
+                   help="a mirror laid out like raw.githubusercontent.com (owner/repo/commit/path)")
+    tsub.add_parser("list", help="where the course finds each snapshot, or that it is missing")
+    t.set_defaults(func=cmd_traces)
     for subparser in sub.choices.values():      # --debug after the command works too
         if "--debug" not in subparser._option_string_actions:
             subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -46,6 +46,11 @@ def open_device(profile: str | None = None):
     print(f"device     : {info.name}")
     print(f"capacity   : {fmt(total)}   free now (cudaMemGetInfo / nvidia-smi view): {fmt(free)}")
     print(f"context    : {fmt(info.context_reserve)} held by the CUDA context, outside every allocator")
+    if profile is None and dev.simulated:
+        from allocator_ref import settings
+        chosen = settings.get("profile")
+        print(f"profile    : {chosen.value} ({chosen.source}); a workshop sets it once in "
+              f"course-settings.toml or ALLOCATOR_REF_PROFILE")
     if dev.simulated:
         print("what it is : SIMULATED. Times come from a cost model with cited sources "
               "(allocator_ref/device/profiles/costs.json) on a virtual clock; every figure below "
@@ -53,6 +58,46 @@ def open_device(profile: str | None = None):
     else:
         print("what it is : a REAL GPU. Times are measured wall-clock and vary run to run.")
     return dev
+
+
+_PINNED_SAID: set = set()
+
+
+def pinned(profile: str):
+    """A simulated device of the named profile, for a cell whose text quotes that GPU's numbers.
+
+    Every other cell follows the course's ``profile`` setting
+    (``allocator_ref.settings``); this one pins its profile on purpose, and
+    says so the first time, so that a workshop on another profile knows why
+    this figure is not about its card.
+    """
+    from allocator_ref import settings
+    course = settings.get("profile")
+    if profile != course.value and profile not in _PINNED_SAID:
+        _PINNED_SAID.add(profile)
+        print(f"(this example pins the simulated {profile}: the text quotes its numbers; "
+              f"your course profile, {course.value}, is used everywhere else)")
+    return ar.SimDevice(profile)
+
+
+def real_gpu(measures: str, simulated_instead: str):
+    """The real GPU for a ``gpu``-tagged cell, or None after saying plainly why not.
+
+    A learner's Run All on a laptop must not stop here: without a GPU the
+    cell prints what it would have measured and where the chapter shows the
+    simulated equivalent, and the notebook goes on (``make gpu-check`` runs
+    these cells on a real GPU).
+    """
+    from allocator_ref.device.cuda import probe_cuda
+    found, why = probe_cuda()
+    if not found:
+        print(f"no GPU here ({why}), so nothing is measured.\n"
+              f"On a GPU this cell measures {measures}.\n"
+              f"The simulated equivalent: {simulated_instead}.")
+        return None
+    gpu = ar.open_device("cuda")
+    _DEVICES.append(gpu)
+    return gpu
 
 
 def where(dev) -> str:
@@ -177,11 +222,31 @@ def device_view(dev, allocator=None) -> str:
     return line + f"  {where(dev)}"
 
 
+def segment_of(allocator, allocation) -> dict:
+    """The segment (as the block map draws it) that holds an allocation."""
+    for seg in allocator.segments(record=False):
+        if seg["address"] <= allocation.ptr < seg["address"] + seg["total_size"]:
+            return seg
+    raise ValueError(f"no segment of this allocator holds {allocation.ptr:#x}")
+
+
 def claim(name: str, value) -> None:
     """Show a number the chapter's text states, as computed here (the test compares the two)."""
     from IPython.display import display
     text = str(value)
     display({"text/plain": f"claim {name} = {text}", CLAIM_MIME: {"name": name, "value": text}},
+            raw=True)
+
+
+def claim_needs_real_trace(name: str) -> None:
+    """A claim about PyTorch's real snapshot that this run could not check (no real trace found).
+
+    It is shown as such, and ``tests/test_chapter_claims.py`` reports it as
+    unchecked instead of comparing a course-made trace with PyTorch.
+    """
+    from IPython.display import display
+    display({"text/plain": f"claim {name}: not checked here (no real PyTorch snapshot found)",
+             CLAIM_MIME: {"name": name, "value": None, "unchecked": "no real PyTorch snapshot found"}},
             raw=True)
 
 

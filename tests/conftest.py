@@ -7,8 +7,20 @@ otherwise that case is skipped with the reason printed by ``pytest -ra``.
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 
 import pytest
+
+from allocator_ref import settings
+
+# The suite pins its own course settings: a workshop that exports ALLOCATOR_REF_PROFILE=t4-16gb or
+# drops a course-settings.toml at the course root must not change what `make test` checks.  Done
+# at import, before any test or notebook kernel (which inherits os.environ) reads a setting.
+PINNED_SETTINGS = Path(__file__).resolve().parent / "course-settings.toml"
+for _env_name, _default in settings.SETTINGS.values():
+    os.environ.pop(_env_name, None)
+os.environ[settings.FILE_ENV] = str(PINNED_SETTINGS)
 
 from allocator_ref.device import SimDevice
 from allocator_ref.device.cuda import probe_cuda

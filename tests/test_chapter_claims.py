@@ -19,11 +19,12 @@ Rules checked:
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
 
-from test_notebooks import CHAPTERS, NOTEBOOKS, _ids, execute_notebook
+from test_notebooks import CHAPTERS, NOTEBOOKS, PROFILE_PARAMS, _ids, execute_notebook
 
 CLAIM_MIME = "application/vnd.allocator-ref.claim+json"
 MARKER = re.compile(r"<!--\s*claim:\s*([\w.\-]+)\s*-->")
@@ -47,6 +48,8 @@ def prose_claims(markdown: str) -> dict:
 
 
 def computed_claims(nb) -> dict:
+    """name -> value computed by the notebook; None for a claim the run could not check
+    (``_course.claim_needs_real_trace``: a statement about a real PyTorch snapshot, none found)."""
     values: dict = {}
     for cell in nb.cells:
         for out in cell.get("outputs", []):
@@ -71,13 +74,21 @@ WITH_CLAIMS = [p for p in NOTEBOOKS if p.with_suffix(".md").exists()
 
 
 @pytest.mark.skipif(not WITH_CLAIMS, reason="no chapter states claims yet")
+@pytest.mark.parametrize("profile", PROFILE_PARAMS)
 @pytest.mark.parametrize("path", WITH_CLAIMS, ids=_ids(WITH_CLAIMS))
-def test_prose_numbers_match_the_code(path: Path):
+def test_prose_numbers_match_the_code(path: Path, profile: str):
+    """Under the suite's profile and a workshop's: a number the prose states holds on both
+    (a cell that talks about one GPU's numbers pins that profile and says so)."""
     stated = prose_claims(path.with_suffix(".md").read_text(encoding="utf-8"))
-    run, _ = execute_notebook(path)
+    run, _ = execute_notebook(path, profile)
     computed = computed_claims(run)
     missing = sorted(set(stated) - set(computed))
     assert not missing, f"{path.name}: the prose states {missing} but no cell computes them with claim()"
-    wrong = {k: (stated[k], computed[k]) for k in stated if stated[k] != computed[k]}
-    assert not wrong, (f"{path.name}: the prose and the code disagree (name: (prose, code)): {wrong}. "
+    unchecked = sorted(k for k in stated if computed[k] is None)
+    if unchecked:
+        warnings.warn(f"{path.name}: claims {unchecked} need the real PyTorch snapshots and were not "
+                      f"checked (python -m allocator_ref traces fetch, or ../shared/traces)")
+    wrong = {k: (stated[k], computed[k]) for k in stated if computed[k] is not None and stated[k] != computed[k]}
+    assert not wrong, (f"{path.name} under profile {profile}: the prose and the code disagree "
+                       f"(name: (prose, code)): {wrong}. "
                        f"Fix the text, or find out why the code changed.")

@@ -3,16 +3,24 @@
 What this file checks, for EVERY ``chapters/*.ipynb`` (chapters added later are
 picked up without editing this file):
 
-* it executes top to bottom with nbclient on the simulated device
-  (``ALLOCATOR_REF_DEVICE=sim``, ``MPLBACKEND=Agg``, a per-cell timeout), in a
-  kernel that runs this virtual environment's interpreter; cells tagged ``gpu``
-  are left out here and run by ``make gpu-check`` (``test_notebook_on_gpu``);
+* it executes top to bottom exactly as a learner's Run All does: every cell,
+  ``gpu``-tagged ones included (on a machine without a GPU they must say what
+  they would measure and let the notebook go on), the device left at the
+  course setting (``auto``: the simulated device when no GPU answers), under
+  two simulated profiles (``PROFILES``), in a kernel that runs this virtual
+  environment's interpreter; ``make gpu-check`` runs them on the real GPU
+  (``test_notebook_on_gpu``);
+* every student lab notebook (``labs/student``) runs the same way under the
+  second profile (``tests/test_labs.py`` runs them under the first);
 * the ``.ipynb`` carries no outputs and no execution counts;
 * the ``.ipynb`` and its jupytext MyST twin ``.md`` have the same cells
   (type, source and tags), so editing one without ``make sync-notebooks`` fails;
 * the chapter conventions every learner relies on: the first code cell opens
   the device, learning objectives at the top, a recap and "try it" at the end,
-  a link to the chapter's lab.
+  a link to the chapter's lab; no "spec §" citations (a learner has no spec);
+* a chapter that reads a real PyTorch snapshot, run without any
+  (``ALLOCATOR_REF_TRACES=none``), says its trace is course-made and claims
+  no agreement with PyTorch.
 
 The whole course must execute in under 5 minutes on the 2-core CI machine.
 That is a session-level figure: the time of each notebook and the total are
@@ -22,12 +30,12 @@ Chapter authors: write ``chapters/NN_name.md`` (MyST), then
 ``jupytext --to ipynb chapters/NN_name.md`` and
 ``jupytext --set-formats ipynb,md:myst chapters/NN_name.ipynb``; commit both
 without outputs.  Tag a cell ``gpu`` (cell metadata ``tags: [gpu]``) when it
-needs a real GPU.
+needs a real GPU, and open the GPU with ``C.real_gpu(what it measures, where
+the simulated equivalent is)``, which returns None (after saying so) without one.
 """
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import re
 import shutil
@@ -48,7 +56,7 @@ GPU_TAG = "gpu"
 
 NOTEBOOKS = sorted(p for p in CHAPTERS.glob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 TIMINGS: dict[str, float] = {}          # notebook name -> seconds, for the session summary
-_EXECUTED: dict[tuple, tuple] = {}      # (path, include_gpu, mtime) -> (executed notebook, seconds)
+_EXECUTED: dict[tuple, tuple] = {}      # (path, profile, device, mtime) -> (executed notebook, seconds)
 
 
 def _ids(paths):
@@ -59,33 +67,48 @@ def cell_tags(cell) -> list:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
-def kernel_env(device: str = "sim") -> dict:
+PROFILES = ("h100-80gb", "t4-16gb")    # the suite's pinned profile, and a workshop's smaller card
+# As test parameters: the second profile doubles the chapters' run time, so `make test-fast` leaves it out.
+PROFILE_PARAMS = [PROFILES[0], pytest.param(PROFILES[1], marks=pytest.mark.slow)]
+
+
+def kernel_env(device: str | None = None, profile: str | None = None) -> dict:
+    """The learner's environment: the course settings (pinned by conftest), plus what a run overrides.
+
+    ``device=None`` leaves the course setting (``auto``) alone, as a learner's
+    Run All does, except where a GPU answers: there the chapter numbers would be
+    measured, so the run stays on the simulated device (``make gpu-check`` covers the GPU).
+    """
     env = dict(os.environ)
-    env.update(ALLOCATOR_REF_DEVICE=device, MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    env.update(MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    if device is None and _gpu_present():
+        device = "sim"
+    if device is not None:
+        env["ALLOCATOR_REF_DEVICE"] = device
+    if profile is not None:
+        env["ALLOCATOR_REF_PROFILE"] = profile
     # The kernel must import the package from this checkout, wherever pytest was started.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 
 
-def execute_notebook(path: Path, include_gpu: bool = False, device: str = "sim"):
-    """Run a chapter once per session (cached); returns (executed notebook, seconds).
+def execute_notebook(path: Path, profile: str = PROFILES[0], device: str | None = None,
+                     extra_env: tuple = ()):
+    """Run a notebook once per session and profile (cached), every cell; returns (executed, seconds).
 
     ``tests/test_chapter_claims.py`` reads the executed outputs from here, so
-    each chapter runs only once per pytest session.
+    each chapter runs only once per pytest session and profile.
     """
     from nbclient import NotebookClient
 
-    key = (str(path), include_gpu, device, path.stat().st_mtime_ns)
+    key = (str(path), profile, device, extra_env, path.stat().st_mtime_ns)
     if key in _EXECUTED:
         return _EXECUTED[key]
-    nb = nbformat.read(path, as_version=4)
-    run = copy.deepcopy(nb)
-    if not include_gpu:
-        run.cells = [c for c in run.cells if not (c.cell_type == "code" and GPU_TAG in cell_tags(c))]
+    run = nbformat.read(path, as_version=4)
     client = NotebookClient(run, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME, allow_errors=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute(env=kernel_env(device))
+    client.execute(env={**kernel_env(device, profile), **dict(extra_env)})
     seconds = time.perf_counter() - start
     _EXECUTED[key] = (run, seconds)
     return run, seconds
@@ -138,7 +161,7 @@ def test_kernel_runs_this_interpreter(tmp_path):
         "print(sys.executable)\nprint(os.environ['ALLOCATOR_REF_DEVICE'])\nprint(allocator_ref.__file__)")]
     path = tmp_path / "probe.ipynb"
     nbformat.write(nb, path)
-    run, _ = execute_notebook(path)
+    run, _ = execute_notebook(path, device="sim")
     executable, device, package = run.cells[0].outputs[0]["text"].split()
     assert Path(executable).resolve() == Path(sys.executable).resolve(), (
         f"the notebook kernel runs {executable}, the tests run {sys.executable}")
@@ -149,15 +172,53 @@ def test_kernel_runs_this_interpreter(tmp_path):
 # ------------------------------------------------------------------ execution
 
 @pytest.mark.skipif(not NOTEBOOKS, reason="no chapters yet")
+@pytest.mark.parametrize("profile", PROFILE_PARAMS)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_notebook_executes_on_simulated_device(path):
+def test_notebook_runs_all_without_a_gpu(path, profile):
+    """A learner's Run All, gpu cells included, on the simulated device under each profile."""
     try:
-        run, seconds = execute_notebook(path)
+        run, seconds = execute_notebook(path, profile)
     except Exception as exc:      # CellExecutionError carries the failing cell and traceback
-        pytest.fail(f"{path.name} failed on the simulated device:\n{exc}", pytrace=False)
-    TIMINGS[path.name] = seconds
+        pytest.fail(f"{path.name} failed under profile {profile}:\n{exc}", pytrace=False)
+    if profile == PROFILES[0]:
+        TIMINGS[path.name] = seconds
     text = outputs_text(run)
     assert "simulated" in text.lower(), f"{path.name} never says that its figures are simulated"
+    for cell in run.cells:
+        if cell.cell_type == "code" and GPU_TAG in cell_tags(cell) and not _gpu_present():
+            said = "".join(o.get("text", "") for o in cell.get("outputs", []))
+            assert re.search(r"no GPU", said) and re.search(r"simulated", said), (
+                f"{path.name}: a gpu cell on a machine without a GPU must say what it would measure "
+                f"and where the simulated equivalent is; it printed:\n{said[:600]}")
+
+
+REAL_TRACE_CHAPTERS = [p for p in NOTEBOOKS if "find_trace(" in p.with_suffix(".md").read_text(encoding="utf-8")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", REAL_TRACE_CHAPTERS, ids=_ids(REAL_TRACE_CHAPTERS))
+def test_without_real_traces_a_chapter_says_so(path):
+    """A clone without the real snapshots: the chapter runs, says its trace is course-made, and
+    never reports agreement with PyTorch for it (ALLOCATOR_REF_TRACES=none hides every real one)."""
+    run, _ = execute_notebook(path, extra_env=(("ALLOCATOR_REF_TRACES", "none"),))
+    text = outputs_text(run)
+    assert "COURSE-MADE" in text and "traces fetch" in text, f"{path.name} does not say its trace is course-made"
+    assert not re.search(r"at PyTorch's exact address|\(real PyTorch snapshot\)", text), (
+        f"{path.name} claims agreement with PyTorch for a course-made trace")
+
+
+STUDENT_LABS = sorted((ROOT / "labs" / "student").glob("lab*.ipynb"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not STUDENT_LABS, reason="no student lab notebooks generated")
+@pytest.mark.parametrize("path", STUDENT_LABS, ids=_ids(STUDENT_LABS))
+def test_student_lab_runs_all_under_the_second_profile(path):
+    """A learner's untouched lab under a workshop's profile: every cell runs (the checks say FAIL, not crash)."""
+    try:
+        execute_notebook(path, PROFILES[1])
+    except Exception as exc:
+        pytest.fail(f"{path.name} failed under profile {PROFILES[1]}:\n{exc}", pytrace=False)
 
 
 def _gpu_present() -> bool:
@@ -182,7 +243,7 @@ def test_notebook_on_gpu(path):
     """``make gpu-check``: the whole chapter, ``gpu`` cells included, on the real device."""
     if not _gpu_present():
         pytest.skip("no NVIDIA GPU answers nvidia-smi here")
-    execute_notebook(path, include_gpu=True, device="cuda")
+    execute_notebook(path, device="cuda")
 
 
 # ------------------------------------------------------------------ clean files
@@ -230,6 +291,9 @@ def test_chapter_conventions(path):
     assert re.search(r"learning objectives", head, re.I), f"{path.name}: learning objectives at the top"
     assert re.search(r"^#+ .*recap", markdown, re.I | re.M), f"{path.name}: a recap section at the end"
     assert re.search(r"^#+ .*try it", markdown, re.I | re.M), f"{path.name}: a 'try it' section at the end"
+    cited = re.findall(r"spec\s*§\s*[\d.–-]+", markdown)
+    assert not cited, (f"{path.name} cites {cited}: a learner has no spec; cite the PyTorch function "
+                       f"(file + name) or the course's own files")
     number = path.name[:2]
     wanted = r"\d\d" if number == "00" else number        # chapter 0 (setup) points at the first lab
     assert re.search(rf"labs/student/lab{wanted}_\w+\.ipynb", markdown), (

@@ -67,6 +67,7 @@ BAR_H = 16
 HEADER_H = 24          # one pool group's heading
 LEGEND_H = 30
 MIN_LABEL_W = 58       # a block narrower than this gets no size label (it would not fit)
+MIN_BLOCK_W = 5        # a block narrower than this to scale is drawn this wide, on top, and marked
 
 
 def segments_of(state: Any, device: Optional[int] = None) -> list:
@@ -181,15 +182,26 @@ def _draw_segment(out: list, seg: dict, seg_id: Any, y: int, bar_w: float, marke
     out.append(f'<text x="12" y="{y + 13}" fill="#33414e">{escape(label)}</text>')
     x0 = LABEL_W
     offset = 0
+    tiny = []
     for block in blocks:
-        out.append(_block_rect(block, x0 + offset * scale, y, block["size"] * scale, addr, seg_id, marked))
+        x, w = x0 + offset * scale, block["size"] * scale
         offset += block["size"]
+        if w < MIN_BLOCK_W:          # a 512 B block in a 2 MiB segment is 0.2 px: drawn after, wider
+            tiny.append((block, x))
+            continue
+        out.append(_block_rect(block, x, y, w, addr, seg_id, marked))
+    for block, x in tiny:
+        x = min(max(x, x0), x0 + bar_w - MIN_BLOCK_W)
+        out.append(_block_rect(block, x, y, MIN_BLOCK_W, addr, seg_id, marked, widened=True))
+        out.append(f'<path class="ar-widened-mark" d="M{x + MIN_BLOCK_W / 2:.2f},{y + BAR_H + 0.5} '
+                   f'l3,5 h-6 z" fill="#33414e"/>')
     stroke, sw = (HIGHLIGHT, 2.5) if addr in marked else ("#7d8a96", 1)
     out.append(f'<rect class="ar-outline" x="{x0}" y="{y}" width="{bar_w:.2f}" height="{BAR_H}" fill="none" '
                f'stroke="{stroke}" stroke-width="{sw}"/></g>')
 
 
-def _block_rect(block: dict, x: float, y: int, w: float, seg_addr: int, seg_id: Any, marked: set) -> str:
+def _block_rect(block: dict, x: float, y: int, w: float, seg_addr: int, seg_id: Any, marked: set,
+                widened: bool = False) -> str:
     state = block.get("state", "inactive")
     fill, ink = STATE_STYLE.get(state, STATE_STYLE["inactive"])
     addr, size = block["address"], block["size"]
@@ -199,16 +211,25 @@ def _block_rect(block: dict, x: float, y: int, w: float, seg_addr: int, seg_id: 
            f"(+{addr - seg_addr:#x} in seg {seg_id})")
     if state != "inactive" and block.get("requested_size"):
         tip += f"; requested {format_bytes(block['requested_size'])}"
-    if state != "inactive":
-        w = max(w, 1.5)   # a 512 B tensor in a 2 MiB segment is 0.2 px wide: keep it visible
-    cls = "ar-block ar-changed" if changed else "ar-block"
+    if widened:
+        tip += f" (drawn {MIN_BLOCK_W} px wide so that it shows; to scale it is narrower)"
+    cls = "ar-block" + (" ar-changed" if changed else "") + (" ar-widened" if widened else "")
+    mark = ' data-widened="1"' if widened else ""
     rect = (f'<rect class="{cls}" id="blk-{addr:#x}" data-addr="{addr:#x}" data-state="{state}" '
-            f'data-size="{size}" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{BAR_H}" fill="{fill}" {stroke}>'
+            f'data-size="{size}"{mark} '
+            f'x="{x:.2f}" y="{y}" width="{w:.2f}" height="{BAR_H}" fill="{fill}" {stroke}>'
             f'<title>{tip}</title></rect>')
     if w < MIN_LABEL_W:
         return rect
     return (rect + f'<text x="{x + w / 2:.2f}" y="{y + 12}" text-anchor="middle" fill="{ink}" '
             f'font-size="11" pointer-events="none">{format_bytes(size)}</text>')
+
+
+def _too_narrow(seg: dict, width: int) -> bool:
+    """Does this segment have a block that _draw_segment widens (same arithmetic)?"""
+    blocks = seg.get("blocks") or ()
+    span = max(seg.get("total_size", 0), sum(b["size"] for b in blocks)) or 1
+    return any(b["size"] * (width - LABEL_W - 10) / span < MIN_BLOCK_W for b in blocks)
 
 
 def _legend(segments: list, top: int, width: int) -> tuple[str, int]:
@@ -228,6 +249,8 @@ def _legend(segments: list, top: int, width: int) -> tuple[str, int]:
         amount = f" {format_bytes(totals[state])}" if state in totals else ""
         items.append((STATE_STYLE[state][0], words + amount))
     items.append((None, f"reserved {format_bytes(reserved)} in {len(segments)} segment{'s' if len(segments) != 1 else ''}"))
+    if any(_too_narrow(seg, width) for seg in segments):
+        items.append((None, "\u25b2 marks a block too small to see, drawn wider than to scale"))
     parts = [f'<g class="ar-legend" transform="translate(4,{top + 6})">']
     x = y = 0
     for fill, text in items:
