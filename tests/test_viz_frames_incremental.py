@@ -87,11 +87,19 @@ def test_incremental_frames_equal_full_snapshots(config, seed):
 
 
 def test_other_designs_are_snapshotted_whole():
+    from allocator_ref.viz.segment_reader import can_follow
     a = ar.BFCAllocator(ar.SimDevice("tiny-1gb"))
+    assert not can_follow(a)
+    full = FullSnapshots(a)
+    stop = a.trace.add_listener(full)
     with record_frames(a) as frames:
         x = a.malloc(3 * MiB)
+        y = a.malloc(5 * MiB)
         a.free(x)
-    assert len(frames) >= 2 and frames.state(len(frames) - 1) == sorted(segments_of(a), key=lambda s: s["address"])
+    stop()
+    assert len(frames) == len(full.source) >= 3
+    assert [frames.state(i) for i in range(len(frames))] == [full.source.state(i) for i in range(len(frames))]
+    assert frames[-1].segments != frames[0].segments
 
 
 FULLSTEP = TRACES / "cs336-gpt-ctx128-fullstep.pickle"
