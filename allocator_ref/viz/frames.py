@@ -375,6 +375,7 @@ def record_frames(allocator: Any, keyframe_every: int = 200,
     follower = SegmentFollower(allocator) if can_follow(allocator) else None
     initial = follower.segments.values() if follower else segments_of(allocator)
     source = FrameSource(initial, keyframe_every)
+    source.follower = follower            # how it was recorded (benchmarks count its full reads)
     stop = allocator.trace.add_listener(_Recorder(allocator, source, follower, frozenset(skip_actions)))
     try:
         yield source

@@ -16,7 +16,10 @@ can become two): after those the follower reads everything again (such events ar
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from typing import Any, Optional
+
+from sortedcontainers import SortedList
 
 from ..caching.snapshot import block_state
 from .blockmap import segments_of
@@ -29,46 +32,11 @@ def can_follow(allocator: Any) -> bool:
     return all(hasattr(allocator, name) for name in ("active_blocks", "large_blocks", "small_blocks"))
 
 
-def segment_dict(allocator: Any, head: Any) -> dict:
-    """The ``segments()`` entry of the mapped range that starts at block ``head`` (same keys, same order)."""
-    segment = {
-        "device": allocator.device.info.index, "address": head.ptr, "total_size": 0,
-        "allocated_size": 0, "active_size": 0, "requested_size": 0,
-        "stream": head.stream_key,
-        "segment_type": "small" if head.pool.is_small else "large",
-        "segment_pool_id": (0, 0),
-        "is_expandable": head.expandable_segment is not None,
-        "frames": list(head.segment_frames), "blocks": [],
-    }
-    block = head
-    while block is not None and block.mapped:
-        state = block_state(block)
-        segment["blocks"].append({"address": block.ptr, "size": block.size,
-                                  "requested_size": block.requested_size,
-                                  "state": state, "frames": list(block.frames)})
-        segment["total_size"] += block.size
-        if block.allocated:
-            segment["allocated_size"] += block.size
-        if state != "inactive":
-            segment["active_size"] += block.size
-            segment["requested_size"] += block.requested_size
-        block = block.next
-    return segment
-
-
-def _head(allocator: Any, block: Any) -> Optional[Any]:
-    """The first block of ``block``'s mapped range, or None when ``block`` is no longer in use."""
-    if block is None or not block.mapped:
-        return None
-    head = block
-    while head.prev is not None and head.prev.mapped:
-        head = head.prev
-    # A live head is either handed out / waiting for events, or free in its pool.
-    if allocator.active_blocks.get(head.ptr) is head:
-        return head
-    if (head.stream_key, head.size, head.ptr, head) in head.pool.blocks:
-        return head
-    return None
+def _live(allocator: Any, block: Any) -> bool:
+    """Is ``block`` still one of the allocator's blocks (handed out, waiting for events, or cached)?"""
+    if allocator.active_blocks.get(block.ptr) is block:
+        return True
+    return block.mapped and (block.stream_key, block.size, block.ptr, block) in block.pool.blocks
 
 
 class SegmentFollower:
@@ -76,42 +44,65 @@ class SegmentFollower:
 
         follower = SegmentFollower(allocator)
         changed, gone = follower.update(event)    # call from a trace listener, once per event
+
+    A segment of a long run can hold thousands of blocks (an expandable segment does), so
+    even one segment is not re-read whole: an event changes the block it names and its two
+    neighbours (a split makes the next one, a merge swallows them), and only those block
+    dicts are replaced in a copy of the segment's list.
     """
 
     def __init__(self, allocator: Any) -> None:
         self.allocator = allocator
-        self.segments: dict = {s["address"]: s for s in segments_of(allocator)}
+        self.segments: dict = {}
+        self.starts = SortedList()
+        self._reset({s["address"]: s for s in segments_of(allocator)})
         self._handles: list = []       # blocks the last event touched, re-read at the next one
         self._read_all = False
         self.full_reads = 0            # how often everything had to be read (for benchmarks)
+
+    def _reset(self, segments: dict) -> None:
+        self.segments = segments
+        self.starts = SortedList(segments)
 
     def update(self, event: dict) -> tuple[dict, tuple]:
         """Apply ``event``; returns (segments new or changed, addresses of segments gone)."""
         action, addr = event.get("action"), event.get("addr")
         block = self.allocator.active_blocks.get(addr) if addr is not None else None
-        if self._read_all or action in _READ_AGAIN:
+        changed: Optional[dict] = None
+        if not self._read_all and action not in _READ_AGAIN:
+            changed = self._patch_touched(self._handles + [block])
+        if changed is None:            # expandable ranges reshaped, or a block we held is gone
             changed, gone = self._read_everything()
         else:
-            changed, gone = self._read_touched(self._handles + [block])
-        self._read_all = changed is None
-        if changed is None:            # a block we held was no longer live: be safe
-            changed, gone = self._read_everything()
+            gone = ()
+        self._read_all = False
         gone = self._settle(event, changed, gone)
         self._handles = [block] if block is not None else []
         return changed, gone
 
-    def _read_touched(self, blocks: list) -> tuple[Optional[dict], tuple]:
+    # ------------------------------------------------------------ reading
+    def _segment_of(self, ptr: int) -> Optional[dict]:
+        i = self.starts.bisect_right(ptr) - 1
+        if i < 0:
+            return None
+        seg = self.segments[self.starts[i]]
+        return seg if ptr < seg["address"] + seg["total_size"] else None
+
+    def _patch_touched(self, blocks: list) -> Optional[dict]:
         changed: dict = {}
+        seen: set = set()
         for block in blocks:
-            if block is None:
+            if block is None or id(block) in seen:
                 continue
-            head = _head(self.allocator, block)
-            if head is None:
-                return None, ()
-            if head.ptr not in changed:
-                changed[head.ptr] = segment_dict(self.allocator, head)
-        self.segments.update(changed)
-        return changed, ()
+            seen.add(id(block))
+            if not _live(self.allocator, block):
+                return None
+            seg = self._segment_of(block.ptr)
+            patched = _patch(self.allocator, seg, block) if seg is not None else None
+            if patched is None:
+                return None
+            changed[seg["address"]] = self.segments[seg["address"]] = patched
+        return changed
 
     def _read_everything(self) -> tuple[dict, tuple]:
         self.full_reads += 1
@@ -119,21 +110,125 @@ class SegmentFollower:
         old = self.segments
         changed = {a: s for a, s in current.items() if old.get(a) != s}
         gone = tuple(a for a in old if a not in current)
-        self.segments = current
+        self._reset(current)
         return changed, gone
 
     def _settle(self, event: dict, changed: dict, gone: tuple) -> tuple:
         """Apply the change of an event reported before it happens (see ``frames.settle``)."""
-        from .frames import _fresh_segment, _merged, _segment_at
+        from .frames import _fresh_segment
         action, addr = event.get("action"), event.get("addr")
-        if action == "segment_alloc" and addr not in self.segments:
+        if action == "segment_alloc" and self._segment_of(addr) is None:
             changed[addr] = self.segments[addr] = _fresh_segment(event)
+            self.starts.add(addr)
         elif action == "segment_free" and addr in self.segments:
             del self.segments[addr]
+            self.starts.remove(addr)
             changed.pop(addr, None)
             gone += (addr,)
         elif action == "free_completed":
-            seg = changed.get(addr) or _segment_at(sorted(changed.values(), key=lambda s: s["address"]), addr)
+            seg = self._segment_of(addr)
             if seg is not None:
-                changed[seg["address"]] = self.segments[seg["address"]] = _merged(seg, addr)
+                changed[seg["address"]] = self.segments[seg["address"]] = _merge_at(seg, addr)
         return gone
+
+
+# ---------------------------------------------------------------- block-level patches
+
+def _block_dict(block: Any) -> dict:
+    return {"address": block.ptr, "size": block.size, "requested_size": block.requested_size,
+            "state": block_state(block), "frames": list(block.frames)}
+
+
+def _sums(blocks: list) -> tuple[int, int, int]:
+    """(allocated, active, requested) bytes of some block dicts, as ``segments()`` adds them."""
+    allocated = active = requested = 0
+    for b in blocks:
+        if b["state"] == "active_allocated":
+            allocated += b["size"]
+        if b["state"] != "inactive":
+            active += b["size"]
+            requested += b["requested_size"]
+    return allocated, active, requested
+
+
+def _with_blocks(segment: dict, i: int, j: int, new: list) -> dict:
+    """``segment`` with its blocks ``i:j`` replaced by ``new`` (the totals follow)."""
+    old = segment["blocks"][i:j]
+    a0, c0, r0 = _sums(old)
+    a1, c1, r1 = _sums(new)
+    return dict(segment, blocks=segment["blocks"][:i] + new + segment["blocks"][j:],
+                allocated_size=segment["allocated_size"] - a0 + a1,
+                active_size=segment["active_size"] - c0 + c1,
+                requested_size=segment["requested_size"] - r0 + r1)
+
+
+def _patch(allocator: Any, segment: dict, block: Any) -> Optional[dict]:
+    """``segment`` with ``block`` and its neighbours read again; None if the old dicts do not line up.
+
+    The old dicts to replace and the current blocks to read must cover the same bytes: a
+    split or merge next door (the current event's, when ``block`` is the previous
+    event's) can move a boundary, so both ends are widened until they agree.
+    """
+    lo = block.prev if block.prev is not None and block.prev.mapped else block
+    hi = block.next if block.next is not None and block.next.mapped else block
+    blocks = segment["blocks"]
+    i = bisect_right(blocks, lo.ptr, key=_address) - 1
+    j = bisect_left(blocks, hi.ptr + hi.size, key=_address)
+    if i < 0 or j == 0:
+        return None
+    while blocks[i]["address"] != lo.ptr:          # widen the start
+        if blocks[i]["address"] < lo.ptr:
+            lo = lo.prev
+            if lo is None or not lo.mapped:
+                return None
+        else:
+            i -= 1
+            if i < 0:
+                return None
+    while True:                                     # widen the end
+        old_end = blocks[j - 1]["address"] + blocks[j - 1]["size"]
+        new_end = hi.ptr + hi.size
+        if old_end == new_end:
+            break
+        if new_end < old_end:
+            hi = hi.next
+            if hi is None or not hi.mapped:
+                return None
+        else:
+            j += 1
+            if j > len(blocks):
+                return None
+    return _with_blocks(segment, i, j, [_block_dict(b) for b in _chain(lo, hi)])
+
+
+def _chain(lo: Any, hi: Any) -> list:
+    out, b = [lo], lo
+    while b is not hi:
+        b = b.next
+        out.append(b)
+    return out
+
+
+def _address(block: dict) -> int:
+    return block["address"]
+
+
+def _merge_at(segment: dict, addr: int) -> dict:
+    """``segment`` with the block at ``addr`` free and merged with free neighbours (``free_block``).
+
+    The freed block absorbs its neighbours and keeps its own ``requested_size``, as
+    ``try_merge_blocks`` leaves it.
+    """
+    blocks = segment["blocks"]
+    k = bisect_left(blocks, addr, key=_address)
+    if k == len(blocks) or blocks[k]["address"] != addr:
+        return segment
+    i, j = k, k + 1
+    if i > 0 and blocks[i - 1]["state"] == "inactive":
+        i -= 1
+    if j < len(blocks) and blocks[j]["state"] == "inactive":
+        j += 1
+    freed = blocks[k]
+    merged = dict(freed, address=blocks[i]["address"], state="inactive",
+                  size=sum(b["size"] for b in blocks[i:j]))
+    return _with_blocks(segment, i, j, [merged])
