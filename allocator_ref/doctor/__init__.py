@@ -59,7 +59,7 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
             target = capacity = None
             where = "no target"
         plan = prescribe(device_snapshot(diag.snapshot, diag.device), diag.device, diag.config, target, capacity,
-                         where, profile)
+                         where, profile, live_need=diag.live_need)
     report = DoctorReport(diag, plan, DoctorReport.decide(diag, plan))
     report.seconds = time.perf_counter() - start
     return report

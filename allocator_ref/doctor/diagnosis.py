@@ -26,6 +26,7 @@ from ..trace.snapshot import load_snapshot
 from ..viz.replay_frames import frames_of_snapshot
 
 SMALL_SEGMENT = 2 * 2**20
+ROUND = 512      # kMinBlockSize: every request is rounded up to a multiple of 512 bytes (round_size)
 CALL_ACTIONS = ("alloc", "free_requested", "free_completed", "oom")
 
 
@@ -84,7 +85,8 @@ class Diagnosis:
     by_pool: dict = field(default_factory=dict)        # pool -> free bytes at the peak
     by_stream: dict = field(default_factory=dict)      # stream -> {"free": , "pending": , "allocated": }
     largest: list = field(default_factory=list)        # LiveAllocation, largest first
-    oom: Optional[OomFacts] = None
+    oom: Optional[OomFacts] = None       # the first out-of-memory error of the trace
+    oom_count: int = 0
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -93,6 +95,15 @@ class Diagnosis:
     @property
     def allocated_at_peak(self) -> int:
         return self.allocated[self.peak_reserved_at] if self.allocated else 0
+
+    @property
+    def live_need(self) -> int:
+        """Bytes live at once at the worst moment, counting the request that failed."""
+        need = self.peak_allocated
+        if self.oom is not None:
+            request = -(-self.oom.request // ROUND) * ROUND
+            need = max(need, self.oom.allocated + request)
+        return need
 
     @property
     def pending_at_peak(self) -> int:
@@ -170,6 +181,7 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
     _where_memory_sits(diag, frames.state(peak_reserved_at), frames.segment_ids)
     diag.largest = _largest_live(frames.state(peak_reserved_at), events, frames.first_event + peak_reserved_at)
     diag.oom = _oom_facts(events, frames, allocated, reserved)
+    diag.oom_count = sum(1 for e in events if e.get("action") == "oom")
     return diag
 
 

@@ -88,6 +88,8 @@ class Remedies:
     capacity: Optional[int]            # the simulated GPU's total memory for the replays
     target_from: str                   # where the target came from, in words
     trials: list = field(default_factory=list)
+    extra_needed: Optional[int] = None    # when nothing fits: bytes more the recorded settings need (replayed)
+    search: list = field(default_factory=list)   # the replays that found it: (extra bytes, fits)
 
     @property
     def recorded(self) -> Trial:
@@ -95,7 +97,7 @@ class Remedies:
 
     @property
     def replays(self) -> int:
-        return sum(1 for t in self.trials if not t.skipped)
+        return sum(1 for t in self.trials if not t.skipped) + len(self.search)
 
     @property
     def recommended(self) -> Optional[Trial]:
@@ -214,13 +216,43 @@ def run_trial(trial: Trial, snapshot: dict, device: int, capacity: Optional[int]
 
 
 def prescribe(snapshot: dict, device: int, recorded: str, target: Optional[int], capacity: Optional[int],
-              target_from: str, profile: str = "h100-80gb") -> Remedies:
+              target_from: str, profile: str = "h100-80gb", live_need: int = 0) -> Remedies:
     """Replay the recorded settings and every remedy; the evidence for the recommendation."""
     runnable = failed_requests_as_allocs(snapshot)
     remedies = Remedies(target, capacity, target_from, plan(recorded, target, capacity))
     for trial in remedies.trials:
         run_trial(trial, runnable, device, capacity, profile)
+    if target is not None and not any(t.fits for t in remedies.trials if not t.skipped):
+        find_extra_needed(remedies, runnable, device, profile, at_least=live_need - target)
     return remedies
+
+
+def find_extra_needed(remedies: Remedies, snapshot: dict, device: int, profile: str, at_least: int = 0,
+                      precision: int = 16 * 2**20) -> None:
+    """How much more memory the recorded settings need to fit: a bisection of replays.
+
+    Nothing fits, so only less live memory (or a bigger GPU) helps.  How much less?  The
+    replays answer it for the recorded settings: the smallest extra capacity at which the
+    same requests run without an out-of-memory error, to ``precision`` bytes.  The search
+    starts from ``at_least`` (the live bytes that exceed the device: less cannot fit),
+    doubles the extra until the run fits, then halves the gap.
+    """
+    recorded = remedies.trials[0]
+
+    def fits(extra: int) -> bool:
+        probe = run_trial(Trial("recorded", "", recorded.config), snapshot, device, remedies.capacity + extra, profile)
+        remedies.search.append((extra, bool(probe.fits)))
+        return bool(probe.fits)
+
+    lo, hi = 0, max(0, at_least) + precision
+    while not fits(hi):                  # double until it fits (a GPU of 1 PiB more ends the search)
+        lo, hi = hi, hi * 2
+        if hi > 2**50:
+            return
+    while hi - lo > precision:           # then halve the gap
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    remedies.extra_needed = hi
 
 
 def context_reserve(profile: str) -> int:

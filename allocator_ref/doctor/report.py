@@ -21,7 +21,6 @@ from ..viz.sizes import format_bytes
 from .diagnosis import Diagnosis
 from .remedies import Remedies, Trial
 
-ROUND = 512      # kMinBlockSize: every request is rounded up to a multiple of 512 bytes (round_size)
 
 
 @dataclass
@@ -71,13 +70,19 @@ class DoctorReport:
                            f"out-of-memory error{'s' if recorded.ooms != 1 else ''}), fragmentation at that peak "
                            f"{format_bytes(chosen.fragmentation)}. It is the smallest change that fits.",
                            chosen.line, chosen)
-        need = live_need(diag)
-        cut = max(0, need - remedies.target)
+        need = diag.live_need
+        short = max(0, need - remedies.target)
+        extra = remedies.extra_needed or short
+        why = (f"The live tensors alone need {format_bytes(need)} at their peak"
+               + (" (counting the request that failed)" if diag.oom else "")
+               + (f", {format_bytes(short)} more than the device has." if short else
+                  f", which is within the device, but no setting tried packs them into it."))
         return Verdict("less-memory", f"No allocator setting fits: every replay runs out of memory in "
-                       f"{format_bytes(remedies.target)}. The live tensors alone need {format_bytes(need)} at their "
-                       f"peak{' (counting the request that failed)' if diag.oom else ''}, so only less live memory "
-                       f"helps: at least {format_bytes(cut)} less (a smaller batch or sequence, activation "
-                       "checkpointing, dropping references sooner), or a bigger GPU.", None, None, reduce_by=cut)
+                       f"{format_bytes(remedies.target)}. {why} Only less live memory helps (a smaller batch or "
+                       "sequence, activation checkpointing, dropping references sooner), or a bigger GPU: replays "
+                       f"of the recorded settings fit once they have {format_bytes(extra)} more, so cut about that "
+                       f"much{f' (and at least {format_bytes(short)})' if short else ''}.",
+                       None, None, reduce_by=extra)
 
     # ------------------------------------------------------------ words
     def text(self) -> str:
@@ -127,7 +132,10 @@ class DoctorReport:
                 out.append(f"  stream {stream}: {per['segments']} segments, {format_bytes(per['free'])} cached free "
                            f"(usable only by that stream), {format_bytes(per['allocated'])} allocated")
         if d.oom is not None:
-            out += ["", "THE OUT-OF-MEMORY ERROR, LINE BY LINE"] + ["  " + line for line in oom_lines(d)]
+            title = "THE OUT-OF-MEMORY ERROR, LINE BY LINE"
+            if d.oom_count > 1:
+                title += f" (the first of {d.oom_count} in the trace)"
+            out += ["", title] + ["  " + line for line in oom_lines(d)]
         if r is not None:
             out += ["", f"REMEDIES, EACH REPLAYED ({r.replays} replays"
                     + (f", target {format_bytes(r.target)})" if r.target is not None else ", no target)")]
@@ -153,6 +161,8 @@ class DoctorReport:
             "allocs": d.verify_summary["allocs"], "allocs_exact": d.verify_summary["allocs_exact"],
             "verdict": v.kind, "verdict_text": v.text, "recommended_line": v.line,
             "reduce_live_memory_by": v.reduce_by,
+            "extra_memory_needed": None if r is None else r.extra_needed,
+            "oom_count": d.oom_count,
             "peak_allocated": d.peak_allocated, "peak_reserved": d.peak_reserved,
             "unallocated_at_peak": d.unallocated_at_peak, "pending_free_at_peak": d.pending_at_peak,
             "by_pool": d.by_pool,
@@ -192,15 +202,6 @@ class DoctorReport:
 def _escape(text: str) -> str:
     from html import escape
     return escape(text)
-
-
-def live_need(diag: Diagnosis) -> int:
-    """Bytes live at once at the worst moment, counting the request that failed."""
-    need = diag.peak_allocated
-    if diag.oom is not None:
-        request = -(-diag.oom.request // ROUND) * ROUND
-        need = max(need, diag.oom.allocated + request)
-    return need
 
 
 def oom_lines(diag: Diagnosis) -> list[str]:
