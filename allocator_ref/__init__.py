@@ -39,7 +39,7 @@ _EXPORTS = {
     "load_snapshot": "allocator_ref.trace",
     "save_snapshot": "allocator_ref.trace",
     "replay": "allocator_ref.trace",
-    "doctor": "allocator_ref.doctor",
+    "doctor": "allocator_ref.memory_doctor",
     "check_stats_consistency": "allocator_ref.caching",
     # VMM teaching API
     "GrowableBuffer": "allocator_ref.vmm",

@@ -101,7 +101,7 @@ def cmd_compare(args) -> int:
             line += "  " + ("yes" if r["fits"] else "NO (OOM)")
         print(line)
     if args.plot:
-        from .doctor.charts import plot_what_if
+        from .memory_doctor.charts import plot_what_if
         target = None if args.device_memory is None else int(args.device_memory * GiB)
         chart_rows = [{"label": r["policy"] if r["config"] == "(default)" else f"{r['policy']}: {r['config']}",
                        "peak_reserved": r["peak_reserved"], "peak_allocated": r["peak_allocated"],
@@ -115,7 +115,7 @@ def cmd_compare(args) -> int:
 
 def cmd_doctor(args) -> int:
     from pathlib import Path
-    from .doctor import doctor
+    from .memory_doctor import doctor
     if args.html and not Path(args.html).resolve().parent.is_dir():
         raise ValueError(f"--html {args.html}: its folder does not exist; create it or write the report elsewhere")
     report = doctor(args.snapshot, args.device_memory, device=args.device, profile=args.profile)

@@ -1,8 +1,8 @@
 """The doctor's answer: a verdict from the replays, and the findings in plain words.
 
-:class:`DoctorReport` holds the :class:`~allocator_ref.doctor.diagnosis.Diagnosis` (what
+:class:`DoctorReport` holds the :class:`~allocator_ref.memory_doctor.diagnosis.Diagnosis` (what
 happened, read off a verified replay) and the
-:class:`~allocator_ref.doctor.remedies.Remedies` (what each change would have done,
+:class:`~allocator_ref.memory_doctor.remedies.Remedies` (what each change would have done,
 each replayed).  Its verdict is computed from those numbers only:
 
 * the replay does not reproduce PyTorch -> no advice (the numbers would not be PyTorch's);

@@ -27,7 +27,7 @@ GiB = 2**30
 
 def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Optional[int] = None,
            profile: str = "h100-80gb", remedies: bool = True):
-    """Diagnose ``snapshot`` (a path or a dict): a :class:`~allocator_ref.doctor.report.DoctorReport`.
+    """Diagnose ``snapshot`` (a path or a dict): a :class:`~allocator_ref.memory_doctor.report.DoctorReport`.
 
     ``device_memory`` (GiB) is the GPU to fit in; without it, a snapshot that ran out of
     memory tells the target itself (what was reserved at the OOM plus what the driver said

@@ -50,7 +50,8 @@ class Trial:
     change: str                        # the change, as it is written in PYTORCH_CUDA_ALLOC_CONF
     config: str                        # the whole PYTORCH_CUDA_ALLOC_CONF value replayed
     policy: str = "caching"
-    fraction: Optional[float] = None   # torch.cuda.set_per_process_memory_fraction, if any
+    fraction: Optional[float] = None   # torch.cuda.set_per_process_memory_fraction in the replay, if any
+    allowed: Optional[int] = None      # the bytes that fraction allows (the same on any GPU)
     peak_reserved: int = 0
     peak_allocated: int = 0
     fragmentation: int = 0             # reserved - allocated at the reserved peak
@@ -70,13 +71,16 @@ class Trial:
     def line(self) -> str:
         """What to put in the environment (and code) to run with this remedy."""
         text = f"PYTORCH_CUDA_ALLOC_CONF={self.config}" if self.config else "PYTORCH_CUDA_ALLOC_CONF="
-        if self.fraction is not None:
-            text += f"  # and in the script: torch.cuda.set_per_process_memory_fraction({self.fraction:.3f})"
+        if self.allowed is not None:
+            # A fraction of *your* GPU's total that allows the target bytes: written as a division
+            # so it is right on whatever GPU runs it.
+            text += ("  # and in the script: torch.cuda.set_per_process_memory_fraction("
+                     f"{self.allowed} / torch.cuda.get_device_properties(0).total_memory)")
         return text
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "change": self.change, "config": self.config, "policy": self.policy,
-                "fraction": self.fraction, "line": self.line, "peak_reserved": self.peak_reserved,
+                "fraction": self.fraction, "allowed": self.allowed, "line": self.line, "peak_reserved": self.peak_reserved,
                 "peak_allocated": self.peak_allocated, "fragmentation_at_peak": self.fragmentation,
                 "device_calls": self.device_calls, "ooms": self.ooms, "fits": self.fits,
                 "seconds": self.seconds, "skipped": self.skipped or None}
@@ -182,7 +186,7 @@ def plan(recorded: str, target: Optional[int], capacity: Optional[int]) -> list[
     if target is None or capacity is None:
         gc.skipped = "needs a memory fraction, so a target: pass --device-memory"
     else:
-        gc.fraction = target / capacity
+        gc.fraction, gc.allowed = target / capacity, target
     trials.append(gc)
     trials.append(Trial("async", "backend:cudaMallocAsync", "backend:cudaMallocAsync", policy="stream_ordered"))
     for t in trials[1:]:
