@@ -38,7 +38,7 @@ _EXPORTS = {
     "TraceEntry": "allocator_ref.trace",
     "load_snapshot": "allocator_ref.trace",
     "save_snapshot": "allocator_ref.trace",
-    "replay": "allocator_ref.trace",
+    "replay": "allocator_ref.trace.replay",     # the function (the submodule of that name shadows trace.replay)
     "doctor": "allocator_ref.memory_doctor",
     "check_stats_consistency": "allocator_ref.caching",
     # VMM teaching API

@@ -11,7 +11,8 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
-TRACES = REPO.parent / "shared" / "traces"      # ../shared/traces from the repo root; never copied in
+# ../shared/traces from the repo root (never copied in); ALLOCATOR_REF_TRACES points elsewhere
+TRACES = Path(os.environ.get("ALLOCATOR_REF_TRACES") or REPO.parent / "shared" / "traces")
 
 
 def machine() -> dict:
