@@ -60,12 +60,12 @@ class Trial:
     fits: Optional[bool] = None        # None: no target memory to fit in
     seconds: float = 0.0
     skipped: str = ""                  # why it was not replayed
+    order: int = 0                     # within its kind: 0 is the smallest change of a sweep
 
     @property
     def rank(self) -> tuple:
-        order = (MAX_SPLIT_SWEEP_MB.index(_mb(self.change)) if self.kind == "max_split" else
-                 ROUNDUP_SWEEP.index(int(self.change.split(":")[1])) if self.kind == "roundup" else 0)
-        return (RANKS.get(self.kind, -1), order)
+        """How big a change it is (smaller first): its kind's rank, then its place in the sweep."""
+        return (RANKS.get(self.kind, -1), self.order)
 
     @property
     def line(self) -> str:
@@ -145,10 +145,6 @@ def with_change(recorded: str, change: str) -> str:
     return ",".join(f"{k}:{v}" for k, v in conf.items())
 
 
-def _mb(change: str) -> int:
-    return int(change.split(":")[1])
-
-
 # ---------------------------------------------------------------- the trials
 
 def failed_requests_as_allocs(snapshot: dict) -> dict:
@@ -175,12 +171,12 @@ def plan(recorded: str, target: Optional[int], capacity: Optional[int]) -> list[
     conf = parse_conf(recorded)
     trials = [Trial("recorded", "", recorded)]
     trials.append(Trial("expandable", "expandable_segments:True", with_change(recorded, "expandable_segments:True")))
-    for mb in MAX_SPLIT_SWEEP_MB:
+    for order, mb in enumerate(MAX_SPLIT_SWEEP_MB):
         change = f"max_split_size_mb:{mb}"
-        trials.append(Trial("max_split", change, with_change(recorded, change)))
-    for n in ROUNDUP_SWEEP:
+        trials.append(Trial("max_split", change, with_change(recorded, change), order=order))
+    for order, n in enumerate(ROUNDUP_SWEEP):
         change = f"roundup_power2_divisions:{n}"
-        trials.append(Trial("roundup", change, with_change(recorded, change)))
+        trials.append(Trial("roundup", change, with_change(recorded, change), order=order))
     change = f"garbage_collection_threshold:{GC_THRESHOLD}"
     gc = Trial("gc", change, with_change(recorded, change))
     if target is None or capacity is None:

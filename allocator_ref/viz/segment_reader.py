@@ -1,11 +1,12 @@
-"""Follow a caching allocator event by event, reading only the segment each event touched.
+"""Follow a caching allocator event by event, reading only the blocks each event touched.
 
 ``CachingAllocator.segments()`` (PyTorch's ``DeviceCachingAllocator::snapshot``) walks every
 block of every segment: on a 1,000-segment training run that is milliseconds per call, so
 snapshotting after each of 20,000 events takes over a minute.  But one event changes one
-segment (a split, a merge, a new or released segment).  :class:`SegmentFollower` keeps the
-block map as a dict and, after each event, re-reads just that segment from the allocator's
-block chain (``Block.prev``/``Block.next``, the links ``try_merge_blocks`` maintains).
+block and its neighbours (a split, a merge), or adds or drops one segment.
+:class:`SegmentFollower` keeps the block map as a dict and, after each event, re-reads just
+those blocks from the allocator's block chain (``Block.prev``/``Block.next``, the links
+``try_merge_blocks`` maintains).
 
 Reading the state while the allocator *reports* an event has one catch, which
 ``frames.settle`` explains: ``segment_alloc``, ``free_completed`` and ``segment_free`` are
@@ -57,7 +58,6 @@ class SegmentFollower:
         self.starts = SortedList()
         self._reset({s["address"]: s for s in segments_of(allocator)})
         self._handles: list = []       # blocks the last event touched, re-read at the next one
-        self._read_all = False
         self.full_reads = 0            # how often everything had to be read (for benchmarks)
 
     def _reset(self, segments: dict) -> None:
@@ -69,13 +69,12 @@ class SegmentFollower:
         action, addr = event.get("action"), event.get("addr")
         block = self.allocator.active_blocks.get(addr) if addr is not None else None
         changed: Optional[dict] = None
-        if not self._read_all and action not in _READ_AGAIN:
+        if action not in _READ_AGAIN:
             changed = self._patch_touched(self._handles + [block])
         if changed is None:            # expandable ranges reshaped, or a block we held is gone
             changed, gone = self._read_everything()
         else:
             gone = ()
-        self._read_all = False
         gone = self._settle(event, changed, gone)
         self._handles = [block] if block is not None else []
         return changed, gone
