@@ -24,6 +24,8 @@ def machine() -> dict:
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        # A shared machine's other work slows every figure: say how busy it was.
+        "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
     }
 
 

@@ -46,7 +46,9 @@ def _mark(ok) -> str:
 def report(results: dict, quick: bool) -> str:
     m = machine()
     lines = [f"# Benchmark report{' (quick mode: small sizes, targets not meaningful)' if quick else ''}", "",
-             f"Machine: {m['platform']}, {m['cpu_count']} CPUs, Python {m['python']}, {m['date']}.", ""]
+             f"Machine: {m['platform']}, {m['cpu_count']} CPUs, Python {m['python']}, {m['date']}; "
+             f"load average (1 min) {m.get('load_average_1min')} when the report was written "
+             "(each result file records its own).", ""]
     w = results.get("warm_path")
     if w:
         lines += ["## Warm path: caching malloc+free vs SortedList floor", "",
