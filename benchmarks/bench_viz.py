@@ -30,7 +30,10 @@ import time
 from pathlib import Path
 
 MiB = 2**20
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+try:
+    from benchmarks.common import TRACES      # ../shared/traces, or ALLOCATOR_REF_TRACES
+except ImportError:                          # run as a script without PYTHONPATH
+    TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 
 class _RefuseGlobals(pickle.Unpickler):

@@ -124,3 +124,19 @@ def test_the_whole_real_trace_is_frames_of_pytorchs_events_ending_in_its_final_s
         return sorted((s["address"], s["total_size"], tuple((b["address"], b["size"], b["state"])
                                                             for b in s["blocks"])) for s in segments)
     assert layout(frames.state(len(frames) - 1)) == layout(data["segments"])
+
+
+def test_frames_of_a_whole_trace_carry_the_same_verification_as_a_replay():
+    from allocator_ref import viz
+    from allocator_ref.trace.replay import replay
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    a.record_memory_history(max_entries=100_000)
+    workload(a, seed=3, steps=300)
+    snap = a.snapshot()
+    frames = viz.frames_of_snapshot(snap)
+    ours, plain = frames.verify_result.to_json(), replay(snap, verify=True, progress=False).to_json()
+    for key in ("allocs", "allocs_exact", "segment_allocs_made", "segment_allocs_expected", "segment_frees_made",
+                "final_state_equal", "first_divergence", "peak_reserved", "peak_allocated", "device_calls"):
+        assert ours[key] == plain[key], key
+    assert frames.verify_result.perfect
+    assert viz.frames_of_snapshot(snap, start=5, count=10).verify_result is None     # a window verifies nothing

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..trace.replay import TraceStepper
+from ..trace.replay_report import ReplayResult
 from .frames import FrameSource, record_frames
 
 
@@ -34,4 +35,22 @@ def frames_of_snapshot(snapshot: Any, start: int = 0, count: Optional[int] = Non
         stepper.run_until(stop)
     frames.first_event = first            # frame i shows the state after trace event first + i
     frames.divergence = stepper.divergence
+    whole = start == 0 and stop >= len(stepper.events)
+    frames.verify_result = _verify_result(stepper, snapshot) if whole else None
     return frames
+
+
+def _verify_result(stepper: TraceStepper, snapshot: Any) -> Optional[ReplayResult]:
+    """What ``replay(snapshot, verify=True)`` reports, read off the replay that made the frames.
+
+    A whole trace was just replayed at PyTorch's addresses: finishing that replay (the
+    final-state comparison) gives the verification without replaying it a second time.
+    None if the stepper does not expose its replayer (then replay it again).
+    """
+    replayer = getattr(stepper, "_replayer", None)
+    finish = getattr(replayer, "_finish", None)
+    if finish is None:
+        return None
+    finish()
+    source = "<dict>" if isinstance(snapshot, dict) else str(snapshot)
+    return ReplayResult(source, "caching", "(as recorded)", True, [replayer.result])
