@@ -49,6 +49,10 @@ def report(results: dict, quick: bool) -> str:
              f"Machine: {m['platform']}, {m['cpu_count']} CPUs, Python {m['python']}, {m['date']}; "
              f"load average (1 min) {m.get('load_average_1min')} when the report was written "
              "(each result file records its own).", ""]
+    load, cpus = m.get("load_average_1min"), m.get("cpu_count") or 1
+    if load is not None and load > cpus:
+        lines += [f"**The machine was shared and loaded** (load average {load} on {cpus} CPUs): every timing "
+                  "below is slower than the same code on an idle machine, by about the ratio of load to CPUs.", ""]
     w = results.get("warm_path")
     if w:
         lines += ["## Warm path: caching malloc+free vs SortedList floor", "",
