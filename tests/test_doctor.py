@@ -181,8 +181,9 @@ def test_the_player_plays_the_whole_run(fixable):
     report = fixable[4]
     player = report.player()
     assert player.controls.slider.max == len(report.diagnosis.frames) - 1
-    player.value = player.controls.slider.max
-    assert "out of memory" in player.caption.value or "request" in player.caption.value
+    player.value = player.controls.slider.max            # the run ended in its OOM: the last frame says so
+    assert report.diagnosis.frames.events[-1]["action"] == "oom"
+    assert "out of memory: a 200.0 MiB request failed" in player.caption.value
     player.value = 0
     assert 'data-index="0"' in player.caption.value
 
