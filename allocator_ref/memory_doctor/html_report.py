@@ -60,11 +60,14 @@ def render_html(report) -> str:
     start = lines.index("PEAKS") if "PEAKS" in lines else 0
     parts.append(_section("What the replay found", _pre(lines[start:])))
     peak = d.frames.state(d.peak_reserved_at)
-    svg = render_blockmap(peak, segment_ids=d.frames.segment_ids,
+    holders = [h.address for h in d.holdings[:5]]
+    svg = render_blockmap(peak, segment_ids=d.frames.segment_ids, highlight=holders,
                           title=f"block map at the reserved peak (event {d.peak_reserved_at:,}): "
                                 f"{format_bytes(d.peak_reserved)} reserved, {format_bytes(d.allocated_at_peak)} allocated",
                           simulated=True)
-    parts.append(_section("The block map at the peak", f"<div class='picture' data-figure='blockmap'>{svg}</div>"))
+    note = (f"<p>Outlined in red: the {len(holders)} segment{'s' if len(holders) != 1 else ''} holding the most "
+            "reserved-but-unallocated memory (listed above).</p>") if holders else ""
+    parts.append(_section("The block map at the peak", note + f"<div class='picture' data-figure='blockmap'>{svg}</div>"))
     if r is not None:
         rows = [{"label": t.change or "as recorded", "peak_reserved": t.peak_reserved,
                  "peak_allocated": t.peak_allocated, "fragmentation": t.fragmentation, "fits": t.fits}
