@@ -11,11 +11,13 @@ An animation of an allocator is a list of frames.  Frame ``i`` holds
 
 Frames come from a pure function of (states, events), so an animation can be
 tested without a browser: ``build_frames(states, events)``.  To watch a live
-allocator, ``record_frames(allocator)`` takes a snapshot after every event it
-reports.  Long traces (20,000 events) would not fit in memory as 20,000 full
-states, so :class:`FrameSource` keeps a full copy only every
-``keyframe_every`` events and the changed segments in between; a frame is
-rebuilt on demand from the nearest keyframe.
+allocator, ``record_frames(allocator)`` records the block map after every event
+it reports (on the caching allocator it re-reads only the blocks the event
+touched: ``segment_reader.py``).  Long traces (20,000 events) would not fit in
+memory as 20,000 full states, so :class:`FrameSource` keeps a full copy only
+every ``keyframe_every`` events and the changed segments in between; a frame is
+rebuilt on demand from the nearest keyframe (a jump costs at most
+``keyframe_every`` small updates).
 """
 from __future__ import annotations
 
