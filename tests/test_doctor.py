@@ -177,6 +177,13 @@ def test_a_target_given_in_gib_is_honoured():
     assert rerun("", 200, extra=GiB)
 
 
+def test_findings_alone_when_remedies_are_not_asked_for(fixable):
+    report = ar.doctor(fixable[1], remedies=False)
+    assert report.remedies is None and report.verdict.kind == "not-asked" and report.verdict.line is None
+    assert report.diagnosis.peak_reserved == fixable[4].diagnosis.peak_reserved
+    assert "REMEDIES" not in report.text()
+
+
 def test_the_player_plays_the_whole_run(fixable):
     report = fixable[4]
     player = report.player()

@@ -25,7 +25,7 @@ from .remedies import Remedies, Trial
 
 @dataclass
 class Verdict:
-    kind: str                 # "unverified", "no-target", "fits", "remedy", "less-memory"
+    kind: str                 # "unverified", "no-target", "fits", "remedy", "less-memory" (or "not-asked")
     text: str                 # one paragraph, plain words
     line: Optional[str]       # the exact PYTORCH_CUDA_ALLOC_CONF line to set, when there is one
     trial: Optional[Trial]    # the replay that proves it
@@ -42,6 +42,9 @@ class DoctorReport:
     # ------------------------------------------------------------ the verdict
     @staticmethod
     def decide(diag: Diagnosis, remedies: Optional[Remedies]) -> Verdict:
+        if diag.verified and remedies is None:
+            return Verdict("not-asked", "Remedies were not replayed (remedies=False): the findings below are the "
+                           "whole answer.", None, None)
         if not diag.verified or remedies is None:
             div = diag.verify_summary.get("first_divergence")
             where = f" (first difference at trace event {div['index']})" if div else ""
