@@ -244,3 +244,26 @@ def test_random_runs_get_advice_the_rerun_confirms():
             dev.info = dataclasses.replace(dev.info, total_memory=dev.info.total_memory + v.reduce_by)
             assert run(ar.CachingAllocator(dev, "")), seed
     assert kinds == {"remedy", "less-memory"}, kinds     # both kinds of answer were exercised
+
+
+def test_memory_held_for_another_stream_is_reported():
+    """A block freed while a side stream still uses it (record_stream) waits: the doctor finds it."""
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    a.record_memory_history(max_entries=10_000)
+    side = a.device.create_stream()
+    x = a.malloc(8 * MiB)
+    y = a.malloc(3 * MiB)
+    a.record_stream(x, side)
+    a.device.sleep(side, 5_000)                  # the side stream is busy: x's free must wait
+    a.free(x)
+    held = a.memory_stats()["active_bytes.all.current"] - a.memory_allocated()
+    z = a.malloc(2 * MiB)
+    a.device.synchronize()
+    a.free(y)
+    a.free(z)
+    report = ar.doctor(a.snapshot())
+    d = report.diagnosis
+    assert d.verified
+    assert held == 8 * MiB and d.pending_max == held
+    assert d.frames.events[d.pending_max_at]["action"] == "free_requested"
+    assert "record_stream kept from being reused" in report.text()

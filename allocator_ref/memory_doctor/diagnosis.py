@@ -87,6 +87,8 @@ class Diagnosis:
     largest: list = field(default_factory=list)        # LiveAllocation, largest first
     oom: Optional[OomFacts] = None       # the first out-of-memory error of the trace
     oom_count: int = 0
+    pending_max: int = 0                 # most bytes ever freed but waiting for other streams
+    pending_max_at: int = -1
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -183,6 +185,11 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
     diag.largest = _largest_live(frames.state(peak_reserved_at), events, frames.first_event + peak_reserved_at)
     diag.oom = _oom_facts(events, frames, allocated, reserved)
     diag.oom_count = sum(1 for e in events if e.get("action") == "oom")
+    # Freed blocks still waiting for another stream's work (record_stream) are active but not allocated.
+    pending = [active - alloc for alloc, active in frames.segment_sums("allocated_size", "active_size")]
+    if pending and max(pending) > 0:
+        diag.pending_max_at = max(range(len(pending)), key=pending.__getitem__)
+        diag.pending_max = pending[diag.pending_max_at]
     return diag
 
 

@@ -130,6 +130,11 @@ class DoctorReport:
         out.append(f"  {len(d.by_stream)} stream{'s' if len(d.by_stream) != 1 else ''} own segments at the peak; "
                    f"{format_bytes(d.pending_at_peak)} is freed but held for other streams' work "
                    "(record_stream events not yet complete)")
+        if d.pending_max:
+            out.append(f"  over the whole run, at most {format_bytes(d.pending_max)} was held that way "
+                       f"(event {d.pending_max_at:,}): memory record_stream kept from being reused")
+        else:
+            out.append("  over the whole run, no freed block ever waited for another stream")
         if len(d.by_stream) > 1:
             for stream, per in sorted(d.by_stream.items(), key=lambda kv: -kv[1]["free"])[:6]:
                 out.append(f"  stream {stream}: {per['segments']} segments, {format_bytes(per['free'])} cached free "
@@ -168,6 +173,7 @@ class DoctorReport:
             "oom_count": d.oom_count,
             "peak_allocated": d.peak_allocated, "peak_reserved": d.peak_reserved,
             "unallocated_at_peak": d.unallocated_at_peak, "pending_free_at_peak": d.pending_at_peak,
+            "pending_free_max": d.pending_max, "pending_free_max_at": d.pending_max_at,
             "by_pool": d.by_pool,
             "by_stream": {str(k): v2 for k, v2 in d.by_stream.items()},
             "segments_holding": [h.__dict__ for h in d.holdings[:20]],

@@ -295,22 +295,25 @@ class FrameSource:
 
     def memory_totals(self) -> list[tuple[int, int]]:
         """(allocated, reserved) bytes after each event, summed from the changes, without rebuilding states."""
+        return self.segment_sums("allocated_size", "total_size")
+
+    def segment_sums(self, *fields: str) -> list[tuple]:
+        """For each event, the sum over segments of each named field (e.g. ``"active_size"``)."""
         state = dict(self._initial)
-        allocated = sum(s.get("allocated_size", 0) for s in state.values())
-        reserved = sum(s.get("total_size", 0) for s in state.values())
-        totals = []
+        sums = [sum(s.get(f, 0) for s in state.values()) for f in fields]
+        out = []
         for changed, gone in self._changes:
             for address in list(gone) + list(changed):
                 old = state.pop(address, None)
                 if old is not None:
-                    allocated -= old.get("allocated_size", 0)
-                    reserved -= old.get("total_size", 0)
+                    for k, f in enumerate(fields):
+                        sums[k] -= old.get(f, 0)
             for address, segment in changed.items():
                 state[address] = segment
-                allocated += segment.get("allocated_size", 0)
-                reserved += segment.get("total_size", 0)
-            totals.append((allocated, reserved))
-        return totals
+                for k, f in enumerate(fields):
+                    sums[k] += segment.get(f, 0)
+            out.append(tuple(sums))
+        return out
 
     def state(self, i: int) -> list:
         """Segments after event ``i`` (``i == -1``: before the first event), in address order."""
