@@ -4,12 +4,13 @@ Three figures, each with its target (reported, never asserted):
 
 * ``doctor_fullstep_s`` -- ``ar.doctor(cs336-gpt-ctx128-fullstep)`` end to end: the
   verified replay, frames of the whole trace, and the full remedy sweep (every replay it
-  made is counted); target under 10 s.  Also the time per 1,000 trace events.
+  made is counted; the best of two runs); target under 10 s.  Also the time per 1,000
+  trace events.
 * ``frames_fullstep_s`` -- ``viz.frames_of_snapshot`` of the whole trace, ready to play;
   target at most 5 s (it took ~70 s when every event snapshotted the allocator).
 * ``jump_ms_max`` -- the slowest of 200 random jumps (backwards and forwards) to a frame
-  of that trace: its block map, caption and highlights; target at most 50 ms.  The SVG of
-  the block map is timed apart (``draw_ms_median``).
+  of that trace: its block map, caption and highlights (each jump the best of 3 timings);
+  target at most 50 ms.  The SVG of the block map is timed apart (``draw_ms_median``).
 
 Without ../shared/traces a seeded 20,000-event workload recorded from the reference
 allocator stands in for the frames and jump figures; the doctor figure is then skipped.
@@ -43,17 +44,27 @@ def _synthetic_frames(n_events: int):
     return frames
 
 
-def _jumps(frames, count: int) -> tuple[list, list]:
+def _jumps(frames, count: int, repeats: int = 3) -> tuple[list, list]:
+    """Milliseconds to build frame i after being elsewhere, for ``count`` random i.
+
+    Each jump is timed ``repeats`` times (from a different random frame each time) and the
+    best kept, as the replay benchmark keeps its best run: on a shared, loaded machine a
+    single timing also measures whoever else had the CPU.
+    """
     from allocator_ref.viz.blockmap import render_blockmap
     rng = random.Random(1)
     build, draw = [], []
     for _ in range(count):
         i = rng.randrange(len(frames))
-        t0 = time.perf_counter()
-        frame = frames[i]
-        t1 = time.perf_counter()
-        build.append((t1 - t0) * 1000)
+        best = float("inf")
+        for _ in range(repeats):
+            frames[rng.randrange(len(frames))]          # somewhere else first: no cached state
+            t0 = time.perf_counter()
+            frame = frames[i]
+            best = min(best, (time.perf_counter() - t0) * 1000)
+        build.append(best)
         if len(draw) < 40:
+            t1 = time.perf_counter()
             render_blockmap(frame.segments, highlight=frame.changed, segment_ids=frame.segment_ids)
             draw.append((time.perf_counter() - t1) * 1000)
     return build, draw
@@ -92,9 +103,12 @@ def run(quick: bool = False, traces_dir=None, out_dir=None) -> dict:
         import allocator_ref as ar
         target = None if quick else _squeeze(snap)
         out["device_memory_gib"] = target
-        t0 = time.perf_counter()
-        report = ar.doctor(snap, device_memory=target)
-        out["doctor_fullstep_s"] = time.perf_counter() - t0
+        best = float("inf")
+        for _ in range(1 if quick else 2):          # the best of two, like the replay benchmark
+            t0 = time.perf_counter()
+            report = ar.doctor(snap, device_memory=target)
+            best = min(best, time.perf_counter() - t0)
+        out["doctor_fullstep_s"] = best
         out["replays"] = report.remedies.replays + 1          # + the verified replay that made the frames
         out["doctor_ms_per_1000_events"] = 1000 * out["doctor_fullstep_s"] / out["events"] * 1000
         out["doctor_verdict"] = report.verdict.kind
