@@ -114,6 +114,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_doctor(args) -> int:
+    """Exit status 0, or 1 when the replay does not reproduce PyTorch (and no advice is given)."""
     from pathlib import Path
     from .memory_doctor import doctor
     if args.html and not Path(args.html).resolve().parent.is_dir():

@@ -71,7 +71,8 @@ class DoctorReport:
                            f"{format_bytes(remedies.target)}: peak reserved {format_bytes(chosen.peak_reserved)} "
                            f"(as recorded: {format_bytes(recorded.peak_reserved)}, with {recorded.ooms} "
                            f"out-of-memory error{'s' if recorded.ooms != 1 else ''}), fragmentation at that peak "
-                           f"{format_bytes(chosen.fragmentation)}. It is the smallest change that fits.",
+                           f"{format_bytes(chosen.fragmentation)}, {chosen.device_calls:,} device calls (as "
+                           f"recorded: {recorded.device_calls:,}). It is the smallest change that fits.",
                            chosen.line, chosen)
         need = diag.live_need
         short = max(0, need - remedies.target)
