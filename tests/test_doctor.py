@@ -164,6 +164,12 @@ def test_bad_input_gets_one_clear_error(tmp_path, capsys):
     assert main(["doctor", str(path), "--html", str(tmp_path / "no" / "such" / "r.html")]) == 2
     assert "folder does not exist" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+    import os
+    import pickle
+    hostile = tmp_path / "hostile.pickle"
+    hostile.write_bytes(pickle.dumps({"segments": [], "device_traces": [[]], "x": os.system}))
+    assert main(["doctor", str(hostile)]) == 2                  # the loader refuses every global
+    assert capsys.readouterr().err.startswith("error:")
     empty = ar.save_snapshot({"segments": [], "device_traces": [[]]}, tmp_path / "empty.pickle")
     assert main(["doctor", str(empty)]) == 2
     assert "_record_memory_history" in capsys.readouterr().err
