@@ -50,9 +50,8 @@ _EXPORTS = {
     "TraceEntry": "allocator_ref.trace",
     "load_snapshot": "allocator_ref.trace",
     "save_snapshot": "allocator_ref.trace",
-    # the function's own module, not the package: importing allocator_ref.trace.replay (the
-    # submodule) rebinds the package attribute ``allocator_ref.trace.replay`` to that module
-    "replay": "allocator_ref.trace.replay",
+    "replay": "allocator_ref.trace.replay",     # the function (the submodule of that name shadows trace.replay)
+    "doctor": "allocator_ref.memory_doctor",
     "check_stats_consistency": "allocator_ref.caching",
     # VMM teaching API
     "GrowableBuffer": "allocator_ref.vmm",

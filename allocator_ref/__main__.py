@@ -1,9 +1,10 @@
-"""Command line: ``python -m allocator_ref replay|compare|summary SNAPSHOT ...``.
+"""Command line: ``python -m allocator_ref replay|compare|doctor SNAPSHOT ...``.
 
     python -m allocator_ref replay snap.pickle --verify          # does the reference allocator match PyTorch?
     python -m allocator_ref replay snap.pickle --config "expandable_segments:True"
     python -m allocator_ref compare snap.pickle --plot compare.png   # the what-if table
     python -m allocator_ref traces fetch                         # download the real snapshots (sha256-checked)
+    python -m allocator_ref doctor snap.pickle --html report.html    # diagnosis + remedies, proven by replay
 
 A bad argument or a bad file is one line on stderr (exit 2); ``--debug`` shows the traceback.
 """
@@ -148,19 +149,14 @@ def cmd_compare(args) -> int:
             line += "  " + ("yes" if r["fits"] else "NO (OOM)")
         print(line)
     if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(9, 4))
-        labels = [f"{r['policy']}\n{r['config']}" for r in rows]
-        ax.bar(labels, [r["peak_reserved"] / GiB for r in rows], label="peak reserved")
-        ax.bar(labels, [r["peak_allocated"] / GiB for r in rows], label="peak allocated", alpha=0.7)
-        ax.set_ylabel("GiB")
-        ax.set_title("What if: the same requests under other allocators (simulated)")
-        ax.legend()
-        plt.setp(ax.get_xticklabels(), fontsize=7)
-        fig.tight_layout()
-        fig.savefig(args.plot)
+        from .memory_doctor.charts import plot_what_if
+        target = None if args.device_memory is None else int(args.device_memory * GiB)
+        chart_rows = [{"label": r["policy"] if r["config"] == "(default)" else f"{r['policy']}: {r['config']}",
+                       "peak_reserved": r["peak_reserved"], "peak_allocated": r["peak_allocated"],
+                       "fragmentation": r["fragmentation_at_peak"], "fits": r["fits"]} for r in rows]
+        fig = plot_what_if(chart_rows, target=target,
+                           title="What if: the same requests under other allocators (simulated)")
+        fig.savefig(args.plot, dpi=100)
         print(f"plot written to {args.plot}")
     return 0
 
@@ -170,6 +166,22 @@ def cmd_traces(args) -> int:
     if args.traces_command == "fetch":
         return fetch.main_fetch(args.names, args.to, args.base_url)
     return fetch.main_list()
+def cmd_doctor(args) -> int:
+    """Exit status 0, or 1 when the replay does not reproduce PyTorch (and no advice is given)."""
+    from pathlib import Path
+    from .memory_doctor import doctor
+    if args.html and not Path(args.html).resolve().parent.is_dir():
+        raise ValueError(f"--html {args.html}: its folder does not exist; create it or write the report elsewhere")
+    report = doctor(args.snapshot, args.device_memory, device=args.device, profile=args.profile)
+    if args.html:
+        report.html(args.html)
+    if args.json:
+        print(json.dumps(report.to_json(), default=str))
+    else:
+        print(report.text(), end="")
+        if args.html:
+            print(f"HTML report written to {args.html}")
+    return 0 if report.diagnosis.verified else 1
 
 
 def main(argv=None) -> int:
@@ -203,6 +215,17 @@ def main(argv=None) -> int:
                    help="a mirror laid out like raw.githubusercontent.com (owner/repo/commit/path)")
     tsub.add_parser("list", help="where the course finds each snapshot, or that it is missing")
     t.set_defaults(func=cmd_traces)
+    d = sub.add_parser("doctor", help="why a run ran out of memory (or wasted it), and which setting fixes it, "
+                                      "each remedy proven by replay")
+    d.add_argument("snapshot")
+    d.add_argument("--device-memory", type=device_gib, default=None,
+                   help="GiB: the GPU to fit in (default: what the snapshot's OOM tells, if it has one)")
+    d.add_argument("--html", default=None, help="write the self-contained HTML report here")
+    d.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    d.add_argument("--device", type=int, default=None, help="which GPU of a multi-GPU snapshot")
+    d.add_argument("--profile", type=profile_name, default="h100-80gb",
+                   help="simulated device profile for the replays")
+    d.set_defaults(func=cmd_doctor)
     for subparser in sub.choices.values():      # --debug after the command works too
         if "--debug" not in subparser._option_string_actions:
             subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -12,10 +12,11 @@ Measures (target: under 50 ms per frame on a 2-core machine):
    ``record_frames``, then stepped through: building frame i (state, caption,
    highlights) for every event, plus the SVG for every 20th.
 
-Recording is not part of the per-frame target: ``record_frames`` asks the
-allocator for its segments after every event, which costs O(segments) per
-event (about 10 ms at 700 segments), so a 20,000-event recording takes a
-minute or more.  Stepping afterwards does not depend on the trace length.
+Recording is not part of the per-frame target.  ``record_frames`` re-reads
+only the blocks each event touched (``viz/segment_reader.py``), so recording
+costs about what the replay itself costs (``record_s``; it was over a minute
+when every event snapshotted all segments).  Stepping afterwards does not
+depend on the trace length.
 
 ``run()`` returns the numbers as a dict for ``benchmarks/run.py``.
 """
@@ -29,7 +30,10 @@ import time
 from pathlib import Path
 
 MiB = 2**20
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+try:
+    from benchmarks.common import TRACES      # ../shared/traces, or ALLOCATOR_REF_TRACES
+except ImportError:                          # run as a script without PYTHONPATH
+    TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 
 class _RefuseGlobals(pickle.Unpickler):

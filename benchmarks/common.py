@@ -11,7 +11,8 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
-TRACES = REPO.parent / "shared" / "traces"      # ../shared/traces from the repo root; never copied in
+# ../shared/traces from the repo root (never copied in); ALLOCATOR_REF_TRACES points elsewhere
+TRACES = Path(os.environ.get("ALLOCATOR_REF_TRACES") or REPO.parent / "shared" / "traces")
 
 
 def machine() -> dict:
@@ -23,6 +24,8 @@ def machine() -> dict:
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        # A shared machine's other work slows every figure: say how busy it was.
+        "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
     }
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import bench_fragmentation, bench_gpu, bench_replay, bench_warm_path
+from . import bench_doctor, bench_fragmentation, bench_gpu, bench_replay, bench_warm_path
 from .common import RESULTS, machine, write_result
 
 BENCHMARKS = {
@@ -22,6 +22,7 @@ BENCHMARKS = {
     "replay": bench_replay.run,
     "fragmentation": bench_fragmentation.run,
     "gpu": bench_gpu.run,
+    "doctor": bench_doctor.run,
 }
 
 
@@ -45,7 +46,13 @@ def _mark(ok) -> str:
 def report(results: dict, quick: bool) -> str:
     m = machine()
     lines = [f"# Benchmark report{' (quick mode: small sizes, targets not meaningful)' if quick else ''}", "",
-             f"Machine: {m['platform']}, {m['cpu_count']} CPUs, Python {m['python']}, {m['date']}.", ""]
+             f"Machine: {m['platform']}, {m['cpu_count']} CPUs, Python {m['python']}, {m['date']}; "
+             f"load average (1 min) {m.get('load_average_1min')} when the report was written "
+             "(each result file records its own).", ""]
+    load, cpus = m.get("load_average_1min"), m.get("cpu_count") or 1
+    if load is not None and load > cpus:
+        lines += [f"**The machine was shared and loaded** (load average {load} on {cpus} CPUs): every timing "
+                  "below is slower than the same code on an idle machine, by about the ratio of load to CPUs.", ""]
     w = results.get("warm_path")
     if w:
         lines += ["## Warm path: caching malloc+free vs SortedList floor", "",
@@ -91,6 +98,26 @@ def report(results: dict, quick: bool) -> str:
             for name, cell in g["allocators"].items():
                 lines.append(f"| {name} | {_fmt(cell.get('us_per_step'), '.1f') if 'error' not in cell else cell['error']} |")
             lines += ["", f"cudaFree behind a queued kernel: {g['free_sync']}", ""]
+    d = results.get("doctor")
+    if d:
+        t = d["targets"]
+        lines += ["## Memory doctor and whole-trace frames (benchmarks/bench_doctor.py)", "",
+                  f"Frames from: {d['frames_source']}.", "",
+                  "| figure | value | target | |", "|---|---:|---:|---|",
+                  f"| frames of the whole trace, ready to play ({d['frames']:,} events) | "
+                  f"{_fmt(d['frames_fullstep_s'])} s | <= 5 s | **{_mark(t['frames_fullstep_s']['pass'])}** |",
+                  f"| jump to any frame: slowest of the random jumps, each the best of 3 timings (median {_fmt(d['jump_ms_median'])}, "
+                  f"p95 {_fmt(d['jump_ms_p95'])}) | {_fmt(d['jump_ms_max'])} ms | <= 50 ms | "
+                  f"**{_mark(t['jump_ms_max']['pass'])}** |",
+                  f"| block map SVG of a frame (median, drawn apart) | {_fmt(d['draw_ms_median'])} ms | | |"]
+        if d.get("doctor_fullstep_s") is not None:
+            lines.append(f"| `doctor` on {d['trace']} ({d['events']:,} events, --device-memory "
+                         f"{d.get('device_memory_gib') or '-'} GiB, full remedy sweep: {d['replays']} replays) | "
+                         f"{_fmt(d['doctor_fullstep_s'])} s ({d['doctor_ms_per_1000_events']:,.0f} ms per 1,000 "
+                         f"events) | < 10 s | **{_mark(t['doctor_fullstep_s']['pass'])}** |")
+        else:
+            lines.append(f"| `doctor` | skipped: {d.get('skipped_doctor')} | < 10 s | n/a |")
+        lines.append("")
     v = results.get("viz")
     if v:
         lines += ["## Block map and player (benchmarks/bench_viz.py)", "", "| figure | value |", "|---|---:|"]

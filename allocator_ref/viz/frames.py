@@ -11,11 +11,13 @@ An animation of an allocator is a list of frames.  Frame ``i`` holds
 
 Frames come from a pure function of (states, events), so an animation can be
 tested without a browser: ``build_frames(states, events)``.  To watch a live
-allocator, ``record_frames(allocator)`` takes a snapshot after every event it
-reports.  Long traces (20,000 events) would not fit in memory as 20,000 full
-states, so :class:`FrameSource` keeps a full copy only every
-``keyframe_every`` events and the changed segments in between; a frame is
-rebuilt on demand from the nearest keyframe.
+allocator, ``record_frames(allocator)`` records the block map after every event
+it reports (on the caching allocator it re-reads only the blocks the event
+touched: ``segment_reader.py``).  Long traces (20,000 events) would not fit in
+memory as 20,000 full states, so :class:`FrameSource` keeps a full copy only
+every ``keyframe_every`` events and the changed segments in between; a frame is
+rebuilt on demand from the nearest keyframe (a jump costs at most
+``keyframe_every`` small updates).
 """
 from __future__ import annotations
 
@@ -264,41 +266,56 @@ class FrameSource:
         self.segment_ids.setdefault(address, len(self.segment_ids))
 
     def append(self, event: Any, segments: Any) -> None:
-        """Record one event and the allocator's segments right after it."""
+        """Record one event and the allocator's segments right after it (compared with the last state)."""
         current = {s["address"]: s for s in segments_of(segments)}
         latest = self._latest
         changed = {a: s for a, s in current.items() if latest.get(a) is not s and latest.get(a) != s}
         gone = tuple(a for a in latest if a not in current)
+        self.append_changes(event, changed, gone)
+
+    def append_changes(self, event: Any, changed: dict, gone: tuple = ()) -> None:
+        """Record one event by what it changed: segments new or different, addresses of segments gone.
+
+        This is the cheap way in (it costs what the event changed, not the size of the
+        state): :class:`~allocator_ref.viz.segment_reader.SegmentFollower` feeds it.
+        """
         for address in changed:
             self._number(address)
         self.events.append(as_event(event))
         self._changes.append((changed, gone))
-        self._latest = current
+        latest = dict(self._latest) if self._latest is self._initial else self._latest
+        for address in gone:
+            latest.pop(address, None)
+        latest.update(changed)
+        self._latest = latest
         index = len(self.events) - 1
         if index % self.keyframe_every == 0:
-            self._keyframes[index] = current
+            self._keyframes[index] = dict(latest)     # a copy: _latest keeps changing in place
 
     def __len__(self) -> int:
         return len(self.events)
 
     def memory_totals(self) -> list[tuple[int, int]]:
         """(allocated, reserved) bytes after each event, summed from the changes, without rebuilding states."""
+        return self.segment_sums("allocated_size", "total_size")
+
+    def segment_sums(self, *fields: str) -> list[tuple]:
+        """For each event, the sum over segments of each named field (e.g. ``"active_size"``)."""
         state = dict(self._initial)
-        allocated = sum(s.get("allocated_size", 0) for s in state.values())
-        reserved = sum(s.get("total_size", 0) for s in state.values())
-        totals = []
+        sums = [sum(s.get(f, 0) for s in state.values()) for f in fields]
+        out = []
         for changed, gone in self._changes:
             for address in list(gone) + list(changed):
                 old = state.pop(address, None)
                 if old is not None:
-                    allocated -= old.get("allocated_size", 0)
-                    reserved -= old.get("total_size", 0)
+                    for k, f in enumerate(fields):
+                        sums[k] -= old.get(f, 0)
             for address, segment in changed.items():
                 state[address] = segment
-                allocated += segment.get("allocated_size", 0)
-                reserved += segment.get("total_size", 0)
-            totals.append((allocated, reserved))
-        return totals
+                for k, f in enumerate(fields):
+                    sums[k] += segment.get(f, 0)
+            out.append(tuple(sums))
+        return out
 
     def state(self, i: int) -> list:
         """Segments after event ``i`` (``i == -1``: before the first event), in address order."""
@@ -349,35 +366,59 @@ def build_frames(states: Iterable[Iterable[dict]], events: Iterable[Any],
 @contextmanager
 def record_frames(allocator: Any, keyframe_every: int = 200,
                   skip_actions: Iterable[str] = ("snapshot",)) -> Iterator[FrameSource]:
-    """Snapshot ``allocator`` after every event it reports, for the player.
+    """Record the allocator's block map after every event it reports, for the player.
 
         with record_frames(a) as frames:
             x = a.malloc(12 * 2**20); a.free(x)
         TracePlayer(frames)
 
     ``snapshot`` events (someone looked at the state) change nothing and are
-    left out unless ``skip_actions=()``.
+    left out unless ``skip_actions=()``.  On the caching allocator each event
+    costs what it changed (one segment re-read, see ``segment_reader``), so a
+    20,000-event training step records in seconds; other designs are
+    snapshotted whole after each event.
     """
-    skip = frozenset(skip_actions)
-    source = FrameSource(segments_of(allocator), keyframe_every)
-    busy = False
-
-    def on_event(entry: Any) -> None:
-        nonlocal busy
-        if busy or entry.action in skip:   # our own snapshot reports a "snapshot" event: not part of the story
-            return
-        busy = True
-        try:
-            event = as_event(entry)
-            source.append(event, settle(event, segments_of(allocator)))
-        finally:
-            busy = False
-
-    stop = allocator.trace.add_listener(on_event)
+    from .segment_reader import SegmentFollower, can_follow
+    follower = SegmentFollower(allocator) if can_follow(allocator) else None
+    initial = follower.segments.values() if follower else segments_of(allocator)
+    source = FrameSource(initial, keyframe_every)
+    source.follower = follower            # how it was recorded (benchmarks count its full reads)
+    stop = allocator.trace.add_listener(_Recorder(allocator, source, follower, frozenset(skip_actions)))
     try:
         yield source
     finally:
         stop()
+
+
+class _Recorder:
+    """The trace listener behind :func:`record_frames`."""
+
+    def __init__(self, allocator: Any, source: FrameSource, follower: Any, skip: frozenset):
+        self.allocator, self.source, self.follower, self.skip = allocator, source, follower, skip
+        self.busy = False
+
+    def __call__(self, entry: Any) -> None:
+        if self.busy or entry.action in self.skip:   # our own snapshot reports a "snapshot" event
+            return
+        self.busy = True
+        try:
+            event = as_event(entry)
+            if self.follower is not None:
+                self.source.append_changes(event, *self.follower.update(event))
+            else:
+                self.source.append(event, settle(event, segments_of(self.allocator)))
+        finally:
+            self.busy = False
+
+    def __deepcopy__(self, memo: dict) -> "_Muted":
+        # A replay tries readings of an ambiguous trace on deep copies of its allocator
+        # (trace/replay.py, _reading_reproduces): what a copy does is not the story told.
+        return _Muted()
+
+
+class _Muted:
+    def __call__(self, entry: Any) -> None:
+        pass
 
 
 # ---------------------------------------------------------------- the state right after an event

@@ -1,0 +1,249 @@
+"""What happened in a recorded run: the facts the doctor reads off a verified replay.
+
+Everything here comes from replaying the snapshot on the reference allocator at PyTorch's
+own addresses (``replay(..., verify=True)``) and recording a frame per event
+(``viz.frames_of_snapshot``).  From the frames:
+
+* the peak of live tensors (``memory_allocated``) and of reserved memory
+  (``memory_reserved``), and the state at the reserved peak;
+* where the reserved-but-unallocated bytes sit at that peak: which segments, how they
+  are split, which pool and stream;
+* the largest live allocations at the peak, with the Python frames PyTorch recorded
+  for them (the trace's ``alloc`` entries carry the stack);
+* the out-of-memory error, if the trace has one: the request, what the driver had
+  free, and what PyTorch's message said about allocated and reserved memory
+  (``DeviceCachingAllocator::malloc`` builds it);
+* memory held for other streams: blocks freed but waiting on ``record_stream``
+  events (``active_pending_free``), and each stream's own cache of free blocks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..trace.replay import replay
+from ..trace.snapshot import load_snapshot
+from ..viz.replay_frames import frames_of_snapshot
+
+SMALL_SEGMENT = 2 * 2**20
+ROUND = 512      # kMinBlockSize: every request is rounded up to a multiple of 512 bytes (round_size)
+CALL_ACTIONS = ("alloc", "free_requested", "free_completed", "oom")
+
+
+@dataclass
+class SegmentHolding:
+    """One segment with free bytes at the peak: the place the fragmentation is."""
+    number: int                  # "seg N" in the block map
+    address: int
+    size: int
+    pool: str                    # "small" or "large"
+    stream: int
+    blocks: int
+    allocated: int               # bytes in allocated blocks
+    free: int                    # bytes in free (cached) blocks
+    pending: int                 # bytes freed but waiting for another stream
+    largest_free: int
+
+
+@dataclass
+class LiveAllocation:
+    address: int
+    size: int                    # the block's size
+    requested: int
+    stream: int
+    where: list                  # "file.py:line in function", innermost first
+
+
+@dataclass
+class OomFacts:
+    event_index: int             # in the device's trace
+    request: int                 # bytes asked for
+    device_free: int             # what cudaMemGetInfo said was free
+    allocated: int               # memory_allocated() at that moment
+    reserved: int                # memory_reserved() at that moment
+    usable: int                  # reserved + device_free: what this process could hold
+    where: list
+
+
+@dataclass
+class Diagnosis:
+    source: str
+    snapshot: dict
+    device: int
+    devices: list                # every device with events: (index, events, peak reserved)
+    config: str                  # PYTORCH_CUDA_ALLOC_CONF as recorded
+    verified: bool
+    verify_summary: dict
+    frames: Any                  # FrameSource of the whole trace of ``device``
+    allocated: list              # memory_allocated() after each event
+    reserved: list               # memory_reserved() after each event
+    peak_allocated: int
+    peak_allocated_at: int
+    peak_reserved: int
+    peak_reserved_at: int
+    holdings: list = field(default_factory=list)       # SegmentHolding, most free first
+    by_pool: dict = field(default_factory=dict)        # pool -> free bytes at the peak
+    by_stream: dict = field(default_factory=dict)      # stream -> {"free": , "pending": , "allocated": }
+    largest: list = field(default_factory=list)        # LiveAllocation, largest first
+    oom: Optional[OomFacts] = None       # the first out-of-memory error of the trace
+    oom_count: int = 0
+    pending_max: int = 0                 # most bytes ever freed but waiting for other streams
+    pending_max_at: int = -1
+
+    @property
+    def unallocated_at_peak(self) -> int:
+        return self.peak_reserved - self.allocated_at_peak
+
+    @property
+    def allocated_at_peak(self) -> int:
+        return self.allocated[self.peak_reserved_at] if self.allocated else 0
+
+    @property
+    def live_need(self) -> int:
+        """Bytes live at once at the worst moment, counting the request that failed."""
+        need = self.peak_allocated
+        if self.oom is not None:
+            request = -(-self.oom.request // ROUND) * ROUND
+            need = max(need, self.oom.allocated + request)
+        return need
+
+    @property
+    def pending_at_peak(self) -> int:
+        return sum(v["pending"] for v in self.by_stream.values())
+
+
+def device_snapshot(snapshot: dict, device: int) -> dict:
+    """The snapshot restricted to one device (its trace and segments), for per-device replays."""
+    traces = snapshot.get("device_traces", [])
+    only = [[] for _ in traces]
+    only[device] = traces[device]
+    return dict(snapshot, device_traces=only,
+                segments=[s for s in snapshot.get("segments", []) if s.get("device", 0) == device])
+
+
+def _focus_device(snapshot: dict) -> int:
+    """The device the doctor looks at: the one that ran out of memory, else the busiest."""
+    traces = snapshot.get("device_traces", [])
+    for i, events in enumerate(traces):
+        if any(e.get("action") == "oom" for e in events):
+            return i
+    busiest = max(range(len(traces)), key=lambda i: len(traces[i]), default=None)
+    if busiest is None or not traces[busiest]:
+        raise ValueError("the snapshot has no trace events: record it with "
+                         "torch.cuda.memory._record_memory_history() before the run, then dump it")
+    return busiest
+
+
+def python_frames(frames: Optional[list], keep: int = 3) -> list:
+    """The innermost Python frames of a recorded stack, as 'file.py:line in function'.
+
+    PyTorch records C++ and Python frames together; the ones a user recognises are the
+    ``.py`` files, and their own code before the library's.
+    """
+    py = [f for f in frames or () if str(f.get("filename", "")).endswith(".py")]
+    own = [f for f in py if "site-packages" not in f["filename"] and "/torch/" not in f["filename"]]
+    chosen = (own or py)[:keep]
+    return [f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line', 0)} in {f.get('name', '?')}" for f in chosen]
+
+
+def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
+    """Replay ``snapshot`` (a path or a dict) at PyTorch's addresses and read the facts off it."""
+    source = "<dict>"
+    if not isinstance(snapshot, dict):
+        source = str(snapshot)
+        snapshot = load_snapshot(snapshot)
+    if device is None:
+        device = _focus_device(snapshot)
+    traces = snapshot.get("device_traces", [])
+    if not 0 <= device < len(traces) or not traces[device]:
+        raise ValueError(f"device {device} has no trace events in this snapshot")
+    only = device_snapshot(snapshot, device)
+    frames = frames_of_snapshot(only, device=device)
+    # The frames came from a --verify replay of the whole trace: its report is the verification.
+    verify = frames.verify_result or replay(only, verify=True, progress=False)
+    summary = verify.to_json()
+    totals = frames.memory_totals()
+    allocated = [a for a, _ in totals]
+    reserved = [r for _, r in totals]
+    # The peak is read where a user call finished (a malloc's segment_alloc comes a moment
+    # before its alloc: in between, the new segment would count as unallocated).
+    calls = [i for i, e in enumerate(frames.events) if e.get("action") in CALL_ACTIONS] or list(range(len(totals)))
+    peak_reserved_at = max(calls, key=reserved.__getitem__)
+    peak_allocated_at = max(calls, key=allocated.__getitem__)
+    devices = []
+    for i, events in enumerate(traces):
+        if events:
+            devices.append({"device": i, "events": len(events)})
+    config = (snapshot.get("allocator_settings") or {}).get("PYTORCH_CUDA_ALLOC_CONF", "") or ""
+    diag = Diagnosis(source=source, snapshot=snapshot, device=device, devices=devices, config=config,
+                     verified=verify.perfect, verify_summary=summary, frames=frames,
+                     allocated=allocated, reserved=reserved,
+                     peak_allocated=allocated[peak_allocated_at], peak_allocated_at=peak_allocated_at,
+                     peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at)
+    events = traces[device]
+    _where_memory_sits(diag, frames.state(peak_reserved_at), frames.segment_ids)
+    diag.largest = _largest_live(frames.state(peak_reserved_at), events, frames.first_event + peak_reserved_at)
+    diag.oom = _oom_facts(events, frames, allocated, reserved)
+    diag.oom_count = sum(1 for e in events if e.get("action") == "oom")
+    # Freed blocks still waiting for another stream's work (record_stream) are active but not allocated.
+    pending = [active - alloc for alloc, active in frames.segment_sums("allocated_size", "active_size")]
+    if pending and max(pending) > 0:
+        diag.pending_max_at = max(range(len(pending)), key=pending.__getitem__)
+        diag.pending_max = pending[diag.pending_max_at]
+    return diag
+
+
+def _where_memory_sits(diag: Diagnosis, segments: list, ids: dict) -> None:
+    by_pool = {"small": 0, "large": 0}
+    by_stream: dict = {}
+    holdings = []
+    for seg in segments:
+        pool = seg.get("segment_type") or ("small" if seg["total_size"] == SMALL_SEGMENT else "large")
+        sizes = {"active_allocated": 0, "active_pending_free": 0, "inactive": 0}
+        largest_free = 0
+        for block in seg["blocks"]:
+            sizes[block["state"]] = sizes.get(block["state"], 0) + block["size"]
+            if block["state"] == "inactive":
+                largest_free = max(largest_free, block["size"])
+        stream = seg.get("stream", 0)
+        per = by_stream.setdefault(stream, {"free": 0, "pending": 0, "allocated": 0, "segments": 0})
+        per["free"] += sizes["inactive"]
+        per["pending"] += sizes["active_pending_free"]
+        per["allocated"] += sizes["active_allocated"]
+        per["segments"] += 1
+        by_pool[pool] = by_pool.get(pool, 0) + sizes["inactive"] + sizes["active_pending_free"]
+        if sizes["inactive"] or sizes["active_pending_free"]:
+            holdings.append(SegmentHolding(ids.get(seg["address"], -1), seg["address"], seg["total_size"], pool,
+                                           stream, len(seg["blocks"]), sizes["active_allocated"],
+                                           sizes["inactive"], sizes["active_pending_free"], largest_free))
+    holdings.sort(key=lambda h: -(h.free + h.pending))
+    diag.holdings, diag.by_pool, diag.by_stream = holdings, by_pool, by_stream
+
+
+def _largest_live(segments: list, events: list, upto: int, keep: int = 5) -> list:
+    """The largest allocated blocks at event ``upto``, with where in Python they were allocated."""
+    blocks = [(b, s.get("stream", 0)) for s in segments for b in s["blocks"] if b["state"] == "active_allocated"]
+    blocks.sort(key=lambda bs: -bs[0]["size"])
+    wanted = {b["address"]: None for b, _ in blocks[:keep]}
+    for e in events[:upto + 1]:         # the latest alloc at each address is the live one
+        if e.get("action") == "alloc" and e.get("addr") in wanted:
+            wanted[e["addr"]] = e
+    out = []
+    for block, stream in blocks[:keep]:
+        alloc = wanted[block["address"]]
+        out.append(LiveAllocation(block["address"], block["size"], block.get("requested_size", 0), stream,
+                                  python_frames(alloc.get("frames") if alloc else None)))
+    return out
+
+
+def _oom_facts(events: list, frames: Any, allocated: list, reserved: list) -> Optional[OomFacts]:
+    index = next((i for i, e in enumerate(events) if e.get("action") == "oom"), None)
+    if index is None:
+        return None
+    e = events[index]
+    at = index - frames.first_event
+    at = min(max(at, 0), len(reserved) - 1)
+    free = int(e.get("device_free", e.get("addr", 0)))
+    return OomFacts(event_index=index, request=int(e.get("size", 0)), device_free=free,
+                    allocated=allocated[at], reserved=reserved[at], usable=reserved[at] + free,
+                    where=python_frames(e.get("frames")))

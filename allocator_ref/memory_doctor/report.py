@@ -1,0 +1,237 @@
+"""The doctor's answer: a verdict from the replays, and the findings in plain words.
+
+:class:`DoctorReport` holds the :class:`~allocator_ref.memory_doctor.diagnosis.Diagnosis` (what
+happened, read off a verified replay) and the
+:class:`~allocator_ref.memory_doctor.remedies.Remedies` (what each change would have done,
+each replayed).  Its verdict is computed from those numbers only:
+
+* the replay does not reproduce PyTorch -> no advice (the numbers would not be PyTorch's);
+* no target memory (no OOM, no ``--device-memory``) -> the run fit where it ran; the
+  remedy that lowers peak reserved the most is shown, not prescribed;
+* the recorded settings fit the target -> nothing to change;
+* some remedy fits -> the smallest such change, as the exact ``PYTORCH_CUDA_ALLOC_CONF`` line;
+* none fits -> only less live memory helps, and by how much at least.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..viz.sizes import format_bytes
+from .diagnosis import Diagnosis
+from .remedies import Remedies, Trial
+
+
+
+@dataclass
+class Verdict:
+    kind: str                 # "unverified", "no-target", "fits", "remedy", "less-memory" (or "not-asked")
+    text: str                 # one paragraph, plain words
+    line: Optional[str]       # the exact PYTORCH_CUDA_ALLOC_CONF line to set, when there is one
+    trial: Optional[Trial]    # the replay that proves it
+    reduce_by: int = 0        # bytes of live memory to cut (kind == "less-memory")
+
+
+@dataclass
+class DoctorReport:
+    diagnosis: Diagnosis
+    remedies: Optional[Remedies]
+    verdict: Verdict
+    seconds: float = 0.0
+
+    # ------------------------------------------------------------ the verdict
+    @staticmethod
+    def decide(diag: Diagnosis, remedies: Optional[Remedies]) -> Verdict:
+        if diag.verified and remedies is None:
+            return Verdict("not-asked", "Remedies were not replayed (remedies=False): the findings below are the "
+                           "whole answer.", None, None)
+        if not diag.verified or remedies is None:
+            div = diag.verify_summary.get("first_divergence")
+            where = f" (first difference at trace event {div['index']})" if div else ""
+            return Verdict("unverified", "The reference allocator does not reproduce PyTorch's decisions on this "
+                           f"trace{where}, so its what-ifs would not be PyTorch's: no advice is given. "
+                           "Run `python -m allocator_ref replay SNAPSHOT --verify` for the details.", None, None)
+        recorded = remedies.recorded
+        if remedies.target is None:
+            best = remedies.lowest
+            saving = recorded.peak_reserved - best.peak_reserved
+            tip = (f" The replays show `{best.line}` would lower peak reserved to {format_bytes(best.peak_reserved)} "
+                   f"({format_bytes(saving)} less)." if best is not recorded and saving > 0 else
+                   " None of the remedies lowers peak reserved.")
+            return Verdict("no-target", "The run did not run out of memory and no target was given, so there is "
+                           "nothing to fix; pass --device-memory GiB to ask whether it fits a smaller GPU." + tip,
+                           None, None)
+        if recorded.fits:
+            return Verdict("fits", f"As recorded, the run fits in {format_bytes(remedies.target)} "
+                           f"(replayed: peak reserved {format_bytes(recorded.peak_reserved)}, no out-of-memory): "
+                           "nothing to change.", None, recorded)
+        chosen = remedies.recommended
+        if chosen is not None:
+            return Verdict("remedy", f"Set `{chosen.line}`. Replayed on the same requests it fits in "
+                           f"{format_bytes(remedies.target)}: peak reserved {format_bytes(chosen.peak_reserved)} "
+                           f"(as recorded: {format_bytes(recorded.peak_reserved)}, with {recorded.ooms} "
+                           f"out-of-memory error{'s' if recorded.ooms != 1 else ''}), fragmentation at that peak "
+                           f"{format_bytes(chosen.fragmentation)}, {chosen.device_calls:,} device calls (as "
+                           f"recorded: {recorded.device_calls:,}). It is the smallest change that fits.",
+                           chosen.line, chosen)
+        need = diag.live_need
+        short = max(0, need - remedies.target)
+        extra = remedies.extra_needed or short
+        why = (f"The live tensors alone need {format_bytes(need)} at their peak"
+               + (" (counting the request that failed)" if diag.oom else "")
+               + (f", {format_bytes(short)} more than the device has." if short else
+                  f", which is within the device, but no setting tried packs them into it."))
+        return Verdict("less-memory", f"No allocator setting fits: every replay runs out of memory in "
+                       f"{format_bytes(remedies.target)}. {why} Only less live memory helps (a smaller batch or "
+                       "sequence, activation checkpointing, dropping references sooner), or a bigger GPU: replays "
+                       f"of the recorded settings fit once they have {format_bytes(extra)} more, so cut about that "
+                       f"much{f' (and at least {format_bytes(short)})' if short else ''}.",
+                       None, None, reduce_by=extra)
+
+    # ------------------------------------------------------------ words
+    def text(self) -> str:
+        return "\n".join(self.lines()) + "\n"
+
+    def lines(self) -> list[str]:
+        d, r, v = self.diagnosis, self.remedies, self.verdict
+        j = d.verify_summary
+        out = [f"Memory doctor: {d.source}, device {d.device} "
+               f"({len(d.frames):,} events; simulated replays of PyTorch's recorded decisions)", ""]
+        pct = 100.0 * j["allocs_exact"] / j["allocs"] if j["allocs"] else 100.0
+        out.append(f"Reproduced: {'yes' if d.verified else 'NO'} -- {j['allocs_exact']}/{j['allocs']} allocations at "
+                   f"PyTorch's address ({pct:.1f}%), final state equal: {j['final_state_equal']}")
+        out += ["", "VERDICT", "  " + v.text]
+        if v.line:
+            out += ["", "  " + v.line]
+        out += ["", "PEAKS"]
+        out.append(f"  live tensors (memory_allocated) peaked at {format_bytes(d.peak_allocated)} "
+                   f"(event {d.peak_allocated_at:,})")
+        out.append(f"  reserved (memory_reserved) peaked at {format_bytes(d.peak_reserved)} (event {d.peak_reserved_at:,}); "
+                   f"at that moment {format_bytes(d.allocated_at_peak)} was allocated and "
+                   f"{format_bytes(d.unallocated_at_peak)} reserved but unallocated")
+        if r is not None and r.target is not None:
+            out.append(f"  the device: {format_bytes(r.target)} usable by the allocator ({r.target_from})")
+        out += ["", "WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS AT THE PEAK"]
+        out.append(f"  by pool: large {format_bytes(d.by_pool.get('large', 0))}, small "
+                   f"{format_bytes(d.by_pool.get('small', 0))}")
+        for h in d.holdings[:5]:
+            out.append(f"  seg {h.number} ({h.pool} pool, stream {h.stream}, {format_bytes(h.size)}, "
+                       f"{h.blocks} block{'s' if h.blocks != 1 else ''}): {format_bytes(h.free)} free"
+                       + (f", largest free block {format_bytes(h.largest_free)}" if h.blocks > 1 else ", wholly free")
+                       + (f", {format_bytes(h.pending)} waiting for another stream" if h.pending else "")
+                       + f"; {format_bytes(h.allocated)} allocated")
+        if len(d.holdings) > 5:
+            rest = sum(h.free + h.pending for h in d.holdings[5:])
+            out.append(f"  ... and {len(d.holdings) - 5} more segments holding {format_bytes(rest)}")
+        out += ["", "LARGEST LIVE ALLOCATIONS AT THE PEAK"]
+        for a in d.largest:
+            where = " <- ".join(a.where) if a.where else "(no Python frames recorded)"
+            out.append(f"  {format_bytes(a.size)} at {a.address:#x} (stream {a.stream}): {where}")
+        out += ["", "STREAMS"]
+        out.append(f"  {len(d.by_stream)} stream{'s' if len(d.by_stream) != 1 else ''} own segments at the peak; "
+                   f"{format_bytes(d.pending_at_peak)} is freed but held for other streams' work "
+                   "(record_stream events not yet complete)")
+        if d.pending_max:
+            out.append(f"  over the whole run, at most {format_bytes(d.pending_max)} was held that way "
+                       f"(event {d.pending_max_at:,}): memory record_stream kept from being reused")
+        else:
+            out.append("  over the whole run, no freed block ever waited for another stream")
+        if len(d.by_stream) > 1:
+            for stream, per in sorted(d.by_stream.items(), key=lambda kv: -kv[1]["free"])[:6]:
+                out.append(f"  stream {stream}: {per['segments']} segments, {format_bytes(per['free'])} cached free "
+                           f"(usable only by that stream), {format_bytes(per['allocated'])} allocated")
+        if d.oom is not None:
+            title = "THE OUT-OF-MEMORY ERROR, LINE BY LINE"
+            if d.oom_count > 1:
+                title += f" (the first of {d.oom_count} in the trace)"
+            out += ["", title] + ["  " + line for line in oom_lines(d)]
+        if r is not None:
+            out += ["", f"REMEDIES, EACH REPLAYED ({r.replays} replays"
+                    + (f", target {format_bytes(r.target)})" if r.target is not None else ", no target)")]
+            out.append(f"  {'change':34} {'peak reserved':>14} {'frag @ peak':>12} {'device calls':>13}  fits")
+            for t in r.trials:
+                name = t.change or "(as recorded)"
+                if t.skipped:
+                    out.append(f"  {name:34} skipped: {t.skipped}")
+                    continue
+                fits = "-" if t.fits is None else ("yes" if t.fits else f"NO ({t.ooms} OOM)")
+                out.append(f"  {name:34} {format_bytes(t.peak_reserved):>14} {format_bytes(t.fragmentation):>12} "
+                           f"{t.device_calls:>13,}  {fits}")
+        if len(d.devices) > 1:
+            others = ", ".join(f"device {x['device']} ({x['events']:,} events)" for x in d.devices if x["device"] != d.device)
+            out += ["", f"Other devices in the snapshot: {others}; ask with device=N."]
+        return out
+
+    # ------------------------------------------------------------ machine-readable
+    def to_json(self) -> dict:
+        d, r, v = self.diagnosis, self.remedies, self.verdict
+        return {
+            "source": d.source, "device": d.device, "events": len(d.frames), "verified": d.verified,
+            "allocs": d.verify_summary["allocs"], "allocs_exact": d.verify_summary["allocs_exact"],
+            "verdict": v.kind, "verdict_text": v.text, "recommended_line": v.line,
+            "reduce_live_memory_by": v.reduce_by,
+            "extra_memory_needed": None if r is None else r.extra_needed,
+            "oom_count": d.oom_count,
+            "peak_allocated": d.peak_allocated, "peak_reserved": d.peak_reserved,
+            "unallocated_at_peak": d.unallocated_at_peak, "pending_free_at_peak": d.pending_at_peak,
+            "pending_free_max": d.pending_max, "pending_free_max_at": d.pending_max_at,
+            "by_pool": d.by_pool,
+            "by_stream": {str(k): v2 for k, v2 in d.by_stream.items()},
+            "segments_holding": [h.__dict__ for h in d.holdings[:20]],
+            "largest_live": [a.__dict__ for a in d.largest],
+            "oom": None if d.oom is None else dict(d.oom.__dict__, explained=oom_lines(d)),
+            "target": None if r is None else r.target, "target_from": None if r is None else r.target_from,
+            "replays": 0 if r is None else r.replays,
+            "remedies": [] if r is None else [t.to_json() for t in r.trials],
+            "seconds": self.seconds,
+        }
+
+    # ------------------------------------------------------------ pictures
+    def html(self, path=None) -> str:
+        """The self-contained HTML report (written to ``path`` when given)."""
+        from .html_report import render_html
+        page = render_html(self)
+        if path is not None:
+            from pathlib import Path
+            Path(path).write_text(page, encoding="utf-8")
+        return page
+
+    def player(self, **kwargs):
+        """The whole trace in the block-map player (a notebook widget)."""
+        from ..viz.player import TracePlayer
+        kwargs.setdefault("title", f"{self.diagnosis.source}, device {self.diagnosis.device}")
+        return TracePlayer(self.diagnosis.frames, **kwargs)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        return "<pre>" + _escape(self.text()) + "</pre>"
+
+
+def _escape(text: str) -> str:
+    from html import escape
+    return escape(text)
+
+
+def oom_lines(diag: Diagnosis) -> list[str]:
+    """PyTorch's OOM message, clause by clause, with what each number means for this run."""
+    o = diag.oom
+    gap = o.reserved - o.allocated
+    lines = [
+        f"\"Tried to allocate {format_bytes(o.request)}\": the request that failed (trace event {o.event_index:,})"
+        + (f", made at {' <- '.join(o.where)}" if o.where else "") + ".",
+        f"\"... of which {format_bytes(o.device_free)} is free\": what cudaMemGetInfo reported after the allocator "
+        "had already released every cached segment it could (the last rung of the retry ladder).",
+        f"\"{format_bytes(o.allocated)} is allocated by PyTorch\": live tensors at that moment.",
+        f"\"{format_bytes(gap)} is reserved by PyTorch but unallocated\": free blocks stuck in segments that still "
+        "hold live tensors, so they could not be given back.",
+    ]
+    if o.request > gap + o.device_free:
+        lines.append(f"Even a perfect cache could not have served it: the free device memory plus every cached free "
+                     f"byte ({format_bytes(gap + o.device_free)}) is less than the request: live memory must shrink.")
+    else:
+        lines.append(f"Free device memory plus cached free bytes ({format_bytes(gap + o.device_free)}) would have "
+                     "covered the request: it failed because no single free range was large enough "
+                     "(fragmentation); see the remedies.")
+    return lines

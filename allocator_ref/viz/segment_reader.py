@@ -1,0 +1,233 @@
+"""Follow a caching allocator event by event, reading only the blocks each event touched.
+
+``CachingAllocator.segments()`` (PyTorch's ``DeviceCachingAllocator::snapshot``) walks every
+block of every segment: on a 1,000-segment training run that is milliseconds per call, so
+snapshotting after each of 20,000 events takes over a minute.  But one event changes one
+block and its neighbours (a split, a merge), or adds or drops one segment.
+:class:`SegmentFollower` keeps the block map as a dict and, after each event, re-reads just
+those blocks from the allocator's block chain (``Block.prev``/``Block.next``, the links
+``try_merge_blocks`` maintains).
+
+Reading the state while the allocator *reports* an event has one catch, which
+``frames.settle`` explains: ``segment_alloc``, ``free_completed`` and ``segment_free`` are
+reported a moment before their change.  The follower applies that change itself, and at the
+next event re-reads the segment from the allocator, where the change has then happened.
+Expandable segments' ``segment_map``/``segment_unmap`` reshape the mapped ranges (one range
+can become two): after those the follower reads everything again (such events are few).
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from typing import Any, Optional
+
+from sortedcontainers import SortedList
+
+from ..caching.snapshot import block_state
+from .blockmap import segments_of
+
+_READ_AGAIN = ("segment_map", "segment_unmap")     # reported after the change: re-read all
+
+
+def can_follow(allocator: Any) -> bool:
+    """True for the caching allocator (its blocks link to their neighbours); others are snapshotted."""
+    return all(hasattr(allocator, name) for name in ("active_blocks", "large_blocks", "small_blocks"))
+
+
+def _live(allocator: Any, block: Any) -> bool:
+    """Is ``block`` still one of the allocator's blocks (handed out, waiting for events, or cached)?"""
+    if allocator.active_blocks.get(block.ptr) is block:
+        return True
+    return block.mapped and (block.stream_key, block.size, block.ptr, block) in block.pool.blocks
+
+
+class SegmentFollower:
+    """The allocator's segments as ``{address: segment dict}``, kept up to date event by event.
+
+        follower = SegmentFollower(allocator)
+        changed, gone = follower.update(event)    # call from a trace listener, once per event
+
+    A segment of a long run can hold thousands of blocks (an expandable segment does), so
+    even one segment is not re-read whole: an event changes the block it names and its two
+    neighbours (a split makes the next one, a merge swallows them), and only those block
+    dicts are replaced in a copy of the segment's list.
+    """
+
+    def __init__(self, allocator: Any) -> None:
+        self.allocator = allocator
+        self.segments: dict = {}
+        self.starts = SortedList()
+        self._reset({s["address"]: s for s in segments_of(allocator)})
+        self._handles: list = []       # blocks the last event touched, re-read at the next one
+        self.full_reads = 0            # how often everything had to be read (for benchmarks)
+
+    def _reset(self, segments: dict) -> None:
+        self.segments = segments
+        self.starts = SortedList(segments)
+
+    def update(self, event: dict) -> tuple[dict, tuple]:
+        """Apply ``event``; returns (segments new or changed, addresses of segments gone)."""
+        action, addr = event.get("action"), event.get("addr")
+        block = self.allocator.active_blocks.get(addr) if addr is not None else None
+        changed: Optional[dict] = None
+        if action not in _READ_AGAIN:
+            changed = self._patch_touched(self._handles + [block])
+        if changed is None:            # expandable ranges reshaped, or a block we held is gone
+            changed, gone = self._read_everything()
+        else:
+            gone = ()
+        gone = self._settle(event, changed, gone)
+        self._handles = [block] if block is not None else []
+        return changed, gone
+
+    # ------------------------------------------------------------ reading
+    def _segment_of(self, ptr: int) -> Optional[dict]:
+        i = self.starts.bisect_right(ptr) - 1
+        if i < 0:
+            return None
+        seg = self.segments[self.starts[i]]
+        return seg if ptr < seg["address"] + seg["total_size"] else None
+
+    def _patch_touched(self, blocks: list) -> Optional[dict]:
+        changed: dict = {}
+        seen: set = set()
+        for block in blocks:
+            if block is None or id(block) in seen:
+                continue
+            seen.add(id(block))
+            if not _live(self.allocator, block):
+                return None
+            seg = self._segment_of(block.ptr)
+            patched = _patch(self.allocator, seg, block) if seg is not None else None
+            if patched is None:
+                return None
+            changed[seg["address"]] = self.segments[seg["address"]] = patched
+        return changed
+
+    def _read_everything(self) -> tuple[dict, tuple]:
+        self.full_reads += 1
+        current = {s["address"]: s for s in segments_of(self.allocator)}
+        old = self.segments
+        changed = {a: s for a, s in current.items() if old.get(a) != s}
+        gone = tuple(a for a in old if a not in current)
+        self._reset(current)
+        return changed, gone
+
+    def _settle(self, event: dict, changed: dict, gone: tuple) -> tuple:
+        """Apply the change of an event reported before it happens (see ``frames.settle``)."""
+        from .frames import _fresh_segment
+        action, addr = event.get("action"), event.get("addr")
+        if action == "segment_alloc" and self._segment_of(addr) is None:
+            changed[addr] = self.segments[addr] = _fresh_segment(event)
+            self.starts.add(addr)
+        elif action == "segment_free" and addr in self.segments:
+            del self.segments[addr]
+            self.starts.remove(addr)
+            changed.pop(addr, None)
+            gone += (addr,)
+        elif action == "free_completed":
+            seg = self._segment_of(addr)
+            if seg is not None:
+                changed[seg["address"]] = self.segments[seg["address"]] = _merge_at(seg, addr)
+        return gone
+
+
+# ---------------------------------------------------------------- block-level patches
+
+def _block_dict(block: Any) -> dict:
+    return {"address": block.ptr, "size": block.size, "requested_size": block.requested_size,
+            "state": block_state(block), "frames": list(block.frames)}
+
+
+def _sums(blocks: list) -> tuple[int, int, int]:
+    """(allocated, active, requested) bytes of some block dicts, as ``segments()`` adds them."""
+    allocated = active = requested = 0
+    for b in blocks:
+        if b["state"] == "active_allocated":
+            allocated += b["size"]
+        if b["state"] != "inactive":
+            active += b["size"]
+            requested += b["requested_size"]
+    return allocated, active, requested
+
+
+def _with_blocks(segment: dict, i: int, j: int, new: list) -> dict:
+    """``segment`` with its blocks ``i:j`` replaced by ``new`` (the totals follow)."""
+    old = segment["blocks"][i:j]
+    a0, c0, r0 = _sums(old)
+    a1, c1, r1 = _sums(new)
+    return dict(segment, blocks=segment["blocks"][:i] + new + segment["blocks"][j:],
+                allocated_size=segment["allocated_size"] - a0 + a1,
+                active_size=segment["active_size"] - c0 + c1,
+                requested_size=segment["requested_size"] - r0 + r1)
+
+
+def _patch(allocator: Any, segment: dict, block: Any) -> Optional[dict]:
+    """``segment`` with ``block`` and its neighbours read again; None if the old dicts do not line up.
+
+    The old dicts to replace and the current blocks to read must cover the same bytes: a
+    split or merge next door (the current event's, when ``block`` is the previous
+    event's) can move a boundary, so both ends are widened until they agree.
+    """
+    lo = block.prev if block.prev is not None and block.prev.mapped else block
+    hi = block.next if block.next is not None and block.next.mapped else block
+    blocks = segment["blocks"]
+    i = bisect_right(blocks, lo.ptr, key=_address) - 1
+    j = bisect_left(blocks, hi.ptr + hi.size, key=_address)
+    if i < 0 or j == 0:
+        return None
+    while blocks[i]["address"] != lo.ptr:          # widen the start
+        if blocks[i]["address"] < lo.ptr:
+            lo = lo.prev
+            if lo is None or not lo.mapped:
+                return None
+        else:
+            i -= 1
+            if i < 0:
+                return None
+    while True:                                     # widen the end
+        old_end = blocks[j - 1]["address"] + blocks[j - 1]["size"]
+        new_end = hi.ptr + hi.size
+        if old_end == new_end:
+            break
+        if new_end < old_end:
+            hi = hi.next
+            if hi is None or not hi.mapped:
+                return None
+        else:
+            j += 1
+            if j > len(blocks):
+                return None
+    return _with_blocks(segment, i, j, [_block_dict(b) for b in _chain(lo, hi)])
+
+
+def _chain(lo: Any, hi: Any) -> list:
+    out, b = [lo], lo
+    while b is not hi:
+        b = b.next
+        out.append(b)
+    return out
+
+
+def _address(block: dict) -> int:
+    return block["address"]
+
+
+def _merge_at(segment: dict, addr: int) -> dict:
+    """``segment`` with the block at ``addr`` free and merged with free neighbours (``free_block``).
+
+    The freed block absorbs its neighbours and keeps its own ``requested_size``, as
+    ``try_merge_blocks`` leaves it.
+    """
+    blocks = segment["blocks"]
+    k = bisect_left(blocks, addr, key=_address)
+    if k == len(blocks) or blocks[k]["address"] != addr:
+        return segment
+    i, j = k, k + 1
+    if i > 0 and blocks[i - 1]["state"] == "inactive":
+        i -= 1
+    if j < len(blocks) and blocks[j]["state"] == "inactive":
+        j += 1
+    freed = blocks[k]
+    merged = dict(freed, address=blocks[i]["address"], state="inactive",
+                  size=sum(b["size"] for b in blocks[i:j]))
+    return _with_blocks(segment, i, j, [merged])
