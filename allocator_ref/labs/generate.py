@@ -17,12 +17,12 @@ The student copy replaces every region between the markers with
 indentation; everything else is copied unchanged (outputs and execution
 counts dropped).  The ``# exercise: <id>`` line names the exercise, and the
 whole cell without the markers becomes that exercise's solution in
-``allocator_ref/labs/data/solutions.json``, which ``show_solution(id)`` prints
+``labs/solutions.json``, which ``show_solution(id)`` prints
 only when asked.  Cells tagged ``instructor`` are left out of the student copy.
 
 Outputs:
     ``labs/student/labNN_name.ipynb``          (generated; never edit)
-    ``allocator_ref/labs/data/solutions.json`` (generated; never edit)
+    ``labs/solutions.json`` (generated; never edit)
 
 ``--check`` writes nothing and exits 1 when any output differs from what this
 tool would write now (CI and tests/test_labs.py use it).
@@ -41,7 +41,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "labs" / "source"
 STUDENT_DIR = ROOT / "labs" / "student"
-SOLUTIONS = Path(__file__).with_name("data") / "solutions.json"
+SOLUTIONS = ROOT / "labs" / "solutions.json"      # outside the package: a graded install has none
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from ..caching import CachingAllocator
+from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
 
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import random
 
-from ..caching import AllocatorConfig, CachingAllocator
-from ..caching import config as ref_config
+from ..caching import AllocatorConfig
+from . import reference as ref_config
+from .reference import CachingAllocator
 from ..caching.block import Block, BlockPool
-from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
-from .workload import PluggedAllocator, compare, random_workload
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
+from .workload import compare, random_workload
 
 DIV4 = "roundup_power2_divisions:4"
 
@@ -52,8 +53,11 @@ def _size_fn_case(name: str, fn_ref, sizes, config_text: str, label: str, reason
         for size in sizes:
             expected = fn_ref(size, _config(config_text))
             got = fn(size, cfg)
-            if got != expected:
-                raise Fail(f"{name}({size}) with config '{config_text or 'default'}' returned {got!r}; "
+            if type(got) is not int:
+                raise Fail(f"{name}({size}) returned {show(got)}, a {type(got).__name__}: return an int number "
+                           "of bytes", f"your {name} returned a {type(got).__name__}, not an int")
+            if not same(got, expected):
+                raise Fail(f"{name}({size}) with config '{config_text or 'default'}' returned {show(got)}; "
                            f"expected {expected}: {reason(size, config_text, expected)}",
                            f"your {name} disagrees with the reference on a size in this range "
                            f"(config '{config_text or 'default'}')")
@@ -74,7 +78,7 @@ def _round_public():
 
 
 def _plugged_compare(ops, config="", what="", **fns):
-    compare(ops, lambda dev: CachingAllocator(dev, config), config=config, what=what, plug=fns)
+    compare(ops, None, config=config, what=what, plug=fns)
 
 
 def _round_hidden(rng: random.Random):
@@ -190,8 +194,11 @@ def _split_case(block_size, size, small=False, expandable=False, config_text="",
         ref = CachingAllocator(lab_device("tiny-1gb"), config_text)
         expected = ref.should_split(_block(block_size, small), size, expandable)
         got = fn(_block(block_size, small), size, expandable, cfg)
-        if bool(got) != expected or not isinstance(got, (bool, int)):
-            raise Fail(f"should_split returned {got!r}: "
+        if type(got) is not bool:
+            raise Fail(f"should_split returned {show(got)}, a {type(got).__name__}: return True or False",
+                       "your should_split did not return True or False")
+        if not same(got, expected):
+            raise Fail(f"should_split returned {show(got)}: "
                        + _split_reason(block_size, size, small, expandable, config_text, expected),
                        "your should_split disagrees with the reference on a block of this kind")
     pool = "small pool" if small else ("expandable" if expandable else "large pool")
@@ -202,8 +209,7 @@ def _split_case(block_size, size, small=False, expandable=False, config_text="",
 
 def _split_workload_case(label, ops, config=""):
     def judge(fn):
-        compare(ops, lambda dev: PluggedAllocator(dev, config, should_split=fn), config=config,
-                what="your should_split")
+        compare(ops, None, config=config, what="your should_split", plug={"should_split": fn})
     return Case(label, judge, data=(ops, config))
 
 
@@ -281,8 +287,7 @@ def _merge_event_ops():
 
 def _merge_case(label, ops, config=""):
     def judge(fn):
-        compare(ops, lambda dev: PluggedAllocator(dev, config, merge=fn), config=config,
-                what="your try_merge_blocks")
+        compare(ops, None, config=config, what="your try_merge_blocks", plug={"try_merge_blocks": fn})
     return Case(label, judge, data=(ops, config))
 
 

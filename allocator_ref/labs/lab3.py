@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 
 from ..allocation import Allocation
-from ..caching import CachingAllocator
+from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, fmt, lab_device, register
 
 FILL = 0xEE

@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from .. import sharing
-from ..caching import CachingAllocator
+from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, KiB, MiB, fmt, lab_device, register
 
 RUN_TIMEOUT_S = 60

@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ..caching import CachingAllocator
+from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
 from .workload import random_workload
 
