@@ -1,8 +1,12 @@
 """Build the student notebooks from the instructor sources: ``python -m allocator_ref.labs.generate``.
 
 Instructor source (the one file an instructor edits):
-    ``labs/source/labNN_name.md`` -- jupytext MyST Markdown, paired with ``labNN_name.ipynb``
-    (``make sync-notebooks`` keeps the pair in step; this tool reads the ``.md``).
+    ``labs/source/labNN_name.md`` -- jupytext MyST Markdown.  Its paired
+    ``labNN_name.ipynb`` (for JupyterLab) is *written from it* by this tool, so the
+    ``.md`` is the single source: the student copy, the solutions, the paired
+    notebook and the notebook the tests execute all come from it.  If the ``.ipynb``
+    was edited after the ``.md`` (outside JupyterLab's jupytext pairing, which saves
+    both), this tool stops and says so rather than overwrite the edit.
 
 Inside a code cell, an exercise is marked as nbgrader marks it::
 
@@ -21,6 +25,7 @@ whole cell without the markers becomes that exercise's solution in
 only when asked.  Cells tagged ``instructor`` are left out of the student copy.
 
 Outputs:
+    ``labs/source/labNN_name.ipynb``           (the pair, written from the .md)
     ``labs/student/labNN_name.ipynb``          (generated; never edit)
     ``labs/solutions.json`` (generated; never edit)
 
@@ -133,10 +138,38 @@ def sources() -> list:
     return sorted(SOURCE_DIR.glob("lab[0-9][0-9]_*.md"))
 
 
+def _cells(nb) -> list:
+    return [(c.cell_type, c.source, list(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
+
+
+def paired_text(path: Path) -> str:
+    """The .ipynb paired with a source .md: the same cells, no outputs, stable cell ids."""
+    nb = read_source(path)
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"{path.stem.split('_')[0]}-src-{i:02d}"
+    return jupytext.writes(nb, fmt="ipynb")
+
+
+def pair_in_sync(path: Path) -> bool:
+    ipynb = path.with_suffix(".ipynb")
+    if not ipynb.exists():
+        return False
+    nb = nbformat.read(ipynb, as_version=4)
+    return _cells(nb) == _cells(read_source(path)) and not any(
+        c.get("outputs") or c.get("execution_count") is not None for c in nb.cells)
+
+
+def _pair_edited_later(path: Path) -> bool:
+    ipynb = path.with_suffix(".ipynb")
+    return ipynb.exists() and ipynb.stat().st_mtime > path.stat().st_mtime + 1 and not pair_in_sync(path)
+
+
 def outputs() -> dict:
     """{path: text} of everything the tool writes."""
     result, all_solutions = {}, {}
     for path in sources():
+        if not pair_in_sync(path):
+            result[path.with_suffix(".ipynb")] = paired_text(path)
         nb, solutions = build(path)
         result[STUDENT_DIR / (path.stem + ".ipynb")] = nbformat.writes(nb) + "\n"
         for key in solutions:
@@ -151,6 +184,7 @@ def stale() -> list:
     """Outputs that differ from what would be generated now (or are missing / no longer produced)."""
     wanted = outputs()
     bad = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
+    bad = [p for p in bad if p.parent != SOURCE_DIR or not pair_in_sync(p.with_suffix(".md"))]
     bad += [p for p in STUDENT_DIR.glob("*.ipynb") if p not in wanted]
     return bad
 
@@ -166,6 +200,13 @@ def main(argv=None) -> int:
         if not bad:
             print(f"labs: {len(sources())} student notebooks and the solutions file are up to date")
         return 1 if bad else 0
+    edited = [p for p in sources() if _pair_edited_later(p)]
+    for p in edited:
+        print(f"{p.with_suffix('.ipynb').relative_to(ROOT)} was edited after {p.name} and they differ: the .md is "
+              f"the source. Keep the notebook's edit with `make sync-notebooks` (it copies the newer file into "
+              f"the older), or discard it by deleting the .ipynb; then run `make student` again.")
+    if edited:
+        return 1
     wanted = outputs()
     STUDENT_DIR.mkdir(parents=True, exist_ok=True)
     SOLUTIONS.parent.mkdir(parents=True, exist_ok=True)

@@ -147,7 +147,7 @@ def _seg_hidden(rng: random.Random):
     for label, lo, hi in (("random rounded sizes below 1 MiB", 1, 2048),
                           ("random rounded sizes 1 to 10 MiB", 2049, 20480),
                           ("random rounded sizes 10 MiB to 4 GiB", 20480, 8 << 20)):
-        sizes = [512 * rng.randint(lo, hi) for _ in range(40)]
+        sizes = [512 * rng.randint(lo, hi) for _ in range(40)] + [512 * lo, 512 * hi]   # both edges of the range
         conf = rng.choice(["", "", f"large_segment_size_mb:{rng.choice([16, 32, 64])}"])
         cases.append(_size_fn_case("get_allocation_size", ref_config.get_allocation_size, sizes, conf, label,
                                    _segment_reason))
@@ -230,9 +230,10 @@ def _split_public():
 
 def _split_hidden(rng: random.Random):
     cases = []
-    for _ in range(3):
+    for k in range(3):
         block = 512 * rng.randint(2 * 2048, 120 * 2048)
-        size = block - rng.choice([0, 512, MiB - 512, MiB, MiB + 512, 512 * rng.randint(1, 4096)])
+        edge = [MiB] if k == 0 else [0, 512, MiB - 512, MiB, MiB + 512, 512 * rng.randint(1, 4096)]  # k=0: exactly 1 MiB left
+        size = block - rng.choice(edge)
         size = max(512, size)
         cases.append(_split_case(block, size, label="large pool, remainder near 1 MiB"))
     for _ in range(2):
@@ -301,8 +302,17 @@ def _merge_public():
     ]
 
 
+def _seeded_event_ops(rng: random.Random):
+    """The pending-neighbour situation with seeded sizes: a neighbour waiting for another stream's event."""
+    k = [512 * rng.randint(256, 1024) for _ in range(3)]
+    return [("malloc", "a", k[0], 0), ("malloc", "b", k[1], 0), ("malloc", "c", k[2], 0),
+            ("record", "b", 1), ("sleep", 1, rng.choice([500, 1000, 5000])), ("free", "b"),
+            ("free", rng.choice(["a", "c"])), ("sync",), ("malloc", "d", 512 * rng.randint(1, 64), 0), ("free", "d")]
+
+
 def _merge_hidden(rng: random.Random):
     return [
+        _merge_case("a seeded neighbour pending on another stream's event", _seeded_event_ops(rng)),
         _merge_case("a seeded workload, one stream", random_workload(rng, 80)),
         _merge_case("a seeded workload, two streams with record_stream",
                     random_workload(rng, 80, streams=2, events=True)),

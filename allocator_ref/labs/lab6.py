@@ -289,7 +289,7 @@ def judge_read_shared(fn, profile: str, pads: list, size: int, data_seed: int) -
             raise Fail(f"your receiver raised in the other process (pid {p.pid}; {what}): {text}.{hint}",
                        "your receiver raised an error in the other process" + (" (NameError)" if hint else "")) \
                 from None
-        if not isinstance(got, bytes):
+        if type(got) is not bytes:
             raise Fail(f"your receiver returned {got}; return the bytes it read (dev.read(...))",
                        "your receiver did not return bytes")
         if got != data:
@@ -367,7 +367,7 @@ def judge_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> N
             raise Fail("the receiver never opened and read the block: hand it the handle with "
                        "peer.open(handle), then peer.read(ref)", "the receiver never read the block")
         n = len(data)           # the block is rounded up: a read of the whole block has more bytes
-        if not isinstance(got, bytes) or got[:n] != data or not any(e[2] == 0 and e[3][:n] == data for e in reads):
+        if type(got) is not bytes or got[:n] != data or not any(e[2] == 0 and e[3][:n] == data for e in reads):
             raise Fail(f"the receiver did not read the data ({what}): write `data` into the block "
                        "(alloc.device.write(x.ptr, data)) before sharing it, share that block, and return what "
                        "peer.read(ref) gave", "the receiver did not read the data that was written")
