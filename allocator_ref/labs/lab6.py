@@ -220,6 +220,13 @@ def judge_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) 
         if a.freed or alloc.live_allocations() != sorted(held + [a], key=lambda x: x.ptr):
             raise Fail("share_handle changed the allocator (freed or allocated blocks): it only describes "
                        "the block", "share_handle allocated or freed blocks")
+        if bytes(ipc) != ref.ipc_handle:
+            base = a.ptr - ref.offset
+            raise Fail(f"your handle names another allocation than the segment that holds the block ({what}): "
+                       f"the block at {a.ptr:#x} lies in the {fmt(ref.segment_size)} segment based at {base:#x}; "
+                       "find the segment whose [address, address + total_size) holds the block's pointer "
+                       "(not simply the first one) and get the handle of its base",
+                       "your handle does not name the block's segment")
         p = peer()
         try:
             ref_id = p.open(replace(ref, ipc_handle=bytes(ipc), offset=offset))
@@ -415,6 +422,7 @@ PUBLIC = [
     ("h100-80gb", [], 3 * MiB, 1, "a 3 MiB block at the base of its segment"),
     ("h100-80gb", [(3 * MiB, True)], 5 * MiB, 2, "a 5 MiB block 3 MiB into a 20 MiB segment"),
     ("h100-80gb", [(1000, True), (5000, True)], 700, 3, "a 700 B block after two small ones (2 MiB segment)"),
+    ("h100-80gb", [(4096, True), (30 * MiB, True)], 2 * MiB, 4, "a 2 MiB block in the third segment"),
 ]
 
 
@@ -432,6 +440,10 @@ def _hidden(rng: random.Random) -> list:
         profile = rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"])
         label = ("a small block" if small else "a large block") + " after seeded allocations and frees"
         specs.append((profile, pads, size, rng.randrange(1 << 30), label))
+    # A block in a *later* segment (a small-pool segment comes first): the base is not segments[0].
+    pads = [(rng.randint(512, 200 * KiB), True), (rng.randint(21 * MiB, 40 * MiB), rng.random() < 0.5)]
+    specs.append((rng.choice(["h100-80gb", "t4-16gb"]), pads, rng.randint(1 * MiB + 1, 8 * MiB),
+                  rng.randrange(1 << 30), "a large block in a later segment, after seeded allocations"))
     return specs
 
 

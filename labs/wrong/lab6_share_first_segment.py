@@ -1,6 +1,6 @@
 """Takes the first segment of the snapshot as the base: right only when the block is in the first segment."""
 EXERCISE = "lab6.share_handle"
-EXPECTED_REASON = "segment"
+EXPECTED_REASON = "not simply the first one"
 
 
 def SUBMISSION(alloc, allocation):
