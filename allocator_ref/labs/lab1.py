@@ -100,6 +100,7 @@ def _measure_hidden(rng):
 register(Exercise(
     id="lab1.measure", lab=1, title="measure(dev, nbytes, repeats, kernel_us): cudaMalloc/cudaFree vs cached",
     public=_measure_public, hidden=_measure_hidden, what="measure function",
+    nudge="Which loop did the device not see, or which figure is not per iteration of the device's own clock?",
     hint="Loop 1: ptr = dev.malloc(nbytes); dev.fill(ptr, nbytes, 1); dev.sleep(None, kernel_us); dev.free(ptr). "
          "Loop 2 with alloc = CachingAllocator(dev) (warm it with one malloc/free first): buf = alloc.malloc(nbytes); "
          "the same two kernels on buf.ptr; alloc.free(buf). Time each loop with dev.now_us() and divide by repeats.",
@@ -144,6 +145,7 @@ register(Exercise(
                                                ([1000, 2000, 5000], "seeded size, long kernels"),
                                                ([0.5, 2, 20, 100, 2000], "seeded size and kernel length"))],
     what="dominant_cost function",
+    nudge="Measure the loop exactly as the learner would run it, and look where the host's time goes: inside the API calls, or waiting in cudaFree.",
     hint="Run the direct loop a few times on dev and compare dev.counters.api_time_us (host time inside API calls) "
          "with dev.counters.implicit_sync_wait_us (host time waiting for the streams in cudaFree); read both before "
          "and after. Return 'sync' when the waiting is larger, else 'api'.",

@@ -111,6 +111,7 @@ def _round_public_cases():
 register(Exercise(
     id="lab2.round_size", lab=2, title="round_size(size, config): how big a block a request gets",
     public=_round_public_cases, hidden=_round_hidden,
+    nudge='Look at the size named above: is it below 512 B, an exact multiple, or in a bucket where divisions apply?',
     hint="Below 512 B the answer is 512. Otherwise round UP to a multiple of 512 (exact multiples stay). "
          "Only when config.divisions_for(size) > 1 and size > 512 * divisions, round up to the next of "
          "`divisions` equal steps between the two powers of two around size (powers of two stay).",
@@ -161,6 +162,7 @@ def _seg_hidden(rng: random.Random):
 register(Exercise(
     id="lab2.get_allocation_size", lab=2, title="get_allocation_size(size, config): how big a segment cudaMalloc gets",
     public=_seg_public, hidden=_seg_hidden,
+    nudge='Which of the three size ranges does the size above fall in, and is the boundary itself inside or outside it?',
     hint="Three ranges of the ROUNDED size: <= 1 MiB -> 2 MiB; < 10 MiB -> config.large_segment_size "
          "(20 MiB by default); otherwise round up to a multiple of 2 MiB.",
 ))
@@ -255,6 +257,7 @@ def _split_hidden(rng: random.Random):
 register(Exercise(
     id="lab2.should_split", lab=2, title="should_split(block, size, expandable_active, config)",
     public=_split_public, hidden=_split_hidden,
+    nudge='Which pool is the block in, and is the comparison with the remainder strict or not?',
     hint="remaining = block.size - size. Small pool (block.pool.is_small) or expandable_active: split when "
          "remaining >= 512. Large pool: split only when size < config.max_split_size AND remaining is "
          "strictly more than 1 MiB (kSmallSize).",
@@ -324,6 +327,7 @@ def _merge_hidden(rng: random.Random):
 register(Exercise(
     id="lab2.merge", lab=2, title="try_merge_blocks(dst, src, pool): the merge on free",
     public=_merge_public, hidden=_merge_hidden,
+    nudge='Look at the neighbour named above: may it be absorbed right now, and is every link, pointer and pool entry updated when it is?',
     hint="Return 0 (no merge) when src is None, allocated, has event_count > 0 or stream_uses, or its "
          "mapped flag differs from dst's. Otherwise take src out of the pool (pool.remove, or "
          "pool.remove_unmapped when not mapped), unlink it (if src is dst.prev: dst.ptr = src.ptr and "

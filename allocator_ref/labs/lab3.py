@@ -172,6 +172,7 @@ def _cases(mode, rng=None):
 register(Exercise(
     id="lab3.record_stream", lab=3, title="fix the race with record_stream (and keep the streams overlapping)",
     public=lambda: _cases("record_stream"), hidden=lambda rng: _cases("record_stream", rng),
+    nudge='Who still reads x after the default stream frees it, and does the allocator know?',
     hint="x is allocated on the default stream but read by the side stream. Before alloc.free(x), tell the "
          "allocator about that use: alloc.record_stream(x, side). The free then waits (without blocking "
          "anyone) for an event on the side stream before x's memory can be handed out again.",
@@ -180,6 +181,7 @@ register(Exercise(
 register(Exercise(
     id="lab3.event", lab=3, title="fix the race with an event instead (no record_stream)",
     public=lambda: _cases("event"), hidden=lambda rng: _cases("event", rng),
+    nudge="Which wait is enough: the whole device, a stream, or just the side stream's copy?",
     hint="Record an event on the side stream right after the copy (done = dev.create_event(); "
          "done.record(side)). Queue the default stream's own work first, then let the host wait only for "
          "that event (done.synchronize()) before alloc.free(x). Do not dev.synchronize() the whole device, "

@@ -127,6 +127,7 @@ def _diagnose_hidden(rng):
 register(Exercise(
     id="lab4.diagnose", lab=4, title="diagnose(stats, snapshot, request, device_free): why did it run out of memory?",
     public=_diagnose_public, hidden=_diagnose_hidden, what="diagnose function",
+    nudge="Which bytes could serve the request if they were in one piece: the cached ones only, or the device's free ones too?",
     hint="reserved_but_unallocated = stats['reserved_bytes.all.current'] - stats['allocated_bytes.all.current']; "
          "largest_free_block = max size of the blocks with state 'inactive' over snapshot['segments']; the cause is "
          "fragmentation when reserved-but-unallocated bytes plus the device's free bytes would cover the request "
@@ -196,6 +197,7 @@ register(Exercise(
     public=lambda: [_config_case(training_like_workload(), "the training-like workload on tiny-1gb")],
     hidden=lambda rng: [_config_case(_seeded_workload(rng), "a seeded variant (other tensor sizes)") for _ in range(2)],
     what="choose_config function",
+    nudge='Which option stops the big cached blocks from being carved up by the medium requests?',
     hint="The medium buffers are carved out of cached big blocks (best fit splits them), and a split segment is "
          "never returned to the device. Either stop big blocks from being split for smaller requests "
          "(max_split_size_mb: blocks at least that big are never split and never handed to smaller requests; "

@@ -456,6 +456,7 @@ register(Exercise(
     id="lab6.share_handle", lab=6, title="the sender: a legacy handle of the segment base + the block's offset",
     public=lambda: _cases(judge_share_handle), hidden=lambda rng: _cases(judge_share_handle, rng),
     teardown=_close_peer,
+    nudge='What exactly does a legacy IPC handle name: a block, or the whole allocation that holds it?',
     hint="cudaIpcGetMemHandle only names a whole cudaMalloc allocation, i.e. the block's segment. Find the "
          "segment holding allocation.ptr in alloc.snapshot()['segments'] (its 'address' and 'total_size'), "
          "then return {'ipc_handle': alloc.device.ipc_get_mem_handle(base), 'offset': allocation.ptr - base, "
@@ -466,6 +467,7 @@ register(Exercise(
     id="lab6.read_shared", lab=6, title="the receiver, in another process: open the segment, add the offset, close",
     public=lambda: _cases(judge_read_shared), hidden=lambda rng: _cases(judge_read_shared, rng),
     teardown=_close_peer,
+    nudge='Where does the block start in the mapping open returned, and what must be closed before you return?',
     hint="base = dev.ipc_open_mem_handle(handle['ipc_handle']) maps the sender's whole segment here; the "
          "block starts at base + handle['offset']. Read handle['size'] bytes there with dev.read, then "
          "dev.ipc_close_mem_handle(base) (the pointer open returned, not base + offset). The function runs "
@@ -476,7 +478,9 @@ register(Exercise(
     id="lab6.lifetime", lab=6, title="the lifetime rule: keep the block alive until the receiver is done",
     public=lambda: _cases(judge_lifetime), hidden=lambda rng: _cases(judge_lifetime, rng),
     teardown=_close_peer,
-    hint="x = alloc.malloc(len(data)); alloc.device.write(x.ptr, data); h = share_block(alloc, x); "
-         "ref = peer.open(h); got = peer.read(ref, 0, len(data)); peer.close(ref); and only then alloc.free(x). Freeing "
-         "x returns it to the cache, where the next malloc may reuse its bytes while the receiver reads.",
+    nudge='When is the sender allowed to free: after sharing, or after the receiver is done?',
+    hint="Allocate a block of len(data) bytes and write data into it; share it with share_block; let the peer "
+         "open the handle, read the bytes and close its mapping; only after that free the block, and return what "
+         "the peer read. Freeing earlier returns the block to the cache, where the next malloc may reuse its bytes "
+         "while the receiver still reads them.",
 ))

@@ -150,6 +150,7 @@ register(Exercise(
     public=lambda: [_peaks_case(training_snapshot, "the training snapshot"),
                     _peaks_case(lambda: (course_snapshot(3), "course-made snapshot (seed 3)"), "a course-made snapshot")],
     hidden=_hidden(_peaks_case, deferred_free_prefix), what="peaks function",
+    nudge="When does a tensor's memory really stop being in use: when the program frees it, or when the allocator completes the free?",
     hint="Walk snapshot['device_traces'][0] in order, keeping two running totals: requested bytes (+size on "
          "'alloc', -size on 'free_completed') and reserved bytes (+size on 'segment_alloc' and 'segment_map', "
          "-size on 'segment_free' and 'segment_unmap'); return the maximum each reached.",
@@ -160,6 +161,7 @@ register(Exercise(
     public=lambda: [_free_case(training_snapshot, "the training snapshot"),
                     _free_case(lambda: (course_snapshot(3), "course-made snapshot (seed 3)"), "a course-made snapshot")],
     hidden=_hidden(_free_case, fragmented_prefix), what="largest_free_block function",
+    nudge='One segment can hold several free blocks: are you looking at blocks, or at totals?',
     hint="snapshot['segments'] lists every segment with its blocks; a cached free block has state 'inactive'. "
          "Return the largest size among them (0 when there is none).",
 ))

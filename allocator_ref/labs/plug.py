@@ -23,7 +23,7 @@ An unknown name is refused with the list of names that can be plugged.
 """
 from __future__ import annotations
 
-import types
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -159,7 +159,19 @@ def _in_pool(pool, block) -> bool:
 
 def _method_hook(name: str) -> Callable:
     def plug(allocator, fn):
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):           # a builtin: let the call say what is wrong
+            signature = None
+
         def decided(*args, **kwargs):
+            if signature is not None:
+                try:
+                    signature.bind(allocator, *args, **kwargs)
+                except TypeError as exc:
+                    raise Fail(f"the allocator calls your {name} as {METHOD_HOOKS[name]}, but your function's "
+                               f"parameters are {signature} ({exc})",
+                               f"your {name} does not take the arguments the allocator passes") from None
             return fn(allocator, *args, **kwargs)
         return decided
     return plug
@@ -167,7 +179,6 @@ def _method_hook(name: str) -> Callable:
 
 # Decisions plugged method-style: fn(allocator, *the reference method's arguments).
 METHOD_HOOKS = {
-    "get_pool": "get_pool(allocator, size) -> BlockPool",
     "get_free_block": "get_free_block(allocator, p) -> bool (set p.block, take it out of p.pool)",
     "alloc_block": "alloc_block(allocator, p, is_retry) -> bool",
     "release_available_cached_blocks": "release_available_cached_blocks(allocator, p) -> bool",
