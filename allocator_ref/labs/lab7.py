@@ -30,9 +30,9 @@ TRACES = ROOT.parent / "shared" / "traces"
 REAL_FROM_EMPTY = "small-from-empty.pickle"     # recorded from an empty allocator: peaks are well defined
 
 
-def course_snapshot(seed: int = 0, n_ops: int = 120, profile: str = "h100-80gb", prefix: tuple = ()) -> dict:
+def course_snapshot(seed: int = 0, n_ops: int = 120, profile: str = "h100-80gb", suffix: tuple = ()) -> dict:
     """A snapshot recorded now by the reference allocator on a seeded training-like workload
-    (two streams with record_stream, so some frees are deferred), after the ops in ``prefix``."""
+    (two streams with record_stream, so some frees are deferred), then the ops in ``suffix``."""
     rng = random.Random(seed)
     dev = lab_device(profile)
     alloc = CachingAllocator(dev)
@@ -43,8 +43,8 @@ def course_snapshot(seed: int = 0, n_ops: int = 120, profile: str = "h100-80gb",
         if n not in streams:
             streams[n] = dev.create_stream()
         return streams[n]
-    ops = list(prefix) + random_workload(rng, n_ops, streams=2, events=True,
-                                         kinds=("small", "medium", "large", "medium"))
+    ops = random_workload(rng, n_ops, streams=2, events=True,
+                          kinds=("small", "medium", "large", "medium")) + list(suffix)
     for op in ops:
         _apply(op, alloc, dev, stream, live)
     if rng.random() < 0.5:
@@ -52,18 +52,25 @@ def course_snapshot(seed: int = 0, n_ops: int = 120, profile: str = "h100-80gb",
     return alloc.snapshot()
 
 
-def deferred_free_prefix(rng: random.Random) -> tuple:
+def deferred_free_suffix(rng: random.Random) -> tuple:
     """A tensor freed while another stream still uses it, then a new one: between 'free_requested' and
-    'free_completed' both are live, so the peak of requested bytes counts them together."""
-    a, b = rng.randint(20, 90) * MiB + rng.randrange(512), rng.randint(20, 90) * MiB
+    'free_completed' both are live, so the peak of requested bytes counts them together.  Both are
+    bigger than the whole seeded workload before them (at most 2 GiB live), so this is the peak."""
+    a, b = rng.randint(2048, 3072) * MiB + rng.randrange(512), rng.randint(2048, 3072) * MiB
     return (("malloc", "p_a", a, 0), ("record", "p_a", 1), ("sleep", 1, 5000), ("free", "p_a"),
             ("malloc", "p_b", b, 0), ("sync",), ("malloc", "p_c", 512, 0), ("free", "p_b"))
 
 
-def fragmented_prefix(rng: random.Random) -> tuple:
-    """Three blocks in one 20 MiB segment, the first and last freed: a segment with several free blocks."""
-    sizes = [rng.randint(2, 5) * MiB + 512 * rng.randrange(64) for _ in range(3)]
-    return (("malloc", "f_a", sizes[0], 0), ("malloc", "f_b", sizes[1], 0), ("malloc", "f_c", sizes[2], 0),
+def fragmented_suffix(rng: random.Random) -> tuple:
+    """A fresh 1.5-2 GiB segment (far bigger than any block before), cached, then carved into three
+    blocks and the first and last freed: the segment with the largest free block holds two free
+    blocks, so its total minus allocated is not the largest block."""
+    whole = rng.randint(1536, 2048) * MiB
+    first, last, tail = (rng.randint(100, 200) * MiB, rng.randint(100, 200) * MiB, rng.randint(20, 100) * MiB)
+    # the middle (allocated) block is the biggest block of all: "the largest block" is not "the largest free"
+    parts = [first, whole - first - last - tail, last]
+    return (("malloc", "f_whole", whole, 0), ("free", "f_whole"),
+            ("malloc", "f_a", parts[0], 0), ("malloc", "f_b", parts[1], 0), ("malloc", "f_c", parts[2], 0),
             ("free", "f_a"), ("free", "f_c"))
 
 
@@ -127,19 +134,19 @@ def _free_case(get, label):
     return Case(label, judge)
 
 
-def _hidden(make_case, make_prefix):
-    """Three seeded snapshots; the first starts with the situation this exercise's classic mistake
-    gets wrong (``make_prefix``), so the hidden cases alone catch it for every seed."""
+def _hidden(make_case, make_suffix):
+    """Three seeded snapshots; the first ends with the situation this exercise's classic mistake
+    gets wrong (``make_suffix``), so the hidden cases alone catch it for every seed."""
     def gen(rng):
         cases = []
         for k in range(3):
             seed = rng.randrange(1 << 30)
             n = rng.randint(60, 200)
-            prefix = make_prefix(rng) if k == 0 else ()
-            case = make_case(lambda seed=seed, n=n, prefix=prefix: (course_snapshot(seed, n, prefix=prefix),
+            suffix = make_suffix(rng) if k == 0 else ()
+            case = make_case(lambda seed=seed, n=n, suffix=suffix: (course_snapshot(seed, n, suffix=suffix),
                                                                     "a seeded course-made snapshot"),
                              "a snapshot recorded now from a seeded workload")
-            case.data = (seed, n, prefix)
+            case.data = (seed, n, suffix)
             cases.append(case)
         return cases
     return gen
@@ -149,7 +156,7 @@ register(Exercise(
     id="lab7.peaks", lab=7, title="peaks(snapshot): peak requested and peak reserved bytes from the trace",
     public=lambda: [_peaks_case(training_snapshot, "the training snapshot"),
                     _peaks_case(lambda: (course_snapshot(3), "course-made snapshot (seed 3)"), "a course-made snapshot")],
-    hidden=_hidden(_peaks_case, deferred_free_prefix), what="peaks function",
+    hidden=_hidden(_peaks_case, deferred_free_suffix), what="peaks function",
     nudge="When does a tensor's memory really stop being in use: when the program frees it, or when the allocator completes the free?",
     hint="Walk snapshot['device_traces'][0] in order, keeping two running totals: requested bytes (+size on "
          "'alloc', -size on 'free_completed') and reserved bytes (+size on 'segment_alloc' and 'segment_map', "
@@ -160,7 +167,7 @@ register(Exercise(
     id="lab7.largest_free", lab=7, title="largest_free_block(snapshot): the biggest cached free block at the end",
     public=lambda: [_free_case(training_snapshot, "the training snapshot"),
                     _free_case(lambda: (course_snapshot(3), "course-made snapshot (seed 3)"), "a course-made snapshot")],
-    hidden=_hidden(_free_case, fragmented_prefix), what="largest_free_block function",
+    hidden=_hidden(_free_case, fragmented_suffix), what="largest_free_block function",
     nudge='One segment can hold several free blocks: are you looking at blocks, or at totals?',
     hint="snapshot['segments'] lists every segment with its blocks; a cached free block has state 'inactive'. "
          "Return the largest size among them (0 when there is none).",
