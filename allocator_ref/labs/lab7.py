@@ -155,7 +155,9 @@ def _hidden(make_case, make_suffix):
 register(Exercise(
     id="lab7.peaks", lab=7, title="peaks(snapshot): peak requested and peak reserved bytes from the trace",
     public=lambda: [_peaks_case(training_snapshot, "the training snapshot"),
-                    _peaks_case(lambda: (course_snapshot(3), "course-made snapshot (seed 3)"), "a course-made snapshot")],
+                    _peaks_case(lambda: (course_snapshot(3, suffix=deferred_free_suffix(random.Random(3))),
+                                         "course-made snapshot (seed 3; ends with a free deferred by record_stream)"),
+                                "a course-made snapshot with a deferred free")],
     hidden=_hidden(_peaks_case, deferred_free_suffix), what="peaks function",
     nudge="When does a tensor's memory really stop being in use: when the program frees it, or when the allocator completes the free?",
     hint="Walk snapshot['device_traces'][0] in order, keeping two running totals: requested bytes (+size on "
@@ -166,7 +168,9 @@ register(Exercise(
 register(Exercise(
     id="lab7.largest_free", lab=7, title="largest_free_block(snapshot): the biggest cached free block at the end",
     public=lambda: [_free_case(training_snapshot, "the training snapshot"),
-                    _free_case(lambda: (course_snapshot(3), "course-made snapshot (seed 3)"), "a course-made snapshot")],
+                    _free_case(lambda: (course_snapshot(3, suffix=fragmented_suffix(random.Random(3))),
+                                        "course-made snapshot (seed 3; one segment holds two free blocks)"),
+                               "a course-made snapshot with a fragmented segment")],
     hidden=_hidden(_free_case, fragmented_suffix), what="largest_free_block function",
     nudge='One segment can hold several free blocks: are you looking at blocks, or at totals?',
     hint="snapshot['segments'] lists every segment with its blocks; a cached free block has state 'inactive'. "
