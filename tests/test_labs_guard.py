@@ -293,3 +293,19 @@ def test_a_merge_that_leaves_state_broken_is_explained_where_it_happened():
     assert not result.passed
     assert "still in the pool" in result.explanation or "linked" in result.explanation, result.explanation
     assert "sortedlist" not in result.explanation and "not in list" not in result.explanation
+
+
+def test_a_declared_function_exercise_judges_exactly_and_hides_hidden_values(monkeypatch):
+    from allocator_ref.labs.spec import function_exercise
+    check_module._load_all()
+    monkeypatch.setitem(check_module.EXERCISES, "lab9.triple", None)
+    function_exercise(id="lab9.triple", lab=9, title="triple(n)", reference=lambda n: 3 * n,
+                      public=[(2,)], hidden=lambda rng: [(rng.randint(10, 99),) for _ in range(2)],
+                      explain=lambda args, expected: f"three times {args[0]}", nudge="n", hint="3 n")
+    assert check("lab9.triple", lambda n: 3 * n, seed=1, verbose=False).passed
+    as_float = check("lab9.triple", lambda n: 3.0 * n, seed=1, verbose=False)
+    assert not as_float.passed and "(float instead of int)" in as_float.explanation
+    off = check("lab9.triple", lambda n: 3 * n if n < 10 else 3 * n + 1, seed=1, verbose=False)
+    assert off.cases[0].passed and not off.passed
+    hidden_text = " ".join(c.explanation for c in off.cases if c.hidden)
+    assert "expected" not in hidden_text and not any(str(3 * k + 1) in hidden_text for k in range(10, 100))

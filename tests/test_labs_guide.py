@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -126,23 +125,15 @@ def SUBMISSION(allocator, p):
     return True
 '''
 
-LAB9 = '''"""Lab 9 -- a lab added by following labs/README.md."""
-from .check import Case, Exercise, Fail, register, same, show
+LAB9 = '''"""Lab 9 -- a lab added by following labs/README.md (one declaration per exercise)."""
+from .spec import function_exercise
 
-
-def _case(n, label=None):
-    def judge(fn):
-        got = fn(n)
-        if not same(got, 2 * n):
-            raise Fail(f"double({n}) returned {show(got)}; expected {2 * n}", "your double differs")
-    return Case(label or f"double({n})", judge, data=n)
-
-
-register(Exercise(
-    id="lab9.double", lab=9, title="double(n)", public=lambda: [_case(3)],
-    hidden=lambda rng: [_case(rng.randint(10, 10 ** 6), "a seeded number")],
+function_exercise(
+    id="lab9.double", lab=9, title="double(n)", reference=lambda n: 2 * n,
+    public=[(3,)], hidden=lambda rng: [(rng.randint(10, 10 ** 6),) for _ in range(3)],
+    explain=lambda args, expected: f"twice {args[0]} is {expected}",
     nudge="Look at the number above.", hint="Return n * 2.",
-))
+)
 '''
 
 LAB9_SOURCE = '''---
@@ -249,4 +240,3 @@ def test_following_the_guide_on_a_scratch_copy(tmp_path):
     assert "return n + n" not in released and "assert check('lab9.double', double, seed=" in released
     usage = _make(root, "nbgrader", ok=False)
     assert usage.returncode != 0 and "usage: make nbgrader LAB=02" in usage.stdout + usage.stderr
-    assert textwrap.dedent(LAB9).strip()        # (the lab module text is what the guide describes)
