@@ -6,7 +6,6 @@ assignment's seed, and the autograder gives 0, 2 and 1 of 2 points.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from pathlib import Path

@@ -21,7 +21,7 @@ from allocator_ref.labs import check, hint
 from allocator_ref.labs.check import FULL_HINT_AFTER, exercise, lab_modules
 from allocator_ref.labs.guard import run_guarded, same, show
 from allocator_ref.labs.plug import HOOKS, PluggedAllocator
-from allocator_ref.labs.workload import compare, random_workload, run
+from allocator_ref.labs.workload import compare, random_workload
 
 check_module = importlib.import_module("allocator_ref.labs.check")
 ROOT = Path(__file__).resolve().parents[1]
