@@ -100,9 +100,10 @@ def run(ops: list, make_allocator: Callable[[Any], Any], profile: str = "h100-80
             if not _raised_inside_course(exc):
                 raise                              # the learner's own code raised: check() reports it
             raise Fail(f"at {describe_op(i, op, sizes)} the allocator itself failed with your code plugged in "
-                       f"({type(exc).__name__}: {exc}). An earlier step of yours left its blocks inconsistent "
-                       "(a block still in the pool after a merge, a pointer or size not updated, a link to a "
-                       "neighbour not fixed); the op above is where it showed",
+                       f"({type(exc).__name__}: {exc}), where the reference allocator did not. Your code either "
+                       "asked for something impossible here, or an earlier step of yours left the blocks "
+                       "inconsistent (a block still in the pool after a merge, a pointer or size not updated, "
+                       "a link to a neighbour not fixed) and this op is where it showed",
                        f"after op {i} of a seeded workload ({op[0]}) the allocator's state was broken "
                        "by an earlier step of yours") from None
         observations.append(observe(allocator, size))
