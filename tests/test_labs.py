@@ -257,3 +257,31 @@ def test_student_notebook_executes_and_every_exercise_fails(source):
     assert exercises <= set(outputs), f"exercises without a check cell: {exercises - set(outputs)}"
     for ex in exercises:
         assert "FAIL" in outputs[ex] and "not written yet" in outputs[ex], f"{ex} did not fail:\n{outputs[ex]}"
+
+
+def test_make_student_writes_the_pair_from_the_md_and_never_overwrites_a_later_notebook_edit(tmp_path, monkeypatch,
+                                                                                          capsys):
+    src, student = tmp_path / "labs" / "source", tmp_path / "labs" / "student"
+    src.mkdir(parents=True)
+    md = src / SOURCES[0].name
+    md.write_text(SOURCES[0].read_text())
+    for name, value in (("ROOT", tmp_path), ("SOURCE_DIR", src), ("STUDENT_DIR", student),
+                        ("SOLUTIONS", tmp_path / "labs" / "solutions.json")):
+        monkeypatch.setattr(generate, name, value)
+    assert generate.main([]) == 0 and generate.pair_in_sync(md)        # no .ipynb yet: written from the .md
+    assert generate.main(["--check"]) == 0
+
+    md.write_text(md.read_text().replace("```{code-cell} ipython3\n", "```{code-cell} ipython3\n# edited in the .md\n", 1))
+    assert generate.main(["--check"]) == 1                               # the pair is stale: CI says so
+    assert generate.main([]) == 0 and "# edited in the .md" in md.with_suffix(".ipynb").read_text()
+
+    ipynb = md.with_suffix(".ipynb")
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.cells[0].source += "\nedited in the notebook"
+    nbformat.write(nb, ipynb)
+    later = md.stat().st_mtime + 60
+    os.utime(ipynb, (later, later))
+    capsys.readouterr()
+    assert generate.main([]) == 1
+    assert "was edited after" in capsys.readouterr().out
+    assert "edited in the notebook" in ipynb.read_text(), "the notebook's edit was overwritten"
