@@ -145,7 +145,7 @@ register(Exercise(
                                                ([1000, 2000, 5000], "seeded size, long kernels"),
                                                ([0.5, 2, 20, 100, 2000], "seeded size and kernel length"))],
     what="dominant_cost function",
-    nudge="Measure the loop exactly as the learner would run it, and look where the host's time goes: inside the API calls, or waiting in cudaFree.",
+    nudge="Run the direct loop as the lab describes it (no extra synchronize) and look where the host's time goes: inside the API calls, or waiting in cudaFree.",
     hint="Run the direct loop a few times on dev and compare dev.counters.api_time_us (host time inside API calls) "
          "with dev.counters.implicit_sync_wait_us (host time waiting for the streams in cudaFree); read both before "
          "and after. Return 'sync' when the waiting is larger, else 'api'.",
