@@ -11,6 +11,7 @@ LAB_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: lab test test-fast venv student gpu-check bench bench-quick clean sync-notebooks
+.PHONY: check-labs nbgrader autograde test-labs
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,9 +44,30 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider -m "not slow and not browser"
 
-# Regenerate the student copies of the labs from the instructor sources.
+# Regenerate from each lab's one source (labs/source/labNN_*.md): its paired .ipynb, the student copy
+# and labs/solutions.json.
 student: $(STAMP)
 	$(PY) -m allocator_ref.labs.generate
+
+# The fast lab tests (make test runs all of them, notebooks included).
+test-labs: $(STAMP)
+	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests/test_labs.py tests/test_labs_guard.py
+
+# The labs' own rules (labs/README.md): every exercise has a solution, a check cell and a known-wrong
+# answer that the hidden cases alone reject.  make check-labs LAB=2 checks one lab.
+check-labs: $(STAMP)
+	$(PY) -m allocator_ref.labs.verify $(if $(LAB),--lab $(LAB))
+
+# Graded labs with nbgrader (labs/README.md, "Grading"): make nbgrader LAB=02, then put submissions in
+# build/nbgrader/submitted/<student>/lab02/ and run make autograde LAB=02 (grades in build/nbgrader/grades.csv).
+NBGRADER_DIR ?= build/nbgrader
+nbgrader: $(STAMP)
+	@test -n "$(LAB)" || (echo "usage: make nbgrader LAB=02"; exit 2)
+	$(PY) -m allocator_ref.labs.grading release $(LAB) --course $(NBGRADER_DIR)
+
+autograde: $(STAMP)
+	@test -n "$(LAB)" || (echo "usage: make autograde LAB=02"; exit 2)
+	$(PY) -m allocator_ref.labs.grading autograde $(LAB) --course $(NBGRADER_DIR)
 
 # Keep every .ipynb paired with its MyST .md (edit either, then run this).
 sync-notebooks: $(STAMP)

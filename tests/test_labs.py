@@ -2,21 +2,21 @@
 
 Everything runs on the simulated device (ALLOCATOR_REF_DEVICE=sim):
 
-* ``labs/student`` and ``allocator_ref/labs/data/solutions.json`` are exactly what
+* ``labs/student``, ``labs/solutions.json`` and each ``labs/source/*.ipynb`` pair are exactly what
   ``python -m allocator_ref.labs.generate`` writes now (instructors edit one file, regenerate, CI proves it);
 * each student notebook equals its instructor source outside the solution regions, and holds none of
   the solution text;
 * every instructor notebook executes and every check in it passes; every student notebook executes
   end to end (checks print, they do not raise) and every exercise's check fails in it;
 * every file in ``labs/wrong/`` is rejected with the reason it names (``EXPECTED_REASON`` must appear
-  in the explanation of the first failure);
+  in the explanation of the first failure), and by the hidden cases alone for several seeds;
+* every exercise (not only every lab) has a solution, a check cell and a known-wrong answer;
 * hidden cases differ by seed and never print their expected values.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import re
 import time
@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from allocator_ref.labs import generate
+from allocator_ref.labs import generate, verify
 from allocator_ref.labs.check import EXERCISES, check, exercise, resolve_seed
 
 check_module = importlib.import_module("allocator_ref.labs.check")   # the module (the package exports the function)
@@ -92,26 +92,35 @@ def test_strip_regions_keeps_indentation_and_rejects_unbalanced_markers():
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_instructor_pair_in_sync_and_without_outputs(source):
     ipynb = source.with_suffix(".ipynb")
-    assert ipynb.exists(), f"{ipynb.name} missing: jupytext --to ipynb {source.name}"
+    assert ipynb.exists(), f"{ipynb.name} missing: make student"
     nb = nbformat.read(ipynb, as_version=4)
     md = generate.read_source(source)
     assert [(c.cell_type, c.source) for c in nb.cells] == [(c.cell_type, c.source) for c in md.cells], \
-        "the .ipynb and .md differ: run `make sync-notebooks`"
+        "the .ipynb and .md differ: run `make student` (it writes the .ipynb from the .md)"
     for cell in nb.cells:
         assert not cell.get("outputs") and cell.get("execution_count") is None
 
 
 def test_every_exercise_has_a_solution_a_check_cell_and_a_known_wrong_answer():
-    solutions = json.loads(check_module.SOLUTIONS_FILE.read_text())
-    checked = set()
-    for source in SOURCES:
-        checked |= set(CHECK_CALL.findall(source.read_text()))
-    wrong = {_load(p).EXERCISE for p in WRONG}
-    labs_with_wrong = {e.split(".")[0] for e in wrong}
-    for ex in _all_exercises():
-        assert ex in solutions, f"{ex}: no solution region in any labs/source/*.md"
-        assert ex in checked, f"{ex}: no check({ex!r}, ...) cell in the instructor source"
-        assert ex.split(".")[0] in labs_with_wrong, f"{ex}: its lab has no known-wrong solution in labs/wrong/"
+    problems = verify.exercise_problems()
+    assert not problems, "\n".join(problems)
+
+
+def test_an_exercise_without_a_known_wrong_answer_is_reported_with_what_to_add(monkeypatch):
+    from allocator_ref.labs.check import Exercise
+    check_module._load_all()
+    monkeypatch.setitem(EXERCISES, "lab2.brand_new", Exercise(
+        id="lab2.brand_new", lab=2, title="t", public=lambda: [], hidden=lambda rng: [], hint="h"))
+    problems = [p for p in verify.exercise_problems(2) if p.startswith("lab2.brand_new")]
+    assert any("no known-wrong answer: add labs/wrong/lab2_" in p for p in problems), problems
+    assert any("no solution region" in p for p in problems) and any("no check cell" in p for p in problems)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", WRONG, ids=lambda p: p.stem)
+def test_known_wrong_answer_is_rejected_by_the_hidden_cases_alone(path):
+    verdict = verify.verify_wrong(path)
+    assert not verdict.problems, "\n".join(verdict.problems)
 
 
 # ------------------------------------------------------------------ the checker
@@ -167,7 +176,7 @@ def test_check_reports_a_stub_without_raising_and_counts_progress(capsys):
         raise NotImplementedError("write your solution here")
     result = check("lab2.round_size", stub, seed=3)
     out = capsys.readouterr().out
-    assert not result.passed and "not written yet" in result.explanation
+    assert not result.passed and "not written yet" in result.explanation and result.untouched
     assert re.search(r"lab 2: \d/\d exercises passing", out)
     assert not check("lab2.round_size", None, verbose=False).passed
 
@@ -231,7 +240,7 @@ def _check_outputs(nb) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_instructor_notebook_executes_and_every_check_passes(source):
-    nb = _execute(nbformat.read(source.with_suffix(".ipynb"), as_version=4), source)
+    nb = _execute(generate.read_source(source), source)      # the .md: what `make student` reads
     outputs = _check_outputs(nb)
     assert outputs, "no check() cell ran"
     for ex, text in outputs.items():
@@ -248,3 +257,31 @@ def test_student_notebook_executes_and_every_exercise_fails(source):
     assert exercises <= set(outputs), f"exercises without a check cell: {exercises - set(outputs)}"
     for ex in exercises:
         assert "FAIL" in outputs[ex] and "not written yet" in outputs[ex], f"{ex} did not fail:\n{outputs[ex]}"
+
+
+def test_make_student_writes_the_pair_from_the_md_and_never_overwrites_a_later_notebook_edit(tmp_path, monkeypatch,
+                                                                                          capsys):
+    src, student = tmp_path / "labs" / "source", tmp_path / "labs" / "student"
+    src.mkdir(parents=True)
+    md = src / SOURCES[0].name
+    md.write_text(SOURCES[0].read_text())
+    for name, value in (("ROOT", tmp_path), ("SOURCE_DIR", src), ("STUDENT_DIR", student),
+                        ("SOLUTIONS", tmp_path / "labs" / "solutions.json")):
+        monkeypatch.setattr(generate, name, value)
+    assert generate.main([]) == 0 and generate.pair_in_sync(md)        # no .ipynb yet: written from the .md
+    assert generate.main(["--check"]) == 0
+
+    md.write_text(md.read_text().replace("```{code-cell} ipython3\n", "```{code-cell} ipython3\n# edited in the .md\n", 1))
+    assert generate.main(["--check"]) == 1                               # the pair is stale: CI says so
+    assert generate.main([]) == 0 and "# edited in the .md" in md.with_suffix(".ipynb").read_text()
+
+    ipynb = md.with_suffix(".ipynb")
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.cells[0].source += "\nedited in the notebook"
+    nbformat.write(nb, ipynb)
+    later = md.stat().st_mtime + 60
+    os.utime(ipynb, (later, later))
+    capsys.readouterr()
+    assert generate.main([]) == 1
+    assert "was edited after" in capsys.readouterr().out
+    assert "edited in the notebook" in ipynb.read_text(), "the notebook's edit was overwritten"

@@ -31,8 +31,9 @@ import getpass
 import importlib
 import json
 import os
+import pkgutil
 import random
-import sys
+import re
 import traceback
 import zlib
 from dataclasses import dataclass, field
@@ -40,13 +41,26 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .. import settings
+from .guard import TIME_LIMIT_S, run_guarded, safe_str, same, show
 
 MiB = 1 << 20
 KiB = 1 << 10
-LAB_MODULES = ("lab1", "lab2", "lab3", "lab4", "lab5", "lab6", "lab7", "lab8")
 SEED_ENV = "ALLOCATOR_REF_LAB_SEED"
 QUICK_ENV = "ALLOCATOR_REF_LAB_QUICK"     # fewer hidden cases (CI notebook runs)
-SOLUTIONS_FILE = Path(__file__).with_name("data") / "solutions.json"
+# Solutions live in the course folder, never in the installed package: a graded
+# installation (``pip install .``, no clone) has no solutions to show.
+SOLUTIONS_FILE = Path(__file__).resolve().parents[2] / "labs" / "solutions.json"
+FULL_HINT_AFTER = 3                       # failed attempts before the report shows the whole recipe
+LAB_MODULE = re.compile(r"lab(\d+)$")
+
+
+def lab_modules() -> tuple:
+    """Every ``allocator_ref/labs/labN.py``, found on disk (a new lab needs no list to edit)."""
+    names = [m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if LAB_MODULE.match(m.name)]
+    return tuple(sorted(names, key=lambda n: int(LAB_MODULE.match(n).group(1))))
+
+
+LAB_MODULES = lab_modules()
 
 
 class Fail(Exception):
@@ -77,9 +91,11 @@ class Exercise:
     title: str
     public: Callable[[], list]           # -> [Case]
     hidden: Callable[[random.Random], list]   # seeded generator -> [Case]
-    hint: str
+    hint: str                            # the full recipe: shown on request or after several failures
     what: str = "function"               # what the learner hands in, for messages
     teardown: Optional[Callable[[], None]] = None   # run after every check (e.g. stop a helper process)
+    nudge: str = ""                      # after a failed attempt: where to look, not how to write it
+    time_limit: float = TIME_LIMIT_S     # seconds per case
 
 
 @dataclass
@@ -88,6 +104,9 @@ class CaseResult:
     hidden: bool
     passed: bool
     explanation: str = ""
+    output: str = ""                     # what the learner's code printed during the case (capped)
+    stub: bool = False                   # failed only because the stub is still there
+    stopped: bool = False                # hit the time limit or was interrupted: later cases did not run
 
 
 @dataclass
@@ -96,7 +115,7 @@ class CheckResult:
     seed: int
     cases: list = field(default_factory=list)
     explanation: str = ""                # of the first failure ("" when all pass)
-    hint: str = ""
+    hint: str = ""                       # what the report gave: "" (stub or pass), the nudge, or nudge + recipe
 
     @property
     def passed(self) -> bool:
@@ -105,6 +124,11 @@ class CheckResult:
     @property
     def failures(self) -> list:
         return [c for c in self.cases if not c.passed]
+
+    @property
+    def untouched(self) -> bool:
+        """Every failure is the stub's NotImplementedError: nothing written yet."""
+        return bool(self.failures) and all(c.stub for c in self.failures)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -116,6 +140,7 @@ class CheckResult:
 
 EXERCISES: dict[str, Exercise] = {}
 _STATUS: dict[str, bool] = {}            # exercise id -> passed at the last check (this kernel)
+_ATTEMPTS: dict[str, int] = {}           # exercise id -> failed attempts (stubs not counted), this kernel
 
 
 def register(exercise: Exercise) -> Exercise:
@@ -124,19 +149,18 @@ def register(exercise: Exercise) -> Exercise:
 
 
 def _load_all() -> None:
-    for name in LAB_MODULES:
-        try:
-            importlib.import_module(f"allocator_ref.labs.{name}")
-        except ModuleNotFoundError as exc:          # a lab not written yet
-            if exc.name != f"allocator_ref.labs.{name}":
-                raise
+    for name in lab_modules():
+        importlib.import_module(f"allocator_ref.labs.{name}")
 
 
 def exercise(exercise_id: str) -> Exercise:
     _load_all()
     if exercise_id not in EXERCISES:
         known = ", ".join(sorted(EXERCISES))
-        raise KeyError(f"no exercise {exercise_id!r}; known exercises: {known}")
+        lab = exercise_id.split(".")[0]
+        raise KeyError(f"no exercise {exercise_id!r}: no allocator_ref/labs/{lab}.py registers it "
+                       f"(register(Exercise(id={exercise_id!r}, ...)) adds it; lab modules are found "
+                       f"by their file name labN.py). Known exercises: {known}")
     return EXERCISES[exercise_id]
 
 
@@ -164,10 +188,18 @@ def quick() -> bool:
     return os.environ.get(QUICK_ENV, "") not in ("", "0")
 
 
+STUB_TEXT = ("not written yet: your code raises NotImplementedError (the stub). "
+             "Replace the `raise NotImplementedError(...)` line with your solution and run the cell again.")
+
+
 def _describe_exception(exc: BaseException) -> str:
     if isinstance(exc, NotImplementedError):
-        return ("not written yet: your code raises NotImplementedError (the stub). "
-                "Replace the `raise NotImplementedError(...)` line with your solution and run the cell again.")
+        return STUB_TEXT
+    if isinstance(exc, SystemExit):
+        return (f"your code called sys.exit({show(exc.code)}) (or exit()/quit()): inside a notebook that would "
+                "stop the kernel's work; return a value instead")
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (the stop button or Ctrl-C): the remaining cases were not run"
     # Point at the deepest frame that is not in this package's lab checker.
     frames = traceback.extract_tb(exc.__traceback__)
     here = str(Path(__file__).parent)
@@ -176,65 +208,125 @@ def _describe_exception(exc: BaseException) -> str:
     if located:
         f = located[-1]
         where = f" (at {Path(f.filename).name}:{f.lineno}: {f.line})" if f.line else f" (line {f.lineno})"
-    return f"your code raised {type(exc).__name__}: {exc}{where}"
+    return f"your code raised {type(exc).__name__}: {safe_str(exc)}{where}"
 
 
-def run_case(case: Case, submission: Any) -> CaseResult:
-    try:
-        case.judge(submission)
-    except Fail as fail:
-        text = fail.safe if case.hidden else fail.message
-        return CaseResult(case.label, case.hidden, False, text + (f"\n  Hint: {fail.hint}" if fail.hint else ""))
-    except Exception as exc:                          # the learner's code blew up
-        return CaseResult(case.label, case.hidden, False, _describe_exception(exc))
-    return CaseResult(case.label, case.hidden, True)
+def run_case(case: Case, submission: Any, time_limit: Optional[float] = TIME_LIMIT_S) -> CaseResult:
+    """Judge one case: nothing the submission does (raise, exit, loop, print) escapes from here."""
+    outcome = run_guarded(lambda: case.judge(submission), time_limit)
+    result = CaseResult(case.label, case.hidden, True, output=_output_note(outcome))
+    exc = outcome.error
+    if outcome.timed_out:
+        result.passed, result.stopped = False, True
+        result.explanation = (f"stopped after {time_limit:g} s: your code was still running (a loop that never "
+                              "ends, or a wait for something that never happens?). check() gives each case "
+                              f"{time_limit:g} s; the remaining cases were not run")
+    elif isinstance(exc, Fail):
+        text = exc.safe if case.hidden else exc.message
+        result.passed = False
+        result.explanation = text + (f"\n  Nudge: {exc.hint}" if exc.hint else "")
+    elif exc is not None:                             # the learner's code blew up
+        result.passed = False
+        result.stub = isinstance(exc, NotImplementedError)
+        result.stopped = isinstance(exc, KeyboardInterrupt)
+        result.explanation = _describe_exception(exc)
+    return result
 
 
-def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
-          hidden: Optional[int] = None, verbose: bool = True) -> CheckResult:
-    """Judge ``submission`` for ``exercise_id``; print the report; return a CheckResult.
+def _output_note(outcome) -> str:
+    if outcome.output_chars <= len(outcome.output):
+        return outcome.output
+    return (outcome.output + f"\n[output cut: your code printed {outcome.output_chars:,} characters; "
+            f"check() keeps the first {len(outcome.output):,} of each case]")
 
-    ``seed``: hidden-case seed (default: $ALLOCATOR_REF_LAB_SEED or your user name).
-    ``hidden``: how many hidden cases to run (default: all the generator makes).
-    """
-    ex = exercise(exercise_id)
-    seed = resolve_seed(seed)
+
+def cases_for(ex: Exercise, seed: int, *, public: bool = True, hidden: Optional[int] = None) -> list:
+    """The cases one check runs: the public ones (unless ``public=False``), then the seeded hidden ones."""
+    cases = list(ex.public()) if public else []
+    hidden_cases = list(ex.hidden(random.Random(f"{ex.id}:{seed}")))
+    if hidden is not None:
+        hidden_cases = hidden_cases[:hidden]
+    elif quick():
+        hidden_cases = hidden_cases[:2]
+    for case in hidden_cases:
+        case.hidden = True
+    return cases + hidden_cases
+
+
+def judge(ex: Exercise, submission: Any, seed: int, *, public: bool = True, hidden: Optional[int] = None,
+          time_limit: Optional[float] = None) -> CheckResult:
+    """Run the cases and collect the results; prints nothing, changes no progress."""
     result = CheckResult(exercise=ex.id, seed=seed)
-    out = []
     if submission is None:
         result.cases.append(CaseResult("a submission", False, False,
                                        f"check() got None: pass your {ex.what} itself, e.g. "
                                        f"check({ex.id!r}, my_function)"))
-    else:
-        cases = list(ex.public())
-        hidden_cases = list(ex.hidden(random.Random(f"{ex.id}:{seed}")))
-        if hidden is not None:
-            hidden_cases = hidden_cases[:hidden]
-        elif quick():
-            hidden_cases = hidden_cases[:2]
-        for case in hidden_cases:
-            case.hidden = True
-        try:
-            for case in cases + hidden_cases:
-                result.cases.append(run_case(case, submission))
-        finally:
-            if ex.teardown is not None:
-                ex.teardown()
-    _STATUS[ex.id] = result.passed
+        return result
+    limit = ex.time_limit if time_limit is None else time_limit
+    cases = cases_for(ex, seed, public=public, hidden=hidden)
+    try:
+        for i, case in enumerate(cases):
+            outcome = run_case(case, submission, limit)
+            result.cases.append(outcome)
+            if outcome.stopped:                       # a timeout or the stop button: do not run the rest
+                result.cases.extend(CaseResult(c.label, c.hidden, False, "not run: an earlier case was stopped")
+                                    for c in cases[i + 1:])
+                break
+    finally:
+        if ex.teardown is not None:
+            ex.teardown()
     first = next((c for c in result.cases if not c.passed), None)
     if first is not None:
         result.explanation = first.explanation
-        result.hint = ex.hint
-    if verbose:
-        print(report(ex, result))
     return result
 
 
-def report(ex: Exercise, result: CheckResult) -> str:
+def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
+          hidden: Optional[int] = None, verbose: bool = True, hint: bool = False,
+          time_limit: Optional[float] = None) -> CheckResult:
+    """Judge ``submission`` for ``exercise_id``; print the report; return a CheckResult.
+
+    ``seed``: hidden-case seed (default: $ALLOCATOR_REF_LAB_SEED or your user name).
+    ``hidden``: how many hidden cases to run (default: all the generator makes).
+    ``hint=True``: show the full recipe after a failure (it also appears after a few failed attempts).
+    ``time_limit``: seconds per case (default: the exercise's, 120 s).
+    """
+    ex = exercise(exercise_id)
+    result = judge(ex, submission, resolve_seed(seed), hidden=hidden, time_limit=time_limit)
+    _STATUS[ex.id] = result.passed
+    if not result.passed and not result.untouched:
+        _ATTEMPTS[ex.id] = _ATTEMPTS.get(ex.id, 0) + 1
+    if not result.passed and not result.untouched:
+        result.hint = nudge_text(ex, result)
+        if hint or _ATTEMPTS[ex.id] >= FULL_HINT_AFTER:
+            result.hint += f"\nRecipe: {ex.hint}"
+    if verbose:
+        print(report(ex, result, recipe="Recipe:" in result.hint))
+    return result
+
+
+def nudge_text(ex: Exercise, result: CheckResult) -> str:
+    if "Nudge:" in result.explanation:               # the failing case gave its own, located nudge
+        return ""
+    return f"Nudge: {ex.nudge or 'the first failure above names the input and what differed: start there.'}"
+
+
+def report(ex: Exercise, result: CheckResult, recipe: bool = False) -> str:
+    """The printed report.  What it gives away follows the hint policy:
+    an untouched stub gets only what to do; a failed attempt gets the located
+    explanation and a nudge; the full recipe comes on request (``hint=True``,
+    ``hint(id)``) or after FULL_HINT_AFTER failed attempts."""
     lines = [f"{ex.id}: {ex.title}  (simulated device; hidden cases from seed {result.seed})"]
+    if result.untouched:
+        n_pub = sum(not c.hidden for c in result.cases)
+        lines.append(f"  FAIL  {STUB_TEXT}")
+        lines.append(f"  What to write: {ex.title}. check() will run {n_pub} public and "
+                     f"{len(result.cases) - n_pub} hidden cases on it.")
+        lines.append(progress_line(ex.lab))
+        return "\n".join(lines)
     n_public = n_hidden = 0
     first_index = None
-    for i, c in enumerate(result.cases):
+    for c in result.cases:
         if c.hidden:
             n_hidden += 1
             name = f"hidden {n_hidden:2d}"
@@ -245,6 +337,10 @@ def report(ex: Exercise, result: CheckResult) -> str:
         lines.append(f"  {name}  {status}  {c.label}")
         if not c.passed and first_index is None:
             first_index = (name, c)
+    printed = next((c for c in result.cases if c.output), None)
+    if printed is not None:
+        lines.append(f"Your code printed (case {printed.label!r}):")
+        lines.extend("  | " + line[:200] for line in printed.output.splitlines()[:40])
     if first_index is None:
         lines.append(f"All {len(result.cases)} cases pass. Well done.")
     else:
@@ -252,8 +348,12 @@ def report(ex: Exercise, result: CheckResult) -> str:
         n_fail = len(result.failures)
         lines.append(f"{n_fail} of {len(result.cases)} cases fail. First failure ({name.strip()}: {c.label}):")
         lines.extend("  " + line for line in c.explanation.splitlines())
-        lines.append(f"Hint: {ex.hint}")
-        lines.append(f"(hint({ex.id!r}) repeats the hint; show_solution({ex.id!r}) shows a solution)")
+        if result.hint:
+            lines.extend(result.hint.splitlines())
+        if recipe:
+            lines.append(f"(show_solution({ex.id!r}) shows a solution)")
+        else:
+            lines.append(f"(check(..., hint=True) or hint({ex.id!r}) gives the full recipe)")
     lines.append(progress_line(ex.lab))
     return "\n".join(lines)
 
@@ -275,15 +375,18 @@ def progress(lab: Optional[int] = None) -> str:
 
 
 def hint(exercise_id: str) -> str:
+    """The full recipe of one exercise (asked for, so given)."""
     ex = exercise(exercise_id)
-    print(f"Hint for {ex.id}: {ex.hint}")
+    print(f"Recipe for {ex.id}: {ex.hint}")
     return ex.hint
 
 
 def solution_text(exercise_id: str) -> str:
     exercise(exercise_id)
     if not SOLUTIONS_FILE.exists():
-        raise FileNotFoundError(f"{SOLUTIONS_FILE} is missing: run `make student` to generate it")
+        raise FileNotFoundError(
+            f"no solutions here ({SOLUTIONS_FILE} is missing). Solutions live in the course folder, not in "
+            "the installed package: a graded installation has none. In a clone, run `make student`.")
     solutions = json.loads(SOLUTIONS_FILE.read_text())
     if exercise_id not in solutions:
         raise KeyError(f"no solution recorded for {exercise_id!r}; run `make student`")
@@ -313,4 +416,5 @@ def fmt(n: int) -> str:
 
 
 __all__ = ["check", "hint", "show_solution", "progress", "Fail", "Case", "Exercise",
-           "CheckResult", "register", "resolve_seed", "lab_device", "fmt", "EXERCISES"]
+           "CheckResult", "register", "resolve_seed", "lab_device", "fmt", "EXERCISES", "same", "show",
+           "judge", "lab_modules"]

@@ -1,8 +1,12 @@
 """Build the student notebooks from the instructor sources: ``python -m allocator_ref.labs.generate``.
 
 Instructor source (the one file an instructor edits):
-    ``labs/source/labNN_name.md`` -- jupytext MyST Markdown, paired with ``labNN_name.ipynb``
-    (``make sync-notebooks`` keeps the pair in step; this tool reads the ``.md``).
+    ``labs/source/labNN_name.md`` -- jupytext MyST Markdown.  Its paired
+    ``labNN_name.ipynb`` (for JupyterLab) is *written from it* by this tool, so the
+    ``.md`` is the single source: the student copy, the solutions, the paired
+    notebook and the notebook the tests execute all come from it.  If the ``.ipynb``
+    was edited after the ``.md`` (outside JupyterLab's jupytext pairing, which saves
+    both), this tool stops and says so rather than overwrite the edit.
 
 Inside a code cell, an exercise is marked as nbgrader marks it::
 
@@ -17,12 +21,13 @@ The student copy replaces every region between the markers with
 indentation; everything else is copied unchanged (outputs and execution
 counts dropped).  The ``# exercise: <id>`` line names the exercise, and the
 whole cell without the markers becomes that exercise's solution in
-``allocator_ref/labs/data/solutions.json``, which ``show_solution(id)`` prints
+``labs/solutions.json``, which ``show_solution(id)`` prints
 only when asked.  Cells tagged ``instructor`` are left out of the student copy.
 
 Outputs:
+    ``labs/source/labNN_name.ipynb``           (the pair, written from the .md)
     ``labs/student/labNN_name.ipynb``          (generated; never edit)
-    ``allocator_ref/labs/data/solutions.json`` (generated; never edit)
+    ``labs/solutions.json`` (generated; never edit)
 
 ``--check`` writes nothing and exits 1 when any output differs from what this
 tool would write now (CI and tests/test_labs.py use it).
@@ -41,7 +46,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "labs" / "source"
 STUDENT_DIR = ROOT / "labs" / "student"
-SOLUTIONS = Path(__file__).with_name("data") / "solutions.json"
+SOLUTIONS = ROOT / "labs" / "solutions.json"      # outside the package: a graded install has none
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -133,10 +138,38 @@ def sources() -> list:
     return sorted(SOURCE_DIR.glob("lab[0-9][0-9]_*.md"))
 
 
+def _cells(nb) -> list:
+    return [(c.cell_type, c.source, list(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
+
+
+def paired_text(path: Path) -> str:
+    """The .ipynb paired with a source .md: the same cells, no outputs, stable cell ids."""
+    nb = read_source(path)
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"{path.stem.split('_')[0]}-src-{i:02d}"
+    return jupytext.writes(nb, fmt="ipynb")
+
+
+def pair_in_sync(path: Path) -> bool:
+    ipynb = path.with_suffix(".ipynb")
+    if not ipynb.exists():
+        return False
+    nb = nbformat.read(ipynb, as_version=4)
+    return _cells(nb) == _cells(read_source(path)) and not any(
+        c.get("outputs") or c.get("execution_count") is not None for c in nb.cells)
+
+
+def _pair_edited_later(path: Path) -> bool:
+    ipynb = path.with_suffix(".ipynb")
+    return ipynb.exists() and ipynb.stat().st_mtime > path.stat().st_mtime + 1 and not pair_in_sync(path)
+
+
 def outputs() -> dict:
     """{path: text} of everything the tool writes."""
     result, all_solutions = {}, {}
     for path in sources():
+        if not pair_in_sync(path):
+            result[path.with_suffix(".ipynb")] = paired_text(path)
         nb, solutions = build(path)
         result[STUDENT_DIR / (path.stem + ".ipynb")] = nbformat.writes(nb) + "\n"
         for key in solutions:
@@ -151,6 +184,7 @@ def stale() -> list:
     """Outputs that differ from what would be generated now (or are missing / no longer produced)."""
     wanted = outputs()
     bad = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
+    bad = [p for p in bad if p.parent != SOURCE_DIR or not pair_in_sync(p.with_suffix(".md"))]
     bad += [p for p in STUDENT_DIR.glob("*.ipynb") if p not in wanted]
     return bad
 
@@ -166,6 +200,13 @@ def main(argv=None) -> int:
         if not bad:
             print(f"labs: {len(sources())} student notebooks and the solutions file are up to date")
         return 1 if bad else 0
+    edited = [p for p in sources() if _pair_edited_later(p)]
+    for p in edited:
+        print(f"{p.with_suffix('.ipynb').relative_to(ROOT)} was edited after {p.name} and they differ: the .md is "
+              f"the source. Keep the notebook's edit with `make sync-notebooks` (it copies the newer file into "
+              f"the older), or discard it by deleting the .ipynb; then run `make student` again.")
+    if edited:
+        return 1
     wanted = outputs()
     STUDENT_DIR.mkdir(parents=True, exist_ok=True)
     SOLUTIONS.parent.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 
-from ..caching import CachingAllocator
-from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
+from .reference import CachingAllocator
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
 
 
 def reference_measure(dev, nbytes, repeats=20, kernel_us=100.0):
@@ -58,8 +58,8 @@ def _measure_case(nbytes, repeats, kernel_us, profile, label):
         mallocs = dev.counters.malloc_calls - before[0]
         syncs = dev.counters.implicit_syncs - before[1]
         kernels = dev.counters.kernels - before[2]
-        if not isinstance(got, dict) or not {"direct_us", "cached_us", "ratio"} <= set(got):
-            raise Fail(f"measure returned {got!r}; return a dict with direct_us, cached_us and ratio",
+        if type(got) is not dict or not {"direct_us", "cached_us", "ratio"} <= set(got):
+            raise Fail(f"measure returned {show(got)}; return a dict with direct_us, cached_us and ratio",
                        "measure did not return a dict with direct_us, cached_us and ratio")
         if mallocs < repeats:
             raise Fail(f"the device saw {mallocs} cudaMalloc call(s) for {repeats} repeats: the direct loop must call "
@@ -75,12 +75,12 @@ def _measure_case(nbytes, repeats, kernel_us, profile, label):
         for key, words in (("direct_us", "host time per iteration of the cudaMalloc/cudaFree loop"),
                            ("cached_us", "host time per iteration of the caching-allocator loop")):
             value = got[key]
-            if not isinstance(value, (int, float)) or not math.isclose(value, ref[key], rel_tol=0.15):
+            if type(value) not in (int, float) or not math.isclose(value, ref[key], rel_tol=0.15):
                 raise Fail(f"{key} = {value!r}, but the device's clock gives {ref[key]:.2f} us for the same loop "
                            f"({fmt(nbytes)}, {repeats} repeats, {kernel_us:g} us kernels, {profile}): {words}, "
                            "measured with dev.now_us() before and after the loop, divided by repeats",
                            f"{key} is not consistent with the device's clock for this loop")
-        if not isinstance(got["ratio"], (int, float)) or not math.isclose(got["ratio"], got["direct_us"] / got["cached_us"],
+        if type(got["ratio"]) not in (int, float) or not math.isclose(got["ratio"], got["direct_us"] / got["cached_us"],
                                                                            rel_tol=0.01):
             raise Fail(f"ratio = {got['ratio']!r} is not direct_us / cached_us", "ratio is not direct_us / cached_us")
     return Case(label, judge, data=(nbytes, repeats, kernel_us, profile))
@@ -100,6 +100,7 @@ def _measure_hidden(rng):
 register(Exercise(
     id="lab1.measure", lab=1, title="measure(dev, nbytes, repeats, kernel_us): cudaMalloc/cudaFree vs cached",
     public=_measure_public, hidden=_measure_hidden, what="measure function",
+    nudge="Which loop did the device not see, or which figure is not per iteration of the device's own clock?",
     hint="Loop 1: ptr = dev.malloc(nbytes); dev.fill(ptr, nbytes, 1); dev.sleep(None, kernel_us); dev.free(ptr). "
          "Loop 2 with alloc = CachingAllocator(dev) (warm it with one malloc/free first): buf = alloc.malloc(nbytes); "
          "the same two kernels on buf.ptr; alloc.free(buf). Time each loop with dev.now_us() and divide by repeats.",
@@ -124,8 +125,8 @@ def _explain_case(profile, nbytes, kernel_us, label):
     def judge(fn):
         expected, api, wait = expected_dominant(profile, nbytes, kernel_us)
         got = fn(lab_device(profile), nbytes, kernel_us)
-        if got != expected:
-            raise Fail(f"dominant_cost returned {got!r}, expected {expected!r}: in 5 iterations the host spent "
+        if not same(got, expected):
+            raise Fail(f"dominant_cost returned {show(got)}, expected {expected!r}: in 5 iterations the host spent "
                        f"{api:.1f} us inside API calls and {wait:.1f} us waiting in cudaFree's implicit "
                        f"synchronisation ({fmt(nbytes)}, {kernel_us:g} us kernels, {profile})",
                        "your answer differs from what the device's counters show for this loop")
@@ -136,10 +137,15 @@ register(Exercise(
     id="lab1.explain", lab=1, title="dominant_cost(dev, nbytes, kernel_us): API time or cudaFree's sync?",
     public=lambda: [_explain_case("h100-80gb", 4 * MiB, 500.0, "4 MiB, 500 us kernels"),
                     _explain_case("h100-80gb", 4 * MiB, 1.0, "4 MiB, 1 us kernels")],
+    # Kernel lengths from both sides of the balance (short: API time wins; long: the wait wins),
+    # so an answer that is always the same, or measured where the wait is not counted, fails here too.
     hidden=lambda rng: [_explain_case(rng.choice(["h100-80gb", "t4-16gb"]), rng.randint(1, 256) * MiB,
-                                      float(rng.choice([0.5, 2, 20, 100, 2000])), "seeded size and kernel length")
-                        for _ in range(3)],
+                                      float(rng.choice(kernels)), label)
+                        for kernels, label in (([0.5, 1, 2], "seeded size, short kernels"),
+                                               ([1000, 2000, 5000], "seeded size, long kernels"),
+                                               ([0.5, 2, 20, 100, 2000], "seeded size and kernel length"))],
     what="dominant_cost function",
+    nudge="Run the direct loop as the lab describes it (no extra synchronize) and look where the host's time goes: inside the API calls, or waiting in cudaFree.",
     hint="Run the direct loop a few times on dev and compare dev.counters.api_time_us (host time inside API calls) "
          "with dev.counters.implicit_sync_wait_us (host time waiting for the streams in cudaFree); read both before "
          "and after. Return 'sync' when the waiting is larger, else 'api'.",

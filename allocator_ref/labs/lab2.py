@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import random
 
-from ..caching import AllocatorConfig, CachingAllocator
-from ..caching import config as ref_config
+from ..caching import AllocatorConfig
+from . import reference as ref_config
+from .reference import CachingAllocator
 from ..caching.block import Block, BlockPool
-from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
-from .workload import PluggedAllocator, compare, random_workload
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
+from .workload import compare, random_workload
 
 DIV4 = "roundup_power2_divisions:4"
 
@@ -52,8 +53,11 @@ def _size_fn_case(name: str, fn_ref, sizes, config_text: str, label: str, reason
         for size in sizes:
             expected = fn_ref(size, _config(config_text))
             got = fn(size, cfg)
-            if got != expected:
-                raise Fail(f"{name}({size}) with config '{config_text or 'default'}' returned {got!r}; "
+            if type(got) is not int:
+                raise Fail(f"{name}({size}) returned {show(got)}, a {type(got).__name__}: return an int number "
+                           "of bytes", f"your {name} returned a {type(got).__name__}, not an int")
+            if not same(got, expected):
+                raise Fail(f"{name}({size}) with config '{config_text or 'default'}' returned {show(got)}; "
                            f"expected {expected}: {reason(size, config_text, expected)}",
                            f"your {name} disagrees with the reference on a size in this range "
                            f"(config '{config_text or 'default'}')")
@@ -74,7 +78,7 @@ def _round_public():
 
 
 def _plugged_compare(ops, config="", what="", **fns):
-    compare(ops, lambda dev: CachingAllocator(dev, config), config=config, what=what, plug=fns)
+    compare(ops, None, config=config, what=what, plug=fns)
 
 
 def _round_hidden(rng: random.Random):
@@ -107,6 +111,7 @@ def _round_public_cases():
 register(Exercise(
     id="lab2.round_size", lab=2, title="round_size(size, config): how big a block a request gets",
     public=_round_public_cases, hidden=_round_hidden,
+    nudge='Look at the size named above: is it below 512 B, an exact multiple, or in a bucket where divisions apply?',
     hint="Below 512 B the answer is 512. Otherwise round UP to a multiple of 512 (exact multiples stay). "
          "Only when config.divisions_for(size) > 1 and size > 512 * divisions, round up to the next of "
          "`divisions` equal steps between the two powers of two around size (powers of two stay).",
@@ -143,7 +148,7 @@ def _seg_hidden(rng: random.Random):
     for label, lo, hi in (("random rounded sizes below 1 MiB", 1, 2048),
                           ("random rounded sizes 1 to 10 MiB", 2049, 20480),
                           ("random rounded sizes 10 MiB to 4 GiB", 20480, 8 << 20)):
-        sizes = [512 * rng.randint(lo, hi) for _ in range(40)]
+        sizes = [512 * rng.randint(lo, hi) for _ in range(40)] + [512 * lo, 512 * hi]   # both edges of the range
         conf = rng.choice(["", "", f"large_segment_size_mb:{rng.choice([16, 32, 64])}"])
         cases.append(_size_fn_case("get_allocation_size", ref_config.get_allocation_size, sizes, conf, label,
                                    _segment_reason))
@@ -157,6 +162,7 @@ def _seg_hidden(rng: random.Random):
 register(Exercise(
     id="lab2.get_allocation_size", lab=2, title="get_allocation_size(size, config): how big a segment cudaMalloc gets",
     public=_seg_public, hidden=_seg_hidden,
+    nudge='Which of the three size ranges does the size above fall in, and is the boundary itself inside or outside it?',
     hint="Three ranges of the ROUNDED size: <= 1 MiB -> 2 MiB; < 10 MiB -> config.large_segment_size "
          "(20 MiB by default); otherwise round up to a multiple of 2 MiB.",
 ))
@@ -190,8 +196,11 @@ def _split_case(block_size, size, small=False, expandable=False, config_text="",
         ref = CachingAllocator(lab_device("tiny-1gb"), config_text)
         expected = ref.should_split(_block(block_size, small), size, expandable)
         got = fn(_block(block_size, small), size, expandable, cfg)
-        if bool(got) != expected or not isinstance(got, (bool, int)):
-            raise Fail(f"should_split returned {got!r}: "
+        if type(got) is not bool:
+            raise Fail(f"should_split returned {show(got)}, a {type(got).__name__}: return True or False",
+                       "your should_split did not return True or False")
+        if not same(got, expected):
+            raise Fail(f"should_split returned {show(got)}: "
                        + _split_reason(block_size, size, small, expandable, config_text, expected),
                        "your should_split disagrees with the reference on a block of this kind")
     pool = "small pool" if small else ("expandable" if expandable else "large pool")
@@ -202,8 +211,7 @@ def _split_case(block_size, size, small=False, expandable=False, config_text="",
 
 def _split_workload_case(label, ops, config=""):
     def judge(fn):
-        compare(ops, lambda dev: PluggedAllocator(dev, config, should_split=fn), config=config,
-                what="your should_split")
+        compare(ops, None, config=config, what="your should_split", plug={"should_split": fn})
     return Case(label, judge, data=(ops, config))
 
 
@@ -224,9 +232,10 @@ def _split_public():
 
 def _split_hidden(rng: random.Random):
     cases = []
-    for _ in range(3):
+    for k in range(3):
         block = 512 * rng.randint(2 * 2048, 120 * 2048)
-        size = block - rng.choice([0, 512, MiB - 512, MiB, MiB + 512, 512 * rng.randint(1, 4096)])
+        edge = [MiB] if k == 0 else [0, 512, MiB - 512, MiB, MiB + 512, 512 * rng.randint(1, 4096)]  # k=0: exactly 1 MiB left
+        size = block - rng.choice(edge)
         size = max(512, size)
         cases.append(_split_case(block, size, label="large pool, remainder near 1 MiB"))
     for _ in range(2):
@@ -248,6 +257,7 @@ def _split_hidden(rng: random.Random):
 register(Exercise(
     id="lab2.should_split", lab=2, title="should_split(block, size, expandable_active, config)",
     public=_split_public, hidden=_split_hidden,
+    nudge='Which pool is the block in, and is the comparison with the remainder strict or not?',
     hint="remaining = block.size - size. Small pool (block.pool.is_small) or expandable_active: split when "
          "remaining >= 512. Large pool: split only when size < config.max_split_size AND remaining is "
          "strictly more than 1 MiB (kSmallSize).",
@@ -281,8 +291,7 @@ def _merge_event_ops():
 
 def _merge_case(label, ops, config=""):
     def judge(fn):
-        compare(ops, lambda dev: PluggedAllocator(dev, config, merge=fn), config=config,
-                what="your try_merge_blocks")
+        compare(ops, None, config=config, what="your try_merge_blocks", plug={"try_merge_blocks": fn})
     return Case(label, judge, data=(ops, config))
 
 
@@ -296,8 +305,17 @@ def _merge_public():
     ]
 
 
+def _seeded_event_ops(rng: random.Random):
+    """The pending-neighbour situation with seeded sizes: a neighbour waiting for another stream's event."""
+    k = [512 * rng.randint(256, 1024) for _ in range(3)]
+    return [("malloc", "a", k[0], 0), ("malloc", "b", k[1], 0), ("malloc", "c", k[2], 0),
+            ("record", "b", 1), ("sleep", 1, rng.choice([500, 1000, 5000])), ("free", "b"),
+            ("free", rng.choice(["a", "c"])), ("sync",), ("malloc", "d", 512 * rng.randint(1, 64), 0), ("free", "d")]
+
+
 def _merge_hidden(rng: random.Random):
     return [
+        _merge_case("a seeded neighbour pending on another stream's event", _seeded_event_ops(rng)),
         _merge_case("a seeded workload, one stream", random_workload(rng, 80)),
         _merge_case("a seeded workload, two streams with record_stream",
                     random_workload(rng, 80, streams=2, events=True)),
@@ -309,6 +327,7 @@ def _merge_hidden(rng: random.Random):
 register(Exercise(
     id="lab2.merge", lab=2, title="try_merge_blocks(dst, src, pool): the merge on free",
     public=_merge_public, hidden=_merge_hidden,
+    nudge='Look at the neighbour named above: may it be absorbed right now, and is every link, pointer and pool entry updated when it is?',
     hint="Return 0 (no merge) when src is None, allocated, has event_count > 0 or stream_uses, or its "
          "mapped flag differs from dst's. Otherwise take src out of the pool (pool.remove, or "
          "pool.remove_unmapped when not mapped), unlink it (if src is dst.prev: dst.ptr = src.ptr and "

@@ -20,8 +20,8 @@ from __future__ import annotations
 import random
 
 from ..allocation import Allocation
-from ..caching import CachingAllocator
-from .check import Case, Exercise, Fail, fmt, lab_device, register
+from .reference import CachingAllocator
+from .check import Case, Exercise, Fail, fmt, lab_device, register, show
 
 FILL = 0xEE
 
@@ -78,8 +78,20 @@ def _reference_serial(dev, alloc, data, work_us):
     return out
 
 
+def _watch_host_writes(dev) -> list:
+    """Log every host-to-device write (``dev.write``): the output must come from the device, not the host."""
+    writes, real_write = [], dev.write
+
+    def write(ptr, data, stream=None):
+        writes.append((ptr, len(memoryview(data).cast("B")) if not isinstance(data, (bytes, bytearray)) else len(data)))
+        return real_write(ptr, data, stream)
+    dev.write = write
+    return writes
+
+
 def _timed(fn, profile, data, work_us):
     dev = lab_device(profile)
+    dev.host_writes = _watch_host_writes(dev)
     alloc = CountingAllocator(dev)
     t0 = dev.now_us()
     out = fn(dev, alloc, data, work_us)
@@ -91,12 +103,18 @@ def judge_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int, mod
     data = random.Random(data_seed).randbytes(n)
     dev, alloc, out, elapsed = _timed(fn, profile, data, work_us)
     what = f"{fmt(n)} of data, {work_us:g} us of work per stream, {profile}"
-    if not isinstance(out, Allocation) or out.allocator is not alloc:
-        raise Fail(f"your pipeline returned {out!r}; it must return `out`, the Allocation the side stream "
+    if type(out) is not Allocation or out.allocator is not alloc:
+        raise Fail(f"your pipeline returned {show(out)}; it must return `out`, the Allocation the side stream "
                    "copied into (from alloc.malloc)", "your pipeline did not return the output Allocation")
     if out.freed or out.ptr == 0 or out.size < n:
         raise Fail("the returned `out` was freed (or is too small): return it still allocated",
                    "the returned output allocation was freed or too small")
+    into_out = [(p, k) for p, k in dev.host_writes if p < out.ptr + n and out.ptr < p + k]
+    if into_out:
+        raise Fail(f"`out` was written from the host (dev.write at {into_out[0][0]:#x}, {fmt(into_out[0][1])}): "
+                   "the output must be what the side stream's copy of x produced on the device; the check "
+                   "judges what ran on the device, so a host write into `out` does not count",
+                   "the output was written from the host (dev.write into `out`), not copied on the device")
     got = dev.read(out.ptr, n, stream=out.stream)
     if got != data:
         i = next(k for k in range(n) if got[k] != data[k])
@@ -154,6 +172,7 @@ def _cases(mode, rng=None):
 register(Exercise(
     id="lab3.record_stream", lab=3, title="fix the race with record_stream (and keep the streams overlapping)",
     public=lambda: _cases("record_stream"), hidden=lambda rng: _cases("record_stream", rng),
+    nudge='Who still reads x after the default stream frees it, and does the allocator know?',
     hint="x is allocated on the default stream but read by the side stream. Before alloc.free(x), tell the "
          "allocator about that use: alloc.record_stream(x, side). The free then waits (without blocking "
          "anyone) for an event on the side stream before x's memory can be handed out again.",
@@ -162,6 +181,7 @@ register(Exercise(
 register(Exercise(
     id="lab3.event", lab=3, title="fix the race with an event instead (no record_stream)",
     public=lambda: _cases("event"), hidden=lambda rng: _cases("event", rng),
+    nudge="Which wait is enough: the whole device, a stream, or just the side stream's copy?",
     hint="Record an event on the side stream right after the copy (done = dev.create_event(); "
          "done.record(side)). Queue the default stream's own work first, then let the host wait only for "
          "that event (done.synchronize()) before alloc.free(x). Do not dev.synchronize() the whole device, "

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import random
 
-from ..caching import AllocatorConfig, CachingAllocator, OutOfMemoryError
-from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
+from ..caching import AllocatorConfig, OutOfMemoryError
+from .reference import CachingAllocator
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
 
 PROFILE = "tiny-1gb"
 
@@ -90,15 +91,15 @@ def _diagnose_case(ops, label, data=None):
         assert not state["ok"], "lab 4 workload generator: this workload should run out of memory"
         expected = expected_diagnosis(state)
         got = fn(state["stats"], state["snapshot"], state["request"], state["device"].mem_get_info()[0])
-        if not isinstance(got, dict):
-            raise Fail(f"diagnose returned {got!r}; it must return a dict with the keys "
+        if type(got) is not dict:
+            raise Fail(f"diagnose returned {show(got)}; it must return a dict with the keys "
                        "reserved_but_unallocated, largest_free_block, cause", "diagnose did not return a dict")
         for key, words in (("reserved_but_unallocated", "reserved_bytes minus allocated_bytes (current, 'all' pool)"),
                            ("largest_free_block", "the largest block whose state is 'inactive' in the snapshot's segments"),
                            ("cause", expected["_why"])):
             if key not in got:
                 raise Fail(f"diagnose's dict has no key {key!r}", f"diagnose's dict has no key {key!r}")
-            if got[key] != expected[key]:
+            if not same(got[key], expected[key]):
                 shown = fmt(expected[key]) if isinstance(expected[key], int) else repr(expected[key])
                 raise Fail(f"at the OOM (op {state['failed_op']}, a {fmt(state['request'])} request): "
                            f"{key} is {shown}, yours is {_show(got[key])}: {words}",
@@ -107,7 +108,7 @@ def _diagnose_case(ops, label, data=None):
 
 
 def _show(value) -> str:
-    return f"{fmt(value)} ({value})" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
+    return f"{fmt(value)} ({value})" if type(value) is int else show(value)
 
 
 def _diagnose_public():
@@ -116,7 +117,8 @@ def _diagnose_public():
 
 
 def _diagnose_hidden(rng):
-    cases = [_diagnose_case(_seeded_workload(rng), "a seeded training-like workload") for _ in range(2)]
+    cases = [_diagnose_case(_device_free_workload(rng), "a seeded workload: fragmented, the device still has room"),
+             _diagnose_case(_seeded_workload(rng), "a seeded training-like workload")]
     size = rng.randint(60, 200) * MiB
     cases.append(_diagnose_case(too_big_workload(size, 960 * MiB // size + 1), "a seeded workload too big for the device"))
     return cases
@@ -125,11 +127,29 @@ def _diagnose_hidden(rng):
 register(Exercise(
     id="lab4.diagnose", lab=4, title="diagnose(stats, snapshot, request, device_free): why did it run out of memory?",
     public=_diagnose_public, hidden=_diagnose_hidden, what="diagnose function",
+    nudge="Which bytes could serve the request if they were in one piece: the cached ones only, or the device's free ones too?",
     hint="reserved_but_unallocated = stats['reserved_bytes.all.current'] - stats['allocated_bytes.all.current']; "
          "largest_free_block = max size of the blocks with state 'inactive' over snapshot['segments']; the cause is "
          "fragmentation when reserved-but-unallocated bytes plus the device's free bytes would cover the request "
          "(the memory exists, not in one piece), else too much live memory.",
 ))
+
+
+def _device_free_workload(rng: random.Random) -> list:
+    """A training-like workload that OOMs although cached-but-unused bytes plus the device's free bytes
+    would cover the request, while the cached ones alone would not: only a diagnosis that counts the
+    device's free memory calls it fragmentation (about one draw in four qualifies)."""
+    for _ in range(200):
+        big, medium = 2 * MiB * rng.randint(40, 64), 2 * MiB * rng.randint(11, 20)
+        ops = training_like_workload(big, rng.randint(3, 800 * MiB // big), medium, rng.randint(4, 12),
+                                     rng.randint(3, 10))
+        state = run_until_oom(ops)
+        if state["ok"]:
+            continue
+        expected = expected_diagnosis(state)
+        if expected["cause"] == "fragmentation" and expected["reserved_but_unallocated"] < state["request"]:
+            return ops
+    raise RuntimeError("lab 4: no seeded workload found (report this to the instructor)")
 
 
 # ------------------------------------------------------------------ config
@@ -177,6 +197,7 @@ register(Exercise(
     public=lambda: [_config_case(training_like_workload(), "the training-like workload on tiny-1gb")],
     hidden=lambda rng: [_config_case(_seeded_workload(rng), "a seeded variant (other tensor sizes)") for _ in range(2)],
     what="choose_config function",
+    nudge='Which option stops the big cached blocks from being carved up by the medium requests?',
     hint="The medium buffers are carved out of cached big blocks (best fit splits them), and a split segment is "
          "never returned to the device. Either stop big blocks from being split for smaller requests "
          "(max_split_size_mb: blocks at least that big are never split and never handed to smaller requests; "

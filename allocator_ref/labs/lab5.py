@@ -256,6 +256,7 @@ register(Exercise(
     id="lab5.growable_buffer", lab=5,
     title="a growable buffer: reserve once, map pages on demand, release everything",
     public=lambda: _cases(), hidden=lambda rng: _cases(rng), what="class",
+    nudge='Compare the step named above with the reference: which VMM call is missing, extra, or made with the wrong size?',
     hint="__init__: g = dev.vmm_granularity(); reserve max_size rounded up to g with dev.address_reserve "
          "(no memory yet). grow(n): for each missing page i (from len(self.handles) up to ceil(n / g)): "
          "h = dev.mem_create(g); dev.mem_map(ptr + i*g, g, h); dev.mem_set_access(ptr + i*g, g); keep h. "

@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from .. import sharing
-from ..caching import CachingAllocator
+from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, KiB, MiB, fmt, lab_device, register
 
 RUN_TIMEOUT_S = 60
@@ -220,6 +220,13 @@ def judge_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) 
         if a.freed or alloc.live_allocations() != sorted(held + [a], key=lambda x: x.ptr):
             raise Fail("share_handle changed the allocator (freed or allocated blocks): it only describes "
                        "the block", "share_handle allocated or freed blocks")
+        if bytes(ipc) != ref.ipc_handle:
+            base = a.ptr - ref.offset
+            raise Fail(f"your handle names another allocation than the segment that holds the block ({what}): "
+                       f"the block at {a.ptr:#x} lies in the {fmt(ref.segment_size)} segment based at {base:#x}; "
+                       "find the segment whose [address, address + total_size) holds the block's pointer "
+                       "(not simply the first one) and get the handle of its base",
+                       "your handle does not name the block's segment")
         p = peer()
         try:
             ref_id = p.open(replace(ref, ipc_handle=bytes(ipc), offset=offset))
@@ -289,7 +296,7 @@ def judge_read_shared(fn, profile: str, pads: list, size: int, data_seed: int) -
             raise Fail(f"your receiver raised in the other process (pid {p.pid}; {what}): {text}.{hint}",
                        "your receiver raised an error in the other process" + (" (NameError)" if hint else "")) \
                 from None
-        if not isinstance(got, bytes):
+        if type(got) is not bytes:
             raise Fail(f"your receiver returned {got}; return the bytes it read (dev.read(...))",
                        "your receiver did not return bytes")
         if got != data:
@@ -367,7 +374,7 @@ def judge_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> N
             raise Fail("the receiver never opened and read the block: hand it the handle with "
                        "peer.open(handle), then peer.read(ref)", "the receiver never read the block")
         n = len(data)           # the block is rounded up: a read of the whole block has more bytes
-        if not isinstance(got, bytes) or got[:n] != data or not any(e[2] == 0 and e[3][:n] == data for e in reads):
+        if type(got) is not bytes or got[:n] != data or not any(e[2] == 0 and e[3][:n] == data for e in reads):
             raise Fail(f"the receiver did not read the data ({what}): write `data` into the block "
                        "(alloc.device.write(x.ptr, data)) before sharing it, share that block, and return what "
                        "peer.read(ref) gave", "the receiver did not read the data that was written")
@@ -415,6 +422,7 @@ PUBLIC = [
     ("h100-80gb", [], 3 * MiB, 1, "a 3 MiB block at the base of its segment"),
     ("h100-80gb", [(3 * MiB, True)], 5 * MiB, 2, "a 5 MiB block 3 MiB into a 20 MiB segment"),
     ("h100-80gb", [(1000, True), (5000, True)], 700, 3, "a 700 B block after two small ones (2 MiB segment)"),
+    ("h100-80gb", [(4096, True), (30 * MiB, True)], 2 * MiB, 4, "a 2 MiB block in the third segment"),
 ]
 
 
@@ -432,6 +440,10 @@ def _hidden(rng: random.Random) -> list:
         profile = rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"])
         label = ("a small block" if small else "a large block") + " after seeded allocations and frees"
         specs.append((profile, pads, size, rng.randrange(1 << 30), label))
+    # A block in a *later* segment (a small-pool segment comes first): the base is not segments[0].
+    pads = [(rng.randint(512, 200 * KiB), True), (rng.randint(21 * MiB, 40 * MiB), rng.random() < 0.5)]
+    specs.append((rng.choice(["h100-80gb", "t4-16gb"]), pads, rng.randint(1 * MiB + 1, 8 * MiB),
+                  rng.randrange(1 << 30), "a large block in a later segment, after seeded allocations"))
     return specs
 
 
@@ -444,6 +456,7 @@ register(Exercise(
     id="lab6.share_handle", lab=6, title="the sender: a legacy handle of the segment base + the block's offset",
     public=lambda: _cases(judge_share_handle), hidden=lambda rng: _cases(judge_share_handle, rng),
     teardown=_close_peer,
+    nudge='What exactly does a legacy IPC handle name: a block, or the whole allocation that holds it?',
     hint="cudaIpcGetMemHandle only names a whole cudaMalloc allocation, i.e. the block's segment. Find the "
          "segment holding allocation.ptr in alloc.snapshot()['segments'] (its 'address' and 'total_size'), "
          "then return {'ipc_handle': alloc.device.ipc_get_mem_handle(base), 'offset': allocation.ptr - base, "
@@ -454,6 +467,7 @@ register(Exercise(
     id="lab6.read_shared", lab=6, title="the receiver, in another process: open the segment, add the offset, close",
     public=lambda: _cases(judge_read_shared), hidden=lambda rng: _cases(judge_read_shared, rng),
     teardown=_close_peer,
+    nudge='Where does the block start in the mapping open returned, and what must be closed before you return?',
     hint="base = dev.ipc_open_mem_handle(handle['ipc_handle']) maps the sender's whole segment here; the "
          "block starts at base + handle['offset']. Read handle['size'] bytes there with dev.read, then "
          "dev.ipc_close_mem_handle(base) (the pointer open returned, not base + offset). The function runs "
@@ -464,7 +478,9 @@ register(Exercise(
     id="lab6.lifetime", lab=6, title="the lifetime rule: keep the block alive until the receiver is done",
     public=lambda: _cases(judge_lifetime), hidden=lambda rng: _cases(judge_lifetime, rng),
     teardown=_close_peer,
-    hint="x = alloc.malloc(len(data)); alloc.device.write(x.ptr, data); h = share_block(alloc, x); "
-         "ref = peer.open(h); got = peer.read(ref, 0, len(data)); peer.close(ref); and only then alloc.free(x). Freeing "
-         "x returns it to the cache, where the next malloc may reuse its bytes while the receiver reads.",
+    nudge='When is the sender allowed to free: after sharing, or after the receiver is done?',
+    hint="Allocate a block of len(data) bytes and write data into it; share it with share_block; let the peer "
+         "open the handle, read the bytes and close its mapping; only after that free the block, and return what "
+         "the peer read. Freeing earlier returns the block to the cache, where the next malloc may reuse its bytes "
+         "while the receiver still reads them.",
 ))

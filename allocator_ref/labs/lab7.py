@@ -1,7 +1,8 @@
 """Lab 7 -- diagnose it: answer questions about a training snapshot from its trace.
 
-Snapshots: the real PyTorch snapshots in ``../shared/traces`` (relative to the
-repository root) when they are there -- loaded only with
+Snapshots: the real PyTorch snapshot when the course finds it
+(``allocator_ref.trace.fetch.find_trace``: ``ALLOCATOR_REF_TRACES``, the per-user cache
+that ``python -m allocator_ref traces fetch`` fills, then ``../shared/traces``) -- loaded only with
 ``allocator_ref.trace.load_snapshot``, which refuses every pickle global --
 else a snapshot the course makes itself with ``CachingAllocator.snapshot()``.
 Hidden cases are snapshots the course records now from seeded workloads.
@@ -19,38 +20,63 @@ computed at check time by replaying the snapshot's trace event by event
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
-from ..caching import CachingAllocator
-from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
-from .workload import random_workload
+from .reference import CachingAllocator
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
+from .workload import _apply, random_workload
 
-ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared" / "traces"
 REAL_FROM_EMPTY = "small-from-empty.pickle"     # recorded from an empty allocator: peaks are well defined
 
 
-def course_snapshot(seed: int = 0, n_ops: int = 120, profile: str = "h100-80gb") -> dict:
-    """A snapshot recorded now by the reference allocator on a seeded training-like workload."""
+def course_snapshot(seed: int = 0, n_ops: int = 120, profile: str = "h100-80gb", suffix: tuple = ()) -> dict:
+    """A snapshot recorded now by the reference allocator on a seeded training-like workload
+    (two streams with record_stream, so some frees are deferred), then the ops in ``suffix``."""
     rng = random.Random(seed)
     dev = lab_device(profile)
     alloc = CachingAllocator(dev)
     alloc.record_memory_history()
-    live = {}
-    for op in random_workload(rng, n_ops, kinds=("small", "medium", "large", "medium")):
-        if op[0] == "malloc":
-            live[op[1]] = alloc.malloc(op[2])
-        elif op[0] == "free":
-            alloc.free(live.pop(op[1]))
+    streams, live = {0: None}, {}
+
+    def stream(n):
+        if n not in streams:
+            streams[n] = dev.create_stream()
+        return streams[n]
+    ops = random_workload(rng, n_ops, streams=2, events=True,
+                          kinds=("small", "medium", "large", "medium")) + list(suffix)
+    for op in ops:
+        _apply(op, alloc, dev, stream, live)
     if rng.random() < 0.5:
         alloc.empty_cache()
     return alloc.snapshot()
 
 
+def deferred_free_suffix(rng: random.Random) -> tuple:
+    """A tensor freed while another stream still uses it, then a new one: between 'free_requested' and
+    'free_completed' both are live, so the peak of requested bytes counts them together.  Both are
+    bigger than the whole seeded workload before them (at most 2 GiB live), so this is the peak."""
+    a, b = rng.randint(2048, 3072) * MiB + rng.randrange(512), rng.randint(2048, 3072) * MiB
+    return (("malloc", "p_a", a, 0), ("record", "p_a", 1), ("sleep", 1, 5000), ("free", "p_a"),
+            ("malloc", "p_b", b, 0), ("sync",), ("malloc", "p_c", 512, 0), ("free", "p_b"))
+
+
+def fragmented_suffix(rng: random.Random) -> tuple:
+    """A fresh 1.5-2 GiB segment (far bigger than any block before), cached, then carved into three
+    blocks and the first and last freed: the segment with the largest free block holds two free
+    blocks, so its total minus allocated is not the largest block."""
+    whole = rng.randint(1536, 2048) * MiB
+    first, last, tail = (rng.randint(100, 200) * MiB, rng.randint(100, 200) * MiB, rng.randint(20, 100) * MiB)
+    # the middle (allocated) block is the biggest block of all: "the largest block" is not "the largest free"
+    parts = [first, whole - first - last - tail, last]
+    return (("malloc", "f_whole", whole, 0), ("free", "f_whole"),
+            ("malloc", "f_a", parts[0], 0), ("malloc", "f_b", parts[1], 0), ("malloc", "f_c", parts[2], 0),
+            ("free", "f_a"), ("free", "f_c"))
+
+
 def training_snapshot() -> tuple:
-    """(snapshot, where it came from): the real one when ../shared/traces has it, else a course-made one."""
-    path = TRACES / REAL_FROM_EMPTY
-    if path.exists():
+    """(snapshot, where it came from): the real one when the course finds it, else a course-made one."""
+    from ..trace.fetch import find_trace
+    path = find_trace(REAL_FROM_EMPTY)
+    if path is not None:
         from ..trace import load_snapshot
         return load_snapshot(path), f"real PyTorch snapshot {REAL_FROM_EMPTY}"
     return course_snapshot(7), "course-made snapshot (CachingAllocator.snapshot(), seed 7)"
@@ -82,14 +108,14 @@ def _peaks_case(get, label):
         snapshot, where = get()
         expected = replay_trace(snapshot)
         got = fn(snapshot)
-        if not isinstance(got, dict):
-            raise Fail(f"peaks returned {got!r}; return a dict with peak_requested and peak_reserved",
+        if type(got) is not dict:
+            raise Fail(f"peaks returned {show(got)}; return a dict with peak_requested and peak_reserved",
                        "peaks did not return a dict")
         for key, words in (("peak_requested", "the running sum of 'alloc' sizes minus 'free_completed' sizes"),
                            ("peak_reserved", "the running sum of 'segment_alloc'/'segment_map' sizes minus "
                                              "'segment_free'/'segment_unmap' sizes")):
-            if got.get(key) != expected[key]:
-                raise Fail(f"{where}: {key} is {fmt(expected[key])} ({expected[key]}), yours is {got.get(key)!r}: "
+            if not same(got.get(key), expected[key]):
+                raise Fail(f"{where}: {key} is {fmt(expected[key])} ({expected[key]}), yours is {show(got.get(key))}: "
                            f"the maximum over the trace of {words}",
                            f"your {key} differs from the value replayed from this snapshot's trace")
     return Case(label, judge)
@@ -100,22 +126,26 @@ def _free_case(get, label):
         snapshot, where = get()
         expected = largest_free(snapshot)
         got = fn(snapshot)
-        if got != expected:
-            raise Fail(f"{where}: the largest free block is {fmt(expected)} ({expected}), yours is {got!r}: look at "
+        if not same(got, expected):
+            raise Fail(f"{where}: the largest free block is {fmt(expected)} ({expected}), yours is {show(got)}: look at "
                        "the blocks whose state is 'inactive' in every segment of snapshot['segments']",
                        "your answer differs from the largest inactive block of this snapshot")
     return Case(label, judge)
 
 
-def _hidden(make_case):
+def _hidden(make_case, make_suffix):
+    """Three seeded snapshots; the first ends with the situation this exercise's classic mistake
+    gets wrong (``make_suffix``), so the hidden cases alone catch it for every seed."""
     def gen(rng):
         cases = []
-        for _ in range(3):
+        for k in range(3):
             seed = rng.randrange(1 << 30)
             n = rng.randint(60, 200)
-            case = make_case(lambda seed=seed, n=n: (course_snapshot(seed, n), "a seeded course-made snapshot"),
+            suffix = make_suffix(rng) if k == 0 else ()
+            case = make_case(lambda seed=seed, n=n, suffix=suffix: (course_snapshot(seed, n, suffix=suffix),
+                                                                    "a seeded course-made snapshot"),
                              "a snapshot recorded now from a seeded workload")
-            case.data = (seed, n)
+            case.data = (seed, n, suffix)
             cases.append(case)
         return cases
     return gen
@@ -124,8 +154,11 @@ def _hidden(make_case):
 register(Exercise(
     id="lab7.peaks", lab=7, title="peaks(snapshot): peak requested and peak reserved bytes from the trace",
     public=lambda: [_peaks_case(training_snapshot, "the training snapshot"),
-                    _peaks_case(lambda: (course_snapshot(3), "course-made snapshot (seed 3)"), "a course-made snapshot")],
-    hidden=_hidden(_peaks_case), what="peaks function",
+                    _peaks_case(lambda: (course_snapshot(3, suffix=deferred_free_suffix(random.Random(3))),
+                                         "course-made snapshot (seed 3; ends with a free deferred by record_stream)"),
+                                "a course-made snapshot with a deferred free")],
+    hidden=_hidden(_peaks_case, deferred_free_suffix), what="peaks function",
+    nudge="When does a tensor's memory really stop being in use: when the program frees it, or when the allocator completes the free?",
     hint="Walk snapshot['device_traces'][0] in order, keeping two running totals: requested bytes (+size on "
          "'alloc', -size on 'free_completed') and reserved bytes (+size on 'segment_alloc' and 'segment_map', "
          "-size on 'segment_free' and 'segment_unmap'); return the maximum each reached.",
@@ -134,8 +167,11 @@ register(Exercise(
 register(Exercise(
     id="lab7.largest_free", lab=7, title="largest_free_block(snapshot): the biggest cached free block at the end",
     public=lambda: [_free_case(training_snapshot, "the training snapshot"),
-                    _free_case(lambda: (course_snapshot(3), "course-made snapshot (seed 3)"), "a course-made snapshot")],
-    hidden=_hidden(_free_case), what="largest_free_block function",
+                    _free_case(lambda: (course_snapshot(3, suffix=fragmented_suffix(random.Random(3))),
+                                        "course-made snapshot (seed 3; one segment holds two free blocks)"),
+                               "a course-made snapshot with a fragmented segment")],
+    hidden=_hidden(_free_case, fragmented_suffix), what="largest_free_block function",
+    nudge='One segment can hold several free blocks: are you looking at blocks, or at totals?',
     hint="snapshot['segments'] lists every segment with its blocks; a cached free block has state 'inactive'. "
          "Return the largest size among them (0 when there is none).",
 ))

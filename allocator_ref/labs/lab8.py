@@ -178,6 +178,8 @@ register(Exercise(
     public=_route_public, hidden=_route_hidden, what="route function",
     hint="Walk captures_underway from the NEWEST entry (the end of the list) to the oldest and take the first "
          "whose accepts(stream) is true; no entry accepts -> (0, 0). Then small if size <= 1 MiB, else large.",
+    nudge="When two contexts are open at once (a use_mem_pool inside another), which one does PyTorch "
+          "honour: the one opened first, or the one opened last?",
 ))
 
 register(Exercise(
@@ -185,4 +187,6 @@ register(Exercise(
     public=_order_public, hidden=_order_hidden, what="plan function",
     hint="A later capture can reuse blocks an earlier capture freed only if they are big enough. Which order "
          "makes every later step fit in what the first one left behind?",
+    nudge="A freed block serves only requests no larger than itself: compare the order you chose "
+          "with the sizes each capture leaves behind.",
 ))

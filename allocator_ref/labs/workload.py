@@ -16,14 +16,16 @@ located difference ("after op 7 (free 5 MiB) ...").
 """
 from __future__ import annotations
 
-import contextlib
 import random
+import traceback
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ..caching import CachingAllocator, check_stats_consistency
-from ..caching import allocator as _allocator_module
+from ..caching import check_stats_consistency
 from .check import Fail, MiB, fmt, lab_device
+from .plug import PluggedAllocator  # noqa: F401 -- labs import it from here
+from .reference import CachingAllocator
 
 
 def describe_op(i: int, op: tuple, sizes: dict) -> str:
@@ -74,85 +76,6 @@ def observe(allocator, block_size=None) -> Observation:
                        stats["allocated_bytes.all.current"], stats["num_device_alloc"], _layout(allocator))
 
 
-@contextlib.contextmanager
-def plugged_functions(round_size: Optional[Callable] = None, get_allocation_size: Optional[Callable] = None):
-    """Put the learner's round_size / get_allocation_size into the reference allocator (then restore)."""
-    saved = (_allocator_module.round_size, _allocator_module.get_allocation_size)
-    try:
-        if round_size is not None:
-            _allocator_module.round_size = _guard_size_fn(round_size, "round_size", saved[0])
-        if get_allocation_size is not None:
-            _allocator_module.get_allocation_size = _guard_size_fn(get_allocation_size, "get_allocation_size", saved[1])
-        yield
-    finally:
-        _allocator_module.round_size, _allocator_module.get_allocation_size = saved
-
-
-def _guard_size_fn(fn: Callable, name: str, reference: Callable) -> Callable:
-    def guarded(size, config):
-        value = fn(size, config)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise Fail(f"your {name}({size}) returned {value!r} ({type(value).__name__}); it must return an int "
-                       "number of bytes", f"your {name} returned a {type(value).__name__}, not an int")
-        if value < size:
-            raise Fail(f"your {name}({size}) returned {value}, less than the {size} bytes asked for: "
-                       "the block would be too small and overlap its neighbour",
-                       f"your {name} returned fewer bytes than it was given (blocks would overlap)")
-        return value
-    guarded.__name__ = name
-    return guarded
-
-
-class PluggedAllocator(CachingAllocator):
-    """The reference allocator with the learner's should_split / try_merge_blocks."""
-
-    def __init__(self, device, config="", *, should_split=None, merge=None):
-        super().__init__(device, config)
-        self._learner_should_split = should_split
-        self._learner_merge = merge
-
-    def should_split(self, block, size, expandable_active):
-        if self._learner_should_split is None:
-            return super().should_split(block, size, expandable_active)
-        value = self._learner_should_split(block, size, expandable_active, self.config)
-        if not isinstance(value, (bool, int)) or isinstance(value, int) and value not in (0, 1):
-            raise Fail(f"your should_split returned {value!r}; it must return True or False",
-                       "your should_split did not return True or False")
-        return bool(value)
-
-    def try_merge_blocks(self, dst, src, pool):
-        if self._learner_merge is None:
-            return super().try_merge_blocks(dst, src, pool)
-        refusal = None
-        if src is not None:
-            if src.allocated:
-                refusal = "that is still allocated"
-            elif src.event_count > 0 or src.stream_uses:
-                refusal = (f"still pending on another stream's event (event_count={src.event_count}): "
-                           "that stream may still be using its memory")
-            elif src.mapped != dst.mapped:
-                refusal = "whose mapped state differs (an unmapped range of an expandable segment)"
-        try:
-            value = self._learner_merge(dst, src, pool)
-        except Exception as exc:
-            if refusal is None or isinstance(exc, NotImplementedError):
-                raise
-            value, error = 1, exc
-        else:
-            error = None
-        if refusal is not None and value:
-            side = "previous" if src is dst.prev else "next"
-            crash = f" (and crashed with {type(error).__name__}: {error})" if error else ""
-            raise Fail(f"freeing the {fmt(dst.size)} block at {dst.ptr:#x}: your try_merge_blocks absorbed "
-                       f"its {side} neighbour ({fmt(src.size)}), a neighbour {refusal}; it must return 0{crash}",
-                       f"your try_merge_blocks absorbed a neighbour {refusal.split(':')[0]}")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise Fail(f"your try_merge_blocks returned {value!r}; it must return the number of bytes "
-                       "it absorbed (0 when it did not merge)",
-                       "your try_merge_blocks did not return an int number of bytes")
-        return value
-
-
 def run(ops: list, make_allocator: Callable[[Any], Any], profile: str = "h100-80gb") -> list:
     """Run ``ops`` on a fresh device; one Observation per op, then one after the final cleanup."""
     dev = lab_device(profile)
@@ -167,28 +90,34 @@ def run(ops: list, make_allocator: Callable[[Any], Any], profile: str = "h100-80
             streams[n] = dev.create_stream()
         return streams[n]
 
-    for op in ops:
-        kind = op[0]
-        size = None
-        if kind == "malloc":
-            a = allocator.malloc(op[2], stream(op[3]))
-            live[op[1]] = a
-            size = a.size
-        elif kind == "free":
-            allocator.free(live.pop(op[1]))
-        elif kind == "record":
-            allocator.record_stream(live[op[1]], stream(op[2]))
-        elif kind == "sleep":
-            dev.sleep(stream(op[1]), op[2])
-        elif kind == "sync":
-            dev.synchronize()
-        elif kind == "empty_cache":
-            allocator.empty_cache()
+    sizes = {op[1]: op[2] for op in ops if op[0] == "malloc"}
+    for i, op in enumerate(ops):
+        try:
+            size = _apply(op, allocator, dev, stream, live)
+        except Fail:
+            raise
+        except Exception as exc:
+            if not _raised_inside_course(exc):
+                raise                              # the learner's own code raised: check() reports it
+            raise Fail(f"at {describe_op(i, op, sizes)} the allocator itself failed with your code plugged in "
+                       f"({type(exc).__name__}: {exc}), where the reference allocator did not. Your code either "
+                       "asked for something impossible here, or an earlier step of yours left the blocks "
+                       "inconsistent (a block still in the pool after a merge, a pointer or size not updated, "
+                       "a link to a neighbour not fixed) and this op is where it showed",
+                       f"after op {i} of a seeded workload ({op[0]}) the allocator's state was broken "
+                       "by an earlier step of yours") from None
         observations.append(observe(allocator, size))
-    for a in list(live.values()):
-        allocator.free(a)
-    dev.synchronize()
-    allocator.empty_cache()
+    try:
+        for a in list(live.values()):
+            allocator.free(a)
+        dev.synchronize()
+        allocator.empty_cache()
+    except Exception as exc:
+        if not _raised_inside_course(exc):
+            raise
+        raise Fail(f"freeing everything at the end of the workload, the allocator itself failed with your code "
+                   f"plugged in ({type(exc).__name__}: {exc}): an earlier step of yours left its blocks "
+                   "inconsistent", "at the end of a seeded workload the allocator's state was broken") from None
     final = observe(allocator)
     final.block_size = dev.mem_get_info()[0] - initial_free   # bytes not given back to the device (should be 0)
     observations.append(final)
@@ -201,16 +130,48 @@ def run(ops: list, make_allocator: Callable[[Any], Any], profile: str = "h100-80
     return observations
 
 
+def _apply(op: tuple, allocator, dev, stream, live: dict):
+    kind = op[0]
+    if kind == "malloc":
+        a = allocator.malloc(op[2], stream(op[3]))
+        live[op[1]] = a
+        return a.size
+    if kind == "free":
+        allocator.free(live.pop(op[1]))
+    elif kind == "record":
+        allocator.record_stream(live[op[1]], stream(op[2]))
+    elif kind == "sleep":
+        dev.sleep(stream(op[1]), op[2])
+    elif kind == "sync":
+        dev.synchronize()
+    elif kind == "empty_cache":
+        allocator.empty_cache()
+    return None
+
+
+COURSE = str(Path(__file__).resolve().parents[1])
+
+
+def _raised_inside_course(exc: BaseException) -> bool:
+    """True when the deepest frame is the course's own code (the learner's step broke its state)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return False
+    last = frames[-1].filename
+    return last.startswith(COURSE) or "sortedcontainers" in last
+
+
 def compare(ops: list, learner: Callable, profile: str = "h100-80gb", config: str = "",
             what: str = "your functions", plug: Optional[dict] = None) -> None:
     """Run ``ops`` with the reference and with the learner's allocator; raise Fail at the first difference.
 
     ``learner(dev)`` builds the learner's allocator (the reference with their pieces plugged in);
-    ``plug`` names module-level functions to replace while it runs (see plugged_functions).
+    ``plug`` ({"round_size": fn, ...}) plugs those decisions instead (see plug.py) when ``learner`` is None.
     """
     reference = run(ops, lambda dev: CachingAllocator(dev, config), profile)
-    with plugged_functions(**(plug or {})):
-        mine = run(ops, learner, profile)
+    if learner is None or plug:
+        learner = lambda dev: PluggedAllocator(dev, config, plug=plug)   # noqa: E731
+    mine = run(ops, learner, profile)
     sizes = {op[1]: op[2] for op in ops if op[0] == "malloc"}
     for i, (op, ref, got) in enumerate(zip(ops, reference, mine)):
         if ref == got:

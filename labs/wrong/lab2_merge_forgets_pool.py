@@ -1,6 +1,6 @@
 """Links the blocks together but leaves the absorbed block in the pool's free set."""
 EXERCISE = "lab2.merge"
-EXPECTED_REASON = "reference:"
+EXPECTED_REASON = "still in the pool of free blocks"
 
 
 def SUBMISSION(dst, src, pool):

@@ -1,0 +1,228 @@
+"""Plug a learner's function into any decision of the reference allocator.
+
+Every decision a lab can ask a learner to write is a method of the reference
+:class:`~allocator_ref.caching.CachingAllocator`, named after the PyTorch
+function it mirrors (``DeviceCachingAllocator::round_size``, ``should_split``,
+``get_free_block``, ``release_available_cached_blocks``, ...).  A check builds
+
+    PluggedAllocator(dev, config, plug={"should_split": learner_fn})
+
+and the reference runs as usual, except that each plugged decision calls the
+learner's function.  ``HOOKS`` lists the decisions and the signature the
+learner writes:
+
+* the four lab 2 decisions have the short signatures the lab teaches
+  (``round_size(size, config)``, ...) and guards that turn a wrong kind of
+  answer into a located explanation;
+* every other method in ``HOOKS`` is plugged *method-style*: the learner writes
+  ``fn(allocator, *args)`` with the same arguments as the reference method
+  (``get_free_block(allocator, p)``), so a new exercise on a new decision needs
+  no change here.  A hook is one line in ``METHOD_HOOKS``.
+
+An unknown name is refused with the list of names that can be plugged.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .check import Fail, fmt
+from .guard import show
+from .reference import CachingAllocator
+
+
+@dataclass(frozen=True)
+class Hook:
+    name: str                      # the reference method, named after PyTorch's function
+    signature: str                 # what the learner writes
+    plug: Callable                 # (allocator, learner_fn) -> the bound replacement
+
+
+def _size_hook(name: str) -> Callable:
+    def plug(allocator, fn):
+        def decided(size):
+            value = fn(size, allocator.config)
+            if type(value) is not int:
+                raise Fail(f"your {name}({size}) returned {show(value)} ({type(value).__name__}); it must return an "
+                           "int number of bytes", f"your {name} returned a {type(value).__name__}, not an int")
+            if value < size:
+                raise Fail(f"your {name}({size}) returned {value}, less than the {size} bytes asked for: "
+                           "the block would be too small and overlap its neighbour",
+                           f"your {name} returned fewer bytes than it was given (blocks would overlap)")
+            return value
+        return decided
+    return plug
+
+
+def _should_split(allocator, fn):
+    def decided(block, size, expandable_active):
+        value = fn(block, size, expandable_active, allocator.config)
+        if type(value) is not bool and not (type(value) is int and value in (0, 1)):
+            raise Fail(f"your should_split returned {show(value)}; it must return True or False",
+                       "your should_split did not return True or False")
+        return bool(value)
+    return decided
+
+
+def _merge_refusal(dst, src) -> Optional[str]:
+    """Why ``try_merge_blocks`` must return 0 for this pair (PyTorch's early returns), or None."""
+    if src is None:
+        return None
+    if src.allocated:
+        return "that is still allocated"
+    if src.event_count > 0 or src.stream_uses:
+        return (f"still pending on another stream's event (event_count={src.event_count}): "
+                "that stream may still be using its memory")
+    if src.mapped != dst.mapped:
+        return "whose mapped state differs (an unmapped range of an expandable segment)"
+    return None
+
+
+def _try_merge_blocks(allocator, fn):
+    def decided(dst, src, pool):
+        refusal = _merge_refusal(dst, src)
+        before = (dst.ptr, dst.size, dst.prev, dst.next, src.ptr if src else None, src.size if src else 0,
+                  src.prev if src else None, src.next if src else None)
+        try:
+            value = fn(dst, src, pool)
+        except Exception as exc:
+            if refusal is None or isinstance(exc, NotImplementedError):
+                raise
+            value, error = 1, exc
+        else:
+            error = None
+        if refusal is not None and value:
+            side = "previous" if src is dst.prev or before[2] is src else "next"
+            crash = f" (and crashed with {type(error).__name__})" if error else ""
+            raise Fail(f"freeing the {fmt(dst.size)} block at {dst.ptr:#x}: your try_merge_blocks absorbed "
+                       f"its {side} neighbour ({fmt(src.size)}), a neighbour {refusal}; it must return 0{crash}",
+                       f"your try_merge_blocks absorbed a neighbour {refusal.split(':')[0]}")
+        if type(value) is not int:
+            raise Fail(f"your try_merge_blocks returned {show(value)}; it must return the number of bytes "
+                       "it absorbed (0 when it did not merge)",
+                       "your try_merge_blocks did not return an int number of bytes")
+        _check_merge(dst, src, pool, value, before)
+        return value
+    return decided
+
+
+def _check_merge(dst, src, pool, value, before) -> None:
+    """Catch a half-done merge now, where it happened, instead of as a crash ops later
+    (a block left in the pool, a pointer not moved, a neighbour still linked)."""
+    dst_ptr, dst_size, dst_prev, dst_next, src_ptr, src_size, src_prev, src_next = before
+    where = f"merging the freed {fmt(dst_size)} block at {dst_ptr:#x}"
+    safe = "your try_merge_blocks left the blocks in a broken state"
+    if value == 0:
+        if (dst.ptr, dst.size, dst.prev, dst.next) != (dst_ptr, dst_size, dst_prev, dst_next):
+            raise Fail(f"{where}: your try_merge_blocks returned 0 (no merge) but changed the block: return the "
+                       "bytes absorbed when you merge, and change nothing when you do not", safe)
+        return
+    if src is None:
+        raise Fail(f"{where}: there is no neighbour on that side (src is None) but your try_merge_blocks returned "
+                   f"{value}: return 0", safe)
+    if value != src_size:
+        raise Fail(f"{where}: your try_merge_blocks returned {value}; it must return the bytes it absorbed, "
+                   f"the neighbour's size {src_size}", safe)
+    if dst.size != dst_size + src_size:
+        raise Fail(f"{where} with its {fmt(src_size)} neighbour: dst.size is {dst.size}, expected "
+                   f"{dst_size} + {src_size} = {dst_size + src_size}: grow dst by the neighbour's size", safe)
+    if _in_pool(pool, src):
+        raise Fail(f"{where} with its {fmt(src_size)} neighbour at {src_ptr:#x}: the neighbour is still in the "
+                   "pool of free blocks, so the allocator could hand out memory that is now part of the merged "
+                   "block. Take it out first: pool.remove(src) (pool.remove_unmapped(src) when it is not mapped)",
+                   safe)
+    if src is dst_prev:                                                      # [src dst]: dst takes src's place
+        if dst.ptr != src_ptr:
+            raise Fail(f"{where} with the {fmt(src_size)} free block BEFORE it (at {src_ptr:#x}): the merged "
+                       f"block must start where that neighbour started, {src_ptr:#x}, but dst.ptr is "
+                       f"{dst.ptr:#x}: set dst.ptr = src.ptr", safe)
+        if dst.prev is not src_prev or (src_prev is not None and src_prev.next is not dst):
+            raise Fail(f"{where} with the free block before it: the block before THAT one must now be linked to "
+                       "the merged block (dst.prev = src.prev, and its .next = dst)", safe)
+    else:                                                                    # [dst src]
+        if dst.ptr != dst_ptr:
+            raise Fail(f"{where} with the {fmt(src_size)} free block AFTER it: the merged block still starts "
+                       f"at {dst_ptr:#x}, but dst.ptr is now {dst.ptr:#x}: only a merge with the block before "
+                       "moves the pointer", safe)
+        if dst.next is not src_next or (src_next is not None and src_next.prev is not dst):
+            raise Fail(f"{where} with the free block after it: the block after THAT one must now be linked to "
+                       "the merged block (dst.next = src.next, and its .prev = dst)", safe)
+
+
+def _in_pool(pool, block) -> bool:
+    try:
+        return any(b is block for b in pool)
+    except Exception:
+        return False
+
+
+def _method_hook(name: str) -> Callable:
+    def plug(allocator, fn):
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):           # a builtin: let the call say what is wrong
+            signature = None
+
+        def decided(*args, **kwargs):
+            if signature is not None:
+                try:
+                    signature.bind(allocator, *args, **kwargs)
+                except TypeError as exc:
+                    raise Fail(f"the allocator calls your {name} as {METHOD_HOOKS[name]}, but your function's "
+                               f"parameters are {signature} ({exc})",
+                               f"your {name} does not take the arguments the allocator passes") from None
+            return fn(allocator, *args, **kwargs)
+        return decided
+    return plug
+
+
+# Decisions plugged method-style: fn(allocator, *the reference method's arguments).
+METHOD_HOOKS = {
+    "get_free_block": "get_free_block(allocator, p) -> bool (set p.block, take it out of p.pool)",
+    "alloc_block": "alloc_block(allocator, p, is_retry) -> bool",
+    "release_available_cached_blocks": "release_available_cached_blocks(allocator, p) -> bool",
+    "release_cached_blocks": "release_cached_blocks(allocator) -> bool",
+    "release_block": "release_block(allocator, block) -> None",
+    "garbage_collect_cached_blocks": "garbage_collect_cached_blocks(allocator) -> None",
+    "alloc_found_block": "alloc_found_block(allocator, p, orig_size, split) -> Block",
+    "free_block": "free_block(allocator, block) -> None",
+    "insert_events": "insert_events(allocator, block) -> None",
+    "process_events": "process_events(allocator) -> None",
+    "synchronize_and_free_events": "synchronize_and_free_events(allocator) -> None",
+}
+
+HOOKS: dict[str, Hook] = {
+    "round_size": Hook("round_size", "round_size(size, config) -> int", _size_hook("round_size")),
+    "get_allocation_size": Hook("get_allocation_size", "get_allocation_size(size, config) -> int",
+                                _size_hook("get_allocation_size")),
+    "should_split": Hook("should_split", "should_split(block, size, expandable_active, config) -> bool",
+                         _should_split),
+    "try_merge_blocks": Hook("try_merge_blocks", "try_merge_blocks(dst, src, pool) -> int", _try_merge_blocks),
+    **{name: Hook(name, sig, _method_hook(name)) for name, sig in METHOD_HOOKS.items()},
+}
+
+
+class PluggedAllocator(CachingAllocator):
+    """The (private copy of the) reference allocator with some decisions replaced by a learner's functions.
+
+    ``plug={"get_free_block": fn, ...}``; ``should_split=`` and ``merge=`` are the older spellings."""
+
+    def __init__(self, device: Any, config: Any = "", *, plug: Optional[dict] = None,
+                 should_split: Optional[Callable] = None, merge: Optional[Callable] = None) -> None:
+        plug = dict(plug or {})
+        if should_split is not None:
+            plug["should_split"] = should_split
+        if merge is not None:
+            plug["try_merge_blocks"] = merge
+        unknown = sorted(set(plug) - set(HOOKS))
+        if unknown:
+            raise ValueError(f"cannot plug {unknown}: the decisions that can be plugged are {sorted(HOOKS)} "
+                             "(add a method-style one to METHOD_HOOKS in allocator_ref/labs/plug.py)")
+        super().__init__(device, config)
+        for name, fn in plug.items():          # an instance attribute wins over the class's method
+            setattr(self, name, HOOKS[name].plug(self, fn))
+        self.plugged = tuple(plug)
+
+
+__all__ = ["HOOKS", "METHOD_HOOKS", "Hook", "PluggedAllocator"]

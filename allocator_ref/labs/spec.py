@@ -1,0 +1,59 @@
+"""An exercise in one declaration: inputs, the reference, what to say.
+
+Most exercises on a single decision have the same shape: call the learner's function on some
+inputs, compare with the reference by exact type and value, explain a difference.  ``function_exercise``
+builds the cases, the seeded hidden generator and the registration from one declaration::
+
+    function_exercise(
+        id="lab9.double", lab=9, title="double(n)",
+        reference=lambda n: 2 * n,
+        public=[(3,), (0,)],                                  # argument tuples, shown when they fail
+        hidden=lambda rng: [(rng.randint(10, 10**6),) for _ in range(5)],   # drawn from the seed
+        explain=lambda args, expected: f"twice {args[0]} is {expected}",    # why, for a public case
+        nudge="Look at the number above.", hint="Return n * 2.")
+
+Each public input is its own case, labelled with the call; the hidden inputs form one case per
+draw, labelled ``hidden_label`` and never showing the expected value.  For decisions inside the
+allocator, judge with ``workload.compare(ops, None, plug={"name": fn})`` instead (see plug.py).
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable, Optional, Sequence
+
+from .check import Case, Exercise, Fail, register, same, show
+
+
+def _call_text(name: str, args: tuple) -> str:
+    return f"{name}({', '.join(show(a, 60) for a in args)})"
+
+
+def value_case(name: str, reference: Callable, args: tuple, explain: Optional[Callable] = None,
+               label: Optional[str] = None) -> Case:
+    """One call of the learner's function, judged against ``reference(*args)`` by exact type and value."""
+    def judge(fn):
+        expected = reference(*args)
+        got = fn(*args)
+        if not same(got, expected):
+            why = f": {explain(args, expected)}" if explain else ""
+            kind = "" if type(got) is type(expected) else f" ({type(got).__name__} instead of {type(expected).__name__})"
+            raise Fail(f"{_call_text(name, args)} returned {show(got)}{kind}; expected {show(expected)}{why}",
+                       f"your {name} differs from the reference on an input of this kind{kind}")
+    return Case(label or _call_text(name, args), judge, data=args)
+
+
+def function_exercise(*, id: str, lab: int, title: str, reference: Callable, public: Sequence[tuple],
+                      hidden: Callable[[random.Random], Sequence[tuple]], nudge: str, hint: str,
+                      explain: Optional[Callable] = None, hidden_label: str = "a seeded input",
+                      name: Optional[str] = None) -> Exercise:
+    """Register an exercise on a plain function from one declaration (see the module docstring)."""
+    name = name or id.split(".", 1)[1]
+    return register(Exercise(
+        id=id, lab=lab, title=title,
+        public=lambda: [value_case(name, reference, tuple(args), explain) for args in public],
+        hidden=lambda rng: [value_case(name, reference, tuple(args), explain, hidden_label)
+                            for args in hidden(rng)],
+        nudge=nudge, hint=hint))
+
+
+__all__ = ["function_exercise", "value_case"]

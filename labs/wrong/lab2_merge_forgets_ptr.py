@@ -1,0 +1,23 @@
+"""Merges with the block before it but keeps dst's own start address: the merged block starts too late."""
+EXERCISE = "lab2.merge"
+EXPECTED_REASON = "set dst.ptr = src.ptr"
+
+
+def SUBMISSION(dst, src, pool):
+    if (src is None or src.allocated or src.event_count > 0 or src.stream_uses
+            or src.mapped != dst.mapped):
+        return 0
+    if src.mapped:
+        pool.remove(src)
+    else:
+        pool.remove_unmapped(src)
+    if dst.prev is src:
+        dst.prev = src.prev                 # forgot: dst.ptr = src.ptr
+        if dst.prev is not None:
+            dst.prev.next = dst
+    else:
+        dst.next = src.next
+        if dst.next is not None:
+            dst.next.prev = dst
+    dst.size += src.size
+    return src.size
