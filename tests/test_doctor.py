@@ -159,8 +159,10 @@ def test_bad_input_gets_one_clear_error(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("error:")
     _, snap, _, _ = record(200)
     path = ar.save_snapshot(snap, tmp_path / "run.pickle")
-    assert main(["doctor", str(path), "--device-memory", "-3"]) == 2
-    assert "positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:                   # argparse's own error for a bad argument
+        main(["doctor", str(path), "--device-memory", "-3"])
+    assert exit_.value.code == 2
+    assert "above 0" in capsys.readouterr().err
     assert main(["doctor", str(path), "--html", str(tmp_path / "no" / "such" / "r.html")]) == 2
     assert "folder does not exist" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()

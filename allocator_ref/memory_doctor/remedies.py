@@ -152,7 +152,8 @@ def failed_requests_as_allocs(snapshot: dict) -> dict:
 
     A plain replay replays ``alloc`` entries only; PyTorch records the request that failed
     solely in its ``oom`` entry (``DeviceCachingAllocator::malloc``).  The address is one no
-    real allocation has (negative), and nothing frees it: the run stopped there.
+    real allocation has (above 2**63, where no GPU maps memory, so the snapshot
+    still passes the loader's checks), and nothing frees it: the run stopped there.
     """
     traces, n = [], 0
     for events in snapshot.get("device_traces", []):
@@ -160,7 +161,7 @@ def failed_requests_as_allocs(snapshot: dict) -> dict:
         for e in events:
             if e.get("action") == "oom":
                 n += 1
-                e = {"action": "alloc", "addr": -n, "size": e.get("size", 0), "stream": e.get("stream", 0)}
+                e = {"action": "alloc", "addr": (1 << 63) + 512 * n, "size": e.get("size", 0), "stream": e.get("stream", 0)}
             out.append(e)
         traces.append(out)
     return dict(snapshot, device_traces=traces)
