@@ -26,7 +26,7 @@ def one_device_with_failed_requests(snapshot, device):
     traces = [[] for _ in snapshot["device_traces"]]
     for k, e in enumerate(snapshot["device_traces"][device]):
         if e["action"] == "oom":
-            e = {"action": "alloc", "addr": -1 - k, "size": e["size"], "stream": e.get("stream", 0)}
+            e = {"action": "alloc", "addr": (1 << 63) + 512 * (k + 1), "size": e["size"], "stream": e.get("stream", 0)}
         traces[device].append(e)
     return dict(snapshot, device_traces=traces,
                 segments=[s for s in snapshot["segments"] if s.get("device", 0) == device])

@@ -12,9 +12,16 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def peer():
-    os.environ.setdefault("ALLOCATOR_REF_DEVICE", "sim")
-    with S.RemoteReceiver("sim") as p:
-        yield p
+    saved = os.environ.get("ALLOCATOR_REF_DEVICE")
+    os.environ.setdefault("ALLOCATOR_REF_DEVICE", "sim")       # the spawned receiver inherits it
+    try:
+        with S.RemoteReceiver("sim") as p:
+            yield p
+    finally:                                                    # leave the suite's settings as pinned
+        if saved is None:
+            os.environ.pop("ALLOCATOR_REF_DEVICE", None)
+        else:
+            os.environ["ALLOCATOR_REF_DEVICE"] = saved
 
 
 @pytest.fixture
