@@ -10,14 +10,14 @@ QUIET_PIP := 2>&1 | grep -v "^WARNING: Location" || true
 LAB_ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test test-fast venv student gpu-check bench bench-quick clean sync-notebooks
+.PHONY: workshop site lab test test-fast venv student gpu-check bench bench-quick clean sync-notebooks
 .PHONY: check-labs nbgrader autograde test-labs
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "Installing the course into $(VENV) (first time: a few minutes)..."
 	@set -o pipefail; $(PIP) install -q --upgrade pip $(QUIET_PIP)
-	@set -o pipefail; $(PIP) install -q -e ".[test]" $(QUIET_PIP)
+	@set -o pipefail; $(PIP) install -q -e ".[test,workshop,publish]" $(QUIET_PIP)
 	@$(PY) -c "import allocator_ref, jupyterlab, ipywidgets, matplotlib, cupy, cuda.bindings" || (echo "install failed: see the pip output above"; exit 1)
 	@touch $(STAMP)
 
@@ -39,6 +39,8 @@ test: $(STAMP)
 	@if [ -n "$(TORCH_WHEEL)" ]; then $(PIP) install -q "$(TORCH_WHEEL)" >/dev/null 2>&1 || echo "(torch CPU wheel did not install: the _memory_viz tests will skip)"; \
 	 else echo "(no local torch CPU wheel: the _memory_viz tests will skip; pip install torch to run them)"; fi
 	@test -x /usr/bin/chromium || bash tools/install_browser.sh >/dev/null 2>&1 || echo "(chromium not installed: the browser test will skip)"
+	@sh tools/install_node.sh >/dev/null 2>&1 || echo "(Node.js not installed: the workshop hub test will skip)"
+	@$(MAKE) -s $(PROXY) || echo "(npm missing: the workshop hub test will skip)"
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)
@@ -94,3 +96,18 @@ bench-quick: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+
+# A workshop room: a real JupyterHub on this machine, one server and one copy of the course per
+# learner (workshop/README.md).  make workshop WORKSHOP_PASSWORD=... WORKSHOP_ADMIN_PASSWORD=...
+PROXY := workshop/node_modules/.bin/configurable-http-proxy
+WORKSHOP_ARGS ?= --ip 0.0.0.0 --port 8000
+$(PROXY): workshop/package.json workshop/package-lock.json
+	npm ci --prefix workshop --no-audit --no-fund --loglevel=error
+	@touch $(PROXY)
+workshop: $(STAMP) $(PROXY)
+	$(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py $(WORKSHOP_ARGS)
+
+# The course website (Jupyter Book 1, all from PyPI): every chapter executed on the simulated
+# device, the labs, the FAQ, the guides -> _build/html/index.html (tools/build_site.py).
+site: $(STAMP)
+	MPLBACKEND=Agg $(PY) tools/build_site.py

@@ -283,7 +283,8 @@ def test_ipynb_and_md_in_sync(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_chapter_conventions(path):
     nb = nbformat.read(path, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
+    # the Colab bootstrap (tag "colab", tools/colab_cells.py) comes before the chapter proper
+    code = [c for c in nb.cells if c.cell_type == "code" and "colab" not in cell_tags(c)]
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert code and "open_device" in code[0].source, (
         f"{path.name}: the first code cell must open the device and print what it is")

@@ -1,0 +1,183 @@
+"""The course website: built with Jupyter Book 1 here, then read in Chromium as a reader would.
+
+`tools/build_site.py` (make site) executes every chapter on the simulated device and renders
+the book with Sphinx (MyST-NB, sphinx-book-theme); this test builds it, serves `_build/html` on 127.0.0.1, and with
+Playwright driving Debian's Chromium checks that:
+
+* every chapter page renders its title and its executed pictures, and no picture on any page
+  is broken (an <img> that loaded nothing); pictures on other sites (the README's badges) are
+  not fetched, there is no network here;
+* every internal link on every page resolves to a page of the site, and a link with an anchor
+  finds that element on the page;
+* each FAQ link lands on the chapter section that answers the question;
+* the lab pages show the student copies (the exercises' stubs, not the solutions), and the
+  search box is there and the search page finds a chapter.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urljoin, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import build_site  # noqa: E402
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def site():
+    if not (Path(sys.executable).parent / "jupyter-book").exists():
+        pytest.skip("Jupyter Book is not installed: pip install '.[publish]' (make test does)")
+    out = build_site.build()
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+    handler = functools.partial(Quiet, directory=str(out))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (tools/install_browser.sh)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def _url(site, path: Path) -> str:
+    """The page of a repository file (Sphinx names pages after their files)."""
+    url = build_site.page_url(path.relative_to(ROOT).as_posix())
+    assert (build_site.OUT / url.lstrip("/")).is_file(), f"{path.name} has no page on the site"
+    return site + url
+
+
+def _open(browser, url):
+    """Open a page as a reader does: load it and scroll through it (lazy pictures load when
+    they come into view)."""
+    page = browser.new_page(viewport={"width": 1300, "height": 1400})
+    page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())   # no network
+    response = page.goto(url, wait_until="networkidle")
+    assert response is not None and response.ok, f"{url}: HTTP {response and response.status}"
+    height = page.evaluate("document.body.scrollHeight")
+    for y in range(0, height + 700, 700):
+        page.evaluate(f"window.scrollTo(0, {y})")
+        page.wait_for_timeout(50)
+    page.wait_for_load_state("networkidle")
+    return page
+
+
+BROKEN_IMAGES = """() => [...document.images]
+    .filter(i => new URL(i.currentSrc || i.src, location.href).origin === location.origin
+                 || (i.currentSrc || i.src).startsWith('data:'))
+    .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 120))"""
+
+def _pictures_in(notebook: Path) -> int:
+    """Picture outputs of the executed chapter the site was built from (PNG, SVG, HTML with SVG)."""
+    import nbformat
+    nb = nbformat.read(build_site.STAGE / notebook.relative_to(ROOT), as_version=4)
+    count = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            count += bool({"image/png", "image/svg+xml"} & set(data) or "<svg" in data.get("text/html", ""))
+    return count
+
+
+OUTERMOST_PICTURES = """() => document.querySelectorAll('article img').length
+    + [...document.querySelectorAll('article svg')].filter(s => !s.parentElement.closest('svg')).length"""
+
+
+def test_every_chapter_renders_with_its_pictures(site, browser):
+    for notebook in sorted(ROOT.glob("chapters/*.ipynb")):
+        page = _open(browser, _url(site, notebook))
+        title = page.locator("h1").first.inner_text()
+        number = int(notebook.name[:2])
+        assert f"Chapter {number}" in title, (notebook.name, title)
+        assert page.evaluate(BROKEN_IMAGES) == [], notebook.name
+        wanted, shown = _pictures_in(notebook), page.evaluate(OUTERMOST_PICTURES)
+        assert shown >= wanted, f"{notebook.name}: {wanted} pictures executed, {shown} on the page"
+        page.close()
+
+
+def _internal_links(page, site):
+    hrefs = page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)")
+    return {h for h in hrefs if urlparse(h).netloc == urlparse(site).netloc}
+
+
+def test_every_internal_link_resolves(site, browser):
+    start = [f"{site}/"] + [_url(site, n) for n in sorted(ROOT.glob("chapters/*.ipynb"))]
+    start += [f"{site}/faq.html", _url(site, sorted(ROOT.glob("labs/student/*.ipynb"))[0])]
+    start += [_url(site, ROOT / guide) for guide in build_site.GUIDES]
+    links = set()
+    for url in start:
+        page = _open(browser, url)
+        assert page.evaluate(BROKEN_IMAGES) == [], url
+        links |= _internal_links(page, site)
+        page.close()
+    assert len(links) > 20
+    pages: dict[str, set[str]] = {}
+    for link in links:
+        base, _, anchor = link.partition("#")
+        pages.setdefault(base, set()).update({anchor} if anchor else set())
+    checked = browser.new_page()
+    for base, anchors in sorted(pages.items()):
+        response = checked.request.get(base)
+        assert response.ok, f"broken internal link {base} ({response.status})"
+        if anchors:
+            checked.goto(base, wait_until="networkidle")
+            ids = set(checked.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))
+            assert anchors <= ids, f"{base}: no element for #{sorted(anchors - ids)}"
+
+
+def test_faq_links_land_on_the_answering_section(site, browser):
+    entries = build_site.faq_entries((ROOT / "README.md").read_text())
+    assert len(entries) == 25
+    page = _open(browser, f"{site}/faq.html")
+    target = browser.new_page()
+    rows = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('article tr')]
+        .filter(tr => tr.querySelector('td a'))
+        .map(tr => [tr.cells[0].innerText.trim(), tr.querySelector('td a').getAttribute('href')]))""")
+    for entry in entries:
+        href = rows.get(entry["q"])
+        assert href and "#" in href, f"{entry['q']}: the FAQ row links to no section ({href})"
+        assert href.split("#")[0] == Path(entry["notebook"]).with_suffix(".html").as_posix(), href
+        target.goto(urljoin(page.url, href), wait_until="networkidle")
+        anchor = href.split("#", 1)[1]
+        section = target.locator(f"[id='{anchor}']")
+        assert section.count() == 1, f"{entry['q']}: {href} lands on no element"
+        heading = section.evaluate("e => (e.matches('h1,h2,h3,h4,h5,h6') ? e"
+                                   " : e.querySelector('h1,h2,h3,h4,h5,h6')).innerText")
+        wanted = re.sub(r"[`*]", "", entry["section"]).lower()
+        assert heading.lower().startswith(wanted[:40]), \
+            f"{entry['q']} landed on {heading!r}, not {entry['section']!r}"
+    target.close()
+
+
+def test_labs_show_the_student_copy_and_search_is_there(site, browser):
+    lab = sorted(ROOT.glob("labs/student/*.ipynb"))[0]
+    page = _open(browser, _url(site, lab))
+    text = page.locator("article").first.inner_text()
+    assert "NotImplementedError" in text            # the stub a learner replaces
+    assert "BEGIN SOLUTION" not in text
+    assert page.locator("button:has-text('Search'), [aria-label*='earch']").count() > 0
+    # the search page works offline (Sphinx's own index) and finds the chapter on the topic
+    results = browser.new_page()
+    results.goto(f"{site}/search.html?q=expandable", wait_until="networkidle")
+    results.wait_for_selector("#search-results li", timeout=30_000)
+    found = results.evaluate("() => [...document.querySelectorAll('#search-results li a')].map(a => a.href)")
+    assert any("05_vmm_and_expandable_segments" in h for h in found), found[:10]

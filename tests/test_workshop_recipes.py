@@ -1,0 +1,164 @@
+"""The recipes for rooms this machine cannot host: the container image and Zero to JupyterHub.
+
+There is no Docker daemon and no Kubernetes cluster on the CI machine, so this checks what can
+be checked without them:
+
+* repo2docker (what Binder runs) plans the image from the repository as it is: its
+  ``--no-build`` Dockerfile installs the root ``environment.yml`` (nothing overrides it) with
+  the Python it names, and runs ``./start`` before every command;
+* ``./start`` gives a hosted learner the room's settings and their hub user name as the seed;
+* ``workshop/z2jh-values.yaml`` parses; its hub settings are real JupyterHub settings, its pull
+  is the local hub's pull, its per-learner limits, culling and pre-pull are set, and its memory
+  sizes cover what ``tools/measure_chapter_memory.py`` measured.  The chart's own values schema
+  is not checked here: the course keeps no copy of the chart, so ``helm template`` with the
+  chart is the instructor's check (the values file's header says how).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKSHOP = ROOT / "workshop"
+sys.path.insert(0, str(WORKSHOP))
+from pull import COURSE_FOLDER  # noqa: E402
+
+REPO = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+VALUES = yaml.safe_load((WORKSHOP / "z2jh-values.yaml").read_text())
+MEMORY = json.loads((WORKSHOP / "chapter-memory.json").read_text())
+
+
+def mib(size: str) -> float:
+    """A Kubernetes quantity (512M, 1G, 1Gi) in MiB: M and G are powers of 1000, Mi and Gi of 1024."""
+    number, unit, binary = re.fullmatch(r"([\d.]+)([KMG])(i?)", str(size)).groups()
+    base = 1024 if binary else 1000
+    return float(number) * base ** ("KMG".index(unit) + 1) / 2**20
+
+
+# ------------------------------------------------------------------ Zero to JupyterHub
+
+def test_values_file_parses_into_the_sections_the_room_needs():
+    assert isinstance(VALUES, dict), "workshop/z2jh-values.yaml is not a YAML mapping"
+    for section in ("hub", "singleuser", "cull", "prePuller"):
+        assert isinstance(VALUES.get(section), dict), f"z2jh-values.yaml has no {section}: section"
+    single = VALUES["singleuser"]
+    for key in ("image", "memory", "cpu", "lifecycleHooks", "extraEnv", "storage"):
+        assert key in single, f"singleuser.{key} is missing"
+    assert single["image"]["name"] and str(single["image"]["tag"]), "singleuser.image needs a name and tag"
+    assert VALUES["prePuller"]["continuous"]["enabled"] is True       # image on every node early
+    cpu = single["cpu"]
+    assert 0 < float(cpu["guarantee"]) <= float(cpu["limit"]), f"singleuser.cpu: {cpu}"
+
+
+def test_hub_settings_are_real_jupyterhub_settings():
+    from jupyterhub.app import JupyterHub
+    from jupyterhub.auth import Authenticator
+    from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
+    classes = {c.__name__: c for c in (JupyterHub, Authenticator, SharedPasswordAuthenticator)}
+    for section, settings in VALUES["hub"]["config"].items():
+        assert section in classes, f"hub.config.{section}: not a class this test knows"
+        traits = classes[section].class_traits(config=True)
+        for name in settings:
+            assert name in traits, f"hub.config.{section}.{name} is not a JupyterHub setting"
+    assert VALUES["hub"]["config"]["JupyterHub"]["authenticator_class"] == "shared-password"
+    assert "instructor" in VALUES["hub"]["config"]["Authenticator"]["admin_users"]
+
+
+def test_the_pull_and_environment_match_the_local_hub():
+    single = VALUES["singleuser"]
+    command = single["lifecycleHooks"]["postStart"]["exec"]["command"]
+    assert command == ["gitpuller", REPO, "main", COURSE_FOLDER]
+    home = single["storage"]["homeMountPath"]
+    assert single["extraEnv"]["PYTHONPATH"] == f"{home}/{COURSE_FOLDER}"
+    settings = single["extraEnv"]["ALLOCATOR_REF_SETTINGS"]
+    assert settings == "/srv/allocator-course/workshop/course-settings.toml"
+    assert (ROOT / "workshop" / "course-settings.toml").is_file()
+    url = single["defaultUrl"]
+    assert url == f"/lab/tree/{COURSE_FOLDER}/chapters/00_setup_and_tour.ipynb"
+    assert (ROOT / url.removeprefix(f"/lab/tree/{COURSE_FOLDER}/")).is_file()
+    assert f"/lab/tree/{COURSE_FOLDER}/chapters/00_setup_and_tour.ipynb" in \
+        (WORKSHOP / "jupyterhub_config.py").read_text().replace("{COURSE_FOLDER}", COURSE_FOLDER)
+
+
+def test_memory_sizes_cover_the_measured_course():
+    chapters = {p.stem for p in ROOT.glob("chapters/*.ipynb")}
+    assert chapters <= set(MEMORY["chapters"]), (
+        f"not measured: {sorted(chapters - set(MEMORY['chapters']))}; "
+        "run python tools/measure_chapter_memory.py")
+    server = MEMORY["server_idle_mib"]
+    kernel = max(m["kernel_peak_mib"] for m in MEMORY["chapters"].values())
+    with_children = max(m["kernel_peak_mib"] + m["child_processes_peak_mib"]
+                        for m in MEMORY["chapters"].values())
+    memory = VALUES["singleuser"]["memory"]
+    assert mib(memory["guarantee"]) >= server + kernel
+    assert mib(memory["limit"]) >= server + with_children + kernel     # plus a second open notebook
+    assert mib(memory["guarantee"]) <= mib(memory["limit"])
+
+
+def test_idle_servers_are_culled():
+    cull = VALUES["cull"]
+    assert cull["enabled"] is True and 0 < cull["timeout"] <= 4 * 3600
+    assert 0 < cull["every"] <= cull["timeout"]
+
+
+# ------------------------------------------------------------------ repo2docker / Binder
+
+def _environment_python() -> str:
+    text = (ROOT / "environment.yml").read_text()
+    return re.search(r"^\s*-\s*python=(\S+)", text, re.M).group(1)
+
+
+@pytest.mark.slow
+def test_repo2docker_plans_the_image_from_environment_yml_and_start():
+    exe = Path(sys.executable).parent / "repo2docker"
+    if not exe.exists():
+        pytest.skip("pip install '.[publish]' for repo2docker (make test installs it)")
+    # No Docker daemon here (and conda-forge is out of reach), so ask for the plan only.
+    out = subprocess.run([str(exe), "--no-build", "--no-run", "--debug",
+                          "--target-repo-dir", "/srv/allocator-course", str(ROOT)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    dockerfile, log = out.stdout, out.stderr
+    assert f"Building conda environment for python={_environment_python()}" in log
+    assert '--file "environment.yml"' in dockerfile           # the repository's own file
+    assert 'R2D_ENTRYPOINT="${REPO_DIR}/start"' in dockerfile
+    assert not (ROOT / "binder").exists() and not (ROOT / ".binder").exists(), \
+        "a binder/ folder would make repo2docker ignore the root environment.yml"
+
+
+def test_the_image_has_what_the_hub_and_the_pull_need():
+    text = (ROOT / "environment.yml").read_text()
+    for needed in ("jupyterhub>=5", "nbgitpuller", "jupyterlab", "- -e ."):
+        assert needed in text, f"environment.yml lacks {needed}"
+
+
+def test_start_gives_a_hosted_learner_the_room_settings_and_their_name(tmp_path):
+    if shutil.which("bash") is None:
+        pytest.skip("bash runs ./start")
+    probe = ("import os, json, allocator_ref.settings as s\n"
+             "from allocator_ref.labs.check import resolve_seed\n"
+             "print(json.dumps([os.environ['LOGNAME'], s.value('device'), resolve_seed()]))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOCATOR_REF_")}
+    env.update(REPO_DIR=str(ROOT), PYTHONPATH=str(ROOT), LOGNAME="jovyan", USER="jovyan")
+
+    def run(**extra):
+        out = subprocess.run(["bash", str(ROOT / "start"), sys.executable, "-c", probe],
+                             env={**env, **extra}, capture_output=True, text=True, timeout=60,
+                             cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    ada = run(JUPYTERHUB_USER="ada")
+    grace = run(JUPYTERHUB_USER="grace")
+    assert ada[:2] == ["ada", "sim"] and grace[:2] == ["grace", "sim"]
+    assert ada[2] != grace[2]
+    assert run()[0] == "jovyan"                    # Binder, no hub user: left alone

@@ -1,0 +1,276 @@
+"""Build the course website with Jupyter Book 1 (Sphinx): `make site` -> _build/html/index.html.
+
+What goes in (picked up by globbing, so a new chapter or lab needs no edit here):
+
+* the README as the home page, with the FAQ of learner questions as its own page whose
+  links land on the chapter section that answers each question;
+* every ``chapters/*.ipynb``, executed here on the simulated device (cells tagged ``gpu``
+  are shown, not run), so every picture is in the page; an ipywidget shows a static
+  snapshot of what it displayed (its HTML parts) instead of a blank box, and the chapters'
+  own film strips (``show_frames``) follow each player;
+* the labs as learners get them (``labs/student/*.ipynb``, not executed) and the guides
+  (``labs/README.md``, ``workshop/README.md``).
+
+How: the pages are staged in ``_build/site-src`` (links to files that are not pages become
+links to the repository on GitHub), then ``jupyter-book build`` (Jupyter Book 1: Sphinx,
+MyST-NB and sphinx-book-theme, all from PyPI) renders them.  Why not Jupyter Book 2: its
+book theme is not a PyPI or npm package; mystmd downloads it from its own host at build time,
+and a course built in a room or a CI machine without that host must still publish.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGE = ROOT / "_build" / "site-src"
+OUT = ROOT / "_build" / "html"
+GUIDES = ("labs/README.md", "workshop/README.md")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+# Runs first in every executed chapter (and is removed from the page): give each ipywidget a
+# text/html twin, the HTML its parts show now, which the static page renders instead of the
+# live widget it cannot run.
+WIDGET_SNAPSHOT = '''\
+import ipywidgets as _w
+def _snapshot(widget):
+    if isinstance(widget, _w.HTML):
+        return widget.value
+    if isinstance(widget, _w.Box):
+        return "".join(_snapshot(child) for child in widget.children)
+    return ""
+get_ipython().display_formatter.formatters["text/html"].for_type(
+    _w.Widget, lambda widget: '<div class="widget-snapshot">' + _snapshot(widget) + "</div>")'''
+
+
+def repository() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+
+
+# ------------------------------------------------------------------ chapters
+
+def for_the_page(nb) -> int:
+    """Drop the Colab bootstrap (it only matters on Colab) and move the "Open in Colab" link
+    below the title, so that the notebook's first heading stays the page title."""
+    link = [c for c in nb.cells if c.cell_type == "markdown" and "colab" in c.metadata.get("tags", [])]
+    nb.cells = [c for c in nb.cells if "colab" not in c.metadata.get("tags", [])]
+    title = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
+    nb.cells[title + 1:title + 1] = link
+    return title + 1              # where code may be added without hiding the title
+
+
+def static_outputs(nb) -> None:
+    """Keep what a static page can show.  A widget shows its HTML snapshot, not its live view
+    (MyST-NB prefers the view, and a static page has no kernel to draw it: an empty box).  The
+    course's own data outputs (``application/vnd.allocator-ref.*``, read by the tests) show their
+    text, as JupyterLab does for a mime type it has no renderer for."""
+    nb.metadata.pop("widgets", None)                   # no widget state: no widget JavaScript
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_VIEW in data and "text/html" in data:
+                del data[WIDGET_VIEW]
+            for mime in [m for m in data if m.startswith("application/vnd.allocator-ref.")]:
+                del data[mime]
+
+
+def execute(path: Path) -> tuple[Path, float]:
+    """Run one chapter on the simulated device; write it, with its outputs, to the stage."""
+    from nbclient import NotebookClient
+    nb = nbformat.read(path, as_version=4)
+    after_title = for_the_page(nb)
+    for cell in nb.cells:
+        if "gpu" in cell.get("metadata", {}).get("tags", []):
+            cell.metadata.setdefault("tags", []).append("skip-execution")   # nbclient skips it
+    nb.cells.insert(after_title, nbformat.v4.new_code_cell(WIDGET_SNAPSHOT, metadata={"tags": ["remove-cell"]}))
+    start = time.monotonic()
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    static_outputs(nb)
+    dest = STAGE / path.relative_to(ROOT)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, dest)
+    return dest, time.monotonic() - start
+
+
+# ------------------------------------------------------------------ links and the FAQ
+
+def heading_id(text: str) -> str:
+    """The anchor MyST-Parser gives a heading (``myst_heading_anchors``): its slug of the
+    heading's text, inline code included.  Sphinx resolves ``page.ipynb#slug`` to the section."""
+    from myst_parser.mdit_to_docutils.base import default_slugify
+    return default_slugify(re.sub(r"[`*]", "", text))
+
+
+def headings(md: Path) -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(r"(?m)^#{2,6} (.+)$", md.read_text())]
+
+
+FAQ_ROW = re.compile(r'^\| (Q\d+) (.+?) \| \[(\d+)\]\((chapters/[^)]+\.ipynb)\) "([^"]+)"(.*)\|$')
+
+
+def faq_entries(readme: str) -> list[dict]:
+    """Each README FAQ row: question, chapter notebook, the section that answers it and its id."""
+    entries = []
+    for line in readme.splitlines():
+        m = FAQ_ROW.match(line.strip())
+        if not m:
+            continue
+        q, question, _, notebook, section, _rest = m.groups()
+        wanted = section.rstrip("…").strip()
+        titles = headings(ROOT / notebook.replace(".ipynb", ".md"))
+        found = (next((t for t in titles if re.sub(r"[`*]", "", t).startswith(re.sub(r"[`*]", "", wanted))), None)
+                 or next((t for t in titles if re.search(rf"\b{q}\b", t)), None))
+        if found is None:
+            raise SystemExit(f"README FAQ {q}: no section {section!r} in {notebook}; fix the README row")
+        entries.append({"q": q, "question": question, "notebook": notebook, "section": found,
+                        "id": heading_id(found)})
+    return entries
+
+
+def faq_page(entries: list[dict]) -> str:
+    lines = ["# FAQ: the questions engineers actually ask", "",
+             "Each question (from public PyTorch issues and forums) is answered, with a runnable "
+             "reproduction, in the chapter section it links to.", "",
+             "| | question | answered in |", "|---|---|---|"]
+    for e in entries:
+        section = e["section"].replace("|", "\\|")
+        lines.append(f"| {e['q']} | {e['question']} | [{section}]({e['notebook']}#{e['id']}) |")
+    return "\n".join(lines) + "\n"
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+BADGE = re.compile(r"\[!\[([^\]]*)\]\([^)]*\)\]\(([^)]+)\)")
+
+
+def unbadge(text: str) -> str:
+    """[![Binder](badge.svg)](url) -> [Binder](url): the page fetches nothing from other sites."""
+    return BADGE.sub(r"[\1](\2)", text)
+
+
+def relink(text: str, page: Path, pages: set[str], repo: str) -> str:
+    """Links to staged pages stay; links to anything else in the repository go to GitHub."""
+    def fix(m):
+        target, anchor = m.group(1), m.group(2) or ""
+        if re.match(r"^[a-z]+:", target):
+            return m.group(0)
+        resolved = os.path.normpath((page.parent / target).as_posix())
+        if resolved in pages:
+            return m.group(0)
+        if resolved.startswith(".."):
+            return f"]({repo}{anchor})"                        # outside the repository (../shared)
+        return f"]({repo}/blob/main/{resolved}{anchor})"
+    return LINK.sub(fix, text)
+
+
+# ------------------------------------------------------------------ the book
+
+def config_yml(repo: str) -> str:
+    return (
+        "# Generated by tools/build_site.py for one build; edit that tool, not this file.\n"
+        "title: GPU memory allocators, from cudaMalloc to expandable segments\n"
+        "author: the allocator course\n"
+        "only_build_toc_files: true\n"
+        "execute:\n"
+        "  execute_notebooks: 'off'          # build_site.py ran them, several at once\n"
+        "repository:\n"
+        f"  url: {repo}\n"
+        "  branch: main\n"
+        "html:\n"
+        "  use_repository_button: true\n"
+        "sphinx:\n"
+        "  config:\n"
+        "    myst_heading_anchors: 6          # chapter.ipynb#section links (the FAQ's)\n"
+        "    html_show_copyright: false\n"
+        "    suppress_warnings: [myst.header]  # chapters start at ##, under the notebook title\n")
+
+
+def toc_yml(chapters: list[str], labs: list[str]) -> str:
+    def entries(files):
+        return "".join(f"      - file: {Path(f).with_suffix('').as_posix()}\n" for f in files)
+    return (
+        "# Generated by tools/build_site.py for one build.\n"
+        "format: jb-book\n"
+        "root: README\n"
+        "parts:\n"
+        "  - caption: Start\n"
+        "    chapters:\n"
+        "      - file: faq\n"
+        "      - file: workshop/README\n"
+        "  - caption: Chapters\n"
+        "    chapters:\n" + entries(chapters) +
+        "  - caption: Labs\n"
+        "    chapters:\n"
+        "      - file: labs/README\n" + entries(labs))
+
+
+def stage(jobs: int) -> dict[str, float]:
+    if STAGE.exists():
+        shutil.rmtree(STAGE)
+    STAGE.mkdir(parents=True)
+    repo = repository()
+    chapters = sorted(p for p in (ROOT / "chapters").glob("*.ipynb"))
+    labs = sorted((ROOT / "labs" / "student").glob("*.ipynb"))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        timings = {dest.name: seconds for dest, seconds in pool.map(execute, chapters)}
+    (STAGE / "labs" / "student").mkdir(parents=True)
+    for lab in labs:
+        nb = nbformat.read(lab, as_version=4)
+        for_the_page(nb)
+        nbformat.write(nb, STAGE / "labs" / "student" / lab.name)
+    readme = (ROOT / "README.md").read_text()
+    pages = {p.relative_to(ROOT).as_posix() for p in chapters + labs} | {"README.md", "faq.md", *GUIDES}
+    for name in ("README.md", *GUIDES):
+        dest = STAGE / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(relink(unbadge((ROOT / name).read_text()), Path(name), pages, repo))
+    (STAGE / "faq.md").write_text(faq_page(faq_entries(readme)))
+    (STAGE / "_config.yml").write_text(config_yml(repo))
+    (STAGE / "_toc.yml").write_text(toc_yml([p.relative_to(ROOT).as_posix() for p in chapters],
+                                            [p.relative_to(ROOT).as_posix() for p in labs]))
+    return timings
+
+
+def build(jobs: int = 2) -> Path:
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    os.environ["ALLOCATOR_REF_DEVICE"] = "sim"               # the kernels inherit it
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    start = time.monotonic()
+    timings = stage(jobs)
+    book = Path(sys.executable).parent / "jupyter-book"
+    # -W: a link or FAQ anchor that resolves to nothing fails the build instead of a dead link
+    subprocess.run([str(book), "build", str(STAGE), "--builder", "html", "-W", "--keep-going", "-q"],
+                   check=True)
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    shutil.copytree(STAGE / "_build" / "html", OUT)
+    print("chapters executed: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
+    print(f"site built in {time.monotonic() - start:.0f} s: {OUT / 'index.html'}")
+    return OUT
+
+
+def page_url(source: str) -> str:
+    """The URL path of a repository file's page (Sphinx names pages after their files)."""
+    return "/" + str(Path(source).with_suffix(".html").as_posix())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=2, help="chapters executed at once")
+    args = parser.parse_args(argv)
+    build(args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
