@@ -210,6 +210,18 @@ VERIFIED = {
     "https://github.com/pytorch/pytorch/pull/112850": "NCCL PG registers segments via allocator trace callbacks",
     "https://github.com/pytorch/pytorch/issues/165419": "RFC: expandable segments interoperating with NCCL VMM buffers",
     "https://github.com/pytorch/pytorch/pull/100919": "docs: cuBLAS workspaces come from the caching allocator",
+    "https://github.com/pytorch/pytorch/pull/106091": "lower batch on cait_m36_384: 'we OOM w cudagraphs ... duplicates the memory bc of cudagraph memory pool'",
+    "https://github.com/pytorch/pytorch/issues/103715": "CUDA graph tree OOM on SAM (torch.compile max-autotune, batch-size sweep)",
+    "https://github.com/pytorch/pytorch/pull/190348": "CUDAGraph::reset releases the private pool after a failed capture; empty_cache could not before",
+    "https://github.com/ROCm/pytorch/pull/3490": "[release/2.11] cherry-pick of #190348 (merged)",
+    "https://github.com/pytorch/pytorch/issues/128424": "reduce-overhead: long compile + GPU memory continuously grows (dynamic shapes)",
+    "https://github.com/Lightning-AI/lightning-thunder/issues/1792": "sharing memory pools in CUDAGraphs has no effect on memory usage",
+    "https://github.com/lightseekorg/tokenspeed/pull/1065": "capture decode graphs largest batch first so smaller captures reuse the pool",
+    "https://github.com/pytorch/pytorch/pull/133603": "user buffer registration (NVLS) with MemPool + ncclMemAlloc allocator",
+    "https://github.com/pytorch/pytorch/pull/146842": "ProcessGroupNCCL::getMemAllocator: a CUDAPluggableAllocator over ncclMemAlloc/ncclMemFree",
+    "https://github.com/pytorch/pytorch/pull/150684": "register future MemPool allocations with NCCL via allocator hooks",
+    "https://github.com/pytorch/pytorch/pull/148374": "MemPool docs: no expandable_segments; ncclMemAlloc may use more than requested",
+    "https://github.com/NVIDIA/nccl/issues/1584": "NVLS user buffer registration errors under PyTorch; expandable_segments did not help",
     "https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/stream-ordered-memory-allocation.html":
         "reuse policies; internal dependencies only after failing to grow; IPC pools",
     "https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/lazy-loading.html":
