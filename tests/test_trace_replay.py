@@ -172,3 +172,27 @@ def test_what_if_on_a_smaller_gpu_counts_the_ooms():
     assert small.to_json()["peak_reserved"] <= 40 * 2**30
     with pytest.raises(ValueError, match="device-memory"):
         replay(data, verify=True, device_memory=40 * 2**30)
+
+
+def test_what_if_counts_the_device_allocations_it_made():
+    """A what-if replay (no --verify) reports segment allocs/frees as PyTorch's num_device_alloc/free.
+
+    A what-if replays the run's requests (malloc and free), not its empty_cache calls.
+    """
+    import allocator_ref as ar
+    from allocator_ref.device.sim import SimDevice
+    a = ar.CachingAllocator(SimDevice("tiny-1gb"))
+    a.record_memory_history()
+    xs = [a.malloc(n << 20) for n in (3, 30, 300)]
+    for x in xs:
+        a.free(x)
+    a.empty_cache()
+    snap = a.snapshot()
+    for config in (None, "expandable_segments:True"):
+        r = ar.replay(snap, config=config, progress=False)
+        fresh = ar.CachingAllocator(SimDevice("tiny-1gb"), config or "")
+        for x in [fresh.malloc(n << 20) for n in (3, 30, 300)]:
+            fresh.free(x)
+        stats = fresh.memory_stats()
+        assert r.to_json()["segment_allocs_made"] == stats["num_device_alloc"] > 0
+        assert r.to_json()["segment_frees_made"] == stats["num_device_free"]

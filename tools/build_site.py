@@ -242,15 +242,20 @@ def stage(jobs: int) -> dict[str, float]:
 
 
 def build(jobs: int = 2) -> Path:
+    saved = dict(os.environ)
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ["ALLOCATOR_REF_DEVICE"] = "sim"               # the kernels inherit it
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     start = time.monotonic()
-    timings = stage(jobs)
-    book = Path(sys.executable).parent / "jupyter-book"
-    # -W: a link or FAQ anchor that resolves to nothing fails the build instead of a dead link
-    subprocess.run([str(book), "build", str(STAGE), "--builder", "html", "-W", "--keep-going", "-q"],
-                   check=True)
+    try:
+        timings = stage(jobs)
+        book = Path(sys.executable).parent / "jupyter-book"
+        # -W: a link or FAQ anchor that resolves to nothing fails the build instead of a dead link
+        subprocess.run([str(book), "build", str(STAGE), "--builder", "html", "-W", "--keep-going", "-q"],
+                       check=True)
+    finally:                      # a caller in the same process (a test) keeps its own settings
+        os.environ.clear()
+        os.environ.update(saved)
     if OUT.exists():
         shutil.rmtree(OUT)
     shutil.copytree(STAGE / "_build" / "html", OUT)

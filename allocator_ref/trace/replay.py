@@ -571,6 +571,13 @@ class _DeviceReplayer:
         self.result.peak_reserved = max(self.result.peak_reserved, self.allocator.max_memory_reserved())
         self.result.peak_allocated = max(self.result.peak_allocated, self.allocator.max_memory_allocated())
         self.result.pools = sorted(self.pools.pools_seen)
+        if not self.verify:
+            # What-if: nothing is compared event by event, so count what this allocator did the
+            # way PyTorch reports it (num_device_alloc / num_device_free: cudaMalloc and cuMemMap,
+            # cudaFree and cuMemUnmap; a cudaMallocAsync backend fills neither, as in PyTorch).
+            stats = self.allocator.memory_stats()
+            self.result.segment_allocs_made = int(stats.get("num_device_alloc", 0))
+            self.result.segment_frees_made = int(stats.get("num_device_free", 0))
         if self.verify:
             # The trace's snapshot() events recorded nothing that changes state; ignore them.
             ours = _layout(self.allocator.segments(record=False))
