@@ -97,7 +97,6 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         self._live: dict[int, Allocation] = {}         # ptr -> Allocation handed out
         self._oversize_blocks: set = set()             # ptrs counted in oversize_allocations
         self._oversize_segments: set = set()           # segment ptrs counted in oversize_segments
-        self._context: Optional[list] = None           # Python stack of the call in progress (history on)
         self._init_private_pools()                     # MemPool / CUDA graph pools (pools.py)
         self._init_capture_rules()                     # frees deferred during capture (capture_rules.py)
         if self.config.per_process_memory_fraction < 1.0:
@@ -155,24 +154,15 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             raise OutOfMemoryError(EXABYTE_MESSAGE)
         if not self._enabled or self.force_uncached:     # NativeCachingAllocator::allocate
             return self._uncached_malloc(nbytes, stream)
-        if self.trace.enabled is None:          # the common case: no history, no stack to gather
-            return self._malloc(nbytes, stream)
-        self._context = self._gather_context(("state", "alloc", "all"))
-        try:
-            return self._malloc(nbytes, stream)
-        finally:
-            self._context = None
-
-    def _malloc(self, nbytes: int, stream: Any) -> Allocation:
+        # maybeGatherContext(RecordContext::STATE): the caller's stack, passed down to every
+        # function that records a trace entry or stamps a block (None when history is off).
+        context = self._gather_context(("state", "alloc", "all")) if self.trace.enabled is not None else None
         if self.captures_underway:                 # a MemPool context or a CUDA graph capture
-            self.before_malloc_in_capture(stream)  # (no event queries while capturing)
-            size = self.round_size(nbytes)
-            pool = self.get_pool(size, stream)
-        else:
-            if self.cuda_events or self.deferred_blocks:   # (process_events has nothing to do otherwise)
-                self.process_events()
-            size = self.round_size(nbytes)
-            pool = self.small_blocks if size <= kSmallSize else self.large_blocks    # get_pool
+            self.before_malloc_in_capture(stream, context)  # (no event queries while capturing)
+        elif self.cuda_events or self.deferred_blocks:     # (process_events has nothing to do otherwise)
+            self.process_events(context)
+        size = self.round_size(nbytes)
+        pool = self.get_pool(size, stream)
         params = AllocParams(size, self.get_allocation_size(size), pool, stream)
         params.expandable = self.config.expandable_segments and self._expandable_for(pool)
 
@@ -180,19 +170,19 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             self.trigger_free_memory_callbacks() and self.get_free_block(params))
         if not found:
             if self._gc_enabled():
-                self.garbage_collect_cached_blocks()
-            found = (self.alloc_block(params, is_retry=False)
+                self.garbage_collect_cached_blocks(context)
+            found = (self.alloc_block(params, False, context)
                      or self.try_mempool_fallback(params)          # use_on_oom pools (pools.py)
-                     or (self.release_available_cached_blocks(params)
-                         and self.alloc_block(params, is_retry=False))
+                     or (self.release_available_cached_blocks(params, context)
+                         and self.alloc_block(params, False, context))
                      or (not self.captures_underway               # never empty the cache mid-capture
-                         and self.release_cached_blocks()
-                         and self.alloc_block(params, is_retry=True)))
+                         and self.release_cached_blocks(context)
+                         and self.alloc_block(params, True, context)))
         if not found:
-            self._raise_oom(params)
+            self._raise_oom(params, context)
         # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
         split = self.should_split(params.block, size, params.expandable)
-        block = self.alloc_found_block(params, nbytes, split)
+        block = self.alloc_found_block(params, nbytes, split, context)
         allocation = Allocation(ptr=block.ptr, size=block.size, requested_size=nbytes,
                                 stream=stream, allocator=self, _block=block)
         self._live[block.ptr] = allocation
@@ -215,13 +205,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                 return pool
         return self.small_blocks if size <= kSmallSize else self.large_blocks
 
-    def _pool_type(self, pool: BlockPool) -> int:
-        return pool.stat_type
-
     def get_free_block(self, p: AllocParams) -> bool:
         """``get_free_block``: best fit = lower bound of (stream, size, 0) in the pool."""
         pool = p.pool
-        if self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold > 0:
+        if self._gc_enabled():
             pool.get_free_blocks_call_count += 1      # the GC clock ticks on every search
         block = self._find_free_block(pool, p.stream_key, p.size)
         if block is None:
@@ -252,8 +239,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         """Would ``malloc(nbytes, stream)`` find a cached block right now?  Changes nothing."""
         stream = self._check_stream(stream)
         size = self.round_size(nbytes)
-        pool = self.small_blocks if size <= kSmallSize else self.large_blocks
-        return self._find_free_block(pool, stream.handle, size) is not None
+        return self._find_free_block(self.get_pool(size, stream), stream.handle, size) is not None
 
     def trigger_free_memory_callbacks(self) -> bool:
         """``trigger_free_memory_callbacks``: True if any registered callback freed memory."""
@@ -262,7 +248,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             freed = bool(callback()) or freed
         return freed
 
-    def garbage_collect_cached_blocks(self) -> None:
+    def garbage_collect_cached_blocks(self, context: Optional[list] = None) -> None:
         """``garbage_collect_cached_blocks``: free old unsplit large blocks until under the threshold."""
         gc_threshold = int(self.config.garbage_collection_threshold * self.allowed_memory_maximum)
         if self.total_allocated_memory <= gc_threshold:
@@ -289,9 +275,9 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                     reclaimed += block.size
                     total_age -= age
                     count -= 1
-                    self.release_block(block)
+                    self.release_block(block, context)
 
-    def alloc_block(self, p: AllocParams, is_retry: bool) -> bool:
+    def alloc_block(self, p: AllocParams, is_retry: bool, context: Optional[list] = None) -> bool:
         """``alloc_block``: ask the device for a new segment (or map expandable pages)."""
         if is_retry:
             self.stats.num_alloc_retries += 1
@@ -301,7 +287,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             p.err = "cudaErrorMemoryAllocation"          # over the fraction: no cudaMalloc at all
             return False
         if p.expandable:
-            p.block = self.try_allocate_expandable_block(p.stream, p.pool, p.size)
+            p.block = self.try_allocate_expandable_block(p.stream, p.pool, p.size, context)
             p.err = None if p.block is not None else "cudaErrorMemoryAllocation"
             if p.block is not None:
                 self._count_pool_segment(p.pool, +1)
@@ -313,7 +299,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         self._count_pool_segment(p.pool, +1)
         self.total_allocated_memory += size
         p.block = Block(ptr, size, p.stream, p.stream_key, p.pool)
-        pool_type = self._pool_type(p.pool)
+        pool_type = p.pool.stat_type
         self.stats.increase("segment", pool_type, 1)
         self.stats.increase("reserved_bytes", pool_type, size)
         if size >= self.config.max_split_size:
@@ -322,11 +308,11 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             self._oversize_segments.add(ptr)
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
-        p.block.segment_frames = self._context or []
-        self._record("segment_alloc", ptr, size, p.stream_key, self._context, p.pool)
+        p.block.segment_frames = context or []        # context_when_segment_allocated
+        self._record("segment_alloc", ptr, size, p.stream_key, context, p.pool)
         return True
 
-    def release_available_cached_blocks(self, p: AllocParams) -> bool:
+    def release_available_cached_blocks(self, p: AllocParams, context: Optional[list] = None) -> bool:
         """``release_available_cached_blocks``: free just enough oversize blocks (max_split_size only).
 
         2.11: when the lower bound is on another stream, past the end, *or an expandable
@@ -342,7 +328,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         index = pool.lower_bound(p.stream_key, key_size)
         block = pool.block_at(index)
         if block is not None and block.stream_key == p.stream_key and block.expandable_segment is None:
-            self.release_block(block)
+            self.release_block(block, context)
             return True
         # No single block is large enough: free oversize blocks, starting with the largest.
         if index == 0:
@@ -358,48 +344,58 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                 index -= 1                 # (releasing the block leaves lower indices alone)
             if block.expandable_segment is None:
                 released += block.size
-                self.release_block(block)
+                self.release_block(block, context)
             if is_first:
                 break
         return released >= key_size
 
-    def release_cached_blocks(self, mempool_id: tuple = DEFAULT_POOL_ID) -> bool:
+    def release_cached_blocks(self, context: Optional[list] = None, mempool_id: tuple = DEFAULT_POOL_ID) -> bool:
         """``release_cached_blocks`` (= ``empty_cache``): wait for events, free every unsplit segment.
 
-        The default pools only when no capture is underway; then the freeable private pools (pools.py).
+        The default pools only when no capture is underway; then the freeable private pools
+        (pools.py): ``mempool_id`` (0, 0) means every freeable pool, another id only that pool,
+        after waiting for only its events (as ``MemPool``'s destructor asks).
         """
         if mempool_id == DEFAULT_POOL_ID and not self.captures_underway:
-            self.synchronize_and_free_events()
-            self.release_blocks(self.large_blocks)
-            self.release_blocks(self.small_blocks)
-        if self.graph_pools_freeable:
-            self._release_freeable_pools(mempool_id)
+            self.synchronize_and_free_events(context)
+            self.release_blocks(self.large_blocks, context)
+            self.release_blocks(self.small_blocks, context)
+        for pool_id, private in list(self.graph_pools_freeable.items()):
+            if mempool_id != DEFAULT_POOL_ID:
+                if pool_id != mempool_id:
+                    continue
+                self.synchronize_and_free_events(context, private)
+            self.release_blocks(private.small_blocks, context)
+            self.release_blocks(private.large_blocks, context)
+            if private.cudaMalloc_count == 0:        # nothing left: forget the pool
+                del self.graph_pools[pool_id]
+                del self.graph_pools_freeable[pool_id]
         return True
 
-    def release_blocks(self, pool: BlockPool) -> None:
+    def release_blocks(self, pool: BlockPool, context: Optional[list] = None) -> None:
         """``release_blocks``: whole unsplit segments go back to the driver; split ones stay."""
         to_unmap = []
         for block in list(pool):
             if block.expandable_segment is not None:
                 to_unmap.append(block)
-            elif block.prev is None and block.next is None:
-                self.release_block(block)
+            elif not block.is_split():
+                self.release_block(block, context)
         for block in to_unmap:
-            self.unmap_block(block)
-            if block.prev is None and block.next is None and not block.mapped:
+            self.unmap_block(block, context)
+            if not block.is_split() and not block.mapped:
                 self.release_expandable_segment(block)
 
-    def release_block(self, block: Block) -> None:
+    def release_block(self, block: Block, context: Optional[list] = None) -> None:
         """``release_block``: cudaFree one whole segment."""
         if block.is_split():
             raise split_segment_release_error(block, self.config.max_split_size)
         self.stats.num_device_free += 1
         self._record("segment_free", block.ptr, block.size, block.stream_key,
-                     self._context or block.segment_frames, block.pool)
+                     context or block.segment_frames, block.pool)
         self.cuda_free(block.ptr, block.pool)                 # or the pool's custom allocator
         self.total_allocated_memory -= block.size
         self._count_pool_segment(block.pool, -1)
-        pool_type = self._pool_type(block.pool)
+        pool_type = block.pool.stat_type
         self.stats.decrease("segment", pool_type, 1)
         self.stats.decrease("reserved_bytes", pool_type, block.size)
         if block.ptr in self._oversize_segments:      # counted when it was allocated (see alloc_block)
@@ -416,7 +412,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             return remaining >= kMinBlockSize
         return size < self.config.max_split_size and remaining > kSmallSize
 
-    def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool) -> Block:
+    def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool,
+                          context: Optional[list] = None) -> Block:
         """``alloc_found_block``: split if asked, mark allocated, count it, trace it."""
         block, size, pool = p.block, p.size, p.pool
         pool_type = pool.stat_type
@@ -427,11 +424,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             remaining = block
             block = Block(remaining.ptr, size, remaining.stream, remaining.stream_key, pool,
                           expandable_segment=remaining.expandable_segment)
-            block.prev = remaining.prev
-            if block.prev is not None:
-                block.prev.next = block
-            block.next = remaining
-            remaining.prev = block
+            block.splice(remaining.prev, remaining)
             remaining.ptr += size
             remaining.size -= size
             pool.insert_into_blocks(remaining)
@@ -446,10 +439,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             self.stats.decrease("inactive_split", pool_type, 1)
         block.allocated = True
         block.requested_size = orig_size
-        block.frames = self._context or []       # context_when_allocated
+        block.frames = context or []       # context_when_allocated
         self.active_blocks[block.ptr] = block
         if self.trace.active:
-            self._record("alloc", block.ptr, orig_size, block.stream_key, self._context, pool)
+            self._record("alloc", block.ptr, orig_size, block.stream_key, context, pool)
         # allocation +1, allocated_bytes, active +1, active_bytes += block.size; requested_bytes += orig_size
         self.stats.count_allocation(pool_type, block.size, orig_size)
         if block.size >= self.config.max_split_size:
@@ -457,10 +450,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             self.stats.oversize_allocations.increase(1)
         return block
 
-    def _raise_oom(self, p: AllocParams) -> None:
+    def _raise_oom(self, p: AllocParams, context: Optional[list] = None) -> None:
         """The end of ``malloc``: count it, trace it, tell the observers, raise."""
         free, total = self.device.mem_get_info()
-        self._record("oom", free, p.size, p.stream_key, self._context, p.pool)
+        self._record("oom", free, p.size, p.stream_key, context, p.pool)
         self.stats.num_ooms += 1
         limit = self.allowed_memory_maximum if self.allowed_memory_maximum is not None else total
         for observer in self.oom_observers:
@@ -485,22 +478,14 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             self._uncached_free(allocation)
             return
         allocation.freed = True
-        if self.trace.enabled is None:
-            self._free(allocation, block)
-            return
-        self._context = self._gather_context(("all",))
-        try:
-            self._free(allocation, block)
-        finally:
-            self._context = None
-
-    def _free(self, allocation: Allocation, block: Block) -> None:
+        # maybeGatherContext(RecordContext::ALL): only context="all" records the stack of a free.
+        context = self._gather_context(("all",)) if self.trace.enabled is not None else None
         del self._live[block.ptr]
         block.allocated = False
         self.stats.count_free_request(block.pool.stat_type, block.size)   # allocation -1, allocated_bytes
         if self.trace.active:
             self._record("free_requested", block.ptr, block.requested_size, block.stream_key,
-                         self._context or block.frames, block.pool)
+                         context or block.frames, block.pool)
         if self._oversize_blocks and block.ptr in self._oversize_blocks:
             # PyTorch's free re-reads max_split_size; a threshold lowered since the malloc
             # would make oversize_allocations.current negative.  Undo what was counted.
@@ -511,29 +496,27 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         elif block.stream_uses:
             self.insert_events(block)      # stays active ("active_pending_free") until they complete
             if block.event_count == 0:     # (every using stream was destroyed and has drained)
-                self.free_block(block)
+                self.free_block(block, context)
         else:
-            self.free_block(block)
+            self.free_block(block, context)
 
-    def free_block(self, block: Block) -> None:
+    def free_block(self, block: Block, context: Optional[list] = None) -> None:
         """``free_block``: back into the pool, merged with free neighbours."""
         if self.trace.active:
             self._record("free_completed", block.ptr, block.requested_size, block.stream_key,
-                         self._context or block.frames, block.pool)
+                         context or block.frames, block.pool)
         block.frames = []
         original_size, requested = block.size, block.requested_size
         pool = block.pool
         net_blocks = net_bytes = 0
         del self.active_blocks[block.ptr]
         for candidate in (block.prev, block.next):
-            if candidate is None or candidate.allocated:
-                continue                      # try_merge_blocks would refuse: skip the call
             subsumed = self.try_merge_blocks(block, candidate, pool)
             if subsumed > 0:
                 net_blocks -= 1
                 net_bytes -= subsumed
         pool.insert_into_blocks(block)
-        if block.prev is not None or block.next is not None:    # block.is_split()
+        if block.is_split():
             net_blocks += 1
             net_bytes += block.size
         pool_type = pool.stat_type
@@ -602,10 +585,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             block.event_count += 1
             self.cuda_events.setdefault(stream.handle, deque()).append((event, block))
 
-    def process_events(self) -> None:
+    def process_events(self, context: Optional[list] = None) -> None:
         """``process_events``: per stream, free blocks whose events completed (stop at the first not ready)."""
         if self.deferred_blocks:
-            self.insert_events_deferred_until_no_capture()    # frees held back by a capture
+            self.insert_events_deferred_until_no_capture(context)    # frees held back by a capture
         if not self.cuda_events:
             return
         for key in list(self.cuda_events):
@@ -616,12 +599,12 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                     break
                 block.event_count -= 1
                 if block.event_count == 0:
-                    self.free_block(block)
+                    self.free_block(block, context)
                 queue.popleft()
             if not queue:
                 del self.cuda_events[key]
 
-    def synchronize_and_free_events(self, private_pool: Any = None) -> None:
+    def synchronize_and_free_events(self, context: Optional[list] = None, private_pool: Any = None) -> None:
         """``synchronize_and_free_events``: wait for every outstanding event (counts a sync-all).
 
         With ``private_pool``, only the events of that pool's blocks (``MemPool``'s destructor).
@@ -630,7 +613,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         if self.captures_underway:
             raise RuntimeError("synchronize_and_free_events: a capture is underway (no syncs while capturing)")
         if self.deferred_blocks:
-            self.insert_events_deferred_until_no_capture()
+            self.insert_events_deferred_until_no_capture(context)
         for key in list(self.cuda_events):
             kept = deque()
             for event, block in self.cuda_events[key]:
@@ -640,7 +623,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                 event.synchronize()
                 block.event_count -= 1
                 if block.event_count == 0:
-                    self.free_block(block)
+                    self.free_block(block, context)
             if kept:
                 self.cuda_events[key] = kept
             else:
@@ -655,14 +638,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         give memory back only once freeable (``use_count`` 0); ``mempool_id`` limits the call to
         that one pool, as ``MemPool``'s destructor does.
         """
-        if self.trace.enabled is None:
-            self.release_cached_blocks(tuple(mempool_id))
-            return
-        self._context = self._gather_context(("all",))
-        try:
-            self.release_cached_blocks(tuple(mempool_id))
-        finally:
-            self._context = None
+        context = self._gather_context(("all",)) if self.trace.enabled is not None else None
+        self.release_cached_blocks(context, tuple(mempool_id))
 
     # ------------------------------------------------------------------ stats
     def memory_stats(self) -> dict:

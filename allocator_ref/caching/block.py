@@ -59,6 +59,17 @@ class Block:
         """Its position in the pool: ``BlockComparatorSize`` = (stream, size, address)."""
         return (self.stream_key, self.size, self.ptr, self)
 
+    def splice(self, before: Optional["Block"], after: Optional["Block"]) -> None:
+        """``Block::splice``: link this block in between ``before`` and ``after`` (either may be None)."""
+        if before is not None:
+            assert before.next is after, "splice: before and after are not neighbours"
+            before.next = self
+        self.prev = before
+        if after is not None:
+            assert after.prev is before, "splice: before and after are not neighbours"
+            after.prev = self
+        self.next = after
+
     def __repr__(self) -> str:
         state = "allocated" if self.allocated else ("free" if self.mapped else "unmapped")
         return f"Block(ptr={self.ptr:#x}, size={self.size}, {state}, stream={self.stream_key})"
@@ -83,10 +94,11 @@ class BlockPool:
     def insert_into_blocks(self, block: Block) -> None:
         """``BlockPool::insert_into_blocks``: stamp the GC clock, then insert."""
         block.gc_count_base = self.get_free_blocks_call_count
-        self.blocks.add((block.stream_key, block.size, block.ptr, block))     # block.key()
+        self.blocks.add(block.key())
 
     def remove(self, block: Block) -> None:
-        self.blocks.remove((block.stream_key, block.size, block.ptr, block))  # block.key()
+        """``blocks.erase(block)``."""
+        self.blocks.remove(block.key())
 
     def lower_bound(self, stream_key: int, size: int) -> int:
         """Index of the first free block with key >= (stream, size, 0)."""
@@ -110,7 +122,7 @@ class BlockPool:
 
     def index_of(self, block: Block) -> int:
         """Position of a free block in the pool order (for walking to its neighbours)."""
-        return self.blocks.index((block.stream_key, block.size, block.ptr, block))
+        return self.blocks.index(block.key())
 
     def block_at(self, index: int) -> Optional[Block]:
         return self.blocks[index][3] if index < len(self.blocks) else None

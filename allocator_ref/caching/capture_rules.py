@@ -68,10 +68,10 @@ class CaptureRulesMixin:
             self.device.free(ptr)
 
     # -------------------------------------------------------------- the rules
-    def before_malloc_in_capture(self, stream: Any) -> None:
+    def before_malloc_in_capture(self, stream: Any, context: Optional[list] = None) -> None:
         """``malloc`` with captures underway: no process_events; maybe free_safe_blocks_in_capture."""
         if self.config.graph_capture_record_stream_reuse:
-            self.free_safe_blocks_in_capture(stream)
+            self.free_safe_blocks_in_capture(context, stream)
 
     def defer_free_during_capture(self, block: Any) -> None:
         """``free`` of a block with stream uses while capturing: hold it back (rule 2)."""
@@ -84,14 +84,14 @@ class CaptureRulesMixin:
         if during:
             block.stream_uses = {s for s in block.stream_uses if s not in during}
 
-    def insert_events_deferred_until_no_capture(self) -> None:
+    def insert_events_deferred_until_no_capture(self, context: Optional[list] = None) -> None:
         """``insert_events_deferred_until_no_capture``: events for the frees a capture held back."""
         deferred, self.deferred_blocks = self.deferred_blocks, {}
         for block in deferred:
             self.remove_cudagraph_stream_uses(block)
             self.insert_events(block)
             if block.event_count == 0:
-                self.free_block(block)
+                self.free_block(block, context)
 
     # ------------------------------------------- graph_capture_record_stream_reuse
     def record_free_markers(self, block: Any) -> list:
@@ -109,7 +109,7 @@ class CaptureRulesMixin:
             markers.extend(n for n in info.terminals if n not in markers)
         return markers
 
-    def free_safe_blocks_in_capture(self, stream: Any) -> None:
+    def free_safe_blocks_in_capture(self, context: Optional[list], stream: Any) -> None:
         """``free_safe_blocks_in_capture``: free deferred blocks of this stream whose every free
         marker is an ancestor of the stream's current terminals (so all later work follows them)."""
         info = self._capture_info(stream)
@@ -130,7 +130,7 @@ class CaptureRulesMixin:
                 continue
             if all(m in visited for m in markers):
                 block.stream_uses = set()      # the graph orders the uses; no events needed
-                self.free_block(block)
+                self.free_block(block, context)
                 del self.deferred_blocks[block]
 
     def _end_capture_reuse(self, pool_id: tuple) -> None:

@@ -109,10 +109,6 @@ def _expandable_size(block: Block) -> int:
 class ExpandableMixin:
     """The caching allocator's expandable-segment functions (mixed into CachingAllocator)."""
 
-    def _expandable_active(self, block: Block) -> bool:
-        # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
-        return self.config.expandable_segments
-
     def _pick_expandable_candidate(self, pool: BlockPool, index: int, block: Block, stream_key: int):
         """The expandable part of ``get_free_block``."""
         if self.config.expandable_segments:
@@ -159,7 +155,7 @@ class ExpandableMixin:
         pool.add_unmapped(candidate)
         return candidate
 
-    def map_block(self, to_map: Block, size: int) -> bool:
+    def map_block(self, to_map: Block, size: int, context: Optional[list] = None) -> bool:
         """``map_block``: back the front of an unmapped block with pages, merge with free neighbours."""
         segment = to_map.expandable_segment
         mapped = segment.map(to_map.ptr, size)
@@ -172,28 +168,26 @@ class ExpandableMixin:
         if mapped < to_map.size:
             rest = Block(to_map.ptr + mapped, to_map.size - mapped, to_map.stream,
                          to_map.stream_key, pool, expandable_segment=segment, mapped=False)
-            rest.prev, rest.next = to_map, to_map.next
-            if to_map.next is not None:
-                to_map.next.prev = rest
-            to_map.next = rest
+            rest.splice(to_map, to_map.next)
             pool.add_unmapped(rest)
             to_map.size = mapped
         self.try_merge_blocks(to_map, to_map.prev, pool)
         self.try_merge_blocks(to_map, to_map.next, pool)
         pool.insert_into_blocks(to_map)
         self.total_allocated_memory += mapped
-        self.stats.increase("reserved_bytes", self._pool_type(pool), mapped)
+        self.stats.increase("reserved_bytes", pool.stat_type, mapped)
         self.stats.num_device_alloc += 1
         if to_map.prev is None and not to_map.segment_frames:
-            to_map.segment_frames = self._context or []
-        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, self._context, pool)
+            to_map.segment_frames = context or []
+        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, context, pool)
         return True
 
-    def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Optional[Block]:
+    def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int,
+                                      context: Optional[list] = None) -> Optional[Block]:
         """``try_allocate_expandable_block``: map just enough pages for ``size`` (the rounded request)."""
         segments_before = len(self.expandable_segments_)
         candidate = self.find_expandable_block(stream, pool, size)
-        if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size)):
+        if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size), context):
             if len(self.expandable_segments_) > segments_before:
                 # PyTorch keeps the new, wholly unmapped reservation in pool->unmapped, and
                 # release_blocks never looks there: a request bigger than 1.125x the GPU leaks
@@ -203,13 +197,13 @@ class ExpandableMixin:
         while candidate.size < size:
             # invariant: free -> unmapped -> ...; mapping the next range merges into it
             nxt = candidate.next
-            if not self.map_block(nxt, min(size - candidate.size, nxt.size)):
+            if not self.map_block(nxt, min(size - candidate.size, nxt.size), context):
                 return None
             candidate = nxt
         pool.remove(candidate)
         return candidate
 
-    def unmap_block(self, block: Block) -> None:
+    def unmap_block(self, block: Block, context: Optional[list] = None) -> None:
         """``unmap_block``: give a free block's whole pages back; partial pages stay mapped."""
         start, unmapped = block.expandable_segment.unmap(block.ptr, block.size)
         if unmapped == 0:
@@ -220,29 +214,23 @@ class ExpandableMixin:
         if before > 0:                       # prev? -> before_free -> block
             before_free = Block(block.ptr, before, block.stream, block.stream_key, pool,
                                 expandable_segment=block.expandable_segment)
-            before_free.prev, before_free.next = block.prev, block
-            if block.prev is not None:
-                block.prev.next = before_free
-            block.prev = before_free
+            before_free.splice(block.prev, block)
             pool.insert_into_blocks(before_free)
         after = block.size - before - unmapped
         if after > 0:                        # block -> after_free -> next?
             after_free = Block(start + unmapped, after, block.stream, block.stream_key, pool,
                                expandable_segment=block.expandable_segment)
-            after_free.prev, after_free.next = block, block.next
-            if block.next is not None:
-                block.next.prev = after_free
-            block.next = after_free
+            after_free.splice(block, block.next)
             pool.insert_into_blocks(after_free)
         block.ptr, block.size, block.mapped = start, unmapped, False
         self.try_merge_blocks(block, block.prev, pool)
         self.try_merge_blocks(block, block.next, pool)
         pool.add_unmapped(block)
         self.total_allocated_memory -= unmapped
-        self.stats.decrease("reserved_bytes", self._pool_type(pool), unmapped)
+        self.stats.decrease("reserved_bytes", pool.stat_type, unmapped)
         self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count (pools.py)
         self.stats.num_device_free += 1
-        self._record("segment_unmap", start, unmapped, block.stream_key, self._context, pool)
+        self._record("segment_unmap", start, unmapped, block.stream_key, context, pool)
 
     def release_unmapped_segments(self) -> None:
         """Give back every reservation with no page mapped (``close``: nothing may outlive it)."""
@@ -251,7 +239,7 @@ class ExpandableMixin:
             pools += [private.large_blocks, private.small_blocks]
         for pool in pools:
             for _key, _ptr, block in list(pool.unmapped):
-                if block.prev is None and block.next is None:
+                if not block.is_split():
                     self.release_expandable_segment(block)
 
     def release_expandable_segment(self, block: Block) -> None:

@@ -156,23 +156,6 @@ class PrivatePoolsMixin:
         return False
 
     # ----------------------------------------------------------------- release
-    def _release_freeable_pools(self, pool_id: tuple) -> None:
-        """``release_cached_blocks``'s second half: empty freeable pools, forget empty ones.
-
-        ``pool_id`` (0, 0) means every freeable pool; another id only that pool (after
-        synchronizing only its events, as ``MemPool``'s destructor asks).
-        """
-        for fid, pool in list(self.graph_pools_freeable.items()):
-            if pool_id != DEFAULT_POOL_ID:
-                if fid != pool_id:
-                    continue
-                self.synchronize_and_free_events(pool)
-            self.release_blocks(pool.small_blocks)
-            self.release_blocks(pool.large_blocks)
-            if pool.cudaMalloc_count == 0:
-                del self.graph_pools[fid]
-                del self.graph_pools_freeable[fid]
-
     def _count_pool_segment(self, pool: BlockPool, change: int) -> None:
         """A private pool's ``cudaMalloc_count`` follows every cudaMalloc / map and cudaFree / unmap."""
         owner = pool.owner_PrivatePool
