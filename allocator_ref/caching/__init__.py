@@ -3,7 +3,7 @@
 config.py      PYTORCH_CUDA_ALLOC_CONF, rounding and segment sizes
 block.py       Block and BlockPool (the ordered free lists)
 allocator.py   malloc / free / release: the decisions
-expandable.py  expandable segments on the VMM calls
+expandable.py  ExpandableSegment: a virtual range mapped page by page (VMM calls)
 stats.py       memory_stats() counters
 snapshot.py    _snapshot() and the stats/snapshot consistency check
 summary.py     memory_summary()

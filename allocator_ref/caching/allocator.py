@@ -28,10 +28,10 @@ from ..device.errors import CudaError, destroyed_stream_error
 from ..trace.events import TraceEntry, TraceRecorder, python_frames
 from .block import Block, BlockPool
 from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
-                     kMinBlockSize, kSmallSize, round_size)
+                     kMinBlockSize, kSmallBuffer, kSmallSize, round_size)
 from .backend import backend_mismatch_error, force_uncached_from_env, get_allocator_backend
 from .capture_rules import CaptureRulesMixin
-from .expandable import ExpandableMixin
+from .expandable import ExpandableSegment, allocatable, expandable_size
 from .oom import EXABYTE_MESSAGE, OutOfMemoryError, oom_message
 from .pools import DEFAULT_POOL_ID, PrivatePoolsMixin
 from .uncached import UncachedMixin
@@ -57,7 +57,7 @@ class AllocParams:
         self.expandable = False         # is_expandable_segments_active (set by malloc)
 
 
-class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoolsMixin,
+class CachingAllocator(SnapshotMixin, UncachedMixin, PrivatePoolsMixin,
                        CaptureRulesMixin):
     """PyTorch's ``DeviceCachingAllocator`` for one device.
 
@@ -554,6 +554,152 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                 dst.next.prev = dst
         dst.size += src.size
         return src.size
+
+    # ------------------------------------------------------ expandable segments
+    # PyTorch's Note [Expandable Segments]: one growing virtual range per (stream, pool);
+    # ExpandableSegment (expandable.py) maps and unmaps its pages, these functions keep the
+    # blocks, pools and stats in step with it.
+
+    def _pick_expandable_candidate(self, pool: BlockPool, index: int, block: Block, stream_key: int):
+        """The expandable part of ``get_free_block``."""
+        if self.config.expandable_segments:
+            # Prefer a block that is not the growable tail of a segment when it fits as well.
+            while block.expandable_segment is not None:
+                nxt = pool.block_at(index + 1)
+                if nxt is None or nxt.stream_key != stream_key or \
+                        not expandable_size(nxt) < expandable_size(block):
+                    break
+                index, block = index + 1, nxt
+            return index, block
+        # Expandable segments were switched off: only non-expandable blocks may be used.
+        while True:
+            index += 1
+            block = pool.block_at(index)
+            if block is None or block.stream_key != stream_key:
+                return index, None
+            if block.expandable_segment is None:
+                return index, block
+
+    def find_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Block:
+        """``find_expandable_block``: lowest address with ``size`` free-or-unmapped bytes, else a new segment."""
+        def has_room(block: Optional[Block]) -> bool:
+            room = 0
+            while room < size and allocatable(block):
+                room += block.size
+                block = block.next
+            return room >= size
+
+        start = pool.unmapped.bisect_left((stream.handle, 0))
+        for entry in pool.unmapped[start:]:
+            if entry[0] != stream.handle:
+                break
+            candidate = entry[2]
+            if allocatable(candidate.prev):
+                candidate = candidate.prev      # a free block just before the unmapped range can join it
+            if has_room(candidate):
+                return candidate
+        page = kSmallBuffer if pool.is_small else self.config.large_segment_size
+        segment = ExpandableSegment(self.device, stream, page)
+        self.expandable_segments_.append(segment)
+        candidate = Block(segment.ptr, segment.size(), stream, stream.handle, pool,
+                          expandable_segment=segment, mapped=False)
+        pool.add_unmapped(candidate)
+        return candidate
+
+    def map_block(self, to_map: Block, size: int, context: Optional[list] = None) -> bool:
+        """``map_block``: back the front of an unmapped block with pages, merge with free neighbours."""
+        segment = to_map.expandable_segment
+        mapped = segment.map(to_map.ptr, size)
+        if mapped == 0:
+            return False
+        pool = to_map.pool
+        mapped_ptr = to_map.ptr          # merging below may move to_map.ptr back; the event uses this
+        pool.remove_unmapped(to_map)
+        to_map.mapped = True
+        if mapped < to_map.size:
+            rest = Block(to_map.ptr + mapped, to_map.size - mapped, to_map.stream,
+                         to_map.stream_key, pool, expandable_segment=segment, mapped=False)
+            rest.splice(to_map, to_map.next)
+            pool.add_unmapped(rest)
+            to_map.size = mapped
+        self.try_merge_blocks(to_map, to_map.prev, pool)
+        self.try_merge_blocks(to_map, to_map.next, pool)
+        pool.insert_into_blocks(to_map)
+        self.total_allocated_memory += mapped
+        self.stats.increase("reserved_bytes", pool.stat_type, mapped)
+        self.stats.num_device_alloc += 1
+        if to_map.prev is None and not to_map.segment_frames:
+            to_map.segment_frames = context or []
+        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, context, pool)
+        return True
+
+    def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int,
+                                      context: Optional[list] = None) -> Optional[Block]:
+        """``try_allocate_expandable_block``: map just enough pages for ``size`` (the rounded request)."""
+        segments_before = len(self.expandable_segments_)
+        candidate = self.find_expandable_block(stream, pool, size)
+        if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size), context):
+            if len(self.expandable_segments_) > segments_before:
+                # PyTorch keeps the new, wholly unmapped reservation in pool->unmapped, and
+                # release_blocks never looks there: a request bigger than 1.125x the GPU leaks
+                # one per try.  Give back what this call reserved.
+                self.release_expandable_segment(candidate)
+            return None
+        while candidate.size < size:
+            # invariant: free -> unmapped -> ...; mapping the next range merges into it
+            nxt = candidate.next
+            if not self.map_block(nxt, min(size - candidate.size, nxt.size), context):
+                return None
+            candidate = nxt
+        pool.remove(candidate)
+        return candidate
+
+    def unmap_block(self, block: Block, context: Optional[list] = None) -> None:
+        """``unmap_block``: give a free block's whole pages back; partial pages stay mapped."""
+        start, unmapped = block.expandable_segment.unmap(block.ptr, block.size)
+        if unmapped == 0:
+            return
+        pool = block.pool
+        pool.remove(block)
+        before = start - block.ptr
+        if before > 0:                       # prev? -> before_free -> block
+            before_free = Block(block.ptr, before, block.stream, block.stream_key, pool,
+                                expandable_segment=block.expandable_segment)
+            before_free.splice(block.prev, block)
+            pool.insert_into_blocks(before_free)
+        after = block.size - before - unmapped
+        if after > 0:                        # block -> after_free -> next?
+            after_free = Block(start + unmapped, after, block.stream, block.stream_key, pool,
+                               expandable_segment=block.expandable_segment)
+            after_free.splice(block, block.next)
+            pool.insert_into_blocks(after_free)
+        block.ptr, block.size, block.mapped = start, unmapped, False
+        self.try_merge_blocks(block, block.prev, pool)
+        self.try_merge_blocks(block, block.next, pool)
+        pool.add_unmapped(block)
+        self.total_allocated_memory -= unmapped
+        self.stats.decrease("reserved_bytes", pool.stat_type, unmapped)
+        self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count (pools.py)
+        self.stats.num_device_free += 1
+        self._record("segment_unmap", start, unmapped, block.stream_key, context, pool)
+
+    def release_unmapped_segments(self) -> None:
+        """Give back every reservation with no page mapped (``close``: nothing may outlive it)."""
+        pools = [self.large_blocks, self.small_blocks]
+        for private in getattr(self, "graph_pools", {}).values():     # MemPools and graph pools
+            pools += [private.large_blocks, private.small_blocks]
+        for pool in pools:
+            for _key, _ptr, block in list(pool.unmapped):
+                if not block.is_split():
+                    self.release_expandable_segment(block)
+
+    def release_expandable_segment(self, block: Block) -> None:
+        """``release_expandable_segment``: the whole range is unmapped: free the reservation."""
+        segment = block.expandable_segment
+        assert block.size == segment.size() and not block.mapped, "block disagrees with segment"
+        self.expandable_segments_.remove(segment)
+        block.pool.remove_unmapped(block)
+        segment.release()
 
     # ------------------------------------------------------------------ streams
     def record_stream(self, allocation: Allocation, stream: Any) -> None:
