@@ -2,7 +2,7 @@
 
 Read this file next to ``c10/cuda/CUDACachingAllocator.cpp``: every method
 below names the ``DeviceCachingAllocator`` function it mirrors, in the same
-order of decisions (spec sections 3-6).  The allocator only talks to a
+order of decisions.  The allocator only talks to a
 ``Device`` (simulated or real) and reports every decision as a trace event.
 
 The life of a request (``malloc``):
@@ -87,7 +87,7 @@ class CachingAllocator(SnapshotMixin, UncachedMixin, PrivatePoolsMixin,
         self.total_allocated_memory = 0                # bytes of all segments / mapped pages
         self.allowed_memory_maximum: Optional[int] = None
         self.stats = DeviceStats()
-        # max_split_size is frozen when the allocator is built (spec 6.2).
+        # max_split_size is frozen when the allocator is built (DeviceCachingAllocator's constructor).
         ms = self.config.max_split_size
         self.stats.max_split_size = -1 if ms == SIZE_MAX else ms
         self.trace = TraceRecorder()
@@ -166,19 +166,28 @@ class CachingAllocator(SnapshotMixin, UncachedMixin, PrivatePoolsMixin,
         params = AllocParams(size, self.get_allocation_size(size), pool, stream)
         params.expandable = self.config.expandable_segments and self._expandable_for(pool)
 
+        # Rung 1: reuse a cached block (best fit on this stream); if none, let the registered
+        # callbacks free memory (e.g. cached IPC handles) and search once more.
         found = self.get_free_block(params) or (
             self.trigger_free_memory_callbacks() and self.get_free_block(params))
         if not found:
+            # Rung 2: nothing cached fits, so a new segment is needed; under a memory fraction
+            # with garbage_collection_threshold, first free blocks unused for longest.
             if self._gc_enabled():
                 self.garbage_collect_cached_blocks(context)
+            # Rung 3: cudaMalloc (or map expandable pages) a new segment.
             found = (self.alloc_block(params, False, context)
-                     or self.try_mempool_fallback(params)          # use_on_oom pools (pools.py)
+                     # Rung 4: take a free block from a MemPool created with use_on_oom (pools.py).
+                     or self.try_mempool_fallback(params)
+                     # Rung 5: free just enough cached oversize blocks (max_split_size), retry.
                      or (self.release_available_cached_blocks(params, context)
                          and self.alloc_block(params, False, context))
-                     or (not self.captures_underway               # never empty the cache mid-capture
+                     # Rung 6: empty the whole cache (never mid-capture), retry one last time.
+                     or (not self.captures_underway
                          and self.release_cached_blocks(context)
                          and self.alloc_block(params, True, context)))
         if not found:
+            # Out of rungs: count the OOM, tell the observers, raise with the figures.
             self._raise_oom(params, context)
         # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
         split = self.should_split(params.block, size, params.expandable)

@@ -1,7 +1,7 @@
 """Blocks and block pools: the caching allocator's two data structures.
 
 Mirrors ``Block`` and ``BlockPool`` of ``c10/cuda/CUDACachingAllocator.cpp``
-(spec section 2).
+(their comments and members, field for field).
 
 A *segment* is one piece of memory the allocator got from the driver
 (cudaMalloc, or a mapped range of an expandable segment).  A segment is cut
@@ -36,7 +36,7 @@ class Block:
                  expandable_segment: Any = None, mapped: bool = True) -> None:
         self.ptr = ptr
         self.size = size
-        self.requested_size = 0        # new blocks start at 0; never reset on free (spec 2)
+        self.requested_size = 0        # new blocks start at 0; never reset on free (as in PyTorch)
         self.stream = stream           # the stream that owns it: free blocks are reused on it only
         self.stream_key = stream_key   # its raw handle, the first key of the pool's order
         self.pool = pool

@@ -1,8 +1,8 @@
 """``torch.cuda.memory._snapshot()`` for the reference allocator, and PyTorch's stats/snapshot check.
 
 Mirrors ``DeviceCachingAllocator::snapshot`` and the dict built by
-``THCPModule_memorySnapshot`` (spec section 9.1), and the invariant of
-``test_cuda_multigpu.py::_check_memory_stat_consistency`` (spec section 6.3).
+``THCPModule_memorySnapshot``, and the invariant of
+``test_cuda_multigpu.py::_check_memory_stat_consistency``.
 """
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ class _Deferred:
 
 class EventGuard:
     """Frees that wait for CUDA events: PyTorch's ``insert_events`` / ``process_events`` /
-    ``synchronize_and_free_events`` (spec section 5.3), for policies whose free is not
+    ``synchronize_and_free_events`` (DeviceCachingAllocator), for policies whose free is not
     stream-ordered (Direct, BFC).
 
     ``defer(item, streams)`` records one event on every stream that used the

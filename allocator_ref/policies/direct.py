@@ -74,7 +74,7 @@ class DirectAllocator(DeferredFrees, PolicyAllocator):
         return ptr
 
     def _raise_oom(self, rounded: int, stream: Any) -> None:
-        """PyTorch's native message (spec 3.7), with this allocator's figures."""
+        """PyTorch's native message (the end of ``DeviceCachingAllocator::malloc``), with this allocator's figures."""
         self._trace_oom(rounded, stream)
         free, total = self.device.mem_get_info()
         allocated = self.memory_allocated()

@@ -5,7 +5,7 @@ up as these events.  Every picture, statistic and snapshot in the course is
 built from them, so what a learner sees is what the allocator did.
 
 Mirrors ``c10::cuda::CUDACachingAllocator::TraceEntry`` and the dicts that
-``torch.cuda.memory._snapshot()["device_traces"]`` holds (spec section 9.1):
+``torch.cuda.memory._snapshot()["device_traces"]`` holds (``TraceEntry`` in ``CUDACachingAllocator.h``):
 
 =================  ===================  ==============================
 action             addr                 size
