@@ -21,22 +21,23 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from typing import Any, Optional
+from contextlib import nullcontext
+from typing import Any, Callable, Optional
 
 from ..allocation import Allocation
-from ..device.errors import CudaError, destroyed_stream_error
+from ..device.errors import CudaError, CudaOutOfMemoryError, destroyed_stream_error
 from ..trace.events import TraceEntry, TraceRecorder, python_frames
 from .block import Block, BlockPool
 from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
                      kMinBlockSize, kSmallBuffer, kSmallSize, round_size)
 from .backend import backend_mismatch_error, force_uncached_from_env, get_allocator_backend
-from .capture_rules import CaptureRulesMixin
+from .capture_rules import update_visited
 from .expandable import ExpandableSegment, allocatable, expandable_size
 from .oom import EXABYTE_MESSAGE, OutOfMemoryError, oom_message
-from .pools import DEFAULT_POOL_ID, PrivatePoolsMixin
-from .uncached import UncachedMixin
+from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
+from .private_pool import PrivatePool
 from .unsafe import split_segment_release_error
-from .snapshot import SnapshotMixin
+from .snapshot import block_state
 from .stats import DeviceStats
 from .summary import memory_summary
 
@@ -57,13 +58,20 @@ class AllocParams:
         self.expandable = False         # is_expandable_segments_active (set by malloc)
 
 
-class CachingAllocator(SnapshotMixin, UncachedMixin, PrivatePoolsMixin,
-                       CaptureRulesMixin):
-    """PyTorch's ``DeviceCachingAllocator`` for one device.
+class CachingAllocator:
+    """PyTorch's ``DeviceCachingAllocator`` for one device, in one class as in PyTorch.
 
     ``config`` is a ``PYTORCH_CUDA_ALLOC_CONF`` string (or an AllocatorConfig);
     ``read_env=True`` reads the real environment variables instead, as PyTorch does.
+
+    Sections, in this order: config; malloc (the ladder and its rungs); free; expandable
+    segments; streams (events); caching (``emptyCache``); stats; private pools (MemPool,
+    CUDA graph pools); graph capture; snapshot; caching switched off (NativeCachingAllocator's
+    bypass); helpers.  Only plain functions live in the sibling files.
     """
+
+    force_uncached: bool = False      # PYTORCH_NO_CUDA_MEMORY_CACHING=1, read once (backend.py)
+    _enabled: bool = True             # NativeCachingAllocator::enable_
 
     def __init__(self, device: Any = None, config: "str | AllocatorConfig" = "", *,
                  read_env: bool = False) -> None:
@@ -97,8 +105,17 @@ class CachingAllocator(SnapshotMixin, UncachedMixin, PrivatePoolsMixin,
         self._live: dict[int, Allocation] = {}         # ptr -> Allocation handed out
         self._oversize_blocks: set = set()             # ptrs counted in oversize_allocations
         self._oversize_segments: set = set()           # segment ptrs counted in oversize_segments
-        self._init_private_pools()                     # MemPool / CUDA graph pools (pools.py)
-        self._init_capture_rules()                     # frees deferred during capture (capture_rules.py)
+        # Private pools: MemPool and CUDA graph pools (pools.py).
+        self.graph_pools: dict[tuple, PrivatePool] = {}
+        self.graph_pools_freeable: dict[tuple, PrivatePool] = {}   # use_count reached 0
+        self.captures_underway: list[tuple[tuple, Callable]] = []   # (pool id, filter), newest last
+        self.use_on_oom_pools: dict[tuple, None] = {}              # an ordered set
+        self.no_split_pools: set = set()
+        # Capture rules: frees deferred while a CUDA graph is captured (capture_rules.py).
+        self.deferred_blocks: dict = {}                  # block -> free markers (graph nodes)
+        self.block_to_cudagraph_stream_uses: dict = {}   # block -> streams recorded during capture
+        self.graph_reuse_context: dict = {}              # capture id -> {stream handle: visited nodes}
+        self.mempool_to_capture_id: dict = {}
         if self.config.per_process_memory_fraction < 1.0:
             self.set_per_process_memory_fraction(self.config.per_process_memory_fraction)
 
@@ -847,6 +864,375 @@ class CachingAllocator(SnapshotMixin, UncachedMixin, PrivatePoolsMixin,
         if not callable(observer):
             raise TypeError(f"an out-of-memory observer must be callable, got {type(observer).__name__}")
         self.oom_observers.append(observer)
+
+    # ------------------------------------------------------------ private pools
+    # MemPool and CUDA graph pools (graph_pools, captures_underway, use_on_oom_pools, no_split_pools);
+    # the rule in one sentence: while captures_underway holds an entry whose filter accepts the
+    # request, malloc serves it from that entry's private pool, the newest entry winning.
+    # ------------------------------------------------------------- bookkeeping
+    def create_or_incref_pool(self, pool_id: tuple, allocator: Any = None) -> PrivatePool:
+        """``create_or_incref_pool``: a new pool starts at use_count 1; a known one gets +1."""
+        pool_id = check_pool_id(pool_id)
+        if pool_id == DEFAULT_POOL_ID:
+            raise ValueError("(0, 0) names the default pools; a private pool needs its own id")
+        pool = self.graph_pools.get(pool_id)
+        if pool is None:
+            pool = self.graph_pools[pool_id] = PrivatePool(pool_id, allocator)
+            return pool
+        if pool.use_count <= 0:
+            # TORCH_INTERNAL_ASSERT(use_count > 0): a released pool cannot be revived.
+            raise ValueError(f"pool {pool_id} was released (use_count 0) and cannot be used again; "
+                             "create a new MemPool or graph_pool_handle()")
+        if allocator is not None:
+            raise ValueError(f"pool {pool_id} already exists; its custom allocator cannot be replaced")
+        pool.use_count += 1
+        return pool
+
+    def get_private_pool(self, pool_id: tuple) -> PrivatePool:
+        """``get_private_pool``, with a clear error instead of an assertion."""
+        pool = self.graph_pools.get(check_pool_id(pool_id))
+        if pool is None:
+            raise ValueError(f"no private pool with id {pool_id} on this allocator "
+                             "(it was never used, or it was released and emptied)")
+        return pool
+
+    def begin_allocate_to_pool(self, pool_id: tuple, filter: Callable[[Any], bool]) -> None:
+        """``beginAllocateToPool``: route requests that ``filter(stream)`` accepts to the pool."""
+        if any(entry_id == pool_id for entry_id, _ in self.captures_underway):
+            raise RuntimeError(f"beginAllocateToPool: already recording to mempool_id {pool_id}")
+        self.create_or_incref_pool(pool_id)
+        self.captures_underway.append((pool_id, filter))
+
+    def end_allocate_to_pool(self, pool_id: tuple) -> None:
+        """``endAllocateToPool``: stop routing to the pool (its use_count is unchanged)."""
+        self._end_capture_reuse(pool_id)          # graph_capture_record_stream_reuse (capture_rules.py)
+        for i, (entry_id, _) in enumerate(self.captures_underway):
+            if entry_id == pool_id:
+                del self.captures_underway[i]
+                return
+        raise RuntimeError(f"endAllocatePool: not currently recording to mempool_id {pool_id}")
+
+    def release_pool(self, pool_id: tuple) -> None:
+        """``releasePool``: one owner fewer; at 0 the pool becomes freeable by ``empty_cache``."""
+        pool = self.get_private_pool(pool_id)
+        if pool.use_count <= 0:
+            raise ValueError(f"pool {pool_id} was already released by all its owners")
+        pool.use_count -= 1
+        if pool.use_count == 0:
+            self.graph_pools_freeable[pool.id] = pool
+
+    def get_pool_use_count(self, pool_id: tuple) -> int:
+        """``getPoolUseCount`` (``MemPool.use_count()``)."""
+        return self.get_private_pool(pool_id).use_count
+
+    def set_use_on_oom(self, pool_id: tuple, use_on_oom: bool) -> None:
+        """``setUseOnOOM``: the pool's free blocks may serve default-pool requests before an OOM."""
+        if use_on_oom:
+            self.use_on_oom_pools[check_pool_id(pool_id)] = None
+        else:
+            self.use_on_oom_pools.pop(pool_id, None)
+
+    def set_no_split(self, pool_id: tuple) -> None:
+        """``setNoSplit``: blocks of this pool are never split (one block per segment)."""
+        self.no_split_pools.add(check_pool_id(pool_id))
+
+    # ----------------------------------------------------------------- routing
+    def _capture_pool(self, size: int, stream: Any) -> Optional[BlockPool]:
+        """``get_pool``'s first half: the newest ``captures_underway`` entry that accepts ``stream``."""
+        for pool_id, accepts in reversed(self.captures_underway):
+            if accepts(stream):
+                pool = self.graph_pools[pool_id]
+                return pool.small_blocks if size <= kSmallSize else pool.large_blocks
+        return None
+
+    def _expandable_for(self, pool: BlockPool) -> bool:
+        """``is_expandable_segments_active``: never in a pool whose memory comes from a custom allocator."""
+        owner = pool.owner_PrivatePool
+        return self.config.expandable_segments and (owner is None or owner.allocator is None)
+
+    def _splits_allowed(self, pool: BlockPool) -> bool:
+        """``should_split``'s first test: pools made with ``no_split=True`` never split."""
+        return not self.no_split_pools or pool.owner_id not in self.no_split_pools
+
+    def try_mempool_fallback(self, p: Any) -> bool:
+        """``try_mempool_fallback``: before freeing cached memory, look in the ``use_on_oom`` pools.
+
+        Only for requests that are not already routed to a private pool.  Like PyTorch it
+        routes the current thread to each pool in turn (begin/end/release) and only *searches*
+        its free blocks: nothing new is cudaMalloc'ed for it.
+        """
+        if p.pool.owner_PrivatePool is not None or not self.use_on_oom_pools:
+            return False
+        for pool_id in list(self.use_on_oom_pools):
+            self.begin_allocate_to_pool(pool_id, current_thread_filter())
+            saved_pool, p.pool = p.pool, self.get_pool(p.size, p.stream)
+            found = self.get_free_block(p)
+            self.end_allocate_to_pool(pool_id)
+            self.release_pool(pool_id)
+            if found:
+                p.expandable = False      # mempool_params is built with is_expandable_segments_active false
+                return True
+            p.pool = saved_pool
+        return False
+
+    # ----------------------------------------------------------------- release
+    def _count_pool_segment(self, pool: BlockPool, change: int) -> None:
+        """A private pool's ``cudaMalloc_count`` follows every cudaMalloc / map and cudaFree / unmap."""
+        owner = pool.owner_PrivatePool
+        if owner is not None:
+            owner.cudaMalloc_count += change
+
+    def allocated_in_private_pools(self) -> int:
+        """The OOM message's figure: the *free* blocks of every private pool (PyTorch's quirk)."""
+        return sum(pool.free_bytes() for pool in self.graph_pools.values())
+
+    def _private_pool_blocks(self):
+        """Free blocks of every private pool (``get_all_blocks``'s middle part)."""
+        for pool in self.graph_pools.values():
+            yield from pool.small_blocks
+            yield from pool.large_blocks
+
+    def _private_pool_head_blocks(self, pool_id: tuple):
+        """``get_private_pool_head_blocks``: the first block of each of the pool's segments."""
+        pool = self.graph_pools.get(pool_id)
+        if pool is None:
+            return []
+        own = (pool.small_blocks, pool.large_blocks)
+        heads = [b for b in self.active_blocks.values() if b.pool in own and b.prev is None]
+        heads += [b for b in pool.small_blocks if b.prev is None]
+        heads += [b for b in pool.large_blocks if b.prev is None]
+        return heads
+
+    # ----------------------------------------------------------- graph capture
+    # What changes while a CUDA graph is captured (Note [Interaction with CUDA graph capture];
+    # the five rules are listed in capture_rules.py).
+    # ----------------------------------------------------------- device calls
+    def _capture_info(self, stream: Any):
+        """``stream_get_capture_info`` (None on a device that cannot capture)."""
+        info = getattr(self.device, "capture_info", None)
+        return info(stream) if info is not None else None
+
+    def cuda_malloc_maybe_capturing(self, size: int, pool: Any) -> Optional[int]:
+        """``cudaMallocMaybeCapturing`` + ``allocPrimitive``: the pointer, or None when out of memory.
+
+        A custom-allocator pool asks its allocator (``raw_alloc``); a stream that is
+        capturing gets ``cudaMalloc`` in relaxed capture mode (new addresses, not a graph node).
+        """
+        owner = pool.owner_PrivatePool
+        capturing = self.captures_underway and getattr(self.device, "is_capturing", None) is not None \
+            and self.device.is_capturing()
+        guard = self.device.capture_mode("relaxed") if capturing else nullcontext()
+        with guard:
+            if owner is not None and owner.allocator is not None:
+                return owner.allocator.raw_alloc(size)
+            try:
+                return self.device.malloc(size)
+            except CudaOutOfMemoryError:
+                return None
+
+    def cuda_free(self, ptr: int, pool: Any) -> None:
+        """``release_block``'s cudaFree, or the custom allocator's ``raw_delete``."""
+        owner = pool.owner_PrivatePool
+        if owner is not None and owner.allocator is not None:
+            owner.allocator.raw_delete(ptr)
+        else:
+            self.device.free(ptr)
+
+    # -------------------------------------------------------------- the rules
+    def before_malloc_in_capture(self, stream: Any, context: Optional[list] = None) -> None:
+        """``malloc`` with captures underway: no process_events; maybe free_safe_blocks_in_capture."""
+        if self.config.graph_capture_record_stream_reuse:
+            self.free_safe_blocks_in_capture(context, stream)
+
+    def defer_free_during_capture(self, block: Any) -> None:
+        """``free`` of a block with stream uses while capturing: hold it back (rule 2)."""
+        markers = self.record_free_markers(block) if self.config.graph_capture_record_stream_reuse else []
+        self.deferred_blocks[block] = markers
+
+    def remove_cudagraph_stream_uses(self, block: Any) -> None:
+        """``remove_cudagraph_stream_uses``: forget the uses recorded during capture (rule 5)."""
+        during = self.block_to_cudagraph_stream_uses.pop(block, None)
+        if during:
+            block.stream_uses = {s for s in block.stream_uses if s not in during}
+
+    def insert_events_deferred_until_no_capture(self, context: Optional[list] = None) -> None:
+        """``insert_events_deferred_until_no_capture``: events for the frees a capture held back."""
+        deferred, self.deferred_blocks = self.deferred_blocks, {}
+        for block in deferred:
+            self.remove_cudagraph_stream_uses(block)
+            self.insert_events(block)
+            if block.event_count == 0:
+                self.free_block(block, context)
+
+    # ------------------------------------------- graph_capture_record_stream_reuse
+    def record_free_markers(self, block: Any) -> list:
+        """``record_free_markers``: the terminals of every stream that used the block, or [] if
+        one of them is not capturing (then the free waits for the capture to end)."""
+        markers, graph = [], None
+        for stream in [block.stream, *sorted(block.stream_uses, key=lambda s: s.handle)]:
+            info = self._capture_info(stream)
+            if info is None or info.status != "active":
+                return []
+            if graph is None:
+                graph = info.graph
+            elif info.graph is not graph:
+                raise RuntimeError("All streams in the same capture should agree on the graph")
+            markers.extend(n for n in info.terminals if n not in markers)
+        return markers
+
+    def free_safe_blocks_in_capture(self, context: Optional[list], stream: Any) -> None:
+        """``free_safe_blocks_in_capture``: free deferred blocks of this stream whose every free
+        marker is an ancestor of the stream's current terminals (so all later work follows them)."""
+        info = self._capture_info(stream)
+        if info is None or info.status != "active" or not info.terminals:
+            return
+        if info.capture_id not in self.graph_reuse_context:
+            for pool_id, accepts in reversed(self.captures_underway):
+                if accepts(stream):
+                    self.graph_reuse_context[info.capture_id] = {}
+                    self.mempool_to_capture_id[pool_id] = info.capture_id
+                    break
+            else:
+                raise RuntimeError("Could not find memory pool id for capture.")
+        visited = self.graph_reuse_context[info.capture_id].setdefault(stream.handle, set())
+        update_visited(info.terminals, visited)
+        for block, markers in list(self.deferred_blocks.items()):
+            if not markers or block.stream is not stream:
+                continue
+            if all(m in visited for m in markers):
+                block.stream_uses = set()      # the graph orders the uses; no events needed
+                self.free_block(block, context)
+                del self.deferred_blocks[block]
+
+    def _end_capture_reuse(self, pool_id: tuple) -> None:
+        """``endAllocateToPool``'s reuse half: the capture is over, so its deferred blocks
+        can be freed now (pre-capture uses still get events)."""
+        if not self.config.graph_capture_record_stream_reuse:
+            return
+        capture_id = self.mempool_to_capture_id.pop(pool_id, None)
+        self.graph_reuse_context.pop(capture_id, None)
+        pool = self.graph_pools.get(pool_id)
+        if pool is None or not self.deferred_blocks:
+            return
+        for block in [b for b in self.deferred_blocks if b.pool.owner_PrivatePool is pool]:
+            del self.deferred_blocks[block]
+            self.remove_cudagraph_stream_uses(block)
+            if block.stream_uses:
+                self.insert_events(block)
+                if block.event_count == 0:
+                    self.free_block(block)
+            else:
+                self.free_block(block)
+
+    # ---------------------------------------------------------------- snapshot
+    def _all_blocks(self, mempool_id: tuple = (0, 0)):
+        """``get_all_blocks``: free blocks of every pool and every active block (all mapped);
+        for a private pool's id, only that pool's segment heads (``get_private_pool_head_blocks``)."""
+        if mempool_id != (0, 0):
+            yield from self._private_pool_head_blocks(mempool_id)
+            return
+        yield from self.small_blocks
+        yield from self.large_blocks
+        yield from self._private_pool_blocks()
+        yield from self.active_blocks.values()
+
+    def segments(self, record: bool = True, mempool_id: tuple = (0, 0)) -> list[dict]:
+        """The ``segments`` list: one entry per segment (per contiguous mapped range if expandable).
+
+        Like PyTorch, taking a snapshot is itself a trace event (``snapshot``); pictures that
+        look at the allocator after every event pass ``record=False`` to leave history alone.
+        """
+        result = []
+        total_active = 0
+        for head in self._all_blocks(tuple(mempool_id)):
+            if head.prev is not None and head.prev.mapped:
+                continue
+            segment = {
+                "device": self.device.info.index, "address": head.ptr, "total_size": 0,
+                "allocated_size": 0, "active_size": 0, "requested_size": 0,
+                "stream": head.stream_key,
+                "segment_type": "small" if head.pool.is_small else "large",
+                "segment_pool_id": head.pool.owner_id,
+                "is_expandable": head.expandable_segment is not None,
+                "frames": list(head.segment_frames), "blocks": [],
+            }
+            block = head
+            while block is not None and block.mapped:
+                state = block_state(block)
+                segment["blocks"].append({"address": block.ptr, "size": block.size,
+                                          "requested_size": block.requested_size,
+                                          "state": state, "frames": list(block.frames)})
+                segment["total_size"] += block.size
+                if block.allocated:
+                    segment["allocated_size"] += block.size
+                if state != "inactive":
+                    segment["active_size"] += block.size
+                    segment["requested_size"] += block.requested_size
+                block = block.next
+            total_active += segment["active_size"]
+            result.append(segment)
+        result.sort(key=lambda s: s["address"])
+        if record:
+            self._record("snapshot", 0, total_active, 0)
+        return result
+
+    def snapshot(self) -> dict:
+        """The whole dict: segments, device_traces, allocator_settings, external_annotations."""
+        # NativeCachingAllocator::snapshot copies the trace (da->trace) before
+        # DeviceCachingAllocator::snapshot records its SNAPSHOT entry: that entry shows
+        # only in the next snapshot.
+        traces = [self.trace.dicts()]
+        segments = self.segments()
+        return {
+            "segments": segments,
+            "device_traces": traces,
+            "allocator_settings": self.config.settings_dict(),
+            "external_annotations": [],
+        }
+
+    # ------------------------------------------------------- caching switched off
+    # NativeCachingAllocator's bypass: PYTORCH_NO_CUDA_MEMORY_CACHING=1 or caching_allocator_enable(False).
+    def caching_allocator_enable(self, value: bool = True) -> None:
+        """``torch.cuda.memory.caching_allocator_enable``: switch the cache on or off."""
+        if not isinstance(value, bool):
+            raise TypeError(f"caching_allocator_enable expects True or False, got {value!r}")
+        self._enabled = value
+
+    def is_caching_enabled(self) -> bool:
+        """False when requests bypass the cache (``forceUncachedAllocator() || !isEnabled()``)."""
+        return self._enabled and not self.force_uncached
+
+    def raw_alloc(self, nbytes: int, stream: Any = None) -> int:
+        """``raw_alloc`` / ``raw_alloc_with_stream``: a bare device pointer (0 for 0 bytes)."""
+        return self.malloc(nbytes, stream).ptr
+
+    def raw_delete(self, ptr: int) -> None:
+        """``raw_delete``: give back a pointer from ``raw_alloc``.
+
+        PyTorch picks cudaFree or the cache by the mode *now*, so switching modes between
+        raw_alloc and raw_delete cudaFrees a cached block (or fails to find an uncached one).
+        Here the pointer says which it is: each goes back where it came from.
+        """
+        self.free(ptr)
+
+    def _uncached_malloc(self, nbytes: int, stream: Any) -> Allocation:
+        """``uncached_allocate``: cudaMalloc exactly ``nbytes``; no stats move.
+
+        Out of memory here is cudaMalloc's own error (``C10_CUDA_CHECK``), not the caching
+        allocator's OutOfMemoryError: there is no cache to empty and retry.
+        """
+        ptr = self.device.malloc(nbytes)
+        allocation = Allocation(ptr=ptr, size=nbytes, requested_size=nbytes, stream=stream,
+                                allocator=self, _block=None)
+        self._live[ptr] = allocation
+        return allocation
+
+    def _uncached_free(self, allocation: Allocation) -> Optional[bool]:
+        """``uncached_delete``: cudaFree at once (no stream ordering: the caller synchronizes)."""
+        self.device.free(allocation.ptr)
+        del self._live[allocation.ptr]
+        allocation.freed = True
+        return True
 
     # ---------------------------------------------------------------- helpers
     def _record(self, action: str, addr: int, size: int, stream_key: int,
