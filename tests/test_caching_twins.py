@@ -225,3 +225,18 @@ def test_block_key_is_the_pool_order():
         pool.insert_into_blocks(b)
     assert [b.ptr for b in pool] == [0x2000, 0x3000, 0x1000]     # (stream, size, address)
     assert pool.index_of(blocks[1]) == 2
+
+
+def test_one_class_holds_every_device_caching_allocator_function():
+    """No mixin: CachingAllocator inherits nothing, and no caching/ module defines a *Mixin."""
+    import allocator_ref.caching as caching
+    import pkgutil, importlib
+    assert CachingAllocator.__mro__ == (CachingAllocator, object)
+    mixins = []
+    for info in pkgutil.iter_modules(caching.__path__):
+        module = importlib.import_module(f"allocator_ref.caching.{info.name}")
+        mixins += [f"{info.name}.{n}" for n, v in vars(module).items()
+                   if isinstance(v, type) and n.endswith("Mixin") and v.__module__ == module.__name__]
+    assert not mixins, f"mixins in caching/: {mixins}"
+    for name in TWINS:
+        assert name in vars(CachingAllocator), f"{name} is not defined in CachingAllocator itself"
