@@ -38,7 +38,7 @@ from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
 from .private_pool import PrivatePool
 from .unsafe import split_segment_release_error
 from .snapshot import block_state
-from .stats import DeviceStats
+from .stats import AGGREGATE, DeviceStats
 from .summary import memory_summary
 
 
@@ -469,8 +469,7 @@ class CachingAllocator:
         self.active_blocks[block.ptr] = block
         if self.trace.active:
             self._record("alloc", block.ptr, orig_size, block.stream_key, context, pool)
-        # allocation +1, allocated_bytes, active +1, active_bytes += block.size; requested_bytes += orig_size
-        self.stats.count_allocation(pool_type, block.size, orig_size)
+        self.stats.on_alloc_found_block(pool_type, block.size, orig_size)
         if block.size >= self.config.max_split_size:
             self._oversize_blocks.add(block.ptr)       # decreased by what was counted (see _free)
             self.stats.oversize_allocations.increase(1)
@@ -484,10 +483,11 @@ class CachingAllocator:
         limit = self.allowed_memory_maximum if self.allowed_memory_maximum is not None else total
         for observer in self.oom_observers:
             observer(self.device.info.index, p.alloc_size, limit, free)
-        agg = self.stats
+        stats = self.stats
         message = oom_message(
             device_index=self.device.info.index, alloc_size=p.alloc_size, total=total, free=free,
-            allocated=agg["allocated_bytes"][0].current, reserved=agg["reserved_bytes"][0].current,
+            allocated=stats["allocated_bytes"][AGGREGATE].current,
+            reserved=stats["reserved_bytes"][AGGREGATE].current,
             allowed=self.allowed_memory_maximum,
             process_in_use=(total - free) if self.device.info.simulated else None,
             private_pools=self.allocated_in_private_pools())
@@ -508,7 +508,7 @@ class CachingAllocator:
         context = self._gather_context(("all",)) if self.trace.enabled is not None else None
         del self._live[block.ptr]
         block.allocated = False
-        self.stats.count_free_request(block.pool.stat_type, block.size)   # allocation -1, allocated_bytes
+        self.stats.on_free(block.pool.stat_type, block.size)
         if self.trace.active:
             self._record("free_requested", block.ptr, block.requested_size, block.stream_key,
                          context or block.frames, block.pool)
@@ -549,8 +549,7 @@ class CachingAllocator:
         if block.expandable_segment is None and (net_blocks or net_bytes):
             self._apply_net("inactive_split", pool_type, net_blocks)
             self._apply_net("inactive_split_bytes", pool_type, net_bytes)
-        # active -1, active_bytes -= original size, requested_bytes -= requested_size
-        self.stats.count_free_completed(pool_type, original_size, requested)
+        self.stats.on_free_block(pool_type, original_size, requested)
 
     def _apply_net(self, name: str, pool_type: int, change: int) -> None:
         if change > 0:
@@ -819,16 +818,16 @@ class CachingAllocator:
         return self.stats.as_flat_dict()
 
     def memory_allocated(self) -> int:
-        return self.stats["allocated_bytes"][0].current
+        return self.stats["allocated_bytes"][AGGREGATE].current
 
     def max_memory_allocated(self) -> int:
-        return self.stats["allocated_bytes"][0].peak
+        return self.stats["allocated_bytes"][AGGREGATE].peak
 
     def memory_reserved(self) -> int:
-        return self.stats["reserved_bytes"][0].current
+        return self.stats["reserved_bytes"][AGGREGATE].current
 
     def max_memory_reserved(self) -> int:
-        return self.stats["reserved_bytes"][0].peak
+        return self.stats["reserved_bytes"][AGGREGATE].peak
 
     def reset_peak_memory_stats(self) -> None:
         self.stats.reset_peak()
