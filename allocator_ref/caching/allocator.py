@@ -27,13 +27,13 @@ from typing import Any, Callable, Optional
 from ..allocation import Allocation
 from ..device.errors import CudaError, CudaOutOfMemoryError, destroyed_stream_error
 from ..trace.events import TraceEntry, TraceRecorder, python_frames
-from .block import Block, BlockPool
+from .block import Block, BlockPool, plural
 from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
                      kMinBlockSize, kSmallBuffer, kSmallSize, round_size)
 from .backend import backend_mismatch_error, force_uncached_from_env, get_allocator_backend
 from .capture_rules import update_visited
 from .expandable import ExpandableSegment, allocatable, expandable_size
-from .oom import EXABYTE_MESSAGE, OutOfMemoryError, oom_message
+from .oom import EXABYTE_MESSAGE, OutOfMemoryError, format_size, oom_message
 from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
 from .private_pool import PrivatePool
 from .unsafe import split_segment_release_error
@@ -1293,6 +1293,14 @@ class CachingAllocator:
         if getattr(pool, "allocator", None) is not self:
             raise ValueError("this MemPool belongs to another allocator; use it with that one")
         return use_mem_pool(pool)
+
+    def __repr__(self) -> str:
+        """One line for a notebook: the device, then what the cache holds."""
+        segments = self.segments(record=False)
+        free_blocks = sum(1 for s in segments for b in s["blocks"] if b["state"] == "inactive")
+        return (f"CachingAllocator({self.device.info.name}: {plural(len(segments), 'segment')}, "
+                f"{format_size(self.memory_reserved())} reserved, "
+                f"{format_size(self.memory_allocated())} allocated, {plural(free_blocks, 'free block')})")
 
     def live_allocations(self) -> list[Allocation]:
         """Everything handed out and not yet freed, in address order."""

@@ -20,7 +20,13 @@ from typing import Any, Optional
 
 from sortedcontainers import SortedList
 
+from .oom import format_size
 from .stats import LARGE_POOL, SMALL_POOL
+
+
+def plural(n: int, word: str) -> str:
+    """'1 free block', '2 free blocks' (for the one-line reprs)."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 class Block:
@@ -132,6 +138,13 @@ class BlockPool:
 
     def remove_unmapped(self, block: Block) -> None:
         self.unmapped.remove((block.stream_key, block.ptr, block))
+
+    def __repr__(self) -> str:
+        kind = "small" if self.is_small else "large"
+        owner = f", pool {self.owner_id}" if self.owner_PrivatePool is not None else ""
+        free = sum(entry[1] for entry in self.blocks)
+        return (f"BlockPool({kind}{owner}: {plural(len(self.blocks), 'free block')}, {format_size(free)} free, "
+                f"{plural(len(self.unmapped), 'unmapped range')})")
 
     def __iter__(self):
         """Free blocks in (stream, size, address) order."""

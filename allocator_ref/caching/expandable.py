@@ -39,6 +39,11 @@ class ExpandableSegment:
     def size(self) -> int:
         return self.page_size * self.max_handles
 
+    def __repr__(self) -> str:
+        mapped = sum(1 for h in self.handles if h is not None)
+        return (f"ExpandableSegment(ptr={self.ptr:#x}, {mapped} of {self.max_handles} pages of "
+                f"{self.page_size >> 20} MiB mapped, stream={self.stream.handle})")
+
     def map(self, ptr: int, size: int) -> int:
         """Map pages covering [ptr, ptr+size); returns the bytes mapped from ``ptr`` (0 = out of memory)."""
         first = (ptr - self.ptr) // self.page_size

@@ -272,6 +272,13 @@ class PolicyAllocator:
         self.device.synchronize()
         self._process_events()
 
+    def __repr__(self) -> str:
+        """One line for a notebook: the policy, its device, what is live and what it holds."""
+        state = "closed" if self._closed else (
+            f"{len(self._live)} live, {format_size(self.memory_allocated())} allocated, "
+            f"{format_size(self.memory_reserved())} reserved")
+        return f"{type(self).__name__}({self.device.info.name}: {state})"
+
     # ---- what callers may read
     def live_allocations(self) -> list[Allocation]:
         """Everything handed out and not yet freed, in address order (as CachingAllocator)."""
