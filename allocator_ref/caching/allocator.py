@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 
 from ..allocation import Allocation
 from ..device.errors import CudaError, CudaOutOfMemoryError, destroyed_stream_error
-from ..trace.events import TraceEntry, TraceRecorder, python_frames
+from ..events import TraceEntry, TraceRecorder, python_frames
 from .block import Block, BlockPool, plural
 from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
                      kMinBlockSize, kSmallBuffer, kSmallSize, round_size)

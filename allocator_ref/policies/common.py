@@ -27,7 +27,7 @@ from allocator_ref.allocation import Allocation
 from allocator_ref.caching.oom import OutOfMemoryError, format_size  # noqa: F401 -- re-exported for the policies
 from allocator_ref.caching.stats import AGGREGATE, DeviceStats
 from allocator_ref.device.errors import CudaError, destroyed_stream_error
-from allocator_ref.trace.events import TraceEntry, TraceRecorder
+from allocator_ref.events import TraceEntry, TraceRecorder
 
 UINT64_MAX = 2**64 - 1
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
