@@ -34,7 +34,7 @@ ACTIONS = (
 )
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep     # allocator_ref/
 
 
 def python_frames(limit: int = 32) -> list:
