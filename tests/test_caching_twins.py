@@ -240,3 +240,21 @@ def test_one_class_holds_every_device_caching_allocator_function():
     assert not mixins, f"mixins in caching/: {mixins}"
     for name in TWINS:
         assert name in vars(CachingAllocator), f"{name} is not defined in CachingAllocator itself"
+
+
+def test_free_block_asks_try_merge_blocks_about_allocated_neighbours_too():
+    """PyTorch's free_block calls try_merge_blocks for prev and next as they are; the guard is
+    try_merge_blocks' own (lab 2 tells learners so, and plugs their function here)."""
+    a = CachingAllocator(SimDevice("tiny-1gb"))
+    asked = []
+    original = a.try_merge_blocks
+
+    def watching(dst, src, pool):
+        asked.append(None if src is None else src.allocated)
+        return original(dst, src, pool)
+    a.try_merge_blocks = watching
+    x, y, z = a.malloc(1000), a.malloc(1000), a.malloc(1000)
+    a.free(y)                          # both neighbours allocated: asked twice, merges nothing
+    assert asked == [True, True]
+    a.free(x), a.free(z)
+    a.close()
