@@ -223,12 +223,13 @@ class CachingAllocator:
         return get_allocation_size(size, self.config)
 
     def get_pool(self, size: int, stream: Any = None) -> BlockPool:
-        """``get_pool``: a private pool if a capture / MemPool context takes this request (pools.py),
+        """``get_pool``: a private pool if a capture / MemPool context takes this request,
         else rounded sizes up to 1 MiB use the small pool."""
-        if self.captures_underway:
-            pool = self._capture_pool(size, stream)
-            if pool is not None:
-                return pool
+        # The newest captures_underway entry whose filter accepts this stream wins (contexts nest).
+        for pool_id, accepts in reversed(self.captures_underway):
+            if accepts(stream):
+                private = self.graph_pools[pool_id]
+                return private.small_blocks if size <= kSmallSize else private.large_blocks
         return self.small_blocks if size <= kSmallSize else self.large_blocks
 
     def get_free_block(self, p: AllocParams) -> bool:
@@ -936,14 +937,6 @@ class CachingAllocator:
         self.no_split_pools.add(check_pool_id(pool_id))
 
     # ----------------------------------------------------------------- routing
-    def _capture_pool(self, size: int, stream: Any) -> Optional[BlockPool]:
-        """``get_pool``'s first half: the newest ``captures_underway`` entry that accepts ``stream``."""
-        for pool_id, accepts in reversed(self.captures_underway):
-            if accepts(stream):
-                pool = self.graph_pools[pool_id]
-                return pool.small_blocks if size <= kSmallSize else pool.large_blocks
-        return None
-
     def _expandable_for(self, pool: BlockPool) -> bool:
         """``is_expandable_segments_active``: never in a pool whose memory comes from a custom allocator."""
         owner = pool.owner_PrivatePool
