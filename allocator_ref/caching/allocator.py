@@ -105,13 +105,13 @@ class CachingAllocator:
         self._live: dict[int, Allocation] = {}         # ptr -> Allocation handed out
         self._oversize_blocks: set = set()             # ptrs counted in oversize_allocations
         self._oversize_segments: set = set()           # segment ptrs counted in oversize_segments
-        # Private pools: MemPool and CUDA graph pools (pools.py).
+        # Private pools: MemPool and CUDA graph pools (section "private pools" below).
         self.graph_pools: dict[tuple, PrivatePool] = {}
         self.graph_pools_freeable: dict[tuple, PrivatePool] = {}   # use_count reached 0
         self.captures_underway: list[tuple[tuple, Callable]] = []   # (pool id, filter), newest last
         self.use_on_oom_pools: dict[tuple, None] = {}              # an ordered set
         self.no_split_pools: set = set()
-        # Capture rules: frees deferred while a CUDA graph is captured (capture_rules.py).
+        # Capture rules: frees deferred while a CUDA graph is captured (section "graph capture").
         self.deferred_blocks: dict = {}                  # block -> free markers (graph nodes)
         self.block_to_cudagraph_stream_uses: dict = {}   # block -> streams recorded during capture
         self.graph_reuse_context: dict = {}              # capture id -> {stream handle: visited nodes}
@@ -194,7 +194,7 @@ class CachingAllocator:
                 self.garbage_collect_cached_blocks(context)
             # Rung 3: cudaMalloc (or map expandable pages) a new segment.
             found = (self.alloc_block(params, False, context)
-                     # Rung 4: take a free block from a MemPool created with use_on_oom (pools.py).
+                     # Rung 4: take a free block from a MemPool created with use_on_oom.
                      or self.try_mempool_fallback(params)
                      # Rung 5: free just enough cached oversize blocks (max_split_size), retry.
                      or (self.release_available_cached_blocks(params, context)
@@ -319,7 +319,7 @@ class CachingAllocator:
             if p.block is not None:
                 self._count_pool_segment(p.pool, +1)
             return p.block is not None
-        ptr = self.cuda_malloc_maybe_capturing(size, p.pool)   # capture_rules.py
+        ptr = self.cuda_malloc_maybe_capturing(size, p.pool)   # cudaMalloc, relaxed if capturing
         if ptr is None:
             p.err = "cudaErrorMemoryAllocation"
             return False
@@ -380,7 +380,7 @@ class CachingAllocator:
         """``release_cached_blocks`` (= ``empty_cache``): wait for events, free every unsplit segment.
 
         The default pools only when no capture is underway; then the freeable private pools
-        (pools.py): ``mempool_id`` (0, 0) means every freeable pool, another id only that pool,
+        (MemPool, graph pools): ``mempool_id`` (0, 0) means every freeable pool, another id only that pool,
         after waiting for only its events (as ``MemPool``'s destructor asks).
         """
         if mempool_id == DEFAULT_POOL_ID and not self.captures_underway:
@@ -501,7 +501,7 @@ class CachingAllocator:
         if allocation.ptr == 0:
             return
         block = allocation._block
-        if block is None:                        # came from cudaMalloc directly (uncached.py)
+        if block is None:                        # came from cudaMalloc directly (caching switched off)
             self._uncached_free(allocation)
             return
         allocation.freed = True
@@ -519,7 +519,7 @@ class CachingAllocator:
             self._oversize_blocks.discard(block.ptr)
             self.stats.oversize_allocations.decrease(1)
         if block.stream_uses and self.captures_underway:
-            self.defer_free_during_capture(block)   # no events while capturing (capture_rules.py)
+            self.defer_free_during_capture(block)   # no events while capturing
         elif block.stream_uses:
             self.insert_events(block)      # stays active ("active_pending_free") until they complete
             if block.event_count == 0:     # (every using stream was destroyed and has drained)
@@ -705,7 +705,7 @@ class CachingAllocator:
         pool.add_unmapped(block)
         self.total_allocated_memory -= unmapped
         self.stats.decrease("reserved_bytes", pool.stat_type, unmapped)
-        self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count (pools.py)
+        self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count
         self.stats.num_device_free += 1
         self._record("segment_unmap", start, unmapped, block.stream_key, context, pool)
 
@@ -905,7 +905,7 @@ class CachingAllocator:
 
     def end_allocate_to_pool(self, pool_id: tuple) -> None:
         """``endAllocateToPool``: stop routing to the pool (its use_count is unchanged)."""
-        self._end_capture_reuse(pool_id)          # graph_capture_record_stream_reuse (capture_rules.py)
+        self._end_capture_reuse(pool_id)          # graph_capture_record_stream_reuse (below)
         for i, (entry_id, _) in enumerate(self.captures_underway):
             if entry_id == pool_id:
                 del self.captures_underway[i]
