@@ -1,4 +1,4 @@
-"""Share a caching-allocator block with another process, as PyTorch does (spec section 8, IPC).
+"""Share a caching-allocator block with another process, as PyTorch does (``torch.multiprocessing``'s CUDA IPC).
 
 Two handle kinds, after PyTorch's ``shareIpcHandle`` type byte:
 
@@ -53,7 +53,7 @@ __all__ = [
     "active_shares", "RemoteReceiver", "RemoteSender",
 ]
 
-# The idea of PyTorch's refusal in getBaseAllocation (spec section 8).
+# The idea of PyTorch's refusal in getBaseAllocation (CUDACachingAllocator.cpp).
 EXPANDABLE_LEGACY_MESSAGE = (
     "Tensors allocated with expandable_segments:True cannot be shared between processes with a legacy "
     "cudaIpcMemHandle (their memory comes from cuMemCreate, which cudaIpcGetMemHandle cannot export). "
@@ -203,7 +203,7 @@ def share_block(allocator: Any, allocation: Any, kind: str = "auto") -> Any:
     if block is not None and not hasattr(block, "expandable_segment"):
         raise SharingError(f"share_block shares CachingAllocator blocks only, not a {type(allocator).__name__}'s: "
                            "PyTorch's backend:cudaMallocAsync does not support IPC either "
-                           "(spec pytorch-allocator.md section 10)")
+                           "(torch.multiprocessing: the producer must keep the tensor alive)")
     block = _block_of(allocation)
     seg = block.expandable_segment
     if kind == "auto":

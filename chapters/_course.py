@@ -1,10 +1,10 @@
 """Display helpers the chapters share (nothing about allocators lives here).
 
-    import _course as C
-    dev = C.open_device("tiny-1gb")   # opens, prints what it is and what that means
-    C.show_blockmap(a, "after malloc(5 MiB)")
-    C.show_stats(a)                   # the memory_stats() keys a chapter talks about
-    C.claim("q4_reserved", C.fmt(a.memory_reserved()))
+    import _course as course
+    dev = course.open_device("tiny-1gb")   # opens, prints what it is and what that means
+    course.show_blockmap(a, "after malloc(5 MiB)")
+    course.show_stats(a)                   # the memory_stats() keys a chapter talks about
+    course.claim("q4_reserved", course.fmt(a.memory_reserved()))
 
 ``claim`` is how prose and code stay in step: a number a chapter states in its
 text is written ``**20.00 MiB**<!-- claim: q4_reserved -->`` and a cell calls

@@ -30,7 +30,7 @@ Chapter authors: write ``chapters/NN_name.md`` (MyST), then
 ``jupytext --to ipynb chapters/NN_name.md`` and
 ``jupytext --set-formats ipynb,md:myst chapters/NN_name.ipynb``; commit both
 without outputs.  Tag a cell ``gpu`` (cell metadata ``tags: [gpu]``) when it
-needs a real GPU, and open the GPU with ``C.real_gpu(what it measures, where
+needs a real GPU, and open the GPU with ``course.real_gpu(what it measures, where
 the simulated equivalent is)``, which returns None (after saying so) without one.
 """
 from __future__ import annotations

@@ -164,7 +164,7 @@ def _svgs(cell) -> list[str]:
 def test_chapter7_player_has_a_static_film_strip():
     run = _chapter("07_")
     code = [c for c in run.cells if c.cell_type == "code"]
-    i = next(k for k, c in enumerate(code) if "C.player(frames" in c.source)
+    i = next(k for k, c in enumerate(code) if "course.player(frames" in c.source)
     strip = _svgs(code[i + 1])
     assert len(strip) == 6 and all("ar-blockmap" in s for s in strip)
 

@@ -62,7 +62,8 @@ def test_a_malloc_that_makes_no_event_cannot_stall_the_replay():
     # Built below the field checks (which refuse a size-0 alloc): the loop itself must end.
     events = [{"action": "alloc", "addr": 0x1000, "size": 0, "stream": 0},
               {"action": "alloc", "addr": 0x2000, "size": 0, "stream": 0}]
-    replayer = _DeviceReplayer(0, events, [], "", "caching", True, "h100-80gb", None, False)
+    replayer = _DeviceReplayer(index=0, events=events, finals=[], config="", verify=True,
+                               profile="h100-80gb", progress=False)
     result = replayer.run()
     assert result.first_divergence is not None and result.work <= 10
 

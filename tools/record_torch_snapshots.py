@@ -20,8 +20,8 @@ OOM message where there is one, ``sorted(torch.cuda.memory_stats().keys())``):
 * ``oom-fraction``: 256 MiB blocks until OOM under ``set_per_process_memory_fraction``;
 * ``dynamic-shape``: a seeded loop of matmuls over changing sequence lengths.
 
-Two more write only JSON (nothing to replay): ``facts`` (spec
-pytorch-allocator.md section 13: snapshot key sets, the memory_stats key
+Two more write only JSON (nothing to replay): ``facts`` (what
+PyTorch itself reports: snapshot key sets, the memory_stats key
 list, the OOM text of ``torch.empty(2**40)``, the exception of a bad setting)
 and ``cudamallocasync`` (learner question Q19: the backend's name, which
 features raise, which stats are filled, the same 8 x 16 / 4 x 32 pattern's

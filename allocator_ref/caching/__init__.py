@@ -2,21 +2,20 @@
 
 config.py      PYTORCH_CUDA_ALLOC_CONF, rounding and segment sizes
 block.py       Block and BlockPool (the ordered free lists)
-allocator.py   malloc / free / release: the decisions
-expandable.py  expandable segments on the VMM calls
+allocator.py   CachingAllocator: every DeviceCachingAllocator function, in one class
+expandable.py  ExpandableSegment: a virtual range mapped page by page (VMM calls)
 stats.py       memory_stats() counters
-snapshot.py    _snapshot() and the stats/snapshot consistency check
+snapshot.py    block states and the stats/snapshot consistency check
 summary.py     memory_summary()
 oom.py         OutOfMemoryError and its message
 tokenizer.py   ConfigTokenizer: std::stoull / std::stod as PyTorch reads numbers
 backend.py     which allocator the environment selects (native or cudaMallocAsync)
-uncached.py    caching switched off: raw cudaMalloc / cudaFree
 unsafe.py      where PyTorch would free live memory, a clear error instead
 private_pool.py PrivatePool and pool ids (graph_pools' entries)
-pools.py       routing into private pools: use_mem_pool, captures, use_on_oom, no_split
+pools.py       pool ids and the thread filter of use_mem_pool (the routing is in allocator.py)
 mempool.py     MemPool, use_mem_pool, graph_pool_handle (torch.cuda's API)
 pluggable.py   a custom allocator for a pool (CUDAPluggableAllocator)
-capture_rules.py what changes while a CUDA graph is captured
+capture_rules.py the capture rules, listed (the code is in allocator.py) and update_visited
 graph.py       CUDAGraph and the graph() context manager
 """
 from .allocator import CachingAllocator

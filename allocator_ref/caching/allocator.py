@@ -2,7 +2,7 @@
 
 Read this file next to ``c10/cuda/CUDACachingAllocator.cpp``: every method
 below names the ``DeviceCachingAllocator`` function it mirrors, in the same
-order of decisions (spec sections 3-6).  The allocator only talks to a
+order of decisions.  The allocator only talks to a
 ``Device`` (simulated or real) and reports every decision as a trace event.
 
 The life of a request (``malloc``):
@@ -21,23 +21,24 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from typing import Any, Optional
+from contextlib import nullcontext
+from typing import Any, Callable, Optional
 
 from ..allocation import Allocation
-from ..device.errors import CudaError, destroyed_stream_error
-from ..trace.events import TraceEntry, TraceRecorder, python_frames
-from .block import Block, BlockPool
+from ..device.errors import CudaError, CudaOutOfMemoryError, destroyed_stream_error
+from ..events import TraceEntry, TraceRecorder, python_frames
+from .block import Block, BlockPool, plural
 from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
-                     kMinBlockSize, kSmallSize, round_size)
+                     kMinBlockSize, kSmallBuffer, kSmallSize, round_size)
 from .backend import backend_mismatch_error, force_uncached_from_env, get_allocator_backend
-from .capture_rules import CaptureRulesMixin
-from .expandable import ExpandableMixin
-from .oom import EXABYTE_MESSAGE, OutOfMemoryError, oom_message
-from .pools import DEFAULT_POOL_ID, PrivatePoolsMixin
-from .uncached import UncachedMixin
+from .capture_rules import update_visited
+from .expandable import ExpandableSegment, allocatable, expandable_size
+from .oom import EXABYTE_MESSAGE, OutOfMemoryError, format_size, oom_message
+from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
+from .private_pool import PrivatePool
 from .unsafe import split_segment_release_error
-from .snapshot import SnapshotMixin
-from .stats import DeviceStats
+from .snapshot import block_state
+from .stats import AGGREGATE, DeviceStats
 from .summary import memory_summary
 
 
@@ -57,13 +58,20 @@ class AllocParams:
         self.expandable = False         # is_expandable_segments_active (set by malloc)
 
 
-class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoolsMixin,
-                       CaptureRulesMixin):
-    """PyTorch's ``DeviceCachingAllocator`` for one device.
+class CachingAllocator:
+    """PyTorch's ``DeviceCachingAllocator`` for one device, in one class as in PyTorch.
 
     ``config`` is a ``PYTORCH_CUDA_ALLOC_CONF`` string (or an AllocatorConfig);
     ``read_env=True`` reads the real environment variables instead, as PyTorch does.
+
+    Sections, in this order: config; malloc (the ladder and its rungs); free; expandable
+    segments; streams (events); caching (``emptyCache``); stats; private pools (MemPool,
+    CUDA graph pools); graph capture; snapshot; caching switched off (NativeCachingAllocator's
+    bypass); helpers.  Only plain functions live in the sibling files.
     """
+
+    force_uncached: bool = False      # PYTORCH_NO_CUDA_MEMORY_CACHING=1, read once (backend.py)
+    _enabled: bool = True             # NativeCachingAllocator::enable_
 
     def __init__(self, device: Any = None, config: "str | AllocatorConfig" = "", *,
                  read_env: bool = False) -> None:
@@ -87,7 +95,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         self.total_allocated_memory = 0                # bytes of all segments / mapped pages
         self.allowed_memory_maximum: Optional[int] = None
         self.stats = DeviceStats()
-        # max_split_size is frozen when the allocator is built (spec 6.2).
+        # max_split_size is frozen when the allocator is built (DeviceCachingAllocator's constructor).
         ms = self.config.max_split_size
         self.stats.max_split_size = -1 if ms == SIZE_MAX else ms
         self.trace = TraceRecorder()
@@ -97,9 +105,17 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         self._live: dict[int, Allocation] = {}         # ptr -> Allocation handed out
         self._oversize_blocks: set = set()             # ptrs counted in oversize_allocations
         self._oversize_segments: set = set()           # segment ptrs counted in oversize_segments
-        self._context: Optional[list] = None           # Python stack of the call in progress (history on)
-        self._init_private_pools()                     # MemPool / CUDA graph pools (pools.py)
-        self._init_capture_rules()                     # frees deferred during capture (capture_rules.py)
+        # Private pools: MemPool and CUDA graph pools (section "private pools" below).
+        self.graph_pools: dict[tuple, PrivatePool] = {}
+        self.graph_pools_freeable: dict[tuple, PrivatePool] = {}   # use_count reached 0
+        self.captures_underway: list[tuple[tuple, Callable]] = []   # (pool id, filter), newest last
+        self.use_on_oom_pools: dict[tuple, None] = {}              # an ordered set
+        self.no_split_pools: set = set()
+        # Capture rules: frees deferred while a CUDA graph is captured (section "graph capture").
+        self.deferred_blocks: dict = {}                  # block -> free markers (graph nodes)
+        self.block_to_cudagraph_stream_uses: dict = {}   # block -> streams recorded during capture
+        self.graph_reuse_context: dict = {}              # capture id -> {stream handle: visited nodes}
+        self.mempool_to_capture_id: dict = {}
         if self.config.per_process_memory_fraction < 1.0:
             self.set_per_process_memory_fraction(self.config.per_process_memory_fraction)
 
@@ -155,44 +171,44 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             raise OutOfMemoryError(EXABYTE_MESSAGE)
         if not self._enabled or self.force_uncached:     # NativeCachingAllocator::allocate
             return self._uncached_malloc(nbytes, stream)
-        if self.trace.enabled is None:          # the common case: no history, no stack to gather
-            return self._malloc(nbytes, stream)
-        self._context = self._gather_context(("state", "alloc", "all"))
-        try:
-            return self._malloc(nbytes, stream)
-        finally:
-            self._context = None
-
-    def _malloc(self, nbytes: int, stream: Any) -> Allocation:
+        # maybeGatherContext(RecordContext::STATE): the caller's stack, passed down to every
+        # function that records a trace entry or stamps a block (None when history is off).
+        context = self._gather_context(("state", "alloc", "all")) if self.trace.enabled is not None else None
         if self.captures_underway:                 # a MemPool context or a CUDA graph capture
-            self.before_malloc_in_capture(stream)  # (no event queries while capturing)
-            size = self.round_size(nbytes)
-            pool = self.get_pool(size, stream)
-        else:
-            if self.cuda_events or self.deferred_blocks:   # (process_events has nothing to do otherwise)
-                self.process_events()
-            size = self.round_size(nbytes)
-            pool = self.small_blocks if size <= kSmallSize else self.large_blocks    # get_pool
+            self.before_malloc_in_capture(stream, context)  # (no event queries while capturing)
+        elif self.cuda_events or self.deferred_blocks:     # (process_events has nothing to do otherwise)
+            self.process_events(context)
+        size = self.round_size(nbytes)
+        pool = self.get_pool(size, stream)
         params = AllocParams(size, self.get_allocation_size(size), pool, stream)
         params.expandable = self.config.expandable_segments and self._expandable_for(pool)
 
+        # Rung 1: reuse a cached block (best fit on this stream); if none, let the registered
+        # callbacks free memory (e.g. cached IPC handles) and search once more.
         found = self.get_free_block(params) or (
             self.trigger_free_memory_callbacks() and self.get_free_block(params))
         if not found:
+            # Rung 2: nothing cached fits, so a new segment is needed; under a memory fraction
+            # with garbage_collection_threshold, first free blocks unused for longest.
             if self._gc_enabled():
-                self.garbage_collect_cached_blocks()
-            found = (self.alloc_block(params, is_retry=False)
-                     or self.try_mempool_fallback(params)          # use_on_oom pools (pools.py)
-                     or (self.release_available_cached_blocks(params)
-                         and self.alloc_block(params, is_retry=False))
-                     or (not self.captures_underway               # never empty the cache mid-capture
-                         and self.release_cached_blocks()
-                         and self.alloc_block(params, is_retry=True)))
+                self.garbage_collect_cached_blocks(context)
+            # Rung 3: cudaMalloc (or map expandable pages) a new segment.
+            found = (self.alloc_block(params, False, context)
+                     # Rung 4: take a free block from a MemPool created with use_on_oom.
+                     or self.try_mempool_fallback(params)
+                     # Rung 5: free just enough cached oversize blocks (max_split_size), retry.
+                     or (self.release_available_cached_blocks(params, context)
+                         and self.alloc_block(params, False, context))
+                     # Rung 6: empty the whole cache (never mid-capture), retry one last time.
+                     or (not self.captures_underway
+                         and self.release_cached_blocks(context)
+                         and self.alloc_block(params, True, context)))
         if not found:
-            self._raise_oom(params)
+            # Out of rungs: count the OOM, tell the observers, raise with the figures.
+            self._raise_oom(params, context)
         # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
         split = self.should_split(params.block, size, params.expandable)
-        block = self.alloc_found_block(params, nbytes, split)
+        block = self.alloc_found_block(params, nbytes, split, context)
         allocation = Allocation(ptr=block.ptr, size=block.size, requested_size=nbytes,
                                 stream=stream, allocator=self, _block=block)
         self._live[block.ptr] = allocation
@@ -207,21 +223,19 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         return get_allocation_size(size, self.config)
 
     def get_pool(self, size: int, stream: Any = None) -> BlockPool:
-        """``get_pool``: a private pool if a capture / MemPool context takes this request (pools.py),
+        """``get_pool``: a private pool if a capture / MemPool context takes this request,
         else rounded sizes up to 1 MiB use the small pool."""
-        if self.captures_underway:
-            pool = self._capture_pool(size, stream)
-            if pool is not None:
-                return pool
+        # The newest captures_underway entry whose filter accepts this stream wins (contexts nest).
+        for pool_id, accepts in reversed(self.captures_underway):
+            if accepts(stream):
+                private = self.graph_pools[pool_id]
+                return private.small_blocks if size <= kSmallSize else private.large_blocks
         return self.small_blocks if size <= kSmallSize else self.large_blocks
-
-    def _pool_type(self, pool: BlockPool) -> int:
-        return pool.stat_type
 
     def get_free_block(self, p: AllocParams) -> bool:
         """``get_free_block``: best fit = lower bound of (stream, size, 0) in the pool."""
         pool = p.pool
-        if self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold > 0:
+        if self._gc_enabled():
             pool.get_free_blocks_call_count += 1      # the GC clock ticks on every search
         block = self._find_free_block(pool, p.stream_key, p.size)
         if block is None:
@@ -252,8 +266,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         """Would ``malloc(nbytes, stream)`` find a cached block right now?  Changes nothing."""
         stream = self._check_stream(stream)
         size = self.round_size(nbytes)
-        pool = self.small_blocks if size <= kSmallSize else self.large_blocks
-        return self._find_free_block(pool, stream.handle, size) is not None
+        return self._find_free_block(self.get_pool(size, stream), stream.handle, size) is not None
 
     def trigger_free_memory_callbacks(self) -> bool:
         """``trigger_free_memory_callbacks``: True if any registered callback freed memory."""
@@ -262,7 +275,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             freed = bool(callback()) or freed
         return freed
 
-    def garbage_collect_cached_blocks(self) -> None:
+    def garbage_collect_cached_blocks(self, context: Optional[list] = None) -> None:
         """``garbage_collect_cached_blocks``: free old unsplit large blocks until under the threshold."""
         gc_threshold = int(self.config.garbage_collection_threshold * self.allowed_memory_maximum)
         if self.total_allocated_memory <= gc_threshold:
@@ -289,9 +302,9 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                     reclaimed += block.size
                     total_age -= age
                     count -= 1
-                    self.release_block(block)
+                    self.release_block(block, context)
 
-    def alloc_block(self, p: AllocParams, is_retry: bool) -> bool:
+    def alloc_block(self, p: AllocParams, is_retry: bool, context: Optional[list] = None) -> bool:
         """``alloc_block``: ask the device for a new segment (or map expandable pages)."""
         if is_retry:
             self.stats.num_alloc_retries += 1
@@ -301,19 +314,19 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             p.err = "cudaErrorMemoryAllocation"          # over the fraction: no cudaMalloc at all
             return False
         if p.expandable:
-            p.block = self.try_allocate_expandable_block(p.stream, p.pool, p.size)
+            p.block = self.try_allocate_expandable_block(p.stream, p.pool, p.size, context)
             p.err = None if p.block is not None else "cudaErrorMemoryAllocation"
             if p.block is not None:
                 self._count_pool_segment(p.pool, +1)
             return p.block is not None
-        ptr = self.cuda_malloc_maybe_capturing(size, p.pool)   # capture_rules.py
+        ptr = self.cuda_malloc_maybe_capturing(size, p.pool)   # cudaMalloc, relaxed if capturing
         if ptr is None:
             p.err = "cudaErrorMemoryAllocation"
             return False
         self._count_pool_segment(p.pool, +1)
         self.total_allocated_memory += size
         p.block = Block(ptr, size, p.stream, p.stream_key, p.pool)
-        pool_type = self._pool_type(p.pool)
+        pool_type = p.pool.stat_type
         self.stats.increase("segment", pool_type, 1)
         self.stats.increase("reserved_bytes", pool_type, size)
         if size >= self.config.max_split_size:
@@ -322,11 +335,11 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             self._oversize_segments.add(ptr)
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
-        p.block.segment_frames = self._context or []
-        self._record("segment_alloc", ptr, size, p.stream_key, self._context, p.pool)
+        p.block.segment_frames = context or []        # context_when_segment_allocated
+        self._record("segment_alloc", ptr, size, p.stream_key, context, p.pool)
         return True
 
-    def release_available_cached_blocks(self, p: AllocParams) -> bool:
+    def release_available_cached_blocks(self, p: AllocParams, context: Optional[list] = None) -> bool:
         """``release_available_cached_blocks``: free just enough oversize blocks (max_split_size only).
 
         2.11: when the lower bound is on another stream, past the end, *or an expandable
@@ -342,7 +355,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         index = pool.lower_bound(p.stream_key, key_size)
         block = pool.block_at(index)
         if block is not None and block.stream_key == p.stream_key and block.expandable_segment is None:
-            self.release_block(block)
+            self.release_block(block, context)
             return True
         # No single block is large enough: free oversize blocks, starting with the largest.
         if index == 0:
@@ -358,48 +371,58 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                 index -= 1                 # (releasing the block leaves lower indices alone)
             if block.expandable_segment is None:
                 released += block.size
-                self.release_block(block)
+                self.release_block(block, context)
             if is_first:
                 break
         return released >= key_size
 
-    def release_cached_blocks(self, mempool_id: tuple = DEFAULT_POOL_ID) -> bool:
+    def release_cached_blocks(self, context: Optional[list] = None, mempool_id: tuple = DEFAULT_POOL_ID) -> bool:
         """``release_cached_blocks`` (= ``empty_cache``): wait for events, free every unsplit segment.
 
-        The default pools only when no capture is underway; then the freeable private pools (pools.py).
+        The default pools only when no capture is underway; then the freeable private pools
+        (MemPool, graph pools): ``mempool_id`` (0, 0) means every freeable pool, another id only that pool,
+        after waiting for only its events (as ``MemPool``'s destructor asks).
         """
         if mempool_id == DEFAULT_POOL_ID and not self.captures_underway:
-            self.synchronize_and_free_events()
-            self.release_blocks(self.large_blocks)
-            self.release_blocks(self.small_blocks)
-        if self.graph_pools_freeable:
-            self._release_freeable_pools(mempool_id)
+            self.synchronize_and_free_events(context)
+            self.release_blocks(self.large_blocks, context)
+            self.release_blocks(self.small_blocks, context)
+        for pool_id, private in list(self.graph_pools_freeable.items()):
+            if mempool_id != DEFAULT_POOL_ID:
+                if pool_id != mempool_id:
+                    continue
+                self.synchronize_and_free_events(context, private)
+            self.release_blocks(private.small_blocks, context)
+            self.release_blocks(private.large_blocks, context)
+            if private.cudaMalloc_count == 0:        # nothing left: forget the pool
+                del self.graph_pools[pool_id]
+                del self.graph_pools_freeable[pool_id]
         return True
 
-    def release_blocks(self, pool: BlockPool) -> None:
+    def release_blocks(self, pool: BlockPool, context: Optional[list] = None) -> None:
         """``release_blocks``: whole unsplit segments go back to the driver; split ones stay."""
         to_unmap = []
         for block in list(pool):
             if block.expandable_segment is not None:
                 to_unmap.append(block)
-            elif block.prev is None and block.next is None:
-                self.release_block(block)
+            elif not block.is_split():
+                self.release_block(block, context)
         for block in to_unmap:
-            self.unmap_block(block)
-            if block.prev is None and block.next is None and not block.mapped:
+            self.unmap_block(block, context)
+            if not block.is_split() and not block.mapped:
                 self.release_expandable_segment(block)
 
-    def release_block(self, block: Block) -> None:
+    def release_block(self, block: Block, context: Optional[list] = None) -> None:
         """``release_block``: cudaFree one whole segment."""
         if block.is_split():
             raise split_segment_release_error(block, self.config.max_split_size)
         self.stats.num_device_free += 1
         self._record("segment_free", block.ptr, block.size, block.stream_key,
-                     self._context or block.segment_frames, block.pool)
+                     context or block.segment_frames, block.pool)
         self.cuda_free(block.ptr, block.pool)                 # or the pool's custom allocator
         self.total_allocated_memory -= block.size
         self._count_pool_segment(block.pool, -1)
-        pool_type = self._pool_type(block.pool)
+        pool_type = block.pool.stat_type
         self.stats.decrease("segment", pool_type, 1)
         self.stats.decrease("reserved_bytes", pool_type, block.size)
         if block.ptr in self._oversize_segments:      # counted when it was allocated (see alloc_block)
@@ -416,7 +439,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             return remaining >= kMinBlockSize
         return size < self.config.max_split_size and remaining > kSmallSize
 
-    def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool) -> Block:
+    def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool,
+                          context: Optional[list] = None) -> Block:
         """``alloc_found_block``: split if asked, mark allocated, count it, trace it."""
         block, size, pool = p.block, p.size, p.pool
         pool_type = pool.stat_type
@@ -427,11 +451,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             remaining = block
             block = Block(remaining.ptr, size, remaining.stream, remaining.stream_key, pool,
                           expandable_segment=remaining.expandable_segment)
-            block.prev = remaining.prev
-            if block.prev is not None:
-                block.prev.next = block
-            block.next = remaining
-            remaining.prev = block
+            block.splice(remaining.prev, remaining)
             remaining.ptr += size
             remaining.size -= size
             pool.insert_into_blocks(remaining)
@@ -446,29 +466,29 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             self.stats.decrease("inactive_split", pool_type, 1)
         block.allocated = True
         block.requested_size = orig_size
-        block.frames = self._context or []       # context_when_allocated
+        block.frames = context or []       # context_when_allocated
         self.active_blocks[block.ptr] = block
         if self.trace.active:
-            self._record("alloc", block.ptr, orig_size, block.stream_key, self._context, pool)
-        # allocation +1, allocated_bytes, active +1, active_bytes += block.size; requested_bytes += orig_size
-        self.stats.count_allocation(pool_type, block.size, orig_size)
+            self._record("alloc", block.ptr, orig_size, block.stream_key, context, pool)
+        self.stats.on_alloc_found_block(pool_type, block.size, orig_size)
         if block.size >= self.config.max_split_size:
             self._oversize_blocks.add(block.ptr)       # decreased by what was counted (see _free)
             self.stats.oversize_allocations.increase(1)
         return block
 
-    def _raise_oom(self, p: AllocParams) -> None:
+    def _raise_oom(self, p: AllocParams, context: Optional[list] = None) -> None:
         """The end of ``malloc``: count it, trace it, tell the observers, raise."""
         free, total = self.device.mem_get_info()
-        self._record("oom", free, p.size, p.stream_key, self._context, p.pool)
+        self._record("oom", free, p.size, p.stream_key, context, p.pool)
         self.stats.num_ooms += 1
         limit = self.allowed_memory_maximum if self.allowed_memory_maximum is not None else total
         for observer in self.oom_observers:
             observer(self.device.info.index, p.alloc_size, limit, free)
-        agg = self.stats
+        stats = self.stats
         message = oom_message(
             device_index=self.device.info.index, alloc_size=p.alloc_size, total=total, free=free,
-            allocated=agg["allocated_bytes"][0].current, reserved=agg["reserved_bytes"][0].current,
+            allocated=stats["allocated_bytes"][AGGREGATE].current,
+            reserved=stats["reserved_bytes"][AGGREGATE].current,
             allowed=self.allowed_memory_maximum,
             process_in_use=(total - free) if self.device.info.simulated else None,
             private_pools=self.allocated_in_private_pools())
@@ -481,67 +501,56 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         if allocation.ptr == 0:
             return
         block = allocation._block
-        if block is None:                        # came from cudaMalloc directly (uncached.py)
+        if block is None:                        # came from cudaMalloc directly (caching switched off)
             self._uncached_free(allocation)
             return
         allocation.freed = True
-        if self.trace.enabled is None:
-            self._free(allocation, block)
-            return
-        self._context = self._gather_context(("all",))
-        try:
-            self._free(allocation, block)
-        finally:
-            self._context = None
-
-    def _free(self, allocation: Allocation, block: Block) -> None:
+        # maybeGatherContext(RecordContext::ALL): only context="all" records the stack of a free.
+        context = self._gather_context(("all",)) if self.trace.enabled is not None else None
         del self._live[block.ptr]
         block.allocated = False
-        self.stats.count_free_request(block.pool.stat_type, block.size)   # allocation -1, allocated_bytes
+        self.stats.on_free(block.pool.stat_type, block.size)
         if self.trace.active:
             self._record("free_requested", block.ptr, block.requested_size, block.stream_key,
-                         self._context or block.frames, block.pool)
+                         context or block.frames, block.pool)
         if self._oversize_blocks and block.ptr in self._oversize_blocks:
             # PyTorch's free re-reads max_split_size; a threshold lowered since the malloc
             # would make oversize_allocations.current negative.  Undo what was counted.
             self._oversize_blocks.discard(block.ptr)
             self.stats.oversize_allocations.decrease(1)
         if block.stream_uses and self.captures_underway:
-            self.defer_free_during_capture(block)   # no events while capturing (capture_rules.py)
+            self.defer_free_during_capture(block)   # no events while capturing
         elif block.stream_uses:
             self.insert_events(block)      # stays active ("active_pending_free") until they complete
             if block.event_count == 0:     # (every using stream was destroyed and has drained)
-                self.free_block(block)
+                self.free_block(block, context)
         else:
-            self.free_block(block)
+            self.free_block(block, context)
 
-    def free_block(self, block: Block) -> None:
+    def free_block(self, block: Block, context: Optional[list] = None) -> None:
         """``free_block``: back into the pool, merged with free neighbours."""
         if self.trace.active:
             self._record("free_completed", block.ptr, block.requested_size, block.stream_key,
-                         self._context or block.frames, block.pool)
+                         context or block.frames, block.pool)
         block.frames = []
         original_size, requested = block.size, block.requested_size
         pool = block.pool
         net_blocks = net_bytes = 0
         del self.active_blocks[block.ptr]
         for candidate in (block.prev, block.next):
-            if candidate is None or candidate.allocated:
-                continue                      # try_merge_blocks would refuse: skip the call
             subsumed = self.try_merge_blocks(block, candidate, pool)
             if subsumed > 0:
                 net_blocks -= 1
                 net_bytes -= subsumed
         pool.insert_into_blocks(block)
-        if block.prev is not None or block.next is not None:    # block.is_split()
+        if block.is_split():
             net_blocks += 1
             net_bytes += block.size
         pool_type = pool.stat_type
         if block.expandable_segment is None and (net_blocks or net_bytes):
             self._apply_net("inactive_split", pool_type, net_blocks)
             self._apply_net("inactive_split_bytes", pool_type, net_bytes)
-        # active -1, active_bytes -= original size, requested_bytes -= requested_size
-        self.stats.count_free_completed(pool_type, original_size, requested)
+        self.stats.on_free_block(pool_type, original_size, requested)
 
     def _apply_net(self, name: str, pool_type: int, change: int) -> None:
         if change > 0:
@@ -571,6 +580,152 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                 dst.next.prev = dst
         dst.size += src.size
         return src.size
+
+    # ------------------------------------------------------ expandable segments
+    # PyTorch's Note [Expandable Segments]: one growing virtual range per (stream, pool);
+    # ExpandableSegment (expandable.py) maps and unmaps its pages, these functions keep the
+    # blocks, pools and stats in step with it.
+
+    def _pick_expandable_candidate(self, pool: BlockPool, index: int, block: Block, stream_key: int):
+        """The expandable part of ``get_free_block``."""
+        if self.config.expandable_segments:
+            # Prefer a block that is not the growable tail of a segment when it fits as well.
+            while block.expandable_segment is not None:
+                nxt = pool.block_at(index + 1)
+                if nxt is None or nxt.stream_key != stream_key or \
+                        not expandable_size(nxt) < expandable_size(block):
+                    break
+                index, block = index + 1, nxt
+            return index, block
+        # Expandable segments were switched off: only non-expandable blocks may be used.
+        while True:
+            index += 1
+            block = pool.block_at(index)
+            if block is None or block.stream_key != stream_key:
+                return index, None
+            if block.expandable_segment is None:
+                return index, block
+
+    def find_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Block:
+        """``find_expandable_block``: lowest address with ``size`` free-or-unmapped bytes, else a new segment."""
+        def has_room(block: Optional[Block]) -> bool:
+            room = 0
+            while room < size and allocatable(block):
+                room += block.size
+                block = block.next
+            return room >= size
+
+        start = pool.unmapped.bisect_left((stream.handle, 0))
+        for entry in pool.unmapped[start:]:
+            if entry[0] != stream.handle:
+                break
+            candidate = entry[2]
+            if allocatable(candidate.prev):
+                candidate = candidate.prev      # a free block just before the unmapped range can join it
+            if has_room(candidate):
+                return candidate
+        page = kSmallBuffer if pool.is_small else self.config.large_segment_size
+        segment = ExpandableSegment(self.device, stream, page)
+        self.expandable_segments_.append(segment)
+        candidate = Block(segment.ptr, segment.size(), stream, stream.handle, pool,
+                          expandable_segment=segment, mapped=False)
+        pool.add_unmapped(candidate)
+        return candidate
+
+    def map_block(self, to_map: Block, size: int, context: Optional[list] = None) -> bool:
+        """``map_block``: back the front of an unmapped block with pages, merge with free neighbours."""
+        segment = to_map.expandable_segment
+        mapped = segment.map(to_map.ptr, size)
+        if mapped == 0:
+            return False
+        pool = to_map.pool
+        mapped_ptr = to_map.ptr          # merging below may move to_map.ptr back; the event uses this
+        pool.remove_unmapped(to_map)
+        to_map.mapped = True
+        if mapped < to_map.size:
+            rest = Block(to_map.ptr + mapped, to_map.size - mapped, to_map.stream,
+                         to_map.stream_key, pool, expandable_segment=segment, mapped=False)
+            rest.splice(to_map, to_map.next)
+            pool.add_unmapped(rest)
+            to_map.size = mapped
+        self.try_merge_blocks(to_map, to_map.prev, pool)
+        self.try_merge_blocks(to_map, to_map.next, pool)
+        pool.insert_into_blocks(to_map)
+        self.total_allocated_memory += mapped
+        self.stats.increase("reserved_bytes", pool.stat_type, mapped)
+        self.stats.num_device_alloc += 1
+        if to_map.prev is None and not to_map.segment_frames:
+            to_map.segment_frames = context or []
+        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, context, pool)
+        return True
+
+    def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int,
+                                      context: Optional[list] = None) -> Optional[Block]:
+        """``try_allocate_expandable_block``: map just enough pages for ``size`` (the rounded request)."""
+        segments_before = len(self.expandable_segments_)
+        candidate = self.find_expandable_block(stream, pool, size)
+        if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size), context):
+            if len(self.expandable_segments_) > segments_before:
+                # PyTorch keeps the new, wholly unmapped reservation in pool->unmapped, and
+                # release_blocks never looks there: a request bigger than 1.125x the GPU leaks
+                # one per try.  Give back what this call reserved.
+                self.release_expandable_segment(candidate)
+            return None
+        while candidate.size < size:
+            # invariant: free -> unmapped -> ...; mapping the next range merges into it
+            nxt = candidate.next
+            if not self.map_block(nxt, min(size - candidate.size, nxt.size), context):
+                return None
+            candidate = nxt
+        pool.remove(candidate)
+        return candidate
+
+    def unmap_block(self, block: Block, context: Optional[list] = None) -> None:
+        """``unmap_block``: give a free block's whole pages back; partial pages stay mapped."""
+        start, unmapped = block.expandable_segment.unmap(block.ptr, block.size)
+        if unmapped == 0:
+            return
+        pool = block.pool
+        pool.remove(block)
+        before = start - block.ptr
+        if before > 0:                       # prev? -> before_free -> block
+            before_free = Block(block.ptr, before, block.stream, block.stream_key, pool,
+                                expandable_segment=block.expandable_segment)
+            before_free.splice(block.prev, block)
+            pool.insert_into_blocks(before_free)
+        after = block.size - before - unmapped
+        if after > 0:                        # block -> after_free -> next?
+            after_free = Block(start + unmapped, after, block.stream, block.stream_key, pool,
+                               expandable_segment=block.expandable_segment)
+            after_free.splice(block, block.next)
+            pool.insert_into_blocks(after_free)
+        block.ptr, block.size, block.mapped = start, unmapped, False
+        self.try_merge_blocks(block, block.prev, pool)
+        self.try_merge_blocks(block, block.next, pool)
+        pool.add_unmapped(block)
+        self.total_allocated_memory -= unmapped
+        self.stats.decrease("reserved_bytes", pool.stat_type, unmapped)
+        self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count
+        self.stats.num_device_free += 1
+        self._record("segment_unmap", start, unmapped, block.stream_key, context, pool)
+
+    def release_unmapped_segments(self) -> None:
+        """Give back every reservation with no page mapped (``close``: nothing may outlive it)."""
+        pools = [self.large_blocks, self.small_blocks]
+        for private in getattr(self, "graph_pools", {}).values():     # MemPools and graph pools
+            pools += [private.large_blocks, private.small_blocks]
+        for pool in pools:
+            for _key, _ptr, block in list(pool.unmapped):
+                if not block.is_split():
+                    self.release_expandable_segment(block)
+
+    def release_expandable_segment(self, block: Block) -> None:
+        """``release_expandable_segment``: the whole range is unmapped: free the reservation."""
+        segment = block.expandable_segment
+        assert block.size == segment.size() and not block.mapped, "block disagrees with segment"
+        self.expandable_segments_.remove(segment)
+        block.pool.remove_unmapped(block)
+        segment.release()
 
     # ------------------------------------------------------------------ streams
     def record_stream(self, allocation: Allocation, stream: Any) -> None:
@@ -602,10 +757,10 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
             block.event_count += 1
             self.cuda_events.setdefault(stream.handle, deque()).append((event, block))
 
-    def process_events(self) -> None:
+    def process_events(self, context: Optional[list] = None) -> None:
         """``process_events``: per stream, free blocks whose events completed (stop at the first not ready)."""
         if self.deferred_blocks:
-            self.insert_events_deferred_until_no_capture()    # frees held back by a capture
+            self.insert_events_deferred_until_no_capture(context)    # frees held back by a capture
         if not self.cuda_events:
             return
         for key in list(self.cuda_events):
@@ -616,12 +771,12 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                     break
                 block.event_count -= 1
                 if block.event_count == 0:
-                    self.free_block(block)
+                    self.free_block(block, context)
                 queue.popleft()
             if not queue:
                 del self.cuda_events[key]
 
-    def synchronize_and_free_events(self, private_pool: Any = None) -> None:
+    def synchronize_and_free_events(self, context: Optional[list] = None, private_pool: Any = None) -> None:
         """``synchronize_and_free_events``: wait for every outstanding event (counts a sync-all).
 
         With ``private_pool``, only the events of that pool's blocks (``MemPool``'s destructor).
@@ -630,7 +785,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         if self.captures_underway:
             raise RuntimeError("synchronize_and_free_events: a capture is underway (no syncs while capturing)")
         if self.deferred_blocks:
-            self.insert_events_deferred_until_no_capture()
+            self.insert_events_deferred_until_no_capture(context)
         for key in list(self.cuda_events):
             kept = deque()
             for event, block in self.cuda_events[key]:
@@ -640,7 +795,7 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
                 event.synchronize()
                 block.event_count -= 1
                 if block.event_count == 0:
-                    self.free_block(block)
+                    self.free_block(block, context)
             if kept:
                 self.cuda_events[key] = kept
             else:
@@ -655,14 +810,8 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         give memory back only once freeable (``use_count`` 0); ``mempool_id`` limits the call to
         that one pool, as ``MemPool``'s destructor does.
         """
-        if self.trace.enabled is None:
-            self.release_cached_blocks(tuple(mempool_id))
-            return
-        self._context = self._gather_context(("all",))
-        try:
-            self.release_cached_blocks(tuple(mempool_id))
-        finally:
-            self._context = None
+        context = self._gather_context(("all",)) if self.trace.enabled is not None else None
+        self.release_cached_blocks(context, tuple(mempool_id))
 
     # ------------------------------------------------------------------ stats
     def memory_stats(self) -> dict:
@@ -670,16 +819,16 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         return self.stats.as_flat_dict()
 
     def memory_allocated(self) -> int:
-        return self.stats["allocated_bytes"][0].current
+        return self.stats["allocated_bytes"][AGGREGATE].current
 
     def max_memory_allocated(self) -> int:
-        return self.stats["allocated_bytes"][0].peak
+        return self.stats["allocated_bytes"][AGGREGATE].peak
 
     def memory_reserved(self) -> int:
-        return self.stats["reserved_bytes"][0].current
+        return self.stats["reserved_bytes"][AGGREGATE].current
 
     def max_memory_reserved(self) -> int:
-        return self.stats["reserved_bytes"][0].peak
+        return self.stats["reserved_bytes"][AGGREGATE].peak
 
     def reset_peak_memory_stats(self) -> None:
         self.stats.reset_peak()
@@ -715,6 +864,367 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         if not callable(observer):
             raise TypeError(f"an out-of-memory observer must be callable, got {type(observer).__name__}")
         self.oom_observers.append(observer)
+
+    # ------------------------------------------------------------ private pools
+    # MemPool and CUDA graph pools (graph_pools, captures_underway, use_on_oom_pools, no_split_pools);
+    # the rule in one sentence: while captures_underway holds an entry whose filter accepts the
+    # request, malloc serves it from that entry's private pool, the newest entry winning.
+    # ------------------------------------------------------------- bookkeeping
+    def create_or_incref_pool(self, pool_id: tuple, allocator: Any = None) -> PrivatePool:
+        """``create_or_incref_pool``: a new pool starts at use_count 1; a known one gets +1."""
+        pool_id = check_pool_id(pool_id)
+        if pool_id == DEFAULT_POOL_ID:
+            raise ValueError("(0, 0) names the default pools; a private pool needs its own id")
+        pool = self.graph_pools.get(pool_id)
+        if pool is None:
+            pool = self.graph_pools[pool_id] = PrivatePool(pool_id, allocator)
+            return pool
+        if pool.use_count <= 0:
+            # TORCH_INTERNAL_ASSERT(use_count > 0): a released pool cannot be revived.
+            raise ValueError(f"pool {pool_id} was released (use_count 0) and cannot be used again; "
+                             "create a new MemPool or graph_pool_handle()")
+        if allocator is not None:
+            raise ValueError(f"pool {pool_id} already exists; its custom allocator cannot be replaced")
+        pool.use_count += 1
+        return pool
+
+    def get_private_pool(self, pool_id: tuple) -> PrivatePool:
+        """``get_private_pool``, with a clear error instead of an assertion."""
+        pool = self.graph_pools.get(check_pool_id(pool_id))
+        if pool is None:
+            raise ValueError(f"no private pool with id {pool_id} on this allocator "
+                             "(it was never used, or it was released and emptied)")
+        return pool
+
+    def begin_allocate_to_pool(self, pool_id: tuple, filter: Callable[[Any], bool]) -> None:
+        """``beginAllocateToPool``: route requests that ``filter(stream)`` accepts to the pool."""
+        if any(entry_id == pool_id for entry_id, _ in self.captures_underway):
+            raise RuntimeError(f"beginAllocateToPool: already recording to mempool_id {pool_id}")
+        self.create_or_incref_pool(pool_id)
+        self.captures_underway.append((pool_id, filter))
+
+    def end_allocate_to_pool(self, pool_id: tuple) -> None:
+        """``endAllocateToPool``: stop routing to the pool (its use_count is unchanged)."""
+        self._end_capture_reuse(pool_id)          # graph_capture_record_stream_reuse (below)
+        for i, (entry_id, _) in enumerate(self.captures_underway):
+            if entry_id == pool_id:
+                del self.captures_underway[i]
+                return
+        raise RuntimeError(f"endAllocatePool: not currently recording to mempool_id {pool_id}")
+
+    def release_pool(self, pool_id: tuple) -> None:
+        """``releasePool``: one owner fewer; at 0 the pool becomes freeable by ``empty_cache``."""
+        pool = self.get_private_pool(pool_id)
+        if pool.use_count <= 0:
+            raise ValueError(f"pool {pool_id} was already released by all its owners")
+        pool.use_count -= 1
+        if pool.use_count == 0:
+            self.graph_pools_freeable[pool.id] = pool
+
+    def get_pool_use_count(self, pool_id: tuple) -> int:
+        """``getPoolUseCount`` (``MemPool.use_count()``)."""
+        return self.get_private_pool(pool_id).use_count
+
+    def set_use_on_oom(self, pool_id: tuple, use_on_oom: bool) -> None:
+        """``setUseOnOOM``: the pool's free blocks may serve default-pool requests before an OOM."""
+        if use_on_oom:
+            self.use_on_oom_pools[check_pool_id(pool_id)] = None
+        else:
+            self.use_on_oom_pools.pop(pool_id, None)
+
+    def set_no_split(self, pool_id: tuple) -> None:
+        """``setNoSplit``: blocks of this pool are never split (one block per segment)."""
+        self.no_split_pools.add(check_pool_id(pool_id))
+
+    # ----------------------------------------------------------------- routing
+    def _expandable_for(self, pool: BlockPool) -> bool:
+        """``is_expandable_segments_active``: never in a pool whose memory comes from a custom allocator."""
+        owner = pool.owner_PrivatePool
+        return self.config.expandable_segments and (owner is None or owner.allocator is None)
+
+    def _splits_allowed(self, pool: BlockPool) -> bool:
+        """``should_split``'s first test: pools made with ``no_split=True`` never split."""
+        return not self.no_split_pools or pool.owner_id not in self.no_split_pools
+
+    def try_mempool_fallback(self, p: Any) -> bool:
+        """``try_mempool_fallback``: before freeing cached memory, look in the ``use_on_oom`` pools.
+
+        Only for requests that are not already routed to a private pool.  Like PyTorch it
+        routes the current thread to each pool in turn (begin/end/release) and only *searches*
+        its free blocks: nothing new is cudaMalloc'ed for it.
+        """
+        if p.pool.owner_PrivatePool is not None or not self.use_on_oom_pools:
+            return False
+        for pool_id in list(self.use_on_oom_pools):
+            self.begin_allocate_to_pool(pool_id, current_thread_filter())
+            saved_pool, p.pool = p.pool, self.get_pool(p.size, p.stream)
+            found = self.get_free_block(p)
+            self.end_allocate_to_pool(pool_id)
+            self.release_pool(pool_id)
+            if found:
+                p.expandable = False      # mempool_params is built with is_expandable_segments_active false
+                return True
+            p.pool = saved_pool
+        return False
+
+    # ----------------------------------------------------------------- release
+    def _count_pool_segment(self, pool: BlockPool, change: int) -> None:
+        """A private pool's ``cudaMalloc_count`` follows every cudaMalloc / map and cudaFree / unmap."""
+        owner = pool.owner_PrivatePool
+        if owner is not None:
+            owner.cudaMalloc_count += change
+
+    def allocated_in_private_pools(self) -> int:
+        """The OOM message's figure: the *free* blocks of every private pool (PyTorch's quirk)."""
+        return sum(pool.free_bytes() for pool in self.graph_pools.values())
+
+    def _private_pool_blocks(self):
+        """Free blocks of every private pool (``get_all_blocks``'s middle part)."""
+        for pool in self.graph_pools.values():
+            yield from pool.small_blocks
+            yield from pool.large_blocks
+
+    def _private_pool_head_blocks(self, pool_id: tuple):
+        """``get_private_pool_head_blocks``: the first block of each of the pool's segments."""
+        pool = self.graph_pools.get(pool_id)
+        if pool is None:
+            return []
+        own = (pool.small_blocks, pool.large_blocks)
+        heads = [b for b in self.active_blocks.values() if b.pool in own and b.prev is None]
+        heads += [b for b in pool.small_blocks if b.prev is None]
+        heads += [b for b in pool.large_blocks if b.prev is None]
+        return heads
+
+    # ----------------------------------------------------------- graph capture
+    # What changes while a CUDA graph is captured (Note [Interaction with CUDA graph capture];
+    # the five rules are listed in capture_rules.py).
+    # ----------------------------------------------------------- device calls
+    def _capture_info(self, stream: Any):
+        """``stream_get_capture_info`` (None on a device that cannot capture)."""
+        info = getattr(self.device, "capture_info", None)
+        return info(stream) if info is not None else None
+
+    def cuda_malloc_maybe_capturing(self, size: int, pool: Any) -> Optional[int]:
+        """``cudaMallocMaybeCapturing`` + ``allocPrimitive``: the pointer, or None when out of memory.
+
+        A custom-allocator pool asks its allocator (``raw_alloc``); a stream that is
+        capturing gets ``cudaMalloc`` in relaxed capture mode (new addresses, not a graph node).
+        """
+        owner = pool.owner_PrivatePool
+        capturing = self.captures_underway and getattr(self.device, "is_capturing", None) is not None \
+            and self.device.is_capturing()
+        guard = self.device.capture_mode("relaxed") if capturing else nullcontext()
+        with guard:
+            if owner is not None and owner.allocator is not None:
+                return owner.allocator.raw_alloc(size)
+            try:
+                return self.device.malloc(size)
+            except CudaOutOfMemoryError:
+                return None
+
+    def cuda_free(self, ptr: int, pool: Any) -> None:
+        """``release_block``'s cudaFree, or the custom allocator's ``raw_delete``."""
+        owner = pool.owner_PrivatePool
+        if owner is not None and owner.allocator is not None:
+            owner.allocator.raw_delete(ptr)
+        else:
+            self.device.free(ptr)
+
+    # -------------------------------------------------------------- the rules
+    def before_malloc_in_capture(self, stream: Any, context: Optional[list] = None) -> None:
+        """``malloc`` with captures underway: no process_events; maybe free_safe_blocks_in_capture."""
+        if self.config.graph_capture_record_stream_reuse:
+            self.free_safe_blocks_in_capture(context, stream)
+
+    def defer_free_during_capture(self, block: Any) -> None:
+        """``free`` of a block with stream uses while capturing: hold it back (rule 2)."""
+        markers = self.record_free_markers(block) if self.config.graph_capture_record_stream_reuse else []
+        self.deferred_blocks[block] = markers
+
+    def remove_cudagraph_stream_uses(self, block: Any) -> None:
+        """``remove_cudagraph_stream_uses``: forget the uses recorded during capture (rule 5)."""
+        during = self.block_to_cudagraph_stream_uses.pop(block, None)
+        if during:
+            block.stream_uses = {s for s in block.stream_uses if s not in during}
+
+    def insert_events_deferred_until_no_capture(self, context: Optional[list] = None) -> None:
+        """``insert_events_deferred_until_no_capture``: events for the frees a capture held back."""
+        deferred, self.deferred_blocks = self.deferred_blocks, {}
+        for block in deferred:
+            self.remove_cudagraph_stream_uses(block)
+            self.insert_events(block)
+            if block.event_count == 0:
+                self.free_block(block, context)
+
+    # ------------------------------------------- graph_capture_record_stream_reuse
+    def record_free_markers(self, block: Any) -> list:
+        """``record_free_markers``: the terminals of every stream that used the block, or [] if
+        one of them is not capturing (then the free waits for the capture to end)."""
+        markers, graph = [], None
+        for stream in [block.stream, *sorted(block.stream_uses, key=lambda s: s.handle)]:
+            info = self._capture_info(stream)
+            if info is None or info.status != "active":
+                return []
+            if graph is None:
+                graph = info.graph
+            elif info.graph is not graph:
+                raise RuntimeError("All streams in the same capture should agree on the graph")
+            markers.extend(n for n in info.terminals if n not in markers)
+        return markers
+
+    def free_safe_blocks_in_capture(self, context: Optional[list], stream: Any) -> None:
+        """``free_safe_blocks_in_capture``: free deferred blocks of this stream whose every free
+        marker is an ancestor of the stream's current terminals (so all later work follows them)."""
+        info = self._capture_info(stream)
+        if info is None or info.status != "active" or not info.terminals:
+            return
+        if info.capture_id not in self.graph_reuse_context:
+            for pool_id, accepts in reversed(self.captures_underway):
+                if accepts(stream):
+                    self.graph_reuse_context[info.capture_id] = {}
+                    self.mempool_to_capture_id[pool_id] = info.capture_id
+                    break
+            else:
+                raise RuntimeError("Could not find memory pool id for capture.")
+        visited = self.graph_reuse_context[info.capture_id].setdefault(stream.handle, set())
+        update_visited(info.terminals, visited)
+        for block, markers in list(self.deferred_blocks.items()):
+            if not markers or block.stream is not stream:
+                continue
+            if all(m in visited for m in markers):
+                block.stream_uses = set()      # the graph orders the uses; no events needed
+                self.free_block(block, context)
+                del self.deferred_blocks[block]
+
+    def _end_capture_reuse(self, pool_id: tuple) -> None:
+        """``endAllocateToPool``'s reuse half: the capture is over, so its deferred blocks
+        can be freed now (pre-capture uses still get events)."""
+        if not self.config.graph_capture_record_stream_reuse:
+            return
+        capture_id = self.mempool_to_capture_id.pop(pool_id, None)
+        self.graph_reuse_context.pop(capture_id, None)
+        pool = self.graph_pools.get(pool_id)
+        if pool is None or not self.deferred_blocks:
+            return
+        for block in [b for b in self.deferred_blocks if b.pool.owner_PrivatePool is pool]:
+            del self.deferred_blocks[block]
+            self.remove_cudagraph_stream_uses(block)
+            if block.stream_uses:
+                self.insert_events(block)
+                if block.event_count == 0:
+                    self.free_block(block)
+            else:
+                self.free_block(block)
+
+    # ---------------------------------------------------------------- snapshot
+    def _all_blocks(self, mempool_id: tuple = (0, 0)):
+        """``get_all_blocks``: free blocks of every pool and every active block (all mapped);
+        for a private pool's id, only that pool's segment heads (``get_private_pool_head_blocks``)."""
+        if mempool_id != (0, 0):
+            yield from self._private_pool_head_blocks(mempool_id)
+            return
+        yield from self.small_blocks
+        yield from self.large_blocks
+        yield from self._private_pool_blocks()
+        yield from self.active_blocks.values()
+
+    def segments(self, record: bool = True, mempool_id: tuple = (0, 0)) -> list[dict]:
+        """The ``segments`` list: one entry per segment (per contiguous mapped range if expandable).
+
+        Like PyTorch, taking a snapshot is itself a trace event (``snapshot``); pictures that
+        look at the allocator after every event pass ``record=False`` to leave history alone.
+        """
+        result = []
+        total_active = 0
+        for head in self._all_blocks(tuple(mempool_id)):
+            if head.prev is not None and head.prev.mapped:
+                continue
+            segment = {
+                "device": self.device.info.index, "address": head.ptr, "total_size": 0,
+                "allocated_size": 0, "active_size": 0, "requested_size": 0,
+                "stream": head.stream_key,
+                "segment_type": "small" if head.pool.is_small else "large",
+                "segment_pool_id": head.pool.owner_id,
+                "is_expandable": head.expandable_segment is not None,
+                "frames": list(head.segment_frames), "blocks": [],
+            }
+            block = head
+            while block is not None and block.mapped:
+                state = block_state(block)
+                segment["blocks"].append({"address": block.ptr, "size": block.size,
+                                          "requested_size": block.requested_size,
+                                          "state": state, "frames": list(block.frames)})
+                segment["total_size"] += block.size
+                if block.allocated:
+                    segment["allocated_size"] += block.size
+                if state != "inactive":
+                    segment["active_size"] += block.size
+                    segment["requested_size"] += block.requested_size
+                block = block.next
+            total_active += segment["active_size"]
+            result.append(segment)
+        result.sort(key=lambda s: s["address"])
+        if record:
+            self._record("snapshot", 0, total_active, 0)
+        return result
+
+    def snapshot(self) -> dict:
+        """The whole dict: segments, device_traces, allocator_settings, external_annotations."""
+        # NativeCachingAllocator::snapshot copies the trace (da->trace) before
+        # DeviceCachingAllocator::snapshot records its SNAPSHOT entry: that entry shows
+        # only in the next snapshot.
+        traces = [self.trace.dicts()]
+        segments = self.segments()
+        return {
+            "segments": segments,
+            "device_traces": traces,
+            "allocator_settings": self.config.settings_dict(),
+            "external_annotations": [],
+        }
+
+    # ------------------------------------------------------- caching switched off
+    # NativeCachingAllocator's bypass: PYTORCH_NO_CUDA_MEMORY_CACHING=1 or caching_allocator_enable(False).
+    def caching_allocator_enable(self, value: bool = True) -> None:
+        """``torch.cuda.memory.caching_allocator_enable``: switch the cache on or off."""
+        if not isinstance(value, bool):
+            raise TypeError(f"caching_allocator_enable expects True or False, got {value!r}")
+        self._enabled = value
+
+    def is_caching_enabled(self) -> bool:
+        """False when requests bypass the cache (``forceUncachedAllocator() || !isEnabled()``)."""
+        return self._enabled and not self.force_uncached
+
+    def raw_alloc(self, nbytes: int, stream: Any = None) -> int:
+        """``raw_alloc`` / ``raw_alloc_with_stream``: a bare device pointer (0 for 0 bytes)."""
+        return self.malloc(nbytes, stream).ptr
+
+    def raw_delete(self, ptr: int) -> None:
+        """``raw_delete``: give back a pointer from ``raw_alloc``.
+
+        PyTorch picks cudaFree or the cache by the mode *now*, so switching modes between
+        raw_alloc and raw_delete cudaFrees a cached block (or fails to find an uncached one).
+        Here the pointer says which it is: each goes back where it came from.
+        """
+        self.free(ptr)
+
+    def _uncached_malloc(self, nbytes: int, stream: Any) -> Allocation:
+        """``uncached_allocate``: cudaMalloc exactly ``nbytes``; no stats move.
+
+        Out of memory here is cudaMalloc's own error (``C10_CUDA_CHECK``), not the caching
+        allocator's OutOfMemoryError: there is no cache to empty and retry.
+        """
+        ptr = self.device.malloc(nbytes)
+        allocation = Allocation(ptr=ptr, size=nbytes, requested_size=nbytes, stream=stream,
+                                allocator=self, _block=None)
+        self._live[ptr] = allocation
+        return allocation
+
+    def _uncached_free(self, allocation: Allocation) -> Optional[bool]:
+        """``uncached_delete``: cudaFree at once (no stream ordering: the caller synchronizes)."""
+        self.device.free(allocation.ptr)
+        del self._live[allocation.ptr]
+        allocation.freed = True
+        return True
 
     # ---------------------------------------------------------------- helpers
     def _record(self, action: str, addr: int, size: int, stream_key: int,
@@ -776,6 +1286,14 @@ class CachingAllocator(ExpandableMixin, SnapshotMixin, UncachedMixin, PrivatePoo
         if getattr(pool, "allocator", None) is not self:
             raise ValueError("this MemPool belongs to another allocator; use it with that one")
         return use_mem_pool(pool)
+
+    def __repr__(self) -> str:
+        """One line for a notebook: the device, then what the cache holds."""
+        segments = self.segments(record=False)
+        free_blocks = sum(1 for s in segments for b in s["blocks"] if b["state"] == "inactive")
+        return (f"CachingAllocator({self.device.info.name}: {plural(len(segments), 'segment')}, "
+                f"{format_size(self.memory_reserved())} reserved, "
+                f"{format_size(self.memory_allocated())} allocated, {plural(free_blocks, 'free block')})")
 
     def live_allocations(self) -> list[Allocation]:
         """Everything handed out and not yet freed, in address order."""

@@ -1,7 +1,7 @@
 """Blocks and block pools: the caching allocator's two data structures.
 
 Mirrors ``Block`` and ``BlockPool`` of ``c10/cuda/CUDACachingAllocator.cpp``
-(spec section 2).
+(their comments and members, field for field).
 
 A *segment* is one piece of memory the allocator got from the driver
 (cudaMalloc, or a mapped range of an expandable segment).  A segment is cut
@@ -20,7 +20,13 @@ from typing import Any, Optional
 
 from sortedcontainers import SortedList
 
+from .oom import format_size
 from .stats import LARGE_POOL, SMALL_POOL
+
+
+def plural(n: int, word: str) -> str:
+    """'1 free block', '2 free blocks' (for the one-line reprs)."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 class Block:
@@ -36,7 +42,7 @@ class Block:
                  expandable_segment: Any = None, mapped: bool = True) -> None:
         self.ptr = ptr
         self.size = size
-        self.requested_size = 0        # new blocks start at 0; never reset on free (spec 2)
+        self.requested_size = 0        # new blocks start at 0; never reset on free (as in PyTorch)
         self.stream = stream           # the stream that owns it: free blocks are reused on it only
         self.stream_key = stream_key   # its raw handle, the first key of the pool's order
         self.pool = pool
@@ -58,6 +64,17 @@ class Block:
     def key(self) -> tuple:
         """Its position in the pool: ``BlockComparatorSize`` = (stream, size, address)."""
         return (self.stream_key, self.size, self.ptr, self)
+
+    def splice(self, before: Optional["Block"], after: Optional["Block"]) -> None:
+        """``Block::splice``: link this block in between ``before`` and ``after`` (either may be None)."""
+        if before is not None:
+            assert before.next is after, "splice: before and after are not neighbours"
+            before.next = self
+        self.prev = before
+        if after is not None:
+            assert after.prev is before, "splice: before and after are not neighbours"
+            after.prev = self
+        self.next = after
 
     def __repr__(self) -> str:
         state = "allocated" if self.allocated else ("free" if self.mapped else "unmapped")
@@ -83,10 +100,11 @@ class BlockPool:
     def insert_into_blocks(self, block: Block) -> None:
         """``BlockPool::insert_into_blocks``: stamp the GC clock, then insert."""
         block.gc_count_base = self.get_free_blocks_call_count
-        self.blocks.add((block.stream_key, block.size, block.ptr, block))     # block.key()
+        self.blocks.add(block.key())
 
     def remove(self, block: Block) -> None:
-        self.blocks.remove((block.stream_key, block.size, block.ptr, block))  # block.key()
+        """``blocks.erase(block)``."""
+        self.blocks.remove(block.key())
 
     def lower_bound(self, stream_key: int, size: int) -> int:
         """Index of the first free block with key >= (stream, size, 0)."""
@@ -110,7 +128,7 @@ class BlockPool:
 
     def index_of(self, block: Block) -> int:
         """Position of a free block in the pool order (for walking to its neighbours)."""
-        return self.blocks.index((block.stream_key, block.size, block.ptr, block))
+        return self.blocks.index(block.key())
 
     def block_at(self, index: int) -> Optional[Block]:
         return self.blocks[index][3] if index < len(self.blocks) else None
@@ -120,6 +138,13 @@ class BlockPool:
 
     def remove_unmapped(self, block: Block) -> None:
         self.unmapped.remove((block.stream_key, block.ptr, block))
+
+    def __repr__(self) -> str:
+        kind = "small" if self.is_small else "large"
+        owner = f", pool {self.owner_id}" if self.owner_PrivatePool is not None else ""
+        free = sum(entry[1] for entry in self.blocks)
+        return (f"BlockPool({kind}{owner}: {plural(len(self.blocks), 'free block')}, {format_size(free)} free, "
+                f"{plural(len(self.unmapped), 'unmapped range')})")
 
     def __iter__(self):
         """Free blocks in (stream, size, address) order."""

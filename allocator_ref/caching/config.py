@@ -2,7 +2,7 @@
 
 Mirrors ``c10::CachingAllocator::AcceleratorAllocatorConfig::parseArgs``
 (``c10/core/AllocatorConfig.cpp``) and ``CUDAAllocatorConfig::parseArgs``
-(``c10/cuda/CUDAAllocatorConfig.cpp``) of PyTorch 2.11; spec section 7.
+(``c10/cuda/CUDAAllocatorConfig.cpp``) of PyTorch 2.11.
 
 One difference from PyTorch, on the side of the learner: PyTorch keeps one
 process-wide config; here every allocator owns an :class:`AllocatorConfig`, so
@@ -287,7 +287,7 @@ class AllocatorConfig:
         return self.roundup_power2_divisions[min(index, kRoundUpPowerOfTwoIntervals - 1)]
 
     def settings_dict(self) -> dict:
-        """The ``allocator_settings`` entry of a snapshot (spec 9.1)."""
+        """The ``allocator_settings`` entry of a snapshot (``_snapshot()``)."""
         return {
             "PYTORCH_CUDA_ALLOC_CONF": self.last_settings,
             "max_split_size": -1 if self.max_split_size == SIZE_MAX else self.max_split_size,

@@ -1,8 +1,9 @@
 """Expandable segments: one growing virtual range per (stream, pool) instead of many cudaMallocs.
 
-Mirrors ``ExpandableSegment`` and the ``DeviceCachingAllocator`` functions
-``find_expandable_block``, ``map_block``, ``try_allocate_expandable_block``,
-``unmap_block`` and ``release_expandable_segment`` (spec section 8).
+Mirrors ``ExpandableSegment`` (see PyTorch's ``Note [Expandable Segments]``).  The
+``DeviceCachingAllocator`` functions that use it (``find_expandable_block``, ``map_block``,
+``try_allocate_expandable_block``, ``unmap_block``, ``release_expandable_segment``) are
+methods of ``CachingAllocator`` in allocator.py, as they are members of the allocator in PyTorch.
 
 The idea: reserve a virtual address range as big as 1.125x the whole GPU
 (``cuMemAddressReserve``, costs no memory), then back it with physical pages
@@ -37,6 +38,11 @@ class ExpandableSegment:
 
     def size(self) -> int:
         return self.page_size * self.max_handles
+
+    def __repr__(self) -> str:
+        mapped = sum(1 for h in self.handles if h is not None)
+        return (f"ExpandableSegment(ptr={self.ptr:#x}, {mapped} of {self.max_handles} pages of "
+                f"{self.page_size >> 20} MiB mapped, stream={self.stream.handle})")
 
     def map(self, ptr: int, size: int) -> int:
         """Map pages covering [ptr, ptr+size); returns the bytes mapped from ``ptr`` (0 = out of memory)."""
@@ -95,169 +101,12 @@ class ExpandableSegment:
         self.device.address_free(self.ptr, self.size())                  # cuMemAddressFree
 
 
-def _allocatable(block: Optional[Block]) -> bool:
+def allocatable(block: Optional[Block]) -> bool:
     return (block is not None and not block.allocated and block.event_count == 0
             and not block.stream_uses)
 
 
-def _expandable_size(block: Block) -> int:
+def expandable_size(block: Block) -> int:
     """Best fit counts the unmapped space right after a block as part of it."""
     nxt = block.next
     return block.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
-
-
-class ExpandableMixin:
-    """The caching allocator's expandable-segment functions (mixed into CachingAllocator)."""
-
-    def _expandable_active(self, block: Block) -> bool:
-        # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
-        return self.config.expandable_segments
-
-    def _pick_expandable_candidate(self, pool: BlockPool, index: int, block: Block, stream_key: int):
-        """The expandable part of ``get_free_block``."""
-        if self.config.expandable_segments:
-            # Prefer a block that is not the growable tail of a segment when it fits as well.
-            while block.expandable_segment is not None:
-                nxt = pool.block_at(index + 1)
-                if nxt is None or nxt.stream_key != stream_key or \
-                        not _expandable_size(nxt) < _expandable_size(block):
-                    break
-                index, block = index + 1, nxt
-            return index, block
-        # Expandable segments were switched off: only non-expandable blocks may be used.
-        while True:
-            index += 1
-            block = pool.block_at(index)
-            if block is None or block.stream_key != stream_key:
-                return index, None
-            if block.expandable_segment is None:
-                return index, block
-
-    def find_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Block:
-        """``find_expandable_block``: lowest address with ``size`` free-or-unmapped bytes, else a new segment."""
-        def has_room(block: Optional[Block]) -> bool:
-            room = 0
-            while room < size and _allocatable(block):
-                room += block.size
-                block = block.next
-            return room >= size
-
-        start = pool.unmapped.bisect_left((stream.handle, 0))
-        for entry in pool.unmapped[start:]:
-            if entry[0] != stream.handle:
-                break
-            candidate = entry[2]
-            if _allocatable(candidate.prev):
-                candidate = candidate.prev      # a free block just before the unmapped range can join it
-            if has_room(candidate):
-                return candidate
-        page = kSmallBuffer if pool.is_small else self.config.large_segment_size
-        segment = ExpandableSegment(self.device, stream, page)
-        self.expandable_segments_.append(segment)
-        candidate = Block(segment.ptr, segment.size(), stream, stream.handle, pool,
-                          expandable_segment=segment, mapped=False)
-        pool.add_unmapped(candidate)
-        return candidate
-
-    def map_block(self, to_map: Block, size: int) -> bool:
-        """``map_block``: back the front of an unmapped block with pages, merge with free neighbours."""
-        segment = to_map.expandable_segment
-        mapped = segment.map(to_map.ptr, size)
-        if mapped == 0:
-            return False
-        pool = to_map.pool
-        mapped_ptr = to_map.ptr          # merging below may move to_map.ptr back; the event uses this
-        pool.remove_unmapped(to_map)
-        to_map.mapped = True
-        if mapped < to_map.size:
-            rest = Block(to_map.ptr + mapped, to_map.size - mapped, to_map.stream,
-                         to_map.stream_key, pool, expandable_segment=segment, mapped=False)
-            rest.prev, rest.next = to_map, to_map.next
-            if to_map.next is not None:
-                to_map.next.prev = rest
-            to_map.next = rest
-            pool.add_unmapped(rest)
-            to_map.size = mapped
-        self.try_merge_blocks(to_map, to_map.prev, pool)
-        self.try_merge_blocks(to_map, to_map.next, pool)
-        pool.insert_into_blocks(to_map)
-        self.total_allocated_memory += mapped
-        self.stats.increase("reserved_bytes", self._pool_type(pool), mapped)
-        self.stats.num_device_alloc += 1
-        if to_map.prev is None and not to_map.segment_frames:
-            to_map.segment_frames = self._context or []
-        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, self._context, pool)
-        return True
-
-    def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Optional[Block]:
-        """``try_allocate_expandable_block``: map just enough pages for ``size`` (the rounded request)."""
-        segments_before = len(self.expandable_segments_)
-        candidate = self.find_expandable_block(stream, pool, size)
-        if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size)):
-            if len(self.expandable_segments_) > segments_before:
-                # PyTorch keeps the new, wholly unmapped reservation in pool->unmapped, and
-                # release_blocks never looks there: a request bigger than 1.125x the GPU leaks
-                # one per try.  Give back what this call reserved.
-                self.release_expandable_segment(candidate)
-            return None
-        while candidate.size < size:
-            # invariant: free -> unmapped -> ...; mapping the next range merges into it
-            nxt = candidate.next
-            if not self.map_block(nxt, min(size - candidate.size, nxt.size)):
-                return None
-            candidate = nxt
-        pool.remove(candidate)
-        return candidate
-
-    def unmap_block(self, block: Block) -> None:
-        """``unmap_block``: give a free block's whole pages back; partial pages stay mapped."""
-        start, unmapped = block.expandable_segment.unmap(block.ptr, block.size)
-        if unmapped == 0:
-            return
-        pool = block.pool
-        pool.remove(block)
-        before = start - block.ptr
-        if before > 0:                       # prev? -> before_free -> block
-            before_free = Block(block.ptr, before, block.stream, block.stream_key, pool,
-                                expandable_segment=block.expandable_segment)
-            before_free.prev, before_free.next = block.prev, block
-            if block.prev is not None:
-                block.prev.next = before_free
-            block.prev = before_free
-            pool.insert_into_blocks(before_free)
-        after = block.size - before - unmapped
-        if after > 0:                        # block -> after_free -> next?
-            after_free = Block(start + unmapped, after, block.stream, block.stream_key, pool,
-                               expandable_segment=block.expandable_segment)
-            after_free.prev, after_free.next = block, block.next
-            if block.next is not None:
-                block.next.prev = after_free
-            block.next = after_free
-            pool.insert_into_blocks(after_free)
-        block.ptr, block.size, block.mapped = start, unmapped, False
-        self.try_merge_blocks(block, block.prev, pool)
-        self.try_merge_blocks(block, block.next, pool)
-        pool.add_unmapped(block)
-        self.total_allocated_memory -= unmapped
-        self.stats.decrease("reserved_bytes", self._pool_type(pool), unmapped)
-        self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count (pools.py)
-        self.stats.num_device_free += 1
-        self._record("segment_unmap", start, unmapped, block.stream_key, self._context, pool)
-
-    def release_unmapped_segments(self) -> None:
-        """Give back every reservation with no page mapped (``close``: nothing may outlive it)."""
-        pools = [self.large_blocks, self.small_blocks]
-        for private in getattr(self, "graph_pools", {}).values():     # MemPools and graph pools
-            pools += [private.large_blocks, private.small_blocks]
-        for pool in pools:
-            for _key, _ptr, block in list(pool.unmapped):
-                if block.prev is None and block.next is None:
-                    self.release_expandable_segment(block)
-
-    def release_expandable_segment(self, block: Block) -> None:
-        """``release_expandable_segment``: the whole range is unmapped: free the reservation."""
-        segment = block.expandable_segment
-        assert block.size == segment.size() and not block.mapped, "block disagrees with segment"
-        self.expandable_segments_.remove(segment)
-        block.pool.remove_unmapped(block)
-        segment.release()

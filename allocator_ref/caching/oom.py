@@ -1,6 +1,6 @@
 """Out-of-memory: PyTorch's exception and the exact words of its message.
 
-Mirrors the end of ``DeviceCachingAllocator::malloc`` (spec section 3.7) and
+Mirrors the end of ``DeviceCachingAllocator::malloc`` and
 ``format_size`` of ``CUDACachingAllocator.cpp``.
 """
 from __future__ import annotations

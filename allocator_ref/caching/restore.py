@@ -31,7 +31,7 @@ def restore_segment(allocator, address: int, size: int, stream, live_blocks, sma
         private = allocator.graph_pools.get(tuple(pool_id)) or allocator.create_or_incref_pool(tuple(pool_id))
         private.cudaMalloc_count += 1
         pool = private.small_blocks if small else private.large_blocks
-    pool_type = allocator._pool_type(pool)
+    pool_type = pool.stat_type
     ptr = allocator.device.malloc(size)
     if ptr != address:
         allocator.device.free(ptr)
@@ -58,9 +58,7 @@ def restore_segment(allocator, address: int, size: int, stream, live_blocks, sma
     blocks, prev = [], None
     for b_addr, b_size, requested in pieces:
         block = Block(b_addr, b_size, stream, stream.handle, pool)
-        block.prev = prev
-        if prev is not None:
-            prev.next = block
+        block.splice(prev, None)
         blocks.append((block, requested))
         prev = block
 

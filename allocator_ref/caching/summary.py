@@ -1,6 +1,6 @@
 """``torch.cuda.memory_summary()``: the 75-column table, byte for byte.
 
-Mirrors ``memory_summary`` in ``torch/cuda/memory.py`` (spec section 6.4).
+Mirrors ``memory_summary`` in ``torch/cuda/memory.py`` (the 75-column table).
 """
 from __future__ import annotations
 

@@ -414,7 +414,7 @@ class CudaDevice:
         prop.type = drv.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         prop.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         prop.location.id = self.index
-        # Ask for an exportable handle so mem_export_fd works (peer-allocators.md §5.1).
+        # Ask for an exportable handle so mem_export_fd works (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR).
         prop.requestedHandleTypes = drv.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
         return prop
 

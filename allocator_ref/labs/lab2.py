@@ -7,7 +7,8 @@ against the rule, and on workloads, op by op, against the reference
 allocator (block sizes, segments, reserved and allocated bytes, cudaMalloc
 calls, the block layout, leaks, and PyTorch's stats/snapshot consistency).
 
-Signatures the learner writes (spec pytorch-allocator.md sections 1.2-1.3, 4.1, 4.5):
+Signatures the learner writes (PyTorch's ``round_size``, ``get_allocation_size``,
+``should_split`` and ``try_merge_blocks`` in CUDACachingAllocator.cpp):
 
     round_size(size, config) -> int
     get_allocation_size(size, config) -> int

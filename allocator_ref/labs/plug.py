@@ -177,19 +177,21 @@ def _method_hook(name: str) -> Callable:
     return plug
 
 
-# Decisions plugged method-style: fn(allocator, *the reference method's arguments).
+# Decisions plugged method-style: fn(allocator, *the reference method's arguments).  ``context``
+# is the caller's stack gathered at the top of malloc/free/empty_cache (None when history is
+# off), passed down as PyTorch passes its GatheredContext.
 METHOD_HOOKS = {
     "get_free_block": "get_free_block(allocator, p) -> bool (set p.block, take it out of p.pool)",
-    "alloc_block": "alloc_block(allocator, p, is_retry) -> bool",
-    "release_available_cached_blocks": "release_available_cached_blocks(allocator, p) -> bool",
-    "release_cached_blocks": "release_cached_blocks(allocator) -> bool",
-    "release_block": "release_block(allocator, block) -> None",
-    "garbage_collect_cached_blocks": "garbage_collect_cached_blocks(allocator) -> None",
-    "alloc_found_block": "alloc_found_block(allocator, p, orig_size, split) -> Block",
-    "free_block": "free_block(allocator, block) -> None",
+    "alloc_block": "alloc_block(allocator, p, is_retry, context) -> bool",
+    "release_available_cached_blocks": "release_available_cached_blocks(allocator, p, context) -> bool",
+    "release_cached_blocks": "release_cached_blocks(allocator, context, mempool_id=(0, 0)) -> bool",
+    "release_block": "release_block(allocator, block, context) -> None",
+    "garbage_collect_cached_blocks": "garbage_collect_cached_blocks(allocator, context) -> None",
+    "alloc_found_block": "alloc_found_block(allocator, p, orig_size, split, context) -> Block",
+    "free_block": "free_block(allocator, block, context) -> None",
     "insert_events": "insert_events(allocator, block) -> None",
-    "process_events": "process_events(allocator) -> None",
-    "synchronize_and_free_events": "synchronize_and_free_events(allocator) -> None",
+    "process_events": "process_events(allocator, context) -> None",
+    "synchronize_and_free_events": "synchronize_and_free_events(allocator, context, private_pool=None) -> None",
 }
 
 HOOKS: dict[str, Hook] = {

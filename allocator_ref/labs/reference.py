@@ -7,7 +7,7 @@ checks asked the patched class for the expected answer, a wrong solution would
 be compared with itself and pass.  So the checks take their reference from
 copies made here, once, when ``allocator_ref.labs`` is first imported (the first
 cell of every lab notebook): every method of :class:`CachingAllocator` and of
-its mixins is re-created with a frozen copy of its module's globals, so a later
+any base class is re-created with a frozen copy of its module's globals, so a later
 patch of the class *or* of a module-level function does not reach them.
 
 This is a guard against accidents, not a sandbox: code that means to cheat can

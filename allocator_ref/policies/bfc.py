@@ -40,7 +40,7 @@ from sortedcontainers import SortedList
 from allocator_ref.allocation import Allocation
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
-from .common import (MiB, DeferredFrees, EventGuard, PolicyAllocator, check_byte_option,
+from .common import (MiB, PolicyAllocator, check_byte_option,
                      check_size, format_size, OutOfMemoryError, parse_config, round_up, stat_keys)
 
 kMinAllocationBits = 8
@@ -99,7 +99,7 @@ class Chunk:
         self.stream_uses: list = []
 
 
-class BFCAllocator(DeferredFrees, PolicyAllocator):
+class BFCAllocator(PolicyAllocator):
     """Best-fit with coalescing over growing regions (TensorFlow's GPU allocator, XLA's and JAX's)."""
 
     ROUND = kMinAllocationSize
@@ -124,7 +124,6 @@ class BFCAllocator(DeferredFrees, PolicyAllocator):
         self.bins = [SortedList() for _ in range(kNumBins)]   # (size, ptr) of free chunks
         self._chunks: dict[int, Chunk] = {}      # ptr -> chunk (free and in use)
         self._next_allocation_id = 1
-        self._guard = EventGuard(device)
 
     @classmethod
     def jax_default(cls, device: Any, fraction: float = 0.75) -> "BFCAllocator":
@@ -319,7 +318,7 @@ class BFCAllocator(DeferredFrees, PolicyAllocator):
 
     # ------------------------------------------------------------------ streams and events
     def _free_after_events(self, record) -> None:
-        """Called by DeferredFrees when a deferred free's events completed."""
+        """The base's hook: PolicyAllocator.free calls it once no other stream uses the memory."""
         self._free_and_coalesce(record)
 
     def empty_cache(self) -> None:

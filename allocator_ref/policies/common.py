@@ -27,7 +27,7 @@ from allocator_ref.allocation import Allocation
 from allocator_ref.caching.oom import OutOfMemoryError, format_size  # noqa: F401 -- re-exported for the policies
 from allocator_ref.caching.stats import AGGREGATE, DeviceStats
 from allocator_ref.device.errors import CudaError, destroyed_stream_error
-from allocator_ref.trace.events import TraceEntry, TraceRecorder
+from allocator_ref.events import TraceEntry, TraceRecorder
 
 UINT64_MAX = 2**64 - 1
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -140,7 +140,7 @@ class _Deferred:
 
 class EventGuard:
     """Frees that wait for CUDA events: PyTorch's ``insert_events`` / ``process_events`` /
-    ``synchronize_and_free_events`` (spec section 5.3), for policies whose free is not
+    ``synchronize_and_free_events`` (DeviceCachingAllocator), for policies whose free is not
     stream-ordered (Direct, BFC).
 
     ``defer(item, streams)`` records one event on every stream that used the
@@ -193,14 +193,41 @@ class BlockRecord:
     stream_uses: list = field(default_factory=list)
 
 
-class DeferredFrees:
-    """record_stream for designs without PyTorch's per-block event queues (Direct, BFC).
+class PolicyAllocator:
+    """Shared half of every policy: validation, the live set, trace, stats, snapshot shell,
+    and frees that wait for other streams (``record_stream``).
 
-    A free whose memory another stream still uses waits in ``self._guard`` (an EventGuard)
-    until one event per using stream completed; then ``self._free_after_events(record)``
-    really frees it.  These are PyTorch's ``process_events`` / ``synchronize_and_free_events``.
+    A policy derived from this class sets ``STAT_KEYS`` (the ``memory_stats()`` keys it
+    fills) and implements these methods, documented where each policy defines them:
+
+    1. ``malloc(nbytes, stream) -> Allocation``
+    2. ``_free_after_events(record)``: really free a record once no stream uses it any
+       more.  The base's ``free`` calls it at once, or, when another stream used the
+       memory, once one event per using stream completed (``self._guard``, an
+       EventGuard: PyTorch's insert_events, with every event of one free kept together).
+    3. ``empty_cache()`` and ``close()``
+    4. ``_segments()`` for :meth:`snapshot`, where the policy has segments.
+
+    A policy whose free is stream-ordered by the driver (StreamOrderedAllocator) overrides
+    ``free``, ``record_stream`` and ``synchronize`` instead of implementing the hook.
     """
 
+    STAT_KEYS: tuple = ()
+    ROUND = 512
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.trace = TraceRecorder()
+        self.stats = DeviceStats()
+        self._live: dict[int, Allocation] = {}   # ptr -> Allocation handed out and not yet freed
+        self._closed = False
+        self._guard = EventGuard(device)         # frees waiting for other streams' events
+
+    def _free_after_events(self, record: Any) -> None:  # pragma: no cover - every policy overrides
+        """The hook: really free ``record`` (its memory is no longer used by any stream)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _free_after_events")
+
+    # ---- free, now or after the events of the streams that used the memory
     def free(self, allocation: Allocation) -> None:
         """The user is done: free now, or after the events of the streams that used it."""
         self._check_open("free")
@@ -245,24 +272,12 @@ class DeferredFrees:
         self.device.synchronize()
         self._process_events()
 
-
-class PolicyAllocator:
-    """Shared half of every policy: validation, the live set, trace, stats, snapshot shell.
-
-    Subclasses set ``STAT_KEYS`` (the ``memory_stats()`` keys they fill) and
-    implement ``malloc``, ``free``, ``empty_cache``, ``close`` and, where they
-    have segments, ``_segments()`` for :meth:`snapshot`.
-    """
-
-    STAT_KEYS: tuple = ()
-    ROUND = 512
-
-    def __init__(self, device: Any) -> None:
-        self.device = device
-        self.trace = TraceRecorder()
-        self.stats = DeviceStats()
-        self._live: dict[int, Allocation] = {}   # ptr -> Allocation handed out and not yet freed
-        self._closed = False
+    def __repr__(self) -> str:
+        """One line for a notebook: the policy, its device, what is live and what it holds."""
+        state = "closed" if self._closed else (
+            f"{len(self._live)} live, {format_size(self.memory_allocated())} allocated, "
+            f"{format_size(self.memory_reserved())} reserved")
+        return f"{type(self).__name__}({self.device.info.name}: {state})"
 
     # ---- what callers may read
     def live_allocations(self) -> list[Allocation]:

@@ -23,11 +23,11 @@ from allocator_ref.device.errors import CudaOutOfMemoryError
 
 from allocator_ref.caching.config import ONE_EXABYTE
 
-from .common import (BlockRecord, DeferredFrees, EventGuard, PolicyAllocator, check_size, format_size,
+from .common import (BlockRecord, PolicyAllocator, check_size, format_size,
                      OutOfMemoryError, parse_config, round_up, stat_keys)
 
 
-class DirectAllocator(DeferredFrees, PolicyAllocator):
+class DirectAllocator(PolicyAllocator):
     """cudaMalloc / cudaFree on every request (the baseline with no cache)."""
 
     ROUND = 512   # cudaMalloc's guaranteed alignment; nothing else is rounded
@@ -39,7 +39,6 @@ class DirectAllocator(DeferredFrees, PolicyAllocator):
     def __init__(self, device: Any, config: Any = None) -> None:
         super().__init__(device)
         self.options = parse_config(config, {})     # no options: the baseline has no knobs
-        self._guard = EventGuard(device)            # frees waiting for record_stream events
 
     # ------------------------------------------------------------------ malloc
     def malloc(self, nbytes: int, stream: Optional[Any] = None) -> Allocation:
@@ -74,7 +73,7 @@ class DirectAllocator(DeferredFrees, PolicyAllocator):
         return ptr
 
     def _raise_oom(self, rounded: int, stream: Any) -> None:
-        """PyTorch's native message (spec 3.7), with this allocator's figures."""
+        """PyTorch's native message (the end of ``DeviceCachingAllocator::malloc``), with this allocator's figures."""
         self._trace_oom(rounded, stream)
         free, total = self.device.mem_get_info()
         allocated = self.memory_allocated()
@@ -98,7 +97,7 @@ class DirectAllocator(DeferredFrees, PolicyAllocator):
 
     # ------------------------------------------------------------------ streams and events
     def _free_after_events(self, record) -> None:
-        """Called by DeferredFrees when a deferred free's events completed."""
+        """The base's hook: PolicyAllocator.free calls it once no other stream uses the memory."""
         self._release(record)
 
     def empty_cache(self) -> None:

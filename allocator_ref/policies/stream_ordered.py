@@ -1,6 +1,6 @@
 """The stream-ordered pool: a Python model of ``cudaMallocAsync`` / ``cudaFreeAsync``.
 
-What CUDA does (spec ``peer-allocators.md`` section 4): each device has one
+What CUDA does (the CUDA Programming Guide's stream-ordered allocator chapter): each device has one
 memory pool.  ``cudaMallocAsync(size, stream)`` carves memory out of it,
 ``cudaFreeAsync(ptr, stream)`` gives it back *in stream order*: the memory
 is free once the stream reaches the free, not when the host calls it.  So
@@ -36,7 +36,7 @@ graph).  On a real GPU (``device.simulated`` False) the same class calls the
 real ``cudaMallocAsync`` / ``cudaFreeAsync`` and keeps the same statistics.
 
 PyTorch's ``backend:cudaMallocAsync`` (``c10/cuda/CUDAMallocAsyncAllocator.cpp``,
-spec ``pytorch-allocator.md`` section 10) is mirrored for what a user sees:
+``c10/cuda/CUDAMallocAsyncAllocator.cpp``) is mirrored for what a user sees:
 ``memory_stats()`` with every key of ``DeviceStats`` but only six of them
 filled (the rest read 0, as ``getDeviceStats`` leaves them), ``record_stream``
 through a unifying stream, the memory-fraction check and the OOM message.
@@ -324,7 +324,7 @@ class StreamOrderedAllocator(PolicyAllocator):
             return None
 
     def _raise_oom(self, size: int, rounded: int, stream: Any) -> None:
-        """The cudaMallocAsync backend's message (spec pytorch-allocator 3.7), with this pool's figures."""
+        """The cudaMallocAsync backend's message (``CUDAMallocAsyncAllocator.cpp``'s mallocAsync), with this pool's figures."""
         self._trace_oom(rounded, stream)
         free, total = self.device.mem_get_info()
         raise OutOfMemoryError(

@@ -1,6 +1,6 @@
 """Traces, snapshots and replay.
 
-events.py    the event vocabulary every allocator reports (TraceEntry, TraceRecorder)
+(the event vocabulary, TraceEntry and TraceRecorder, is allocator_ref/events.py: caching/ records it)
 snapshot.py  safe loading and saving of torch memory snapshots (file checks, size limit)
 safe_pickle.py  the pickle's opcodes checked before anything is built (no code, bounded shape)
 validate.py  every field of a snapshot checked, one clear line saying where it is wrong
@@ -12,7 +12,7 @@ replay_device.py  the simulated GPU a --verify replay runs on (follows the trace
 replay_report.py  what a replay reports
 record_torch.py   a real PyTorch model's allocations, recorded on the CPU
 """
-from .events import ACTIONS, TraceEntry, TraceRecorder
+from ..events import ACTIONS, TraceEntry, TraceRecorder
 from .snapshot import SnapshotError, load_snapshot, loads_snapshot, save_snapshot
 from .rmm_csv import read_rmm_log
 

@@ -89,8 +89,10 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
             continue
         finals = [s for s in snapshot["segments"] if s.get("device", 0) == index]
         try:
-            devices.append(_DeviceReplayer(index, events, finals, config, policy, verify, profile,
-                                           allocator_factory, progress, device_memory).run())
+            devices.append(_DeviceReplayer(index=index, events=events, finals=finals, config=config,
+                                           policy=policy, verify=verify, profile=profile,
+                                           factory=allocator_factory, progress=progress,
+                                           device_memory=device_memory).run())
         except SnapshotError as exc:
             raise SnapshotError(f"{source}: {exc}") from None
     return ReplayResult(source, policy, config, verify, devices)
@@ -118,8 +120,9 @@ def make_allocator(policy: str, device, config: str):
 class _DeviceReplayer:
     """Replays one device's trace."""
 
-    def __init__(self, index, events, finals, config, policy, verify, profile, factory, progress,
-                 device_memory=None):
+    def __init__(self, *, index: int, events: list, finals: list, config: str, policy: str = "caching",
+                 verify: bool, profile: str, factory: Optional[Callable] = None,
+                 progress: Optional[bool] = None, device_memory: Optional[int] = None):
         self.index, self.events, self.finals = index, events, finals
         self.verify, self.policy = verify, policy
         self.device = ReplayDevice(profile, index=index) if verify else SimDevice(profile, index=index)
@@ -324,37 +327,44 @@ class _DeviceReplayer:
             self._bar.update(self.pos - before)
 
     def _step(self) -> None:
-        """Advance through the trace by one comparison or one user call."""
-        events, n, pos = self.events, len(self.events), self.pos
-        e = events[pos]
-        action = e["action"]
+        """Advance through the trace by one comparison or one user call: the three cases."""
+        e = self.events[self.pos]
         if self.verify and self.produced:
-            self._compare(pos, self._take_produced(e))
-            self.pos += 1
-            return
-        if action == "free_requested":
-            deferred = not (pos + 1 < n and events[pos + 1]["action"] == "free_completed"
-                            and events[pos + 1]["addr"] == e["addr"])
-            if not deferred and self.verify and self._completion_unclear(pos):
-                deferred = not self._free_reproduces(pos, deferred=False)
-            known = self._free(e["addr"], deferred=deferred and self.verify)
-            self._sample()
-            if self.verify and not known:
-                # A free of something the trace never allocated and the rebuild did not find:
-                # nothing of ours to free, so nothing will be produced to compare with.
-                self._diverge(pos, None)
-                self.pos += 1 if deferred else 2
-            elif not self.verify:
-                self.pos += 1
-            return
-        if not self.verify:
-            if action == "alloc":
-                self._malloc(pos)
+            self._step_compare(e)            # an event our allocator produced, against the trace's
+        elif e["action"] == "free_requested":
+            self._step_user_free(e)          # the user's free
+        elif not self.verify:
+            if e["action"] == "alloc":       # without verify, only the user's mallocs are replayed
+                self._malloc(self.pos)
                 self._sample()
             self.pos += 1
-            return
-        # Verify mode, and nothing of ours is waiting to be compared: the events from here
-        # on were caused by the user's next call.  Which one?
+        else:
+            self._step_user_call(e)          # the user's malloc or empty_cache, inferred
+
+    def _step_compare(self, e: dict) -> None:
+        self._compare(self.pos, self._take_produced(e))
+        self.pos += 1
+
+    def _step_user_free(self, e: dict) -> None:
+        events, n, pos = self.events, len(self.events), self.pos
+        deferred = not (pos + 1 < n and events[pos + 1]["action"] == "free_completed"
+                        and events[pos + 1]["addr"] == e["addr"])
+        if not deferred and self.verify and self._completion_unclear(pos):
+            deferred = not self._free_reproduces(pos, deferred=False)
+        known = self._free(e["addr"], deferred=deferred and self.verify)
+        self._sample()
+        if self.verify and not known:
+            # A free of something the trace never allocated and the rebuild did not find:
+            # nothing of ours to free, so nothing will be produced to compare with.
+            self._diverge(pos, None)
+            self.pos += 1 if deferred else 2
+        elif not self.verify:
+            self.pos += 1
+
+    def _step_user_call(self, e: dict) -> None:
+        """Verify mode, nothing of ours waiting to be compared: the events from here on were
+        caused by the user's next call.  Which one?"""
+        pos = self.pos
         end = self._user_empty_cache_end(pos)
         if end >= 0:                         # torch.cuda.empty_cache() (or a release without a malloc)
             try:
@@ -381,9 +391,10 @@ class _DeviceReplayer:
             return
         if self._complete_leading_frees(pos):
             return                           # deferred frees completing with no malloc after them
-        self._diverge(pos, None) if action not in ("oom", "snapshot") else None
+        if e["action"] not in ("oom", "snapshot"):
+            self._diverge(pos, None)
         # Nothing we can cause: skip it (a whole run of completions nobody waited for at once).
-        self.pos = self.lookup.completed_end[pos] if action == "free_completed" else pos + 1
+        self.pos = self.lookup.completed_end[pos] if e["action"] == "free_completed" else pos + 1
 
     # A malloc's group of events can be read more than one way when deferred frees complete
     # in it: by the malloc's own process_events (they were ready), or by the
@@ -411,15 +422,21 @@ class _DeviceReplayer:
         return default
 
     def _reading_reproduces(self, pos: int, j: int, reading: str) -> bool:
+        def try_reading(clone: "_DeviceReplayer") -> None:
+            clone._replay_malloc(pos, j, reading)
+            clone._run_until(j + 1)
+        return self._trial(try_reading)
+
+    def _trial(self, attempt: Callable[["_DeviceReplayer"], None]) -> bool:
+        """Run ``attempt`` on a copy of this replayer: did it reproduce the trace exactly?"""
         clone = self._clone()
         clone._in_trial = True
         clone.result.first_divergence = None
         try:
-            clone._replay_malloc(pos, j, reading)
-            clone._run_until(j + 1)
+            attempt(clone)
         except CudaError:
             return False                     # this reading asks the device for the impossible
-        # Every event the reading made must be one the trace shows, and nothing left over.
+        # Every event the attempt made must be one the trace shows, and nothing left over.
         return clone.result.first_divergence is None and not clone.produced
 
     def _clone(self) -> "_DeviceReplayer":
@@ -452,15 +469,10 @@ class _DeviceReplayer:
         return any(g["action"] in RELEASES + ("oom",) for g in self.events[pos + 2:j + 1])
 
     def _free_reproduces(self, pos: int, deferred: bool) -> bool:
-        clone = self._clone()
-        clone._in_trial = True
-        clone.result.first_divergence = None
-        try:
+        def try_free(clone: "_DeviceReplayer") -> None:
             clone._free(self.events[pos]["addr"], deferred=deferred)
             clone._run_until(self._next_malloc(pos + 2) + 1)
-        except CudaError:
-            return False
-        return clone.result.first_divergence is None and not clone.produced
+        return self._trial(try_free)
 
     def _replay_malloc(self, pos: int, j: int, reading: str) -> None:
         if reading == "empty_cache":
@@ -542,13 +554,13 @@ class _DeviceReplayer:
         action = e["action"]
         if action == "segment_alloc" or action == "segment_map":
             self.result.segment_allocs_expected += 1
-        elif action in ("segment_free", "segment_unmap"):
+        elif action in RELEASES:
             self.result.segment_frees_expected += 1
         elif action == "oom":
             self.result.ooms_expected += 1
         if got.action in ("segment_alloc", "segment_map"):
             self.result.segment_allocs_made += 1
-        elif got.action in ("segment_free", "segment_unmap"):
+        elif got.action in RELEASES:
             self.result.segment_frees_made += 1
         if not _same_event(e, got):
             self._diverge(pos, got)
@@ -655,8 +667,9 @@ class TraceStepper:
         if device is None or device >= len(traces) or not traces[device]:
             raise ValueError(f"the snapshot has no trace events for device {device!r}")
         finals = [s for s in data["segments"] if s.get("device", 0) == device]
-        self._replayer = _DeviceReplayer(device, traces[device], finals, _config_text(data), "caching",
-                                         True, profile, None, False)
+        self._replayer = _DeviceReplayer(index=device, events=traces[device], finals=finals,
+                                         config=_config_text(data), verify=True, profile=profile,
+                                         progress=False)
         self._replayer._restore_start()
         self.events = traces[device]
 

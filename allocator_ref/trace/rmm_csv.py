@@ -11,7 +11,7 @@ import csv
 import io
 from pathlib import Path
 
-from .events import TraceEntry
+from ..events import TraceEntry
 from .snapshot import max_snapshot_bytes, read_regular_file
 
 REQUIRED = ("Action", "Pointer", "Size", "Stream")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .events import ACTIONS
+from ..events import ACTIONS
 
 ADDRESS_LIMIT = 2**64            # CUDA device pointers are 64-bit
 SIZE_LIMIT = 2**60               # 1 EiB: far beyond any GPU, and round_size cannot overflow below it

@@ -1,6 +1,6 @@
 """IPC on the simulated device: sharing device memory with another OS process.
 
-Legacy CUDA IPC (peer-allocators.md §5.2), for cudaMalloc memory:
+Legacy CUDA IPC (cudaIpcGetMemHandle / cudaIpcOpenMemHandle), for cudaMalloc memory:
 
 * ``ipc_get_mem_handle(base)`` (cudaIpcGetMemHandle) -> 64 bytes naming the
   whole allocation.  The pointer must be an allocation *base*.  On the first

@@ -17,7 +17,7 @@ policy is the full design; this is what the *driver* does underneath):
 * The release threshold (cudaMemPoolAttrReleaseThreshold) defaults to 0, as
   in CUDA: at every synchronize the pool hands free blocks back until it holds
   no more than the threshold -- which is why a naive alloc/free/sync loop
-  pays the cudaMalloc price every time (Cytnx PR #850, peer-allocators.md §6).
+  pays the cudaMalloc price every time (Cytnx PR #850).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """CUDA virtual memory management on the simulated device: the "three steps".
 
-Four separate objects, as in CUDA (peer-allocators.md §5.1):
+Four separate objects, as in CUDA (the Driver API's virtual memory management, cuMem*):
 
 1. a **virtual range**   -- ``address_reserve`` (cuMemAddressReserve): addresses only, no memory;
 2. a **physical handle** -- ``mem_create`` (cuMemCreate): memory, counted against capacity, no address;

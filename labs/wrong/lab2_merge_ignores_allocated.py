@@ -1,0 +1,24 @@
+"""Merges a neighbour that is still allocated: free_block asks try_merge_blocks about both
+neighbours as they are (PyTorch's loop has no check of its own), so the guard is the learner's."""
+EXERCISE = "lab2.merge"
+EXPECTED_REASON = "that is still allocated"
+
+
+def SUBMISSION(dst, src, pool):
+    if src is None or src.event_count > 0 or src.stream_uses or src.mapped != dst.mapped:
+        return 0
+    if src.mapped:
+        pool.remove(src)
+    else:
+        pool.remove_unmapped(src)
+    if dst.prev is src:
+        dst.ptr = src.ptr
+        dst.prev = src.prev
+        if dst.prev is not None:
+            dst.prev.next = dst
+    else:
+        dst.next = src.next
+        if dst.next is not None:
+            dst.next.prev = dst
+    dst.size += src.size
+    return src.size

@@ -1,0 +1,63 @@
+"""Imports run down the layers, never back up between folders.
+
+``caching/`` records trace events, so the event vocabulary (``allocator_ref/events.py``) sits
+below it; ``trace/`` replays on ``caching/`` and may import it, never the other way round.
+Read from the source with ``ast`` (nothing is imported to check)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "allocator_ref"
+
+# lower number = lower layer; a module may import from its own unit or a lower one
+LAYERS = {"settings": 0, "device": 1, "allocation": 2, "events": 2, "vmm": 2, "caching": 3,
+          "policies": 4, "sharing": 4, "trace": 5, "viz": 6, "memory_doctor": 7, "labs": 8,
+          "integrations": 8, "__main__": 9}
+# The one deliberate exception: make_allocator picks the cudaMallocAsync backend lazily, as
+# PyTorch's allocator selection does (caching/backend.py imports it inside the function).
+ALLOWED = {("caching/backend.py", "policies")}
+
+
+def _unit(dotted: str) -> str:
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _imports(path: Path):
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    package = list(rel.parts[:-1]) if rel.name != "__init__" else list(rel.parts[:-1])
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                yield f"{target}.{alias.name}" if target == "allocator_ref" else target
+        elif isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+
+
+def test_no_import_runs_back_up_between_folders():
+    upward = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts == ("__init__.py",):
+            continue                     # the package's front door re-exports every layer
+        here = rel.parts[0].removesuffix(".py")
+        for target in _imports(path):
+            if not target.startswith("allocator_ref."):
+                continue
+            there = _unit(target)
+            if there == here or (rel.as_posix(), there) in ALLOWED or there not in LAYERS:
+                continue
+            if LAYERS[there] > LAYERS[here]:
+                upward.append(f"{rel.as_posix()} imports {target} ({here} -> {there})")
+    assert not upward, "imports that run back up:\n" + "\n".join(upward)
+
+
+def test_caching_records_events_from_below_it():
+    source = (ROOT / "caching" / "allocator.py").read_text(encoding="utf-8")
+    assert "from ..events import" in source and "..trace" not in source
