@@ -17,6 +17,7 @@ The file is TOML with one table::
     profile = "t4-16gb"       # a simulated GPU: h100-80gb, h200-141gb, t4-16gb, tiny-1gb
     lab_seed = "user"         # "user" (derived from each learner's user name) or a whole number
     traces = "/srv/traces"    # where the real snapshots are (see the traces command)
+    max_snapshot_mb = 512     # the snapshot loader's size cap (allocator_ref/trace/snapshot.py)
 
 An unknown key or a value of the wrong kind is an error that names the file,
 the key and what it may be: a workshop should not discover a typo halfway in.
