@@ -60,6 +60,7 @@ BLOCK_TWINS = {
     (Block, "splice"): {"alloc_found_block", "map_block", "unmap_block"},
     (Block, "is_split"): {"free_block", "release_blocks", "release_block", "garbage_collect_cached_blocks"},
     (BlockPool, "insert_into_blocks"): {"free_block", "alloc_found_block", "map_block", "unmap_block"},
+    (BlockPool, "erase"): {"get_free_block"},          # pool.blocks.erase(it), at lower_bound's position
 }
 # What a user calls: the entry points, not twins called from inside the allocator.
 PUBLIC = {"malloc", "free", "empty_cache", "close", "record_stream", "snapshot", "memory_stats",

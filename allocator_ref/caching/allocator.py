@@ -209,8 +209,7 @@ class CachingAllocator:
         # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
         split = self.should_split(params.block, size, params.expandable)
         block = self.alloc_found_block(params, nbytes, split, context)
-        allocation = Allocation(ptr=block.ptr, size=block.size, requested_size=nbytes,
-                                stream=stream, allocator=self, _block=block)
+        allocation = Allocation(block.ptr, block.size, nbytes, stream, self, block)
         self._live[block.ptr] = allocation
         return allocation
 
@@ -225,11 +224,13 @@ class CachingAllocator:
     def get_pool(self, size: int, stream: Any = None) -> BlockPool:
         """``get_pool``: a private pool if a capture / MemPool context takes this request,
         else rounded sizes up to 1 MiB use the small pool."""
-        # The newest captures_underway entry whose filter accepts this stream wins (contexts nest).
-        for pool_id, accepts in reversed(self.captures_underway):
-            if accepts(stream):
-                private = self.graph_pools[pool_id]
-                return private.small_blocks if size <= kSmallSize else private.large_blocks
+        # captures_underway is usually empty, so it is checked before walking it (as PyTorch does).
+        # The newest entry whose filter accepts this stream wins (contexts nest).
+        if self.captures_underway:
+            for pool_id, accepts in reversed(self.captures_underway):
+                if accepts(stream):
+                    private = self.graph_pools[pool_id]
+                    return private.small_blocks if size <= kSmallSize else private.large_blocks
         return self.small_blocks if size <= kSmallSize else self.large_blocks
 
     def get_free_block(self, p: AllocParams) -> bool:
@@ -237,20 +238,22 @@ class CachingAllocator:
         pool = p.pool
         if self._gc_enabled():
             pool.get_free_blocks_call_count += 1      # the GC clock ticks on every search
-        block = self._find_free_block(pool, p.stream_key, p.size)
-        if block is None:
+        it = self._find_free_block(pool, p.stream_key, p.size)
+        if it is None:
             return False
-        pool.remove(block)
-        p.block = block
+        p.block = pool.at(it)
+        pool.erase(it)
         return True
 
-    def _find_free_block(self, pool: BlockPool, stream_key: int, size: int) -> Optional[Block]:
-        """The block ``get_free_block`` would take, without taking it."""
-        block = pool.best_fit(stream_key, size)
+    def _find_free_block(self, pool: BlockPool, stream_key: int, size: int) -> Optional[tuple]:
+        """Where the block ``get_free_block`` would take sits in the pool (None: nothing fits)."""
+        it = pool.lower_bound(stream_key, size)
+        block = pool.at(it)
         if block is None or block.stream_key != stream_key:
             return None
         if block.expandable_segment is not None:
-            _, block = self._pick_expandable_candidate(pool, pool.index_of(block), block, stream_key)
+            it = self._pick_expandable_candidate(pool, it, stream_key)
+            block = pool.at(it)
             if block is None:
                 return None
         max_split = self.config.max_split_size
@@ -260,7 +263,7 @@ class CachingAllocator:
         # ... and an oversize request may take a cached block only a little bigger than it.
         if size >= max_split and block.size >= size + self.config.max_non_split_rounding_size:
             return None
-        return block
+        return it
 
     def can_serve_from_cache(self, nbytes: int, stream: Any = None) -> bool:
         """Would ``malloc(nbytes, stream)`` find a cached block right now?  Changes nothing."""
@@ -326,9 +329,9 @@ class CachingAllocator:
         self._count_pool_segment(p.pool, +1)
         self.total_allocated_memory += size
         p.block = Block(ptr, size, p.stream, p.stream_key, p.pool)
-        pool_type = p.pool.stat_type
-        self.stats.increase("segment", pool_type, 1)
-        self.stats.increase("reserved_bytes", pool_type, size)
+        stat_types = p.pool.stat_types
+        self.stats.increase("segment", stat_types, 1)
+        self.stats.increase("reserved_bytes", stat_types, size)
         if size >= self.config.max_split_size:
             # PyTorch re-reads max_split_size at release (release_block), so a threshold
             # changed mid-run drives the stat negative; remember what was counted instead.
@@ -352,7 +355,7 @@ class CachingAllocator:
             return False
         pool = p.pool
         key_size = max(p.size, max_split)
-        index = pool.lower_bound(p.stream_key, key_size)
+        index = pool.lower_bound_index(p.stream_key, key_size)
         block = pool.block_at(index)
         if block is not None and block.stream_key == p.stream_key and block.expandable_segment is None:
             self.release_block(block, context)
@@ -422,9 +425,9 @@ class CachingAllocator:
         self.cuda_free(block.ptr, block.pool)                 # or the pool's custom allocator
         self.total_allocated_memory -= block.size
         self._count_pool_segment(block.pool, -1)
-        pool_type = block.pool.stat_type
-        self.stats.decrease("segment", pool_type, 1)
-        self.stats.decrease("reserved_bytes", pool_type, block.size)
+        stat_types = block.pool.stat_types
+        self.stats.decrease("segment", stat_types, 1)
+        self.stats.decrease("reserved_bytes", stat_types, block.size)
         if block.ptr in self._oversize_segments:      # counted when it was allocated (see alloc_block)
             self._oversize_segments.discard(block.ptr)
             self.stats.oversize_segments.decrease(1)
@@ -443,7 +446,7 @@ class CachingAllocator:
                           context: Optional[list] = None) -> Block:
         """``alloc_found_block``: split if asked, mark allocated, count it, trace it."""
         block, size, pool = p.block, p.size, p.pool
-        pool_type = pool.stat_type
+        stat_types = pool.stat_types
         in_expandable = block.expandable_segment is not None
         already_split = block.is_split()
         if split:
@@ -455,22 +458,26 @@ class CachingAllocator:
             remaining.ptr += size
             remaining.size -= size
             pool.insert_into_blocks(remaining)
-            if not in_expandable:
-                if already_split:
-                    self.stats.decrease("inactive_split_bytes", pool_type, block.size)
-                else:
-                    self.stats.increase("inactive_split_bytes", pool_type, remaining.size)
-                    self.stats.increase("inactive_split", pool_type, 1)
+            if already_split and not in_expandable:
+                # An already-split inactive block is being shrunk by size bytes.
+                self.stats.decrease("inactive_split_bytes", stat_types, block.size)
+            elif not in_expandable:
+                # A new split inactive block is being created from a previously unsplit block.
+                for stat_type in stat_types:      # for_each_selected_stat_type
+                    self.stats.inactive_split_bytes[stat_type].increase(remaining.size)
+                    self.stats.inactive_split[stat_type].increase(1)
         elif already_split and not in_expandable:
-            self.stats.decrease("inactive_split_bytes", pool_type, block.size)
-            self.stats.decrease("inactive_split", pool_type, 1)
+            # An already-split block is becoming active.
+            for stat_type in stat_types:      # for_each_selected_stat_type
+                self.stats.inactive_split_bytes[stat_type].decrease(block.size)
+                self.stats.inactive_split[stat_type].decrease(1)
         block.allocated = True
         block.requested_size = orig_size
         block.frames = context or []       # context_when_allocated
         self.active_blocks[block.ptr] = block
         if self.trace.active:
             self._record("alloc", block.ptr, orig_size, block.stream_key, context, pool)
-        self.stats.on_alloc_found_block(pool_type, block.size, orig_size)
+        self.stats.on_alloc_found_block(stat_types, block.size, orig_size)
         if block.size >= self.config.max_split_size:
             self._oversize_blocks.add(block.ptr)       # decreased by what was counted (see _free)
             self.stats.oversize_allocations.increase(1)
@@ -487,8 +494,8 @@ class CachingAllocator:
         stats = self.stats
         message = oom_message(
             device_index=self.device.info.index, alloc_size=p.alloc_size, total=total, free=free,
-            allocated=stats["allocated_bytes"][AGGREGATE].current,
-            reserved=stats["reserved_bytes"][AGGREGATE].current,
+            allocated=stats.allocated_bytes[AGGREGATE].current,
+            reserved=stats.reserved_bytes[AGGREGATE].current,
             allowed=self.allowed_memory_maximum,
             process_in_use=(total - free) if self.device.info.simulated else None,
             private_pools=self.allocated_in_private_pools())
@@ -509,7 +516,7 @@ class CachingAllocator:
         context = self._gather_context(("all",)) if self.trace.enabled is not None else None
         del self._live[block.ptr]
         block.allocated = False
-        self.stats.on_free(block.pool.stat_type, block.size)
+        self.stats.on_free(block.pool.stat_types, block.size)
         if self.trace.active:
             self._record("free_requested", block.ptr, block.requested_size, block.stream_key,
                          context or block.frames, block.pool)
@@ -546,17 +553,9 @@ class CachingAllocator:
         if block.is_split():
             net_blocks += 1
             net_bytes += block.size
-        pool_type = pool.stat_type
-        if block.expandable_segment is None and (net_blocks or net_bytes):
-            self._apply_net("inactive_split", pool_type, net_blocks)
-            self._apply_net("inactive_split_bytes", pool_type, net_bytes)
-        self.stats.on_free_block(pool_type, original_size, requested)
-
-    def _apply_net(self, name: str, pool_type: int, change: int) -> None:
-        if change > 0:
-            self.stats.increase(name, pool_type, change)
-        elif change < 0:
-            self.stats.decrease(name, pool_type, -change)
+        if block.expandable_segment is not None:
+            net_blocks = net_bytes = 0       # expandable blocks stay out of inactive_split (as in 2.11)
+        self.stats.on_free_block(pool.stat_types, original_size, requested, net_blocks, net_bytes)
 
     def try_merge_blocks(self, dst: Block, src: Optional[Block], pool: BlockPool) -> int:
         """``try_merge_blocks``: absorb a free neighbour; returns the bytes absorbed (0 if none)."""
@@ -586,25 +585,27 @@ class CachingAllocator:
     # ExpandableSegment (expandable.py) maps and unmaps its pages, these functions keep the
     # blocks, pools and stats in step with it.
 
-    def _pick_expandable_candidate(self, pool: BlockPool, index: int, block: Block, stream_key: int):
-        """The expandable part of ``get_free_block``."""
+    def _pick_expandable_candidate(self, pool: BlockPool, it: tuple, stream_key: int) -> Optional[tuple]:
+        """The expandable part of ``get_free_block``: where to take from, starting at ``it``."""
+        block = pool.at(it)
         if self.config.expandable_segments:
             # Prefer a block that is not the growable tail of a segment when it fits as well.
             while block.expandable_segment is not None:
-                nxt = pool.block_at(index + 1)
+                nxt_it = pool.next_position(it)
+                nxt = pool.at(nxt_it)
                 if nxt is None or nxt.stream_key != stream_key or \
                         not expandable_size(nxt) < expandable_size(block):
                     break
-                index, block = index + 1, nxt
-            return index, block
+                it, block = nxt_it, nxt
+            return it
         # Expandable segments were switched off: only non-expandable blocks may be used.
         while True:
-            index += 1
-            block = pool.block_at(index)
+            it = pool.next_position(it)
+            block = pool.at(it)
             if block is None or block.stream_key != stream_key:
-                return index, None
+                return None
             if block.expandable_segment is None:
-                return index, block
+                return it
 
     def find_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Block:
         """``find_expandable_block``: lowest address with ``size`` free-or-unmapped bytes, else a new segment."""
@@ -652,7 +653,7 @@ class CachingAllocator:
         self.try_merge_blocks(to_map, to_map.next, pool)
         pool.insert_into_blocks(to_map)
         self.total_allocated_memory += mapped
-        self.stats.increase("reserved_bytes", pool.stat_type, mapped)
+        self.stats.increase("reserved_bytes", pool.stat_types, mapped)
         self.stats.num_device_alloc += 1
         if to_map.prev is None and not to_map.segment_frames:
             to_map.segment_frames = context or []
@@ -704,7 +705,7 @@ class CachingAllocator:
         self.try_merge_blocks(block, block.next, pool)
         pool.add_unmapped(block)
         self.total_allocated_memory -= unmapped
-        self.stats.decrease("reserved_bytes", pool.stat_type, unmapped)
+        self.stats.decrease("reserved_bytes", pool.stat_types, unmapped)
         self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count
         self.stats.num_device_free += 1
         self._record("segment_unmap", start, unmapped, block.stream_key, context, pool)
@@ -819,16 +820,16 @@ class CachingAllocator:
         return self.stats.as_flat_dict()
 
     def memory_allocated(self) -> int:
-        return self.stats["allocated_bytes"][AGGREGATE].current
+        return self.stats.allocated_bytes[AGGREGATE].current
 
     def max_memory_allocated(self) -> int:
-        return self.stats["allocated_bytes"][AGGREGATE].peak
+        return self.stats.allocated_bytes[AGGREGATE].peak
 
     def memory_reserved(self) -> int:
-        return self.stats["reserved_bytes"][AGGREGATE].current
+        return self.stats.reserved_bytes[AGGREGATE].current
 
     def max_memory_reserved(self) -> int:
-        return self.stats["reserved_bytes"][AGGREGATE].peak
+        return self.stats.reserved_bytes[AGGREGATE].peak
 
     def reset_peak_memory_stats(self) -> None:
         self.stats.reset_peak()

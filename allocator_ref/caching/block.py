@@ -21,7 +21,7 @@ from typing import Any, Optional
 from sortedcontainers import SortedList
 
 from .oom import format_size
-from .stats import LARGE_POOL, SMALL_POOL
+from .stats import AGGREGATE, LARGE_POOL, SMALL_POOL
 
 
 def plural(n: int, word: str) -> str:
@@ -87,7 +87,8 @@ class BlockPool:
     def __init__(self, is_small: bool, owner: Any = None) -> None:
         self.is_small = is_small
         self.owner_PrivatePool = owner    # the PrivatePool this pool belongs to (None: the default pools)
-        self.stat_type = SMALL_POOL if is_small else LARGE_POOL   # which stats its blocks count in
+        # get_stat_types_for_pool: its blocks count in AGGREGATE and in their pool's stats
+        self.stat_types = (AGGREGATE, SMALL_POOL if is_small else LARGE_POOL)
         self.blocks = SortedList()        # free, mapped blocks
         self.unmapped = SortedList()      # expandable segments' unmapped ranges, by (stream, address)
         self.get_free_blocks_call_count = 0   # the garbage collector's clock
@@ -106,32 +107,53 @@ class BlockPool:
         """``blocks.erase(block)``."""
         self.blocks.remove(block.key())
 
-    def lower_bound(self, stream_key: int, size: int) -> int:
-        """Index of the first free block with key >= (stream, size, 0)."""
-        return self.blocks.bisect_left((stream_key, size, 0))
-
-    def best_fit(self, stream_key: int, size: int) -> Optional[Block]:
-        """The first free block with key >= (stream, size, 0): ``blocks.lower_bound`` in C++.
-
-        SortedList keeps its items in sorted sublists (``_lists``) and each sublist's
-        largest item in ``_maxes``; a lower bound is one bisect in each.  Reading the
-        sublist directly matters: ``blocks[i]`` walks SortedList's positional index and
-        costs more than the whole search (benchmarks/bench_warm_path.py).
-        """
+    # ``blocks.lower_bound(key)`` gives an iterator in C++, and ``get_free_block`` reads and
+    # erases the block *at* it, with no second search.  Here a position plays the iterator:
+    # (sublist, index) in SortedList's internal lists ``_lists`` (their last items are in
+    # ``_maxes``), or None for ``blocks.end()``.  Reading through ``blocks[i]`` instead walks
+    # SortedList's positional index and costs more than the whole search
+    # (benchmarks/bench_warm_path.py); sortedcontainers is pinned below 3 for these internals.
+    def lower_bound(self, stream_key: int, size: int) -> Optional[tuple]:
+        """``blocks.lower_bound((stream, size, 0))``: where the first free block with a key at least that is."""
         key = (stream_key, size, 0)
         maxes = self.blocks._maxes
-        pos = bisect_left(maxes, key)
-        if pos == len(maxes):
+        sublist = bisect_left(maxes, key)
+        if sublist == len(maxes):
             return None
-        sublist = self.blocks._lists[pos]
-        return sublist[bisect_left(sublist, key)][3]
+        return sublist, bisect_left(self.blocks._lists[sublist], key)
+
+    def at(self, it: Optional[tuple]) -> Optional[Block]:
+        """``*it``: the block at a position (None at the end)."""
+        if it is None:
+            return None
+        sublist, index = it
+        return self.blocks._lists[sublist][index][3]
+
+    def next_position(self, it: tuple) -> Optional[tuple]:
+        """``++it``: the position after ``it`` (None past the last block)."""
+        sublist, index = it
+        if index + 1 < len(self.blocks._lists[sublist]):
+            return sublist, index + 1
+        return (sublist + 1, 0) if sublist + 1 < len(self.blocks._lists) else None
+
+    def erase(self, it: tuple) -> None:
+        """``blocks.erase(it)``: take out the block at a position ``lower_bound`` found."""
+        self.blocks._delete(*it)
+
+    def best_fit(self, stream_key: int, size: int) -> Optional[Block]:
+        """The first free block with key >= (stream, size, 0), whatever its stream (labs start here)."""
+        return self.at(self.lower_bound(stream_key, size))
+
+    def lower_bound_index(self, stream_key: int, size: int) -> int:
+        """The same lower bound as a flat index into the pool order (for walking left from it)."""
+        return self.blocks.bisect_left((stream_key, size, 0))
 
     def index_of(self, block: Block) -> int:
         """Position of a free block in the pool order (for walking to its neighbours)."""
         return self.blocks.index(block.key())
 
     def block_at(self, index: int) -> Optional[Block]:
-        return self.blocks[index][3] if index < len(self.blocks) else None
+        return self.blocks[index][3] if 0 <= index < len(self.blocks) else None
 
     def add_unmapped(self, block: Block) -> None:
         self.unmapped.add((block.stream_key, block.ptr, block))

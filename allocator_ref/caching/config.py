@@ -281,8 +281,6 @@ class AllocatorConfig:
     # ---- what the allocator asks ---------------------------------------------
     def divisions_for(self, size: int) -> int:
         """``roundup_power2_divisions(size)``: the bucket is floor(log2 size) - 20, clamped to 0..15."""
-        if not any(self.roundup_power2_divisions):
-            return 0
         index = max(0, size.bit_length() - 1 - 20)
         return self.roundup_power2_divisions[min(index, kRoundUpPowerOfTwoIntervals - 1)]
 

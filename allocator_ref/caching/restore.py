@@ -31,15 +31,15 @@ def restore_segment(allocator, address: int, size: int, stream, live_blocks, sma
         private = allocator.graph_pools.get(tuple(pool_id)) or allocator.create_or_incref_pool(tuple(pool_id))
         private.cudaMalloc_count += 1
         pool = private.small_blocks if small else private.large_blocks
-    pool_type = pool.stat_type
+    stat_types = pool.stat_types
     ptr = allocator.device.malloc(size)
     if ptr != address:
         allocator.device.free(ptr)
         raise RuntimeError(f"the device placed the restored segment at {ptr:#x}, not {address:#x}")
     allocator.total_allocated_memory += size
     stats = allocator.stats
-    stats.increase("segment", pool_type, 1)
-    stats.increase("reserved_bytes", pool_type, size)
+    stats.increase("segment", stat_types, 1)
+    stats.increase("reserved_bytes", stat_types, size)
     if size >= allocator.config.max_split_size:
         stats.oversize_segments.increase(1)
 
@@ -68,15 +68,13 @@ def restore_segment(allocator, address: int, size: int, stream, live_blocks, sma
         if requested is None:                      # a free block waiting in the pool
             pool.insert_into_blocks(block)
             if split:
-                stats.increase("inactive_split", pool_type, 1)
-                stats.increase("inactive_split_bytes", pool_type, block.size)
+                stats.increase("inactive_split", stat_types, 1)
+                stats.increase("inactive_split_bytes", stat_types, block.size)
             continue
         block.allocated = True
         block.requested_size = requested
         allocator.active_blocks[block.ptr] = block
-        for name, amount in (("allocation", 1), ("allocated_bytes", block.size), ("active", 1),
-                             ("active_bytes", block.size), ("requested_bytes", requested)):
-            stats.increase(name, pool_type, amount)
+        stats.on_alloc_found_block(stat_types, block.size, requested)
         if block.size >= allocator.config.max_split_size:
             allocator._oversize_blocks.add(block.ptr)    # so its free undoes exactly this count
             stats.oversize_allocations.increase(1)
