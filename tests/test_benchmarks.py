@@ -49,7 +49,9 @@ def test_warm_path_keys(quick_run):
     assert set(data["targets"]) == {"ratio_to_floor", "growth_100_to_100000"}
     assert all(isinstance(t["pass"], bool) for t in data["targets"].values())
     for row in data["rows"]:
-        assert {"cached_blocks", "pair_ns", "floor_ns", "ratio_to_floor"} <= set(row)
+        assert {"cached_blocks", "pair_ns", "floor_ns", "ratio_to_floor", "floor_internal_ns",
+                "bookkeeping_ns"} <= set(row)
+        assert row["bookkeeping_ns"] == row["pair_ns"] - row["floor_internal_ns"]
         assert row["pool_free_blocks"] == row["cached_blocks"] + 1   # the holes + the big tail
 
 

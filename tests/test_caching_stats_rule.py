@@ -60,3 +60,31 @@ def test_stat_arrays_by_name_are_the_attributes_and_a_wrong_name_says_which_exis
     with pytest.raises(KeyError, match="requested_bytes"):
         stats["requested"]
     assert len(stats.as_flat_dict()) == 122
+
+
+def test_freed_is_the_running_total_of_decreases_through_any_sequence_and_resets():
+    """``freed`` is derived (RMM's counter keeps value, peak, total); check it against PyTorch's
+    stored running total over random moves and resets, with peak and allocated alongside."""
+    import random
+    rng = random.Random(7)
+    s = Stat()
+    current = peak = allocated = freed = 0
+    for _ in range(5000):
+        roll = rng.random()
+        if roll < 0.5:
+            n = rng.randrange(1, 1 << 40)
+            s.increase(n)
+            current, allocated = current + n, allocated + n
+            peak = max(peak, current)
+        elif roll < 0.95 and current:
+            n = rng.randrange(1, current + 1)
+            s.decrease(n)
+            current, freed = current - n, freed + n
+        elif roll < 0.975:
+            s.reset_accumulated()
+            allocated = freed = 0
+        else:
+            s.reset_peak()
+            peak = current
+        assert (s.current, s.peak, s.allocated, s.freed) == (current, peak, allocated, freed)
+    assert repr(s) == f"Stat(current={current}, peak={peak}, allocated={allocated}, freed={freed})"
