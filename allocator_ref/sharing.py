@@ -19,14 +19,16 @@ Lifetime rule (the one PyTorch enforces with reference counts and "limbo"
 blocks): **the sender must keep the block alive while a receiver uses it.**
 Freeing the block returns it to the sender's cache, where the next ``malloc``
 may hand the same bytes to another tensor: on a GPU the receiver would read
-silent garbage.  Here every share has a liveness token (a one-byte file in
-``/dev/shm``); the sender's allocator removes it when the block is freed, and
-the receiver's :class:`SharedBlock` checks it on every access, raising
+silent garbage.  Here every share has a liveness token (a small file in
+``/dev/shm``: an alive byte and the sender's start time); the sender's
+allocator removes it when the block is freed, and the receiver's
+:class:`SharedBlock` checks it on every access, raising
 :class:`SenderFreedError` instead of returning stale bytes.  A sender that
 exits removes its tokens (and the device retires exported segments), so a
 receiver that outlives its sender gets the same clear error.  A sender killed
 with SIGKILL cannot clean up: the next process that starts sharing sweeps the
-files of dead processes (``shared_segment.sweep_dead_files``).
+files of dead processes (``shared_segment.sweep_dead_files``), including those
+whose pid the kernel has since given to a newer process (its start time differs).
 
 A receiver trusts nothing in a handle: every field is checked, the token must be
 a regular file with the sender's name, and each file descriptor of an ``'e'``
@@ -45,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from . import vmm
-from .device.sim.shared_segment import shm_dir, sweep_once
+from .device.sim.shared_segment import process_start_ticks, shm_dir, sweep_once
 
 __all__ = [
     "SharingError", "SenderFreedError", "LegacyBlockHandle", "ExpandableBlockHandle", "share_block",
@@ -86,7 +88,8 @@ def _new_token() -> str:
     sweep_once()                       # files left by senders killed without cleaning up
     path = os.path.join(_TOKEN_DIR, f"allocator_ref_share_{os.getpid()}_{secrets.token_hex(8)}")
     with open(path, "wb") as f:
-        f.write(b"\x01")
+        # The alive byte, then this process's start time: the sweep tells a reused pid by it.
+        f.write(b"\x01" + f"{process_start_ticks(os.getpid())}\n".encode())
     _MY_TOKENS.add(path)
     return path
 

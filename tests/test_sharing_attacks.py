@@ -8,6 +8,7 @@ import dataclasses
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,50 @@ def test_sweep_removes_only_files_of_dead_processes(tmp_path):
     removed = sweep_dead_files(tmp_path)
     assert sorted(removed) == sorted(p.name for p in dead)
     assert alive.exists() and unrelated.exists() and not any(p.exists() for p in dead)
+
+
+def test_sweep_removes_files_whose_pid_was_reused_by_a_newer_process(tmp_path):
+    """The pid in a file's name runs again, but the start time the file recorded is not that
+    process's: its maker died and the kernel reused the pid, so the file is swept.  Files that
+    record this process's own start time, and older files that record none, stay."""
+    import struct
+    import sys
+    from allocator_ref.device.sim import shared_segment as SS
+    if not sys.platform.startswith("linux"):
+        pytest.skip("process start times are read from Linux's /proc")
+    me = os.getpid()
+    mine = SS.process_start_ticks(me)
+    assert mine > 0
+    token_reused = tmp_path / f"allocator_ref_share_{me}_{'d' * 16}"
+    token_mine = tmp_path / f"allocator_ref_share_{me}_{'e' * 16}"
+    token_old = tmp_path / f"allocator_ref_share_{me}_{'f' * 16}"       # written before start times
+    token_reused.write_bytes(b"\x01" + f"{mine + 1}\n".encode())
+    token_mine.write_bytes(b"\x01" + f"{mine}\n".encode())
+    token_old.write_bytes(b"\x01")
+    seg_reused = tmp_path / f"{PREFIX}{me}-1-{'a' * 16}"
+    seg_mine = tmp_path / f"{PREFIX}{me}-2-{'b' * 16}"
+    for path, started in ((seg_reused, mine + 7), (seg_mine, mine)):
+        path.write_bytes(struct.pack(SS._HEADER_FMT, SS._MAGIC, 1, me, 0, started).ljust(SS.HEADER, b"\0"))
+    assert sorted(sweep_dead_files(tmp_path)) == sorted([token_reused.name, seg_reused.name])
+    assert token_mine.exists() and token_old.exists() and seg_mine.exists()
+
+
+def test_real_tokens_and_segments_record_their_makers_start_time(dev):
+    """What the sweep relies on: a share's token file and an IPC segment's header carry the
+    sender's start time, so a pid reused later cannot pass for it."""
+    import sys
+    from allocator_ref.device.sim import shared_segment as SS
+    if not sys.platform.startswith("linux"):
+        pytest.skip("process start times are read from Linux's /proc")
+    token = Path(S._new_token())
+    try:
+        assert SS.recorded_start_ticks(token) == SS.process_start_ticks(os.getpid()) > 0
+        assert S._token_state(str(token)) == "alive"
+    finally:
+        S._remove_token(str(token))
+    seg = SS.SharedSegment.create(os.getpid(), 99, 0x1234, 4096)
+    try:
+        assert SS.recorded_start_ticks(seg.path) == SS.process_start_ticks(os.getpid())
+        assert seg.alive()
+    finally:
+        seg.path.unlink()

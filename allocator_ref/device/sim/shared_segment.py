@@ -28,7 +28,7 @@ from ..errors import cuda_error
 
 HEADER = 4096
 _MAGIC = 0x4152_5349_4D53_4547          # "ARSIMSEG"
-_HEADER_FMT = "<QQQQ"                   # magic, alive, exporter pid, size
+_HEADER_FMT = "<QQQQQ"                  # magic, alive, exporter pid, size, exporter start (ticks)
 PREFIX = "allocator_ref-"
 
 
@@ -52,7 +52,9 @@ def sweep_dead_files(directory: "Path | None" = None) -> list:
 
     A process killed with SIGKILL runs no atexit handler and no finalizer, so its files
     stay in ``/dev/shm`` (memory nobody can free).  Only regular files of this user whose
-    process no longer runs are removed.  Returns the names removed.
+    process no longer runs are removed.  A pid that runs again but started at another time
+    than the one its file recorded belongs to a newer process (the kernel reused the pid),
+    so that file goes too.  Returns the names removed.
     """
     directory = Path(directory or shm_dir())
     removed = []
@@ -70,7 +72,9 @@ def sweep_dead_files(directory: "Path | None" = None) -> list:
             info = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or _pid_alive(pid):
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        if _maker_runs(pid, recorded_start_ticks(path)):
             continue
         try:
             path.unlink()
@@ -86,6 +90,48 @@ def sweep_once() -> None:
     if not _swept:
         _swept = True
         sweep_dead_files()
+
+
+def process_start_ticks(pid: int) -> int:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of Linux's /proc/PID/stat).
+
+    A pid alone can name two processes over time (the kernel reuses pids); a pid and its
+    start time name one.  0 where it cannot be read (not Linux, or no such process).
+    """
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])                          # field 22; fields[0] is field 3
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def recorded_start_ticks(path: Path) -> int:
+    """The maker's start time a course file recorded (0 if none: older files, or unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return 0
+    try:
+        head = os.read(fd, struct.calcsize(_HEADER_FMT))
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+    if path.name.startswith(PREFIX):                    # a segment: the header's last field
+        if len(head) < struct.calcsize(_HEADER_FMT):
+            return 0
+        magic, *_, started = struct.unpack_from(_HEADER_FMT, head, 0)
+        return started if magic == _MAGIC else 0
+    text = head[1:].split(b"\n", 1)[0]                 # a token: alive byte, then the ticks
+    return int(text) if text.isdigit() else 0
+
+
+def _maker_runs(pid: int, started: int) -> bool:
+    """Does the process that made a file still run?  ``started`` is the start time it recorded
+    (0: unknown, and then a running pid is taken to be it)."""
+    if not _pid_alive(pid):
+        return False
+    return started == 0 or process_start_ticks(pid) in (0, started)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -114,7 +160,7 @@ class SharedSegment:
             mm = mmap.mmap(fd, HEADER + size)
         finally:
             os.close(fd)
-        struct.pack_into(_HEADER_FMT, mm, 0, _MAGIC, 1, pid, size)
+        struct.pack_into(_HEADER_FMT, mm, 0, _MAGIC, 1, pid, size, process_start_ticks(pid))
         return cls(path, size, mm, owner=True)
 
     @classmethod
@@ -137,7 +183,7 @@ class SharedSegment:
             mm = mmap.mmap(fd, HEADER + size)
         finally:
             os.close(fd)
-        magic, _alive, owner_pid, owner_size = struct.unpack_from(_HEADER_FMT, mm, 0)
+        magic, _alive, owner_pid, owner_size, _started = struct.unpack_from(_HEADER_FMT, mm, 0)
         if magic != _MAGIC or owner_pid != pid or owner_size != size:
             mm.close()
             raise cuda_error("cudaErrorInvalidValue", "cannot open the IPC handle: the segment's header "
@@ -147,7 +193,9 @@ class SharedSegment:
         return seg
 
     def alive(self) -> bool:
-        magic, alive, pid, _ = struct.unpack_from(_HEADER_FMT, self._mm, 0)
+        # (The pid check is cheap enough for every access; the start-time check of a reused
+        # pid reads /proc, so only the sweep makes it.)
+        magic, alive, pid, _, _started = struct.unpack_from(_HEADER_FMT, self._mm, 0)
         return magic == _MAGIC and alive == 1 and _pid_alive(pid)
 
     def check_alive(self) -> None:
