@@ -53,3 +53,30 @@ def test_known_wrong_answer_fails_only_hidden_cases(path):
 def test_capture_order_matters_on_the_reference_allocator():
     """The fact exercise 2 rests on, measured: largest-first reserves less than ascending."""
     assert reserved_after_captures([4, 3, 2, 1]) < reserved_after_captures([1, 2, 3, 4])
+
+
+def _strict_small(captures, size, stream):
+    """A near miss: exactly 1 MiB sent to the large list (the small pool takes <= 1 MiB)."""
+    kind = "small" if size < 1024 * 1024 else "large"
+    for pool_id, accepts in reversed(captures):
+        if accepts(stream):
+            return pool_id, kind
+    return (0, 0), kind
+
+
+def _newest_whatever_the_stream(captures, size, stream):
+    """A near miss: the newest context wins even when its filter refuses the stream."""
+    kind = "small" if size <= 1024 * 1024 else "large"
+    return (captures[-1][0] if captures else (0, 0)), kind
+
+
+@pytest.mark.parametrize("mistake", [_strict_small, _newest_whatever_the_stream], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("quick", ["", "1"])
+def test_hidden_routing_cases_alone_catch_the_edge_mistakes(mistake, quick, monkeypatch):
+    """Mistakes the public cases already show are still met by the hidden ones alone, for every seed
+    and in check()'s quick mode too: the 1 MiB edge, an older entry accepting while the newest does
+    not, and no entry accepting at all are drawn every time."""
+    monkeypatch.setenv(check_module.QUICK_ENV, quick)
+    for seed in (1, 2, 3, 4, 5):
+        result = check_module.judge(check_module.exercise("lab8.get_pool"), mistake, seed, public=False)
+        assert not result.passed, (mistake.__name__, seed)

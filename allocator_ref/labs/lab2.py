@@ -40,6 +40,10 @@ def _round_reason(size: int, config_text: str, expected: int) -> str:
         return f"every request smaller than 512 B becomes one 512 B block, so round_size({size}) is 512"
     div = cfg.divisions_for(size)
     if div > 1 and size > 512 * div:
+        if expected == size:
+            return (f"with '{config_text}' the size {size} ({fmt(size)}) falls in a bucket with {div} divisions "
+                    "and already sits on one of its steps (or is a power of two), so it stays "
+                    f"{size}: round up, never add a whole step")
         return (f"with '{config_text}' the size {size} ({fmt(size)}) falls in a bucket with {div} divisions: "
                 f"round up to the next of {div} equal steps between powers of two, giving {expected} ({fmt(expected)})")
     if size % 512 == 0:
@@ -72,8 +76,8 @@ def _round_public():
                       "multiples of 512 and their neighbours", _round_reason),
         _size_fn_case("round_size", ref_config.round_size, [1 * MiB, 5 * MiB + 1, 12 * MiB + 1], "",
                       "1 MiB, 5 MiB + 1, 12 MiB + 1", _round_reason),
-        _size_fn_case("round_size", ref_config.round_size, [1200, 88_080_384, 3 * MiB + 7, 2 * MiB], DIV4,
-                      "roundup_power2_divisions:4 (1200 B, 84 MiB, 3 MiB + 7, 2 MiB)", _round_reason),
+        _size_fn_case("round_size", ref_config.round_size, [1200, 88_080_384, 3 * MiB + 7, 2 * MiB, 5 * MiB], DIV4,
+                      "roundup_power2_divisions:4 (1200 B, 84 MiB, 3 MiB + 7, 2 MiB, 5 MiB)", _round_reason),
     ]
     return cases
 
@@ -82,13 +86,29 @@ def _plugged_compare(ops, config="", what="", **fns):
     compare(ops, None, config=config, what=what, plug=fns)
 
 
+def _division_edges(rng: random.Random, div: int) -> list:
+    """Sizes where a divisions rule goes wrong if it is off by one: around the 512 B x divisions
+    guard, a power of two, a size sitting exactly on a step, and one byte past a step."""
+    guard = 512 * div
+    power = 1 << rng.randint(21, 29)
+    step = power // div
+    on_step = power + step * rng.randint(1, div - 1)
+    just_past_512 = 512 * rng.randint(1, div - 1) + 1        # below the guard: a 512 B multiple, not a step
+    return [guard, just_past_512, rng.randint(513, guard), guard + rng.randint(1, 511),
+            power, on_step, on_step + 1, on_step - 1]
+
+
 def _round_hidden(rng: random.Random):
     cases = []
-    for label, lo, hi, conf in (("random sizes below 1 MiB, default config", 1, MiB, ""),
-                                ("random sizes 1 MiB to 1 GiB, default config", MiB, 1 << 30, ""),
-                                ("random sizes 1 MiB to 1 GiB, roundup_power2_divisions", MiB, 1 << 30,
-                                 f"roundup_power2_divisions:{rng.choice([2, 4, 8, 16])}")):
+    div = rng.choice([2, 4, 8, 16])
+    # The divisions case first: check()'s quick mode (CI's notebook runs) keeps the first two.
+    for label, lo, hi, conf in (("roundup_power2_divisions: random sizes and the rule's edges", MiB, 1 << 30,
+                                 f"roundup_power2_divisions:{div}"),
+                                ("random sizes below 1 MiB, default config", 1, MiB, ""),
+                                ("random sizes 1 MiB to 1 GiB, default config", MiB, 1 << 30, "")):
         sizes = [rng.randint(lo, hi) for _ in range(40)] + [512 * rng.randint(lo // 512 + 1, hi // 512)]
+        if conf:
+            sizes += _division_edges(rng, div)
         cases.append(_size_fn_case("round_size", ref_config.round_size, sizes, conf, label, _round_reason))
     ops = random_workload(rng, 60)
     cases.append(Case("a seeded workload with your round_size plugged in",
@@ -239,13 +259,17 @@ def _split_hidden(rng: random.Random):
         size = block - rng.choice(edge)
         size = max(512, size)
         cases.append(_split_case(block, size, label="large pool, remainder near 1 MiB"))
-    for _ in range(2):
-        block = 512 * rng.randint(1, 4096)
-        size = max(512, block - rng.choice([0, 512, 1024, 512 * rng.randint(0, 64)]))
+    for k in range(2):
+        block = 512 * rng.randint(2, 4096)
+        # k=0: exactly 512 B left, the smallest remainder the small pool keeps (>= is not >)
+        left = 512 if k == 0 else rng.choice([0, 512, 1024, 512 * rng.randint(0, 64)])
+        size = max(512, block - left)
         cases.append(_split_case(block, size, small=True, label="small pool"))
-    block = 512 * rng.randint(40960, 409600)
-    cases.append(_split_case(block, block - 512 * rng.randint(1, 4000), expandable=True,
-                             label="expandable segment"))
+    for k in range(2):
+        block = 512 * rng.randint(40960, 409600)
+        # k=0: a 512 B remainder, which splits here though the large pool's rule would not
+        left = 512 if k == 0 else 512 * rng.randint(1, 4000)
+        cases.append(_split_case(block, block - left, expandable=True, label="expandable segment"))
     ms = rng.choice([40, 64, 128])
     cases.append(_split_case(ms * MiB * 2, ms * MiB + 512 * rng.randint(0, 4096),
                              config_text=f"max_split_size_mb:{ms}", label="max_split_size set, oversize request"))
@@ -278,6 +302,18 @@ def _merge_public_ops():
     ]
 
 
+def _merge_between_ops():
+    """A merge with the free block before, which itself follows an allocated block: the links on
+    both far sides must be moved to the merged block."""
+    K = 512 * 1024
+    return [
+        ("malloc", "g", K, 0), ("malloc", "h", K, 0), ("malloc", "i", K, 0), ("malloc", "j", K, 0),
+        ("free", "h"),                 # h merges with nothing (g and i allocated)
+        ("free", "i"),                 # i absorbs h before it: g (allocated) must now point to i
+        ("free", "g"), ("free", "j"),
+    ]
+
+
 def _merge_event_ops():
     K = 512 * 1024
     return [
@@ -300,6 +336,8 @@ def _merge_public():
     return [
         _merge_case("free the middle, then the neighbours, in one 2 MiB segment and one 20 MiB segment",
                     _merge_public_ops()),
+        _merge_case("a free block before, after an allocated one: the links on both sides move",
+                    _merge_between_ops()),
         _merge_case("a neighbour still waiting for another stream's event (record_stream)", _merge_event_ops()),
         _merge_case("expandable_segments:True: merging inside one growing segment", _merge_public_ops(),
                     "expandable_segments:True"),

@@ -28,12 +28,14 @@ from .workload import _apply, random_workload
 REAL_FROM_EMPTY = "small-from-empty.pickle"     # recorded from an empty allocator: peaks are well defined
 
 
-def course_snapshot(seed: int = 0, n_ops: int = 120, profile: str = "h100-80gb", suffix: tuple = ()) -> dict:
-    """A snapshot recorded now by the reference allocator on a seeded training-like workload
-    (two streams with record_stream, so some frees are deferred), then the ops in ``suffix``."""
+def course_snapshot(seed: int = 0, n_ops: int = 120, profile: str = "h100-80gb", suffix: tuple = (),
+                    config: str = "") -> dict:
+    """A snapshot recorded now by the reference allocator (``config``: a PYTORCH_CUDA_ALLOC_CONF)
+    on a seeded training-like workload (two streams with record_stream, so some frees are
+    deferred), sometimes followed by ``empty_cache()``, then the ops in ``suffix``."""
     rng = random.Random(seed)
     dev = lab_device(profile)
-    alloc = CachingAllocator(dev)
+    alloc = CachingAllocator(dev, config)
     alloc.record_memory_history()
     streams, live = {0: None}, {}
 
@@ -41,12 +43,13 @@ def course_snapshot(seed: int = 0, n_ops: int = 120, profile: str = "h100-80gb",
         if n not in streams:
             streams[n] = dev.create_stream()
         return streams[n]
-    ops = random_workload(rng, n_ops, streams=2, events=True,
-                          kinds=("small", "medium", "large", "medium")) + list(suffix)
+    ops = random_workload(rng, n_ops, streams=2, events=True, kinds=("small", "medium", "large", "medium"))
     for op in ops:
         _apply(op, alloc, dev, stream, live)
     if rng.random() < 0.5:
         alloc.empty_cache()
+    for op in suffix:                   # last, so nothing after it undoes the situation it sets up
+        _apply(op, alloc, dev, stream, live)
     return alloc.snapshot()
 
 
@@ -59,6 +62,14 @@ def deferred_free_suffix(rng: random.Random) -> tuple:
             ("malloc", "p_b", b, 0), ("sync",), ("malloc", "p_c", 512, 0), ("free", "p_b"))
 
 
+def peaks_suffix(rng: random.Random) -> tuple:
+    """The deferred free above, then the cache emptied and a new segment made: reserved bytes go
+    down before they go up again, so a running total that never subtracts a freed segment
+    (or an unmapped page range) overshoots the real peak."""
+    again = rng.randint(256, 1024) * MiB
+    return deferred_free_suffix(rng) + (("empty_cache",), ("malloc", "p_d", again, 0))
+
+
 def fragmented_suffix(rng: random.Random) -> tuple:
     """A fresh 1.5-2 GiB segment (far bigger than any block before), cached, then carved into three
     blocks and the first and last freed: the segment with the largest free block holds two free
@@ -67,9 +78,13 @@ def fragmented_suffix(rng: random.Random) -> tuple:
     first, last, tail = (rng.randint(100, 200) * MiB, rng.randint(100, 200) * MiB, rng.randint(20, 100) * MiB)
     # the middle (allocated) block is the biggest block of all: "the largest block" is not "the largest free"
     parts = [first, whole - first - last - tail, last]
+    # Last, a block bigger than all of them freed while another stream still uses it: it is
+    # 'active_pending_free' at the end, not free, so it must not count.
+    pending = rng.randint(2560, 3072) * MiB
     return (("malloc", "f_whole", whole, 0), ("free", "f_whole"),
             ("malloc", "f_a", parts[0], 0), ("malloc", "f_b", parts[1], 0), ("malloc", "f_c", parts[2], 0),
-            ("free", "f_a"), ("free", "f_c"))
+            ("free", "f_a"), ("free", "f_c"),
+            ("malloc", "f_p", pending, 0), ("record", "f_p", 1), ("sleep", 1, 500_000), ("free", "f_p"))
 
 
 def training_snapshot() -> tuple:
@@ -133,19 +148,22 @@ def _free_case(get, label):
     return Case(label, judge)
 
 
-def _hidden(make_case, make_suffix):
-    """Three seeded snapshots; the first ends with the situation this exercise's classic mistake
-    gets wrong (``make_suffix``), so the hidden cases alone catch it for every seed."""
+def _hidden(make_case, make_suffix, configs=("",)):
+    """Three seeded snapshots; the first ones (one per allocator config in ``configs``) end with
+    the situation this exercise's classic mistakes get wrong (``make_suffix``), so the hidden
+    cases alone catch them for every seed."""
     def gen(rng):
         cases = []
         for k in range(3):
             seed = rng.randrange(1 << 30)
             n = rng.randint(60, 200)
-            suffix = make_suffix(rng) if k == 0 else ()
-            case = make_case(lambda seed=seed, n=n, suffix=suffix: (course_snapshot(seed, n, suffix=suffix),
-                                                                    "a seeded course-made snapshot"),
+            suffix = make_suffix(rng) if k < len(configs) else ()
+            config = configs[k] if k < len(configs) else ""
+            case = make_case(lambda seed=seed, n=n, suffix=suffix, config=config:
+                             (course_snapshot(seed, n, suffix=suffix, config=config),
+                              f"a seeded course-made snapshot{' (' + config + ')' if config else ''}"),
                              "a snapshot recorded now from a seeded workload")
-            case.data = (seed, n, suffix)
+            case.data = (seed, n, suffix, config)
             cases.append(case)
         return cases
     return gen
@@ -154,10 +172,16 @@ def _hidden(make_case, make_suffix):
 register(Exercise(
     id="lab7.peaks", lab=7, title="peaks(snapshot): peak requested and peak reserved bytes from the trace",
     public=lambda: [_peaks_case(training_snapshot, "the training snapshot"),
-                    _peaks_case(lambda: (course_snapshot(3, suffix=deferred_free_suffix(random.Random(3))),
-                                         "course-made snapshot (seed 3; ends with a free deferred by record_stream)"),
-                                "a course-made snapshot with a deferred free")],
-    hidden=_hidden(_peaks_case, deferred_free_suffix), what="peaks function",
+                    _peaks_case(lambda: (course_snapshot(3, suffix=peaks_suffix(random.Random(3))),
+                                         "course-made snapshot (seed 3; ends with a free deferred by record_stream, "
+                                         "then empty_cache and a new segment)"),
+                                "a course-made snapshot with a deferred free and an emptied cache"),
+                    _peaks_case(lambda: (course_snapshot(4, suffix=peaks_suffix(random.Random(4)),
+                                                         config="expandable_segments:True"),
+                                         "course-made snapshot (seed 4, expandable_segments:True: pages are "
+                                         "mapped and unmapped)"),
+                                "a course-made snapshot with expandable segments")],
+    hidden=_hidden(_peaks_case, peaks_suffix, configs=("", "expandable_segments:True")), what="peaks function",
     nudge="When does a tensor's memory really stop being in use: when the program frees it, or when the allocator completes the free?",
     hint="Walk snapshot['device_traces'][0] in order, keeping two running totals: requested bytes (+size on "
          "'alloc', -size on 'free_completed') and reserved bytes (+size on 'segment_alloc' and 'segment_map', "
@@ -168,7 +192,8 @@ register(Exercise(
     id="lab7.largest_free", lab=7, title="largest_free_block(snapshot): the biggest cached free block at the end",
     public=lambda: [_free_case(training_snapshot, "the training snapshot"),
                     _free_case(lambda: (course_snapshot(3, suffix=fragmented_suffix(random.Random(3))),
-                                        "course-made snapshot (seed 3; one segment holds two free blocks)"),
+                                        "course-made snapshot (seed 3; one segment holds two free blocks, and a "
+                                        "bigger block waits for another stream)"),
                                "a course-made snapshot with a fragmented segment")],
     hidden=_hidden(_free_case, fragmented_suffix), what="largest_free_block function",
     nudge='One segment can hold several free blocks: are you looking at blocks, or at totals?',

@@ -117,17 +117,33 @@ def _route_public() -> list:
 
 
 def _route_hidden(rng: random.Random) -> list:
+    """Seeded nested contexts.  The first two always hold what a near-miss gets wrong: sizes on
+    the small/large edge (exactly 1 MiB is small, 512 B more is large), an older entry accepting
+    the stream while the newest does not, and no entry accepting it at all."""
     cases = []
-    for _ in range(2 if _quick() else 6):
+    handles = [0, 3, 5, 9]
+    for k in range(2 if _quick() else 6):
         n = rng.randint(2, 5)
-        handles = [0, 3, 5, 9]
         accepts = [set(rng.sample(handles, rng.randint(1, 3))) for _ in range(n)]
         stream = rng.choice(handles)
-        if not any(stream in h for h in accepts):
-            accepts[rng.randrange(n)].add(stream)
-        accepts[rng.randrange(n)].add(stream)          # usually more than one entry matches
-        size = rng.choice([512 * rng.randint(1, 2048), rng.randint(2, 64) * MiB])
-        cases.append(_route_case(Scenario(n, accepts, size, stream), "nested contexts, several accepting"))
+        if k == 0:                                     # only an older entry takes this stream
+            for h in accepts:
+                h.discard(stream)
+            accepts[-1] = accepts[-1] or {h for h in handles if h != stream}
+            accepts[rng.randrange(n - 1)].add(stream)
+            size, label = kSmallSize, "nested contexts, exactly 1 MiB, the newest does not accept"
+        elif k == 1:                                   # none takes it: the default pools
+            for h in accepts:
+                h.discard(stream)
+                h.add(rng.choice([x for x in handles if x != stream]))
+            size, label = kSmallSize + 512, "nested contexts, 1 MiB + 512 B, none accepts"
+        else:
+            if not any(stream in h for h in accepts):
+                accepts[rng.randrange(n)].add(stream)
+            accepts[rng.randrange(n)].add(stream)      # usually more than one entry matches
+            size = rng.choice([512 * rng.randint(1, 2048), rng.randint(2, 64) * MiB])
+            label = "nested contexts, several accepting"
+        cases.append(_route_case(Scenario(n, accepts, size, stream), label))
     return cases
 
 
