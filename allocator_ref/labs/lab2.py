@@ -170,7 +170,9 @@ def _seg_hidden(rng: random.Random):
                           ("random rounded sizes 1 to 10 MiB", 2049, 20480),
                           ("random rounded sizes 10 MiB to 4 GiB", 20480, 8 << 20)):
         sizes = [512 * rng.randint(lo, hi) for _ in range(40)] + [512 * lo, 512 * hi]   # both edges of the range
-        conf = rng.choice(["", "", f"large_segment_size_mb:{rng.choice([16, 32, 64])}"])
+        # Mid-sized requests always meet a changed large_segment_size (a hard-coded 20 MiB shows there).
+        conf = (f"large_segment_size_mb:{rng.choice([16, 32, 64])}" if lo == 2049
+                else rng.choice(["", "", f"large_segment_size_mb:{rng.choice([16, 32, 64])}"]))
         cases.append(_size_fn_case("get_allocation_size", ref_config.get_allocation_size, sizes, conf, label,
                                    _segment_reason))
     ops = random_workload(rng, 60)
