@@ -225,7 +225,7 @@ def test_block_key_is_the_pool_order():
     for b in blocks:
         pool.insert_into_blocks(b)
     assert [b.ptr for b in pool] == [0x2000, 0x3000, 0x1000]     # (stream, size, address)
-    assert pool.index_of(blocks[1]) == 2
+    assert list(pool).index(blocks[1]) == 2
 
 
 def test_one_class_holds_every_device_caching_allocator_function():

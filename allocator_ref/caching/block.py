@@ -145,12 +145,10 @@ class BlockPool:
         return self.at(self.lower_bound(stream_key, size))
 
     def lower_bound_index(self, stream_key: int, size: int) -> int:
-        """The same lower bound as a flat index into the pool order (for walking left from it)."""
+        """The same lower bound as a flat index into the pool order, for release_available_cached_blocks:
+        it walks left releasing blocks, and a release leaves lower flat indices alone, while it may
+        merge two internal sublists and so move the (sublist, index) position to the left."""
         return self.blocks.bisect_left((stream_key, size, 0))
-
-    def index_of(self, block: Block) -> int:
-        """Position of a free block in the pool order (for walking to its neighbours)."""
-        return self.blocks.index(block.key())
 
     def block_at(self, index: int) -> Optional[Block]:
         return self.blocks[index][3] if 0 <= index < len(self.blocks) else None
