@@ -46,8 +46,9 @@ def test_mempool_id(make_alloc):
     assert pool2[1] != pool1[1]
     g = ar.CUDAGraph(a)                     # a graph's own pool: c10::generate_mempool_id(false) = (n, 0)
     g.capture_begin(a.device.create_stream())
+    g.capture_end()                         # (CUDAGraph::pool needs capture_ended_)
     assert g.pool()[0] > 0 and g.pool()[1] == 0
-    g.capture_end()
+    g.reset()
 
 
 def test_mempool_multithread(make_alloc):
