@@ -32,6 +32,7 @@ from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size
                      kMinBlockSize, kSmallBuffer, kSmallSize, round_size)
 from .backend import backend_mismatch_error, force_uncached_from_env, get_allocator_backend
 from .capture_rules import update_visited
+from .checkpoint import CheckpointDelta, PrivatePoolState, SegmentState
 from .expandable import ExpandableSegment, allocatable, expandable_size
 from .oom import EXABYTE_MESSAGE, OutOfMemoryError, format_size, oom_message
 from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
@@ -66,7 +67,7 @@ class CachingAllocator:
 
     Sections, in this order: config; malloc (the ladder and its rungs); free; expandable
     segments; streams (events); caching (``emptyCache``); stats; private pools (MemPool,
-    CUDA graph pools); graph capture; snapshot; caching switched off (NativeCachingAllocator's
+    CUDA graph pools); graph capture; checkpoints; snapshot; caching switched off (NativeCachingAllocator's
     bypass); helpers.  Only plain functions live in the sibling files.
     """
 
@@ -1116,6 +1117,83 @@ class CachingAllocator:
                     self.free_block(block)
             else:
                 self.free_block(block)
+
+    # ------------------------------------------------------------- checkpoints
+    # Note [Checkpointing PrivatePoolState]: torch.compile's CUDA graph trees keep every graph of a
+    # device in one pool; after replaying part of a tree they put the allocator back into the state
+    # it had after a recording, so a new recording sees the live tensors (checkpoint.py).
+    def get_checkpoint_state(self, pool_id: tuple) -> PrivatePoolState:
+        """``getCheckpointState``: the pool's segments and blocks, after the deferred frees got events."""
+        context = self._gather_context(("all",)) if self.trace.enabled is not None else None
+        self.insert_events_deferred_until_no_capture(context)
+        pool = self.graph_pools.get(check_pool_id(pool_id))
+        if pool is None:
+            raise RuntimeError(f"Could not find pool of id {pool_id}")
+        # (PyTorch tests graph_pools first, so a freeable pool still listed there is checkpointed too)
+        heads = self._private_pool_head_blocks(pool.id)
+        return PrivatePoolState(pool.id, tuple(SegmentState.of(head) for head in heads))
+
+    def set_checkpoint_pool_state(self, state: PrivatePoolState) -> CheckpointDelta:
+        """``setCheckpointPoolState``: free every block allocated in the pool, then allocate each
+        checkpointed segment block by block (splitting as it was) and free the blocks that were free."""
+        if not isinstance(state, PrivatePoolState):
+            raise TypeError(f"Expected PrivatePoolState (from get_checkpoint_state), got {type(state).__name__}")
+        context = self._gather_context(("state", "alloc", "all")) if self.trace.enabled is not None else None
+        if state.owner_id in self.graph_pools_freeable:
+            raise RuntimeError("Not expected to checkpoint freeable graph")
+        private = self.graph_pools.get(state.owner_id)
+        if private is None:
+            raise RuntimeError(f"Could not find private pool id {state.owner_id}")
+        delta = CheckpointDelta()
+        self.free_blocks_allocated_to_pool(private, delta)
+        ptrs_to_blocks = {b.ptr: b for pool in (private.small_blocks, private.large_blocks) for b in pool}
+        for segment in state.segments:
+            ptr = segment.blocks[0].ptr
+            if ptr not in ptrs_to_blocks:
+                raise RuntimeError(f" could not find {ptr:#x}")
+            self.set_segment_state_to_checkpoint(ptrs_to_blocks[ptr], segment, context, delta)
+        return delta
+
+    def free_blocks_allocated_to_pool(self, private: PrivatePool, delta: CheckpointDelta) -> None:
+        """``freeBlocksAllocatedToPool``: free every allocated block of the pool, segment by segment."""
+        for head in self._private_pool_head_blocks(private.id):
+            block = head
+            while block is not None:
+                # A free merges free neighbours *into* block (its ptr never changes), so block.next
+                # is read after the free, as PyTorch does.
+                if block.allocated:
+                    if block.event_count != 0:
+                        raise RuntimeError("Events should have synchronized when setting checkpointed block")
+                    delta.ptrs_freed.append(block.ptr)
+                    self.free(self._live[block.ptr])
+                block = block.next
+
+    def set_segment_state_to_checkpoint(self, block: Block, segment: SegmentState,
+                                        context: Optional[list], delta: CheckpointDelta) -> None:
+        """``setSegmentStateToCheckpoint``: allocate every block of the segment as it was, then free
+        those the checkpoint had free (their requested size becomes their size, as in PyTorch)."""
+        pool, n = block.pool, len(segment.blocks)
+        curr, made = block, []
+        for i, bs in enumerate(segment.blocks):
+            if i == n - 1 and curr.expandable_segment is not None:
+                assert curr.next is None and not curr.mapped and not curr.allocated   # the unmapped rest
+                continue
+            params = AllocParams(bs.size, bs.size, pool, bs.stream)
+            params.expandable = curr.expandable_segment is not None
+            pool.remove(curr)
+            params.block = curr
+            curr = self.alloc_found_block(params, bs.size, curr.size > bs.size, context)
+            if curr.ptr != bs.ptr or curr.size != bs.size:
+                raise RuntimeError("the pool's segment no longer matches the checkpoint")
+            allocation = Allocation(curr.ptr, curr.size, bs.size, bs.stream, self, curr)
+            self._live[curr.ptr] = allocation
+            made.append((bs, allocation))
+            curr = curr.next
+        for bs, allocation in made:
+            if bs.allocated:
+                delta.allocations_created.append(allocation)
+            else:
+                self.free(allocation)
 
     # ---------------------------------------------------------------- snapshot
     def _all_blocks(self, mempool_id: tuple = (0, 0)):
