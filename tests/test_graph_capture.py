@@ -398,16 +398,25 @@ def test_capture_into_a_mempool(make_alloc):
 
 
 def test_same_pool_twice_at_once_is_refused(make_alloc):
-    """beginAllocateToPool: "already recording to mempool_id"."""
+    """beginAllocateToPool: "already recording to mempool_id" -- checked in 2.11 *after*
+    ``create_or_incref_pool``, so the refused begin still counted one more owner."""
     a = make_alloc()
     handle = ar.graph_pool_handle()
     s1, s2 = a.device.create_stream(), a.device.create_stream()
     g1, g2 = ar.CUDAGraph(a), ar.CUDAGraph(a)
     g1.capture_begin(s1, pool=handle)
+    assert a.get_pool_use_count(handle) == 1
     with pytest.raises(RuntimeError, match="already recording"):
         g2.capture_begin(s2, pool=handle)
-    assert not a.device.is_capturing(s2)                # the failed begin left nothing capturing
+    assert not a.device.is_capturing(s2)                # the failed begin left nothing capturing ...
+    assert a.get_pool_use_count(handle) == 2            # ... but the pool counts an owner nobody releases
     g1.capture_end()
+    g1.reset()
+    a.empty_cache()
+    assert handle in a.graph_pools and handle not in a.graph_pools_freeable
+    a.release_pool(handle)                              # the note's way out
+    a.empty_cache()
+    assert a.graph_pools == {}
 
 
 # ============================================== graph_capture_record_stream_reuse

@@ -239,21 +239,25 @@ class CachingAllocator:
         pool = p.pool
         if self._gc_enabled():
             pool.get_free_blocks_call_count += 1      # the GC clock ticks on every search
-        it = self._find_free_block(pool, p.stream_key, p.size)
+        it = self._find_free_block(pool, p.stream_key, p.size, p.expandable)
         if it is None:
             return False
         p.block = pool.at(it)
         pool.erase(it)
         return True
 
-    def _find_free_block(self, pool: BlockPool, stream_key: int, size: int) -> Optional[tuple]:
-        """Where the block ``get_free_block`` would take sits in the pool (None: nothing fits)."""
+    def _find_free_block(self, pool: BlockPool, stream_key: int, size: int,
+                         expandable_active: bool) -> Optional[tuple]:
+        """Where the block ``get_free_block`` would take sits in the pool (None: nothing fits).
+
+        ``expandable_active`` is the request's ``p.is_expandable_segments_active`` (not the global
+        setting: ``try_mempool_fallback`` searches with it false)."""
         it = pool.lower_bound(stream_key, size)
         block = pool.at(it)
         if block is None or block.stream_key != stream_key:
             return None
         if block.expandable_segment is not None:
-            it = self._pick_expandable_candidate(pool, it, stream_key)
+            it = self._pick_expandable_candidate(pool, it, stream_key, expandable_active)
             block = pool.at(it)
             if block is None:
                 return None
@@ -270,7 +274,9 @@ class CachingAllocator:
         """Would ``malloc(nbytes, stream)`` find a cached block right now?  Changes nothing."""
         stream = self._check_stream(stream)
         size = self.round_size(nbytes)
-        return self._find_free_block(self.get_pool(size, stream), stream.handle, size) is not None
+        pool = self.get_pool(size, stream)
+        expandable = self.config.expandable_segments and self._expandable_for(pool)
+        return self._find_free_block(pool, stream.handle, size, expandable) is not None
 
     def trigger_free_memory_callbacks(self) -> bool:
         """``trigger_free_memory_callbacks``: True if any registered callback freed memory."""
@@ -285,10 +291,9 @@ class CachingAllocator:
         if self.total_allocated_memory <= gc_threshold:
             return
         target = self.total_allocated_memory - gc_threshold
-        clock = self.large_blocks.get_free_blocks_call_count
         candidates = [b for b in self.large_blocks
                       if not b.is_split() and b.expandable_segment is None]
-        total_age = float(sum(clock - b.gc_count_base for b in candidates))
+        total_age = float(sum(b.gc_count() for b in candidates))
         count = len(candidates)
         if count == 0:
             return
@@ -300,7 +305,7 @@ class CachingAllocator:
             for block in list(self.large_blocks):
                 if block.is_split() or block.expandable_segment is not None:
                     continue
-                age = clock - block.gc_count_base
+                age = block.gc_count()
                 if age >= threshold:
                     freed_any = True
                     reclaimed += block.size
@@ -358,27 +363,29 @@ class CachingAllocator:
         key_size = max(p.size, max_split)
         index = pool.lower_bound_index(p.stream_key, key_size)
         block = pool.block_at(index)
-        if block is not None and block.stream_key == p.stream_key and block.expandable_segment is None:
+        if block is None or block.stream_key != p.stream_key or block.expandable_segment is not None:
+            # No single block is large enough; free multiple oversize blocks, starting with the largest.
+            if index == 0:
+                return False
+            index -= 1                     # back up one: the largest block of this stream
+            released = 0
+            while released < key_size:
+                block = pool.block_at(index)
+                if block.size < max_split or block.stream_key != p.stream_key:
+                    break
+                is_first = index == 0
+                if not is_first:
+                    index -= 1             # (releasing the block leaves lower indices alone)
+                if block.expandable_segment is None:
+                    released += block.size
+                    self.release_block(block, context)
+                if is_first:
+                    break
+            if released < key_size:
+                return False
+        else:
             self.release_block(block, context)
-            return True
-        # No single block is large enough: free oversize blocks, starting with the largest.
-        if index == 0:
-            return False
-        index -= 1
-        released = 0
-        while released < key_size:
-            block = pool.block_at(index)
-            if block.size < max_split or block.stream_key != p.stream_key:
-                break
-            is_first = index == 0
-            if not is_first:
-                index -= 1                 # (releasing the block leaves lower indices alone)
-            if block.expandable_segment is None:
-                released += block.size
-                self.release_block(block, context)
-            if is_first:
-                break
-        return released >= key_size
+        return True
 
     def release_cached_blocks(self, context: Optional[list] = None, mempool_id: tuple = DEFAULT_POOL_ID) -> bool:
         """``release_cached_blocks`` (= ``empty_cache``): wait for events, free every unsplit segment.
@@ -544,6 +551,9 @@ class CachingAllocator:
         original_size, requested = block.size, block.requested_size
         pool = block.pool
         net_blocks = net_bytes = 0
+        # PyTorch erases the block from active_blocks after the merges; its active_blocks is a set of
+        # Block*, this one a dict keyed by ptr, and a merge with the previous block moves block.ptr.
+        # So the entry goes first, under the ptr it was allocated at: same set afterwards.
         del self.active_blocks[block.ptr]
         for candidate in (block.prev, block.next):
             subsumed = self.try_merge_blocks(block, candidate, pool)
@@ -563,10 +573,6 @@ class CachingAllocator:
         if (src is None or src.allocated or src.event_count > 0 or src.stream_uses
                 or dst.mapped != src.mapped):
             return 0
-        if src.mapped:
-            pool.remove(src)
-        else:
-            pool.remove_unmapped(src)
         if dst.prev is src:                       # [src dst]
             dst.ptr = src.ptr
             dst.prev = src.prev
@@ -579,6 +585,12 @@ class CachingAllocator:
             if dst.next is not None:
                 dst.next.prev = dst
         dst.size += src.size
+        # Then erase src from its set, as PyTorch does (src's key -- stream, size, ptr -- is untouched
+        # by the relinking, and dst is never in a set while it merges, so the order changes nothing).
+        if src.mapped:
+            pool.remove(src)
+        else:
+            pool.remove_unmapped(src)
         return src.size
 
     # ------------------------------------------------------ expandable segments
@@ -586,10 +598,11 @@ class CachingAllocator:
     # ExpandableSegment (expandable.py) maps and unmaps its pages, these functions keep the
     # blocks, pools and stats in step with it.
 
-    def _pick_expandable_candidate(self, pool: BlockPool, it: tuple, stream_key: int) -> Optional[tuple]:
+    def _pick_expandable_candidate(self, pool: BlockPool, it: tuple, stream_key: int,
+                                   expandable_active: bool) -> Optional[tuple]:
         """The expandable part of ``get_free_block``: where to take from, starting at ``it``."""
         block = pool.at(it)
-        if self.config.expandable_segments:
+        if expandable_active:                   # p.is_expandable_segments_active
             # Prefer a block that is not the growable tail of a segment when it fits as well.
             while block.expandable_segment is not None:
                 nxt_it = pool.next_position(it)
@@ -709,7 +722,8 @@ class CachingAllocator:
         self.stats.decrease("reserved_bytes", pool.stat_types, unmapped)
         self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count
         self.stats.num_device_free += 1
-        self._record("segment_unmap", start, unmapped, block.stream_key, context, pool)
+        self._record("segment_unmap", start, unmapped, block.stream_key,
+                     context or block.segment_frames, pool)   # context_when_segment_allocated
 
     def release_unmapped_segments(self) -> None:
         """Give back every reservation with no page mapped (``close``: nothing may outlive it)."""
@@ -899,10 +913,16 @@ class CachingAllocator:
         return pool
 
     def begin_allocate_to_pool(self, pool_id: tuple, filter: Callable[[Any], bool]) -> None:
-        """``beginAllocateToPool``: route requests that ``filter(stream)`` accepts to the pool."""
-        if any(entry_id == pool_id for entry_id, _ in self.captures_underway):
-            raise RuntimeError(f"beginAllocateToPool: already recording to mempool_id {pool_id}")
+        """``beginAllocateToPool``: route requests that ``filter(stream)`` accepts to the pool.
+
+        As in 2.11 the pool is created or incref'ed *before* the duplicate check, so a refused
+        second routing still counts one owner more (its ``use_count`` never comes back down)."""
         self.create_or_incref_pool(pool_id)
+        if any(entry_id == pool_id for entry_id, _ in self.captures_underway):
+            err = RuntimeError(f"beginAllocateToPool: already recording to mempool_id {pool_id}")
+            err.add_note("PyTorch 2.11 increments the pool's use_count before this check: the pool now "
+                         "counts one owner that nobody will release (allocator.release_pool(id) undoes it)")
+            raise err
         self.captures_underway.append((pool_id, filter))
 
     def end_allocate_to_pool(self, pool_id: tuple) -> None:
@@ -959,14 +979,16 @@ class CachingAllocator:
             return False
         for pool_id in list(self.use_on_oom_pools):
             self.begin_allocate_to_pool(pool_id, current_thread_filter())
-            saved_pool, p.pool = p.pool, self.get_pool(p.size, p.stream)
+            # mempool_params: this pool, and is_expandable_segments_active *false*, so the search
+            # skips the pool's expandable blocks whatever the setting says.
+            saved = p.pool, p.expandable
+            p.pool, p.expandable = self.get_pool(p.size, p.stream), False
             found = self.get_free_block(p)
             self.end_allocate_to_pool(pool_id)
             self.release_pool(pool_id)
             if found:
-                p.expandable = False      # mempool_params is built with is_expandable_segments_active false
-                return True
-            p.pool = saved_pool
+                return True                # (params = mempool_params)
+            p.pool, p.expandable = saved
         return False
 
     # ----------------------------------------------------------------- release
