@@ -291,6 +291,9 @@ class CachingAllocator:
         if self.total_allocated_memory <= gc_threshold:
             return
         target = self.total_allocated_memory - gc_threshold
+        # PyTorch's age sum counts every unsplit block and its freeing loop skips expandable ones; an
+        # expandable block is unsplit only when its reservation (1.125x the GPU) is all mapped, which
+        # a memory fraction below 1 rules out, so both lists are the same here.
         candidates = [b for b in self.large_blocks
                       if not b.is_split() and b.expandable_segment is None]
         total_age = float(sum(b.gc_count() for b in candidates))
