@@ -17,7 +17,7 @@ The allocator side of a capture, in PyTorch 2.11's order:
 * ``capture_end()``: ``cudaStreamEndCapture`` first, then ``endAllocateToPool``.
   In 2.11 a failing ``cudaStreamEndCapture`` (an invalidated capture) throws
   *before* ``endAllocateToPool``: the pool stays in ``captures_underway`` for the
-  rest of the process (pytorch/pytorch#180395 moved the check after it, in 2.12).
+  rest of the process (pytorch/pytorch#180395, April 2026, moved the check after it).
 * ``reset()`` (or ``del graph``): ``releasePool`` -- but only after a capture
   that ended successfully (``capture_ended_``); a failed capture keeps its
   pool's reference forever (pytorch/pytorch#190348, after 2.11).
@@ -93,7 +93,7 @@ class CUDAGraph:
             err.add_note(f"PyTorch 2.11 throws here before endAllocateToPool: pool {self.mempool_id} stays in "
                          "captures_underway (no process_events, deferred frees, no full flush on OOM, "
                          "empty_cache() skips the default pools) until allocator.end_allocate_to_pool("
-                         "graph.mempool_id); fixed in 2.12 by pytorch/pytorch#180395. reset() will not release "
+                         "graph.mempool_id); fixed after 2.11 by pytorch/pytorch#180395. reset() will not release "
                          "the pool either (capture_ended_ is false; pytorch/pytorch#190348).")
             raise
         self.allocator.end_allocate_to_pool(self.mempool_id)
