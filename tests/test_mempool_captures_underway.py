@@ -195,3 +195,19 @@ def test_pytorch_segment_asserts_cannot_hold_with_expandable_segments(make_alloc
     assert [len(s["blocks"]) for s in no_split.snapshot()] == [2]    # and "1 block per segment" fails
     for x in data:
         a.free(x)
+
+
+def test_destroying_a_pool_while_another_is_open_hits_the_sync_assert(make_alloc):
+    """MemPool::~MemPool -> emptyCache(id) -> release_cached_blocks(id) -> synchronize_and_free_events(
+    pool), whose ``TORCH_INTERNAL_ASSERT(captures_underway.empty())`` fails while any other pool or
+    capture is open (the assert pytorch/pytorch#180395 reports)."""
+    a = make_alloc()
+    doomed = ar.MemPool(a)
+    with a.use_mem_pool(doomed):
+        a.free(a.malloc(4 * MiB))
+    with pool_open_in_another_thread(a) as other:
+        with pytest.raises(RuntimeError, match="capture is underway") as info:
+            doomed.close()
+        assert str(other.id) in "".join(getattr(info.value, "__notes__", []))
+    a.empty_cache()                            # nothing open any more: the released pool goes
+    assert doomed.id not in a.graph_pools

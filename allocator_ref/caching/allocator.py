@@ -802,7 +802,14 @@ class CachingAllocator:
         """
         self.stats.num_sync_all_streams += 1
         if self.captures_underway:
-            raise RuntimeError("synchronize_and_free_events: a capture is underway (no syncs while capturing)")
+            # TORCH_INTERNAL_ASSERT(captures_underway.empty()): reached when a freeable pool is emptied
+            # (MemPool's destructor, emptyCache(id)) while another pool or a capture is open -- the
+            # crash pytorch/pytorch#180395 reports after a failed capture_end.
+            err = RuntimeError("synchronize_and_free_events: a capture is underway (no syncs while capturing)")
+            err.add_note("open pools / captures: "
+                         f"{[pid for pid, _ in self.captures_underway]}; PyTorch 2.11 fails an internal assert here. "
+                         "Close the other use_mem_pool blocks (or end the capture) before destroying this pool.")
+            raise err
         if self.deferred_blocks:
             self.insert_events_deferred_until_no_capture(context)
         for key in list(self.cuda_events):
