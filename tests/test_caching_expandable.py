@@ -242,3 +242,19 @@ def test_mapping_oom_leaks_nothing(make_alloc):
     a.free(x), a.free(y)
     a.empty_cache()
     assert a.device.mem_get_info()[0] == 1024 * MiB - 64 * MiB
+
+
+def test_segment_unmap_falls_back_to_the_segments_frames(make_alloc):
+    """unmap_block records SEGMENT_UNMAP with ``context ? context : block->context_when_segment_allocated``
+    (as release_block does for SEGMENT_FREE): under context="alloc" empty_cache gathers no stack, so the
+    unmap carries the stack that mapped the segment. (The model used to record it with no frames.)"""
+    a = make_alloc(EXP)
+    a.record_memory_history(context="alloc")
+    x = a.malloc(40 * MiB)                   # maps pages 0-1 exactly (no split: the head keeps the
+    a.free(x)                                # stack; a split would leave it on the remainder, as in 2.11)
+    a.empty_cache()
+    entries = a.trace.dicts()
+    (mapped,) = [e for e in entries if e["action"] == "segment_map"]
+    unmaps = [e for e in entries if e["action"] == "segment_unmap"]
+    assert mapped["frames"] and unmaps
+    assert all(e.get("frames") == mapped["frames"] for e in unmaps)

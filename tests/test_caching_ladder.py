@@ -416,3 +416,19 @@ def test_allocator_consistent_after_many_ooms(make_alloc):
     assert ooms > 0 and a.memory_stats()["num_ooms"] == ooms
     for x in live:
         a.free(x)
+
+
+def test_block_gc_count_is_searches_since_the_block_became_free(make_alloc):
+    """``Block::gc_count``: ``pool->get_free_blocks_call_count - gc_count_base``, the age
+    garbage_collect_cached_blocks compares with the average (the clock ticks only when a memory
+    fraction and garbage_collection_threshold are both set, in get_free_block)."""
+    a = make_alloc("garbage_collection_threshold:0.5")
+    a.set_per_process_memory_fraction(0.5)
+    x = a.malloc(30 * MiB)
+    a.free(x)
+    (block,) = list(a.large_blocks)
+    assert block.gc_count() == 0
+    for _ in range(3):
+        a.free(a.malloc(40 * MiB))           # each search ticks the large pool's clock
+    assert block.gc_count() == a.large_blocks.get_free_blocks_call_count - block.gc_count_base
+    assert block.gc_count() >= 3

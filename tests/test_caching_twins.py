@@ -54,6 +54,11 @@ TWINS = {
     "map_block": {"try_allocate_expandable_block"},
     "unmap_block": {"release_blocks"},
     "release_expandable_segment": {"release_blocks"},
+    # the capture rules (an open use_mem_pool takes the same branches) and checkpoints
+    "remove_cudagraph_stream_uses": {"insert_events_deferred_until_no_capture"},
+    "insert_events_deferred_until_no_capture": {"process_events", "get_checkpoint_state"},
+    "free_blocks_allocated_to_pool": {"set_checkpoint_pool_state"},
+    "set_segment_state_to_checkpoint": {"set_checkpoint_pool_state"},
 }
 # Block and BlockPool members PyTorch calls by name.
 BLOCK_TWINS = {
@@ -66,7 +71,7 @@ BLOCK_TWINS = {
 PUBLIC = {"malloc", "free", "empty_cache", "close", "record_stream", "snapshot", "memory_stats",
           "memory_summary", "memory_allocated", "memory_reserved", "max_memory_allocated",
           "max_memory_reserved", "raw_alloc", "record_memory_history", "set_per_process_memory_fraction",
-          "use_mem_pool"}
+          "use_mem_pool", "get_checkpoint_state", "set_checkpoint_pool_state"}
 
 
 def _caller() -> str:
@@ -149,6 +154,27 @@ def _workloads(seen: set) -> None:
     keep = a.malloc(40 * MiB)
     fallback = a.malloc(30 * MiB)
     a.free(fallback), a.free(keep)
+    del pool
+    a.close()
+
+    # a cross-stream free under an open MemPool is deferred; the next malloc outside processes it
+    a = new()
+    pool = ar.MemPool(a)
+    side = a.device.create_stream()
+    with a.use_mem_pool(pool):
+        x = a.malloc(4 * MiB)
+        a.record_stream(x, side)
+        a.free(x)
+    a.free(a.malloc(1000))
+    # a checkpoint of a graph pool, taken and put back (CUDA graph trees)
+    g, s = ar.CUDAGraph(a), a.device.create_stream()
+    with ar.graph(g, stream=s) as cs:
+        out = a.malloc(2 * MiB, cs)
+    state = a.get_checkpoint_state(g.pool())
+    a.free(out)
+    delta = a.set_checkpoint_pool_state(state)
+    a.free(delta.allocations_created[0])
+    g.reset()
     del pool
     a.close()
 

@@ -206,11 +206,83 @@ def test_cudamalloc_during_capture_uses_relaxed_mode(make_alloc):
         a.device.malloc(MiB)                            # the same call without the guard
     with pytest.raises(CudaError, match="Invalidated"):
         g.capture_end()
-    assert a.captures_underway == []                    # routing ended although the capture failed
     a.free(x)
-    g.reset()                                           # a failed capture still releases its pool
-    a.empty_cache()                                     # (pytorch/pytorch#190348's fix)
+
+
+# ============================================ capture order and failure, as 2.11 has them
+def test_begin_allocate_to_pool_comes_before_cuda_stream_begin_capture(make_alloc):
+    """CUDAGraph::capture_begin (2.11): ``beginAllocateToPool`` runs before ``cudaStreamBeginCapture``
+    (the "Addendum" comment there), so captures_underway is already non-empty when the capture begins;
+    the filter (``create_allocate_filter``) accepts nothing until capture_id_ is known."""
+    a = make_alloc()
+    s = a.device.create_stream()
+    seen = []
+    begin = a.device.begin_capture
+    def spy(stream, mode):
+        seen.append((list(pid for pid, _ in a.captures_underway), a.get_pool(4 * MiB, stream).owner_id))
+        begin(stream, mode)
+    a.device.begin_capture = spy
+    g = ar.CUDAGraph(a)
+    g.capture_begin(s)
+    (routed, pool_then), = seen
+    assert routed == [g.mempool_id]           # the pool was routed before the capture existed ...
+    assert pool_then == (0, 0)                # ... but no stream was capturing into it yet
+    assert a.get_pool(4 * MiB, s).owner_id == g.mempool_id
+    g.capture_end()
+    g.reset()
+
+
+def test_failed_capture_end_leaves_the_pool_in_captures_underway_2_11(make_alloc):
+    """CUDAGraph::capture_end (2.11): ``AT_CUDA_CHECK(cudaStreamEndCapture(...))`` throws before
+    ``endAllocateToPool``, so every captures_underway effect stays on; ``reset`` releases the pool only
+    ``if (capture_ended_)``. Fixed later by pytorch/pytorch#180395 (capture_end) and #190348 (reset)."""
+    a = make_alloc()
+    s, other = a.device.create_stream(), a.device.create_stream()
+    g = ar.CUDAGraph(a)
+    g.capture_begin(s, capture_error_mode="global")
+    with pytest.raises(CudaError, match="cudaErrorStreamCaptureUnsupported"):
+        a.device.malloc(MiB)                         # a bare cudaMalloc invalidates the capture
+    with pytest.raises(CudaError, match="Invalidated") as info:
+        g.capture_end()
+    assert "pytorch/pytorch#180395" in "".join(getattr(info.value, "__notes__", []))
+    assert [pid for pid, _ in a.captures_underway] == [g.mempool_id]
+    # the effects outlive the capture: a cross-stream free waits, empty_cache keeps the default pools
+    x = a.malloc(4 * MiB)
+    assert a.get_pool(4 * MiB).owner_id == (0, 0)  # (the filter accepts no stream any more)
+    a.record_stream(x, other)
+    a.free(x)
+    assert x._block in a.deferred_blocks and a.cuda_events == {}
+    a.empty_cache()
+    assert [seg["segment_pool_id"] for seg in a.segments()] == [(0, 0)]
+    g.reset()                                        # capture_ended_ is false: no releasePool
+    assert a.get_pool_use_count(g.mempool_id) == 1
+    # the way out a learner has: undo what capture_begin did
+    a.end_allocate_to_pool(g.mempool_id)
+    a.release_pool(g.mempool_id)
+    a.device.synchronize()
+    a.empty_cache()
     assert a.graph_pools == {} and a.memory_reserved() == 0
+
+
+def test_failed_begin_capture_leaves_the_pool_routed_2_11(make_alloc):
+    """CUDAGraph::capture_begin (2.11): beginAllocateToPool happened, then cudaStreamBeginCapture
+    throws (here: the stream already captures) and nothing undoes the routing."""
+    a = make_alloc()
+    s = a.device.create_stream()
+    first = ar.CUDAGraph(a)
+    first.capture_begin(s)
+    second = ar.CUDAGraph(a)
+    with pytest.raises(CudaError, match="already capturing") as info:
+        second.capture_begin(s)
+    assert "end_allocate_to_pool" in "".join(getattr(info.value, "__notes__", []))
+    assert [pid for pid, _ in a.captures_underway] == [first.mempool_id, second.mempool_id]
+    first.capture_end()
+    assert [pid for pid, _ in a.captures_underway] == [second.mempool_id]
+    a.end_allocate_to_pool(second.mempool_id)
+    a.release_pool(second.mempool_id)
+    first.reset()
+    a.empty_cache()
+    assert a.captures_underway == [] and a.graph_pools == {}
 
 
 def test_empty_cache_during_capture_leaves_the_default_pools(make_alloc):
@@ -326,16 +398,25 @@ def test_capture_into_a_mempool(make_alloc):
 
 
 def test_same_pool_twice_at_once_is_refused(make_alloc):
-    """beginAllocateToPool: "already recording to mempool_id"."""
+    """beginAllocateToPool: "already recording to mempool_id" -- checked in 2.11 *after*
+    ``create_or_incref_pool``, so the refused begin still counted one more owner."""
     a = make_alloc()
     handle = ar.graph_pool_handle()
     s1, s2 = a.device.create_stream(), a.device.create_stream()
     g1, g2 = ar.CUDAGraph(a), ar.CUDAGraph(a)
     g1.capture_begin(s1, pool=handle)
+    assert a.get_pool_use_count(handle) == 1
     with pytest.raises(RuntimeError, match="already recording"):
         g2.capture_begin(s2, pool=handle)
-    assert not a.device.is_capturing(s2)                # the failed begin left nothing capturing
+    assert not a.device.is_capturing(s2)                # the failed begin left nothing capturing ...
+    assert a.get_pool_use_count(handle) == 2            # ... but the pool counts an owner nobody releases
     g1.capture_end()
+    g1.reset()
+    a.empty_cache()
+    assert handle in a.graph_pools and handle not in a.graph_pools_freeable
+    a.release_pool(handle)                              # the note's way out
+    a.empty_cache()
+    assert a.graph_pools == {}
 
 
 # ============================================== graph_capture_record_stream_reuse
@@ -543,18 +624,20 @@ def test_graph_bad_input_says_what_to_do(make_alloc):
     with pytest.raises(TypeError, match="capture"):
         ar.CUDAGraph(types.SimpleNamespace(device=object()))       # a device that cannot capture
     g = ar.CUDAGraph(a)
-    with pytest.raises(RuntimeError, match="capture a graph first"):
+    with pytest.raises(RuntimeError, match="without a preceding successful capture"):
         g.replay()
     with pytest.raises(RuntimeError, match="capture_begin"):
         g.capture_end()
-    with pytest.raises(RuntimeError, match="no pool yet"):
+    with pytest.raises(RuntimeError, match="without a preceding successful capture"):
         g.pool()
     s = a.device.create_stream()
     with pytest.raises(TypeError, match="pair of non-negative ints"):
         g.capture_begin(s, pool="shared")
     assert not a.device.is_capturing(s) and a.captures_underway == []
-    with pytest.raises(CudaError, match="legacy default stream"):
-        g.capture_begin(a.device.default_stream)
+    with pytest.raises(RuntimeError, match="non-default stream"):
+        g.capture_begin(a.device.default_stream)      # TORCH_CHECK before any allocator state
+    with pytest.raises(ValueError, match="capture_error_mode"):
+        g.capture_begin(s, capture_error_mode="strict")
     assert a.captures_underway == [] and a.graph_pools == {}
     g.capture_begin(s)
     with pytest.raises(RuntimeError, match="already owns"):

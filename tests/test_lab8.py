@@ -31,7 +31,7 @@ def _solution(exercise_id):
     return next(v for k, v in scope.items() if callable(v) and not k.startswith("__"))
 
 
-@pytest.mark.parametrize("exercise_id", ["lab8.get_pool", "lab8.capture_order"])
+@pytest.mark.parametrize("exercise_id", ["lab8.get_pool", "lab8.capture_order", "lab8.cross_stream_free"])
 def test_solution_passes_public_and_hidden(exercise_id):
     result = check(exercise_id, _solution(exercise_id), seed=3, verbose=False)
     assert result.passed, result.explanation
@@ -80,3 +80,12 @@ def test_hidden_routing_cases_alone_catch_the_edge_mistakes(mistake, quick, monk
     for seed in (1, 2, 3, 4, 5):
         result = check_module.judge(check_module.exercise("lab8.get_pool"), mistake, seed, public=False)
         assert not result.passed, (mistake.__name__, seed)
+
+
+def test_cross_stream_free_facts_on_the_reference_allocator():
+    """Exercise 3 rests on 2.11's free/malloc branches on captures_underway (CUDACachingAllocator.cpp:
+    ``free`` defers a block with stream_uses, ``malloc`` skips process_events), measured here."""
+    from allocator_ref.labs.lab8 import free_outcome
+    assert free_outcome(1, 0) == ("insert_events", True)
+    assert free_outcome(1, 1) == ("deferred", False)
+    assert free_outcome(0, 1) == ("free_block", True)

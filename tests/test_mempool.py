@@ -46,8 +46,9 @@ def test_mempool_id(make_alloc):
     assert pool2[1] != pool1[1]
     g = ar.CUDAGraph(a)                     # a graph's own pool: c10::generate_mempool_id(false) = (n, 0)
     g.capture_begin(a.device.create_stream())
+    g.capture_end()                         # (CUDAGraph::pool needs capture_ended_)
     assert g.pool()[0] > 0 and g.pool()[1] == 0
-    g.capture_end()
+    g.reset()
 
 
 def test_mempool_multithread(make_alloc):
@@ -499,12 +500,13 @@ def test_stats_consistent_after_every_step_with_pools_live(make_alloc, conf, see
                 a.device.sleep(side, 50.0)
             a.free(x)
         elif op < 0.88 and len(contexts) < 3:
-            ctx = a.use_mem_pool(rng.choice(pools))
+            pool = rng.choice(pools)
+            ctx = a.use_mem_pool(pool)
             try:
                 ctx.__enter__()
                 contexts.append(ctx)
-            except RuntimeError:            # that pool's context is already open: refused, nothing changed
-                pass
+            except RuntimeError:            # that pool's context is already open: refused, but 2.11's
+                a.release_pool(pool.id)     # beginAllocateToPool counted one owner first: undo it
         elif op < 0.96 and contexts:
             contexts.pop().__exit__(None, None, None)
         else:
@@ -563,3 +565,36 @@ def test_mempool_on_the_real_device():
     assert custom.free_calls == 1 and a.memory_reserved() == 0
     assert_consistent(a)
     dev.close()
+
+
+def test_use_on_oom_fallback_skips_the_pools_expandable_blocks(make_alloc):
+    """try_mempool_fallback builds ``mempool_params`` with ``is_expandable_segments_active`` false, and
+    get_free_block then steps over expandable blocks ("only finding non-expandable blocks"): a plain
+    use_on_oom MemPool under expandable_segments:True maps expandable pages, which the fallback never
+    lends. (The model used to ask the global setting and lent them.)"""
+    a = make_alloc("expandable_segments:True", profile="tiny-1gb")
+    a.set_per_process_memory_fraction(80 / 1024)
+    spare = ar.MemPool(a, use_on_oom=True)
+    with a.use_mem_pool(spare):
+        held = a.malloc(40 * MiB)
+    assert [s["is_expandable"] for s in spare.snapshot()] == [True]
+    filler = a.malloc(40 * MiB)
+    a.free(held)                                         # 40 MiB free in the spare pool, expandable
+    with pytest.raises(ar.OutOfMemoryError):
+        a.malloc(30 * MiB)
+    a.free(filler)
+
+
+def test_use_on_oom_fallback_still_lends_non_expandable_blocks(make_alloc):
+    """The same fallback with a custom-allocator pool (no expandable segments there): the freed
+    block serves the default-pool request, as test_mempool_limited_memory_with_allocator asserts."""
+    a = make_alloc("expandable_segments:True", profile="tiny-1gb")
+    a.set_per_process_memory_fraction(80 / 1024)
+    spare = ar.MemPool(a, use_on_oom=True, custom=device_allocator(a.device, "dummy"))
+    with a.use_mem_pool(spare):
+        held = a.malloc(40 * MiB)
+    filler = a.malloc(40 * MiB)
+    a.free(held)
+    borrowed = a.malloc(30 * MiB)
+    assert borrowed.ptr == held.ptr
+    a.free(borrowed), a.free(filler)

@@ -184,6 +184,23 @@ DOCS = sorted([*ROOT.glob("chapters/*.md"), *ROOT.glob("labs/source/*.md")])
 # tool; a reference nobody could confirm -- PyTorch "PR 76648", pytorch/pytorch#106660 and #67971 --
 # was removed, not kept).  Add a link here only after reading what it points at.
 VERIFIED = {
+    # issue 29 (read with the search tool's issues / docs corpora)
+    "https://github.com/pytorch/pytorch/pull/161103": "don't try to set lazy module loading env var (ngimel, Aug 2025): not needed on drivers >= 525",
+    "https://github.com/pytorch/pytorch/issues/175015": "User MemPool incorrectly inherits CUDA graph capture behavior (captures_underway): deferral, OOM recovery disabled",
+    "https://github.com/pytorch/pytorch/issues/159674": "OOM when Using use_mem_pool due to Restriction to Retry",
+    "https://github.com/pytorch/pytorch/issues/159594": "During CUDA graph capture, CUDACachingAllocator could trigger cudaFree (release_available_cached_blocks)",
+    "https://github.com/pytorch/pytorch/pull/187795": "Guard release_available_cached_blocks during CUDA graph capture (open, fixes #159594)",
+    "https://github.com/pytorch/pytorch/pull/158152": "don't error out in empty_cache under mempool context: silently do nothing (Jul 2025)",
+    "https://github.com/pytorch/pytorch/pull/180395": "fix: leak in CUDAGraph::capture_end -- AT_CUDA_CHECK(endCaptureErr) bypassed endAllocateToPool (Apr 2026)",
+    "https://github.com/ROCm/pytorch/pull/3357": "[release/2.12] fix leak in CUDAGraph::capture_end (#180395)",
+    "https://github.com/pytorch/pytorch/pull/167507": "Make CachingHostAllocator work with memory pools: pinned memory during capture, no reuse after record_event",
+    "https://github.com/pytorch/pytorch/pull/185818": "Remove incorrect claim that MemPool doesn't support expandable_segments (only custom-allocator pools)",
+    "https://github.com/pytorch/pytorch/pull/155134": "Enables NCCL symmetric memory kernels through mempool registration (symm_mem arg, NCCL 2.27)",
+    "https://github.com/pytorch/pytorch/pull/161238": "[nccl symm mem] don't use arg for mempool, correctly use symmetric registration in hooks (Aug 2025)",
+    "https://docs.pytorch.org/docs/stable/generated/torch.cuda.memory.MemPool.html": "MemPool(allocator, use_on_oom, no_split)",
+    "https://docs.pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html": "CUDAGraph Trees: one pool for new allocations, recording/replay",
+    "https://docs.pytorch.org/docs/stable/generated/torch.compiler.cudagraph_mark_step_begin.html": "new iteration on each invocation unless a pending backward has not been called",
+    "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html#group__CUDART__STREAM_1g9d0535d93a214cbf126835257b16ba85": "cudaStreamBeginCapture / capture modes global, thread_local, relaxed (the link torch.cuda.graph's docstring gives; mode text read in the runtime API's cudaThreadExchangeStreamCaptureMode entry)",
     "https://github.com/pytorch/pytorch/issues/107667": "set_per_process_memory_fraction; context ~300 MB, >1 GB before CUDA 11.7",
     "https://github.com/pytorch/pytorch/pull/86509": "[1.13] sets CUDA_MODULE_LOADING=LAZY; 666,632,192 vs 287,047,680 bytes",
     "https://github.com/pytorch/pytorch/pull/152695": "set CUDA_MODULE_LOADING only for drivers older than 12.2 (2025)",

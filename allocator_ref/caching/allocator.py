@@ -32,6 +32,7 @@ from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size
                      kMinBlockSize, kSmallBuffer, kSmallSize, round_size)
 from .backend import backend_mismatch_error, force_uncached_from_env, get_allocator_backend
 from .capture_rules import update_visited
+from .checkpoint import CheckpointDelta, PrivatePoolState, SegmentState
 from .expandable import ExpandableSegment, allocatable, expandable_size
 from .oom import EXABYTE_MESSAGE, OutOfMemoryError, format_size, oom_message
 from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
@@ -66,7 +67,7 @@ class CachingAllocator:
 
     Sections, in this order: config; malloc (the ladder and its rungs); free; expandable
     segments; streams (events); caching (``emptyCache``); stats; private pools (MemPool,
-    CUDA graph pools); graph capture; snapshot; caching switched off (NativeCachingAllocator's
+    CUDA graph pools); graph capture; checkpoints; snapshot; caching switched off (NativeCachingAllocator's
     bypass); helpers.  Only plain functions live in the sibling files.
     """
 
@@ -238,21 +239,25 @@ class CachingAllocator:
         pool = p.pool
         if self._gc_enabled():
             pool.get_free_blocks_call_count += 1      # the GC clock ticks on every search
-        it = self._find_free_block(pool, p.stream_key, p.size)
+        it = self._find_free_block(pool, p.stream_key, p.size, p.expandable)
         if it is None:
             return False
         p.block = pool.at(it)
         pool.erase(it)
         return True
 
-    def _find_free_block(self, pool: BlockPool, stream_key: int, size: int) -> Optional[tuple]:
-        """Where the block ``get_free_block`` would take sits in the pool (None: nothing fits)."""
+    def _find_free_block(self, pool: BlockPool, stream_key: int, size: int,
+                         expandable_active: bool) -> Optional[tuple]:
+        """Where the block ``get_free_block`` would take sits in the pool (None: nothing fits).
+
+        ``expandable_active`` is the request's ``p.is_expandable_segments_active`` (not the global
+        setting: ``try_mempool_fallback`` searches with it false)."""
         it = pool.lower_bound(stream_key, size)
         block = pool.at(it)
         if block is None or block.stream_key != stream_key:
             return None
         if block.expandable_segment is not None:
-            it = self._pick_expandable_candidate(pool, it, stream_key)
+            it = self._pick_expandable_candidate(pool, it, stream_key, expandable_active)
             block = pool.at(it)
             if block is None:
                 return None
@@ -269,7 +274,9 @@ class CachingAllocator:
         """Would ``malloc(nbytes, stream)`` find a cached block right now?  Changes nothing."""
         stream = self._check_stream(stream)
         size = self.round_size(nbytes)
-        return self._find_free_block(self.get_pool(size, stream), stream.handle, size) is not None
+        pool = self.get_pool(size, stream)
+        expandable = self.config.expandable_segments and self._expandable_for(pool)
+        return self._find_free_block(pool, stream.handle, size, expandable) is not None
 
     def trigger_free_memory_callbacks(self) -> bool:
         """``trigger_free_memory_callbacks``: True if any registered callback freed memory."""
@@ -284,10 +291,12 @@ class CachingAllocator:
         if self.total_allocated_memory <= gc_threshold:
             return
         target = self.total_allocated_memory - gc_threshold
-        clock = self.large_blocks.get_free_blocks_call_count
+        # PyTorch's age sum counts every unsplit block and its freeing loop skips expandable ones; an
+        # expandable block is unsplit only when its reservation (1.125x the GPU) is all mapped, which
+        # a memory fraction below 1 rules out, so both lists are the same here.
         candidates = [b for b in self.large_blocks
                       if not b.is_split() and b.expandable_segment is None]
-        total_age = float(sum(clock - b.gc_count_base for b in candidates))
+        total_age = float(sum(b.gc_count() for b in candidates))
         count = len(candidates)
         if count == 0:
             return
@@ -299,7 +308,7 @@ class CachingAllocator:
             for block in list(self.large_blocks):
                 if block.is_split() or block.expandable_segment is not None:
                     continue
-                age = clock - block.gc_count_base
+                age = block.gc_count()
                 if age >= threshold:
                     freed_any = True
                     reclaimed += block.size
@@ -357,27 +366,29 @@ class CachingAllocator:
         key_size = max(p.size, max_split)
         index = pool.lower_bound_index(p.stream_key, key_size)
         block = pool.block_at(index)
-        if block is not None and block.stream_key == p.stream_key and block.expandable_segment is None:
+        if block is None or block.stream_key != p.stream_key or block.expandable_segment is not None:
+            # No single block is large enough; free multiple oversize blocks, starting with the largest.
+            if index == 0:
+                return False
+            index -= 1                     # back up one: the largest block of this stream
+            released = 0
+            while released < key_size:
+                block = pool.block_at(index)
+                if block.size < max_split or block.stream_key != p.stream_key:
+                    break
+                is_first = index == 0
+                if not is_first:
+                    index -= 1             # (releasing the block leaves lower indices alone)
+                if block.expandable_segment is None:
+                    released += block.size
+                    self.release_block(block, context)
+                if is_first:
+                    break
+            if released < key_size:
+                return False
+        else:
             self.release_block(block, context)
-            return True
-        # No single block is large enough: free oversize blocks, starting with the largest.
-        if index == 0:
-            return False
-        index -= 1
-        released = 0
-        while released < key_size:
-            block = pool.block_at(index)
-            if block.size < max_split or block.stream_key != p.stream_key:
-                break
-            is_first = index == 0
-            if not is_first:
-                index -= 1                 # (releasing the block leaves lower indices alone)
-            if block.expandable_segment is None:
-                released += block.size
-                self.release_block(block, context)
-            if is_first:
-                break
-        return released >= key_size
+        return True
 
     def release_cached_blocks(self, context: Optional[list] = None, mempool_id: tuple = DEFAULT_POOL_ID) -> bool:
         """``release_cached_blocks`` (= ``empty_cache``): wait for events, free every unsplit segment.
@@ -543,6 +554,9 @@ class CachingAllocator:
         original_size, requested = block.size, block.requested_size
         pool = block.pool
         net_blocks = net_bytes = 0
+        # PyTorch erases the block from active_blocks after the merges; its active_blocks is a set of
+        # Block*, this one a dict keyed by ptr, and a merge with the previous block moves block.ptr.
+        # So the entry goes first, under the ptr it was allocated at: same set afterwards.
         del self.active_blocks[block.ptr]
         for candidate in (block.prev, block.next):
             subsumed = self.try_merge_blocks(block, candidate, pool)
@@ -562,10 +576,6 @@ class CachingAllocator:
         if (src is None or src.allocated or src.event_count > 0 or src.stream_uses
                 or dst.mapped != src.mapped):
             return 0
-        if src.mapped:
-            pool.remove(src)
-        else:
-            pool.remove_unmapped(src)
         if dst.prev is src:                       # [src dst]
             dst.ptr = src.ptr
             dst.prev = src.prev
@@ -578,6 +588,12 @@ class CachingAllocator:
             if dst.next is not None:
                 dst.next.prev = dst
         dst.size += src.size
+        # Then erase src from its set, as PyTorch does (src's key -- stream, size, ptr -- is untouched
+        # by the relinking, and dst is never in a set while it merges, so the order changes nothing).
+        if src.mapped:
+            pool.remove(src)
+        else:
+            pool.remove_unmapped(src)
         return src.size
 
     # ------------------------------------------------------ expandable segments
@@ -585,10 +601,11 @@ class CachingAllocator:
     # ExpandableSegment (expandable.py) maps and unmaps its pages, these functions keep the
     # blocks, pools and stats in step with it.
 
-    def _pick_expandable_candidate(self, pool: BlockPool, it: tuple, stream_key: int) -> Optional[tuple]:
+    def _pick_expandable_candidate(self, pool: BlockPool, it: tuple, stream_key: int,
+                                   expandable_active: bool) -> Optional[tuple]:
         """The expandable part of ``get_free_block``: where to take from, starting at ``it``."""
         block = pool.at(it)
-        if self.config.expandable_segments:
+        if expandable_active:                   # p.is_expandable_segments_active
             # Prefer a block that is not the growable tail of a segment when it fits as well.
             while block.expandable_segment is not None:
                 nxt_it = pool.next_position(it)
@@ -708,7 +725,8 @@ class CachingAllocator:
         self.stats.decrease("reserved_bytes", pool.stat_types, unmapped)
         self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count
         self.stats.num_device_free += 1
-        self._record("segment_unmap", start, unmapped, block.stream_key, context, pool)
+        self._record("segment_unmap", start, unmapped, block.stream_key,
+                     context or block.segment_frames, pool)   # context_when_segment_allocated
 
     def release_unmapped_segments(self) -> None:
         """Give back every reservation with no page mapped (``close``: nothing may outlive it)."""
@@ -784,7 +802,14 @@ class CachingAllocator:
         """
         self.stats.num_sync_all_streams += 1
         if self.captures_underway:
-            raise RuntimeError("synchronize_and_free_events: a capture is underway (no syncs while capturing)")
+            # TORCH_INTERNAL_ASSERT(captures_underway.empty()): reached when a freeable pool is emptied
+            # (MemPool's destructor, emptyCache(id)) while another pool or a capture is open -- the
+            # crash pytorch/pytorch#180395 reports after a failed capture_end.
+            err = RuntimeError("synchronize_and_free_events: a capture is underway (no syncs while capturing)")
+            err.add_note("open pools / captures: "
+                         f"{[pid for pid, _ in self.captures_underway]}; PyTorch 2.11 fails an internal assert here. "
+                         "Close the other use_mem_pool blocks (or end the capture) before destroying this pool.")
+            raise err
         if self.deferred_blocks:
             self.insert_events_deferred_until_no_capture(context)
         for key in list(self.cuda_events):
@@ -898,10 +923,16 @@ class CachingAllocator:
         return pool
 
     def begin_allocate_to_pool(self, pool_id: tuple, filter: Callable[[Any], bool]) -> None:
-        """``beginAllocateToPool``: route requests that ``filter(stream)`` accepts to the pool."""
-        if any(entry_id == pool_id for entry_id, _ in self.captures_underway):
-            raise RuntimeError(f"beginAllocateToPool: already recording to mempool_id {pool_id}")
+        """``beginAllocateToPool``: route requests that ``filter(stream)`` accepts to the pool.
+
+        As in 2.11 the pool is created or incref'ed *before* the duplicate check, so a refused
+        second routing still counts one owner more (its ``use_count`` never comes back down)."""
         self.create_or_incref_pool(pool_id)
+        if any(entry_id == pool_id for entry_id, _ in self.captures_underway):
+            err = RuntimeError(f"beginAllocateToPool: already recording to mempool_id {pool_id}")
+            err.add_note("PyTorch 2.11 increments the pool's use_count before this check: the pool now "
+                         "counts one owner that nobody will release (allocator.release_pool(id) undoes it)")
+            raise err
         self.captures_underway.append((pool_id, filter))
 
     def end_allocate_to_pool(self, pool_id: tuple) -> None:
@@ -958,14 +989,16 @@ class CachingAllocator:
             return False
         for pool_id in list(self.use_on_oom_pools):
             self.begin_allocate_to_pool(pool_id, current_thread_filter())
-            saved_pool, p.pool = p.pool, self.get_pool(p.size, p.stream)
+            # mempool_params: this pool, and is_expandable_segments_active *false*, so the search
+            # skips the pool's expandable blocks whatever the setting says.
+            saved = p.pool, p.expandable
+            p.pool, p.expandable = self.get_pool(p.size, p.stream), False
             found = self.get_free_block(p)
             self.end_allocate_to_pool(pool_id)
             self.release_pool(pool_id)
             if found:
-                p.expandable = False      # mempool_params is built with is_expandable_segments_active false
-                return True
-            p.pool = saved_pool
+                return True                # (params = mempool_params)
+            p.pool, p.expandable = saved
         return False
 
     # ----------------------------------------------------------------- release
@@ -1116,6 +1149,83 @@ class CachingAllocator:
                     self.free_block(block)
             else:
                 self.free_block(block)
+
+    # ------------------------------------------------------------- checkpoints
+    # Note [Checkpointing PrivatePoolState]: torch.compile's CUDA graph trees keep every graph of a
+    # device in one pool; after replaying part of a tree they put the allocator back into the state
+    # it had after a recording, so a new recording sees the live tensors (checkpoint.py).
+    def get_checkpoint_state(self, pool_id: tuple) -> PrivatePoolState:
+        """``getCheckpointState``: the pool's segments and blocks, after the deferred frees got events."""
+        context = self._gather_context(("all",)) if self.trace.enabled is not None else None
+        self.insert_events_deferred_until_no_capture(context)
+        pool = self.graph_pools.get(check_pool_id(pool_id))
+        if pool is None:
+            raise RuntimeError(f"Could not find pool of id {pool_id}")
+        # (PyTorch tests graph_pools first, so a freeable pool still listed there is checkpointed too)
+        heads = self._private_pool_head_blocks(pool.id)
+        return PrivatePoolState(pool.id, tuple(SegmentState.of(head) for head in heads))
+
+    def set_checkpoint_pool_state(self, state: PrivatePoolState) -> CheckpointDelta:
+        """``setCheckpointPoolState``: free every block allocated in the pool, then allocate each
+        checkpointed segment block by block (splitting as it was) and free the blocks that were free."""
+        if not isinstance(state, PrivatePoolState):
+            raise TypeError(f"Expected PrivatePoolState (from get_checkpoint_state), got {type(state).__name__}")
+        context = self._gather_context(("state", "alloc", "all")) if self.trace.enabled is not None else None
+        if state.owner_id in self.graph_pools_freeable:
+            raise RuntimeError("Not expected to checkpoint freeable graph")
+        private = self.graph_pools.get(state.owner_id)
+        if private is None:
+            raise RuntimeError(f"Could not find private pool id {state.owner_id}")
+        delta = CheckpointDelta()
+        self.free_blocks_allocated_to_pool(private, delta)
+        ptrs_to_blocks = {b.ptr: b for pool in (private.small_blocks, private.large_blocks) for b in pool}
+        for segment in state.segments:
+            ptr = segment.blocks[0].ptr
+            if ptr not in ptrs_to_blocks:
+                raise RuntimeError(f" could not find {ptr:#x}")
+            self.set_segment_state_to_checkpoint(ptrs_to_blocks[ptr], segment, context, delta)
+        return delta
+
+    def free_blocks_allocated_to_pool(self, private: PrivatePool, delta: CheckpointDelta) -> None:
+        """``freeBlocksAllocatedToPool``: free every allocated block of the pool, segment by segment."""
+        for head in self._private_pool_head_blocks(private.id):
+            block = head
+            while block is not None:
+                # A free merges free neighbours *into* block (its ptr never changes), so block.next
+                # is read after the free, as PyTorch does.
+                if block.allocated:
+                    if block.event_count != 0:
+                        raise RuntimeError("Events should have synchronized when setting checkpointed block")
+                    delta.ptrs_freed.append(block.ptr)
+                    self.free(self._live[block.ptr])
+                block = block.next
+
+    def set_segment_state_to_checkpoint(self, block: Block, segment: SegmentState,
+                                        context: Optional[list], delta: CheckpointDelta) -> None:
+        """``setSegmentStateToCheckpoint``: allocate every block of the segment as it was, then free
+        those the checkpoint had free (their requested size becomes their size, as in PyTorch)."""
+        pool, n = block.pool, len(segment.blocks)
+        curr, made = block, []
+        for i, bs in enumerate(segment.blocks):
+            if i == n - 1 and curr.expandable_segment is not None:
+                assert curr.next is None and not curr.mapped and not curr.allocated   # the unmapped rest
+                continue
+            params = AllocParams(bs.size, bs.size, pool, bs.stream)
+            params.expandable = curr.expandable_segment is not None
+            pool.remove(curr)
+            params.block = curr
+            curr = self.alloc_found_block(params, bs.size, curr.size > bs.size, context)
+            if curr.ptr != bs.ptr or curr.size != bs.size:
+                raise RuntimeError("the pool's segment no longer matches the checkpoint")
+            allocation = Allocation(curr.ptr, curr.size, bs.size, bs.stream, self, curr)
+            self._live[curr.ptr] = allocation
+            made.append((bs, allocation))
+            curr = curr.next
+        for bs, allocation in made:
+            if bs.allocated:
+                delta.allocations_created.append(allocation)
+            else:
+                self.free(allocation)
 
     # ---------------------------------------------------------------- snapshot
     def _all_blocks(self, mempool_id: tuple = (0, 0)):

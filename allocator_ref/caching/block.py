@@ -57,6 +57,11 @@ class Block:
         self.frames: list = []
         self.segment_frames: list = []
 
+    def gc_count(self) -> int:
+        """``Block::gc_count``: how many free-block searches of its pool ran since it became free."""
+        assert self.pool is not None, "gc_count of a block with no pool"
+        return self.pool.get_free_blocks_call_count - self.gc_count_base
+
     def is_split(self) -> bool:
         """True when the block shares its segment with a neighbour."""
         return self.prev is not None or self.next is not None

@@ -7,7 +7,11 @@ one plain function, ``update_visited``.  They mirror, in ``c10/cuda/CUDACachingA
 ``malloc`` / ``free`` / ``recordStream`` / ``endAllocateToPool`` and the helpers
 ``cudaMallocMaybeCapturing``, ``allocPrimitive``, ``insert_events_deferred_until_no_capture``,
 ``remove_cudagraph_stream_uses``, ``record_free_markers``, ``update_visited`` and
-``free_safe_blocks_in_capture``.  The rules (see Note [Interaction with CUDA graph capture]):
+``free_safe_blocks_in_capture``.  The rules (see Note [Interaction with CUDA graph capture]).
+
+"While capturing" means "while ``captures_underway`` is not empty": PyTorch 2.11 asks nothing
+else, and ``use_mem_pool`` puts its pool there too (``beginAllocateToPool``), so every rule but 4
+applies to every thread while any thread holds a MemPool context open (pytorch/pytorch#175015):
 
 1. ``process_events`` is skipped: ``cudaEventQuery`` is illegal during capture.
 2. A block freed with uses on other streams (``record_stream``) cannot get events;
@@ -15,11 +19,15 @@ one plain function, ``update_visited``.  They mirror, in ``c10/cuda/CUDACachingA
    With ``graph_capture_record_stream_reuse:True`` it records the capture's terminal
    nodes as "free markers" and is freed *during* capture as soon as every later
    node provably comes after them (the graph's topology, no event query needed).
-3. ``release_cached_blocks`` is not tried in the OOM ladder (it synchronizes).
-4. ``cudaMalloc`` runs with the thread's capture mode exchanged to *relaxed*.
+3. ``release_cached_blocks`` is not tried in the OOM ladder (it synchronizes), and
+   ``empty_cache()`` leaves the default pools alone.  ``release_available_cached_blocks``
+   has no such guard: it may ``cudaFree`` during a capture (pytorch/pytorch#159594).
+4. ``cudaMalloc`` runs with the thread's capture mode exchanged to *relaxed* (only when the
+   stream really captures: ``cudaMallocMaybeCapturing`` asks the capture status).
 5. Uses recorded during capture (``block_to_cudagraph_stream_uses``) are dropped
    when the deferred free is finally processed: the capture ended, so the graph's
-   work on those streams is complete.
+   work on those streams is complete.  After a ``use_mem_pool`` block nothing guarantees
+   that: the block may be handed out while such a stream still reads it.
 """
 from __future__ import annotations
 

@@ -7,7 +7,11 @@ Mirrors ``torch/cuda/memory.py`` (``MemPool``, ``use_mem_pool``) and
   use_count 1) and registers the ``use_on_oom`` / ``no_split`` options;
 * ``with use_mem_pool(pool):`` routes *the calling thread's* requests into it
   (``beginAllocateToPool`` with a current-thread filter) and holds one more
-  reference until the block ends (``endAllocateToPool`` + ``releasePool``);
+  reference until the block ends (``endAllocateToPool`` + ``releasePool``).
+  The pool is then an entry of ``captures_underway``, exactly like a graph
+  capture, so while it is open *every* thread gets the capture rules
+  (capture_rules.py; pytorch/pytorch#175015).  Opening a pool already open
+  fails after its ``use_count`` went up (2.11's ``beginAllocateToPool``);
 * destroying the pool (``del pool`` or ``pool.close()``) drops the use_on_oom flag,
   releases its reference and empties *that* pool's cache
   (``emptyCache(id)``): memory still held by live tensors stays until they are

@@ -12,12 +12,19 @@ Two exercises, both judged by running the reference allocator now (nothing is st
   The judge captures :func:`training_step` for each size in the learner's order and in the
   largest-first order on fresh simulated devices; the learner's plan must be a permutation of
   the sizes and reserve no more than largest-first.
+* ``lab8.cross_stream_free``: ``after_free(uses, pools_open) -> (action, reused)`` -- what
+  ``free`` does with a default-pool block used on ``uses`` other streams while ``pools_open``
+  MemPool contexts are open in other threads, and whether the next same-size request (after a
+  device synchronize) gets the block back.  The judge runs :func:`free_outcome` on the reference
+  allocator: an open ``use_mem_pool`` is an entry of ``captures_underway``, so ``free`` defers and
+  ``malloc`` skips ``process_events`` (pytorch/pytorch#175015).
 """
 from __future__ import annotations
 
 import random
+import threading
 
-from ..caching import CachingAllocator, CUDAGraph, graph, graph_pool_handle
+from ..caching import CachingAllocator, CUDAGraph, MemPool, graph, graph_pool_handle
 from ..caching.config import kSmallSize
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
 
@@ -184,6 +191,67 @@ def _order_hidden(rng: random.Random) -> list:
     return cases
 
 
+# ------------------------------------------------------------ exercise 3
+ACTIONS = ("free_block", "insert_events", "deferred")
+
+
+def free_outcome(uses: int, pools_open: int) -> tuple:
+    """Run it: free a 4 MiB default-pool block used on ``uses`` other (busy) streams while
+    ``pools_open`` MemPool contexts are open in other threads; then synchronize and ask again.
+
+    Returns (what free did, whether the next 4 MiB request got the same block)."""
+    a = CachingAllocator(lab_device())
+    others = [a.device.create_stream() for _ in range(uses)]
+    x = a.malloc(4 * MiB)
+    for s in others:
+        a.record_stream(x, s)
+        a.device.sleep(s, 100.0)              # a kernel on s reads x
+    elsewhere = -1 - threading.get_ident()    # a thread id that is not ours
+    pools = [MemPool(a) for _ in range(pools_open)]
+    for pool in pools:                        # what use_mem_pool does in that thread
+        a.begin_allocate_to_pool(pool.id, lambda s, t=elsewhere: threading.get_ident() == t)
+    a.free(x)
+    block = x._block
+    action = ("deferred" if block in a.deferred_blocks else
+              "insert_events" if block.event_count > 0 else "free_block")
+    a.device.synchronize()
+    y = a.malloc(4 * MiB)
+    return action, y.ptr == x.ptr
+
+
+def _free_case(uses: int, pools_open: int, label: str) -> Case:
+    def judge(fn):
+        want = free_outcome(uses, pools_open)
+        got = fn(uses, pools_open)
+        if not (isinstance(got, tuple) and len(got) == 2 and got[0] in ACTIONS and isinstance(got[1], bool)):
+            raise Fail(f"after_free returned {got!r}; return (one of {ACTIONS}, True or False)",
+                       "after_free did not return an (action, reused) pair")
+        situation = (f"a block used on {uses} other stream(s), freed while {pools_open} use_mem_pool "
+                     "context(s) are open in other threads")
+        if got[0] != want[0]:
+            raise Fail(f"{situation}: free does {want[0]!r}; yours said {got[0]!r}",
+                       "what free does differs from the allocator (does an open pool elsewhere change it?)")
+        if got[1] != want[1]:
+            raise Fail(f"{situation}: after a synchronize the next request "
+                       f"{'gets' if want[1] else 'does not get'} the block back; yours said {got[1]}",
+                       "whether the block is reused differs (does malloc run process_events?)")
+    return Case(label, judge, data=(uses, pools_open))
+
+
+def _free_public() -> list:
+    return [_free_case(0, 0, "no other stream, no pool open"),
+            _free_case(1, 0, "used on one other stream, no pool open"),
+            _free_case(0, 1, "no other stream, a MemPool open in another thread")]
+
+
+def _free_hidden(rng: random.Random) -> list:
+    """Always a cross-stream free under an open pool (the case #175015 is about), then a mix."""
+    cases = [_free_case(rng.randint(1, 3), rng.randint(1, 2), "a cross-stream free while a pool is open elsewhere")]
+    for _ in range(1 if _quick() else 3):
+        cases.append(_free_case(rng.randint(0, 3), rng.randint(0, 2), "streams and open pools, mixed"))
+    return cases
+
+
 def _quick() -> bool:
     from .check import quick
     return quick()
@@ -205,4 +273,15 @@ register(Exercise(
          "makes every later step fit in what the first one left behind?",
     nudge="A freed block serves only requests no larger than itself: compare the order you chose "
           "with the sizes each capture leaves behind.",
+))
+
+register(Exercise(
+    id="lab8.cross_stream_free", lab=8, title="after_free(uses, pools_open): a cross-stream free and open pools",
+    public=_free_public, hidden=_free_hidden, what="after_free function",
+    hint="No other stream used it: free_block, reused. Other streams and nothing open: insert_events, and after "
+         "a synchronize malloc's process_events frees it: reused. Other streams while ANY use_mem_pool is open "
+         "(any thread): captures_underway is not empty, so free defers it and malloc skips process_events: "
+         "('deferred', False).",
+    nudge="use_mem_pool and a CUDA graph capture share one list, captures_underway. What does free do with a "
+          "block that has stream uses while that list is not empty, and does malloc then look at events?",
 ))

@@ -12,8 +12,13 @@ is free once the stream reaches the free, not when the host calls it.  So
 
   - ``follow_event_dependencies``: T already waits on an event recorded on
     the freeing stream after the free (``cudaStreamWaitEvent``);
-  - ``allow_opportunistic``: the host has seen the freeing stream pass the
-    free (``cudaEventQuery`` says done), even with no dependency;
+  - ``allow_opportunistic``: the free has already completed, with no
+    dependency between it and T: the *driver* checks whether the freeing
+    stream's execution has passed the free ("the stream has passed the point
+    of execution indicated by the free", CUDA Programming Guide, reuse
+    policies); nobody on the host has to query anything.  This model asks the
+    same question with the free's event (``free_event.query()``), which reads
+    the simulated stream's progress, not a host observation;
   - ``allow_internal_dependencies``: only when the pool *fails to grow* (the
     driver cannot allocate and map more physical memory), it inserts a wait
     of T on the free, then reuses (T may now stall behind the other stream).
@@ -35,11 +40,21 @@ allocator keeps a vector clock per stream, fed by its own :meth:`record_event`
 graph).  On a real GPU (``device.simulated`` False) the same class calls the
 real ``cudaMallocAsync`` / ``cudaFreeAsync`` and keeps the same statistics.
 
-PyTorch's ``backend:cudaMallocAsync`` (``c10/cuda/CUDAMallocAsyncAllocator.cpp``,
-``c10/cuda/CUDAMallocAsyncAllocator.cpp``) is mirrored for what a user sees:
-``memory_stats()`` with every key of ``DeviceStats`` but only six of them
-filled (the rest read 0, as ``getDeviceStats`` leaves them), ``record_stream``
-through a unifying stream, the memory-fraction check and the OOM message.
+PyTorch's ``backend:cudaMallocAsync`` (``c10/cuda/CUDAMallocAsyncAllocator.cpp``)
+is mirrored for what a user sees: ``memory_stats()`` with every key of
+``DeviceStats`` but only six of them filled (the rest read 0, as
+``getDeviceStats`` leaves them), ``record_stream`` through a unifying stream,
+the memory-fraction check and the OOM message.
+
+Where the six figures come from differs.  PyTorch's ``getDeviceStats`` asks the
+driver: ``cudaMemPoolAttrUsedMemCurrent`` / ``UsedMemHigh`` of the device's
+*default* pool become allocated (and active) bytes, ``ReservedMemCurrent`` /
+``ReservedMemHigh`` reserved bytes.  Every library that calls
+``cudaMallocAsync`` without a pool of its own shares that pool, so
+``torch.cuda.memory_allocated()`` / ``memory_reserved()`` include their bytes
+too.  This model counts its own blocks and chunks (and, on a real GPU, reads
+``ReservedMemCurrent`` after each driver call, ``_sync_reserved``): it agrees
+with PyTorch while it is the pool's only user.
 """
 from __future__ import annotations
 
