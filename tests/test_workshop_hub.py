@@ -136,11 +136,14 @@ def hub(tmp_path_factory):
     secret.touch(mode=0o600)
     secret.write_text(ADMIN_PASSWORD + "\n")
     state, homes = tmp / "state", tmp / "homes"
+    from allocator_ref.labs import grading             # a graded workshop: lab 1's release handed out
+    graded = tmp / "nbgrader"
+    grading.release("01", graded)
     port = _free_port()
     env = {**os.environ, "WORKSHOP_REPO": str(course), "WORKSHOP_BRANCH": "main",
            "WORKSHOP_STATE": str(state), "WORKSHOP_HOMES": str(homes), "WORKSHOP_ADMIN": ADMIN,
            "WORKSHOP_ADMIN_PASSWORD_FILE": str(secret), "WORKSHOP_IP": "127.0.0.1",
-           "WORKSHOP_PORT": str(port), "WORKSHOP_HOSTNAME": "localhost",
+           "WORKSHOP_PORT": str(port), "WORKSHOP_HOSTNAME": "localhost", "WORKSHOP_GRADED": str(graded),
            "WORKSHOP_PYTHON": str(_learner_python(tmp)), "PYTHONPATH": str(ROOT)}
     env.pop("WORKSHOP_ADMIN_PASSWORD", None)
     log = open(tmp / "hub.log", "w")
@@ -180,7 +183,7 @@ def hub(tmp_path_factory):
                 log.flush()
                 pytest.fail("the hub did not start:\n" + (tmp / "hub.log").read_text()[-3000:])
             time.sleep(0.5)
-        info = {"url": url, "cert": str(cert), "proc": proc, "tmp": tmp, "course": course,
+        info = {"url": url, "cert": str(cert), "proc": proc, "tmp": tmp, "course": course, "graded": graded,
                 "watch": watch, "started": started, "homes": homes, "state": state, "stop": stop}
         yield info
     finally:
@@ -333,6 +336,21 @@ def test_the_room_lists_each_notebook_once_and_hides_nbgrader(hub, learners):
     for path in ("formgrader", "assignments", "courses"):                # nbgrader's server parts
         r = ada.get(f"{hub['url']}/user/{ada.name}/{path}", headers={"Authorization": f"token {ada.token}"})
         assert r.status_code == 404, (path, r.status_code)
+
+
+def test_a_graded_room_hands_out_the_release_and_collects_it_for_autograde(hub, learners):
+    """The one path from the room to grades: the hub put release/lab01 in each learner's
+    ~/graded (as that learner), and collect gathers exactly those copies for autograde."""
+    from allocator_ref.labs import grading
+    for learner in learners:
+        listing = learner.server("GET", "/contents/graded/lab01").json()["content"]
+        assert [item["name"] for item in listing] == ["lab01_measure_it.ipynb"], listing
+        copy = Path(pwd.getpwnam(learner.name).pw_dir) / "graded" / "lab01" / "lab01_measure_it.ipynb"
+        assert copy.stat().st_uid == pwd.getpwnam(learner.name).pw_uid
+    grading.collect("01", hub["homes"], hub["graded"])
+    submitted = grading.check_submissions("lab01", hub["graded"])       # each is a release copy
+    assert {p.parents[1].name for p in submitted} == set(LEARNERS)
+    assert not (hub["graded"] / "source").stat().st_mode & 0o077        # learners cannot read it
 
 
 def test_edits_survive_a_re_pull_and_stay_private(hub, learners):
