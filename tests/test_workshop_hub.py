@@ -136,6 +136,17 @@ def hub(tmp_path_factory):
     secret.touch(mode=0o600)
     secret.write_text(ADMIN_PASSWORD + "\n")
     state, homes = tmp / "state", tmp / "homes"
+    # Another hub on the machine (an instructor rehearsing) holds JupyterHub's default ports:
+    # ours must not need them (its public port, its API and the proxy's API are all free ports).
+    squatters = []
+    for default in (8000, 8001, 8081):
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", default))
+            sock.listen()
+            squatters.append(sock)
+        except OSError:
+            sock.close()                        # already taken: by someone else, same effect
     from allocator_ref.labs import grading             # a graded workshop: lab 1's release handed out
     graded = tmp / "nbgrader"
     grading.release("01", graded)
@@ -193,6 +204,8 @@ def hub(tmp_path_factory):
         for pid in left:                       # never leave them behind, even when failing
             os.kill(pid, signal.SIGKILL)
         log.close()
+        for sock in squatters:
+            sock.close()
         kept = tmp_path_factory.getbasetemp() / "hub.log"        # the hub's log, kept for a failure
         shutil.copyfile(tmp / "hub.log", kept)
         print(f"the hub's log: {kept}")
@@ -421,6 +434,41 @@ def _load_config(tmp_path, **env_over) -> subprocess.CompletedProcess:
             "print('loaded', c.JupyterHub.ip, c.JupyterHub.port, bool(c.JupyterHub.ssl_cert))")
     return subprocess.run([sys.executable, "-c", code, str(WORKSHOP / "jupyterhub_config.py")],
                           env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_without_a_password_file_the_hub_asks_at_the_terminal(tmp_path):
+    """`sudo make workshop` with no WORKSHOP_ADMIN_PASSWORD_FILE: the password is typed, not echoed."""
+    if not PROXY.exists():
+        pytest.skip(f"{PROXY} missing: npm ci --prefix workshop")
+    import pty
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_")}
+    env.update(WORKSHOP_STATE=str(tmp_path / "state"), WORKSHOP_HOMES=str(tmp_path / "homes"),
+               WORKSHOP_PYTHON="/usr/bin/python3", WORKSHOP_REPO="https://example.org/course.git",
+               WORKSHOP_HOSTNAME="localhost", PYTHONPATH=str(ROOT))
+    code = ("from traitlets.config import Config; import sys; c = Config(); f = sys.argv[1]\n"
+            "g = {'get_config': lambda: c, '__file__': f}\n"
+            "exec(compile(open(f).read(), f, 'exec'), g)\n"
+            "print('admin password has', len(g['ADMIN_PASSWORD']), 'characters')")
+    pid, fd = pty.fork()
+    if pid == 0:                                   # the child: the config on a terminal
+        os.execve(sys.executable, [sys.executable, "-c", code, str(WORKSHOP / "jupyterhub_config.py")], env)
+    said = b""
+    deadline = time.monotonic() + 60
+    while b"password for the instructor" not in said and time.monotonic() < deadline:
+        said += os.read(fd, 1024)
+    os.write(fd, ADMIN_PASSWORD.encode() + b"\n")
+    while True:
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:
+            break
+        if not chunk:
+            break
+        said += chunk
+    os.waitpid(pid, 0)
+    text = said.decode(errors="replace")
+    assert f"admin password has {len(ADMIN_PASSWORD)} characters" in text, text[-2000:]
+    assert ADMIN_PASSWORD not in text                       # not echoed
 
 
 def test_the_config_loads_with_https_by_default(tmp_path):
