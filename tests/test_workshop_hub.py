@@ -68,6 +68,24 @@ def _open_to_everyone(path: Path) -> bool:
     return all(p.stat().st_mode & 0o001 for p in path.parents) and bool(path.stat().st_mode & 0o004)
 
 
+@pytest.fixture(scope="module")
+def config():
+    """workshop/ copied where every user can read it (the config refuses a folder the learners
+    cannot reach, and a CI checkout may live under /root); the npm proxy is linked, not copied."""
+    if not PROXY.exists():
+        pytest.skip(f"{PROXY} missing: npm ci --prefix workshop (make test does it when npm exists)")
+    base = Path(tempfile.mkdtemp(prefix="workshop-config-"))
+    base.chmod(0o755)
+    copy = base / "workshop"
+    shutil.copytree(WORKSHOP, copy, ignore=shutil.ignore_patterns("node_modules", ".run", "__pycache__"))
+    (copy / "node_modules").symlink_to(WORKSHOP / "node_modules")
+    for p in [copy, *copy.rglob("*")]:
+        if not p.is_symlink():
+            p.chmod(p.stat().st_mode | 0o004 | (0o001 if p.is_dir() else 0))
+    yield copy / "jupyterhub_config.py"
+    shutil.rmtree(base, ignore_errors=True)
+
+
 def _learner_python(base: Path) -> Path:
     """The Python the learners' servers run: this one, unless other users cannot run it (a Python
     under /root, as on the CI machine): then a venv of the system Python of the same version that
@@ -81,6 +99,10 @@ def _learner_python(base: Path) -> Path:
     venv = base / "learner-python"
     subprocess.run([str(system), "-m", "venv", "--without-pip", str(venv)], check=True)
     import sysconfig
+    packages = Path(sysconfig.get_paths()["purelib"])
+    if not _open_to_everyone(packages):
+        pytest.skip(f"this environment's packages ({packages}) are closed to other users, so no "
+                    "learner's server could import them: put the venv where every user can read it")
     site = next((venv / "lib").glob("python*/site-packages"))
     (site / "course.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     for folder in ("etc", "share"):            # Jupyter's extension configs (jupyterlab, nbgrader ...)
@@ -120,7 +142,7 @@ def _seed_of(user: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+def hub(tmp_path_factory, config):
     if not PROXY.exists():
         pytest.skip(f"{PROXY} missing: npm ci --prefix workshop (make test does it when npm exists)")
     if shutil.which("git") is None or shutil.which("useradd") is None:
@@ -159,7 +181,7 @@ def hub(tmp_path_factory):
     env.pop("WORKSHOP_ADMIN_PASSWORD", None)
     log = open(tmp / "hub.log", "w")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "jupyterhub"), "-f",
-                             str(WORKSHOP / "jupyterhub_config.py")], cwd=tmp, env=env, stdout=log,
+                             str(config)], cwd=tmp, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     url = f"https://127.0.0.1:{port}"
     cert = state / "tls" / "hub.crt"
@@ -416,7 +438,7 @@ def test_stopping_the_hub_stops_everything_it_started(hub, learners):
 
 # ------------------------------------------------------------------ refusals at start (no hub runs)
 
-def _load_config(tmp_path, **env_over) -> subprocess.CompletedProcess:
+def _load_config(config, tmp_path, **env_over) -> subprocess.CompletedProcess:
     """Load workshop/jupyterhub_config.py as JupyterHub does (get_config, then the file), nothing more."""
     secret = tmp_path / "admin-password"
     if not secret.exists():
@@ -432,14 +454,12 @@ def _load_config(tmp_path, **env_over) -> subprocess.CompletedProcess:
     code = ("from traitlets.config import Config; import sys; c = Config(); f = sys.argv[1]\n"
             "exec(compile(open(f).read(), f, 'exec'), {'get_config': lambda: c, '__file__': f})\n"
             "print('loaded', c.JupyterHub.ip, c.JupyterHub.port, bool(c.JupyterHub.ssl_cert))")
-    return subprocess.run([sys.executable, "-c", code, str(WORKSHOP / "jupyterhub_config.py")],
+    return subprocess.run([sys.executable, "-c", code, str(config)],
                           env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
-def test_without_a_password_file_the_hub_asks_at_the_terminal(tmp_path):
+def test_without_a_password_file_the_hub_asks_at_the_terminal(config, tmp_path):
     """`sudo make workshop` with no WORKSHOP_ADMIN_PASSWORD_FILE: the password is typed, not echoed."""
-    if not PROXY.exists():
-        pytest.skip(f"{PROXY} missing: npm ci --prefix workshop")
     import pty
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_")}
     env.update(WORKSHOP_STATE=str(tmp_path / "state"), WORKSHOP_HOMES=str(tmp_path / "homes"),
@@ -451,7 +471,7 @@ def test_without_a_password_file_the_hub_asks_at_the_terminal(tmp_path):
             "print('admin password has', len(g['ADMIN_PASSWORD']), 'characters')")
     pid, fd = pty.fork()
     if pid == 0:                                   # the child: the config on a terminal
-        os.execve(sys.executable, [sys.executable, "-c", code, str(WORKSHOP / "jupyterhub_config.py")], env)
+        os.execve(sys.executable, [sys.executable, "-c", code, str(config)], env)
     said = b""
     deadline = time.monotonic() + 60
     while b"password for the instructor" not in said and time.monotonic() < deadline:
@@ -471,10 +491,8 @@ def test_without_a_password_file_the_hub_asks_at_the_terminal(tmp_path):
     assert ADMIN_PASSWORD not in text                       # not echoed
 
 
-def test_the_config_loads_with_https_by_default(tmp_path):
-    if not PROXY.exists():
-        pytest.skip(f"{PROXY} missing: npm ci --prefix workshop")
-    out = _load_config(tmp_path)
+def test_the_config_loads_with_https_by_default(config, tmp_path):
+    out = _load_config(config, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "loaded 0.0.0.0 8000 True" in out.stdout and "fingerprint" in out.stderr
     assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
@@ -487,28 +505,22 @@ def test_the_config_loads_with_https_by_default(tmp_path):
     ({"WORKSHOP_ADMIN": "root"}, "is an existing account"),
     ({"WORKSHOP_TLS": "maybe"}, "WORKSHOP_TLS='maybe'"),
 ])
-def test_the_hub_refuses_unsafe_settings(tmp_path, change, said):
-    if not PROXY.exists():
-        pytest.skip(f"{PROXY} missing: npm ci --prefix workshop")
-    out = _load_config(tmp_path, **change)
+def test_the_hub_refuses_unsafe_settings(config, tmp_path, change, said):
+    out = _load_config(config, tmp_path, **change)
     assert out.returncode != 0 and said in out.stderr, out.stderr
     assert not (tmp_path / "state").exists()                  # refused before making anything
 
 
-def test_a_password_file_others_can_read_is_refused(tmp_path):
-    if not PROXY.exists():
-        pytest.skip(f"{PROXY} missing: npm ci --prefix workshop")
+def test_a_password_file_others_can_read_is_refused(config, tmp_path):
     secret = tmp_path / "admin-password"
     secret.write_text(ADMIN_PASSWORD)
     secret.chmod(0o644)
-    out = _load_config(tmp_path)
+    out = _load_config(config, tmp_path)
     assert out.returncode != 0 and f"chmod 600 {secret}" in out.stderr, out.stderr
 
 
-def test_plain_http_beyond_loopback_is_warned_about(tmp_path):
-    if not PROXY.exists():
-        pytest.skip(f"{PROXY} missing: npm ci --prefix workshop")
-    wide = _load_config(tmp_path, WORKSHOP_TLS="off", WORKSHOP_IP="0.0.0.0")
+def test_plain_http_beyond_loopback_is_warned_about(config, tmp_path):
+    wide = _load_config(config, tmp_path, WORKSHOP_TLS="off", WORKSHOP_IP="0.0.0.0")
     assert wide.returncode == 0 and "WARNING: plain HTTP on 0.0.0.0" in wide.stderr, wide.stderr
-    local = _load_config(tmp_path, WORKSHOP_TLS="off", WORKSHOP_IP="127.0.0.1")
+    local = _load_config(config, tmp_path, WORKSHOP_TLS="off", WORKSHOP_IP="127.0.0.1")
     assert local.returncode == 0 and "WARNING" not in local.stderr, local.stderr
