@@ -233,6 +233,7 @@ def hub(tmp_path_factory, config):
         print(f"the hub's log: {kept}")
         for account in pwd.getpwall():         # every Unix user the hub made lives under homes/
             if Path(account.pw_dir).is_relative_to(homes):
+                shutil.rmtree(Path("/run/workshop-kernels") / str(account.pw_uid), ignore_errors=True)
                 subprocess.run(["userdel", "--remove", account.pw_name], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -299,6 +300,12 @@ def test_each_server_runs_as_its_learner_in_a_private_home(hub, learners):
         got = _kernel_says(learner, "import os, json; print(json.dumps([os.getuid(), os.getgid(), "
                                     "os.environ['HOME'], os.environ['USER']]))")
         assert got == [account.pw_uid, account.pw_gid, account.pw_dir, learner.name]
+        # the kernel's channels are Unix sockets in that home, not TCP ports anyone can reach
+        wire = _kernel_says(learner, "import json; from ipykernel.connect import get_connection_info; "
+                                     "print(json.dumps(json.loads(get_connection_info())))")
+        runtime = Path(wire["ip"]).parent
+        assert wire["transport"] == "ipc" and runtime == Path("/run/workshop-kernels") / str(account.pw_uid), wire
+        assert runtime.stat().st_uid == account.pw_uid and runtime.stat().st_mode & 0o777 == 0o700
         assert account.pw_uid != 0
         home = Path(account.pw_dir)
         assert home.parent == hub["homes"] and home.stat().st_uid == account.pw_uid

@@ -39,6 +39,8 @@ pass them; no secret is ever one):
     WORKSHOP_STATE        the hub's database, cookie secret, passwords, certificate
                           (default: workshop/.run/hub, readable by root only)
     WORKSHOP_SETTINGS     the course settings every learner gets  (default: workshop/course-settings.toml)
+    WORKSHOP_RUNTIME      where each learner's kernel sockets go, one 0700 folder per user
+                          (default: /run/workshop-kernels)
     WORKSHOP_GRADED       a graded workshop: the nbgrader course folder of `make nbgrader`
                           (build/nbgrader); each learner gets its release/labNN/ in ~/graded/
 """
@@ -206,6 +208,11 @@ c.Authenticator.allow_all = True           # anyone in the room picks a name and
 # --- each learner's server ------------------------------------------------------------
 c.JupyterHub.spawner_class = "localprocess"  # as the learner's Unix user (the hub is root)
 c.Spawner.cmd = [str(PYTHON), "-m", "jupyterhub.singleuser"]
+# Kernels talk to their server over Unix sockets in the learner's own runtime folder (made by the
+# hub, 0700): over TCP on 127.0.0.1 any other user could subscribe to a kernel's output channel.
+# The folder is short (/run/workshop-kernels/UID), as a Unix socket's path must be under 108 bytes.
+c.Spawner.args = ["--KernelManager.transport=ipc"]
+RUNTIME = Path(os.environ.get("WORKSHOP_RUNTIME") or "/run/workshop-kernels")
 c.Spawner.default_url = f"/lab/tree/{COURSE_FOLDER}/chapters/00_setup_and_tour.ipynb"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
@@ -226,6 +233,8 @@ c.Spawner.environment = {
     # .jupyter-course/: the .md twins hidden, nbgrader's instructor menus off
     "JUPYTER_CONFIG_PATH": lambda spawner: str(_home(spawner) / COURSE_FOLDER / ".jupyter-course"),
     "PATH": f"{PYTHON.parent}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+    # connection files and the kernels' sockets (see RUNTIME above)
+    "JUPYTER_RUNTIME_DIR": lambda spawner: str(RUNTIME / str(pwd.getpwnam(spawner.user.name).pw_uid)),
 }
 
 
@@ -238,6 +247,11 @@ def _pull_as_the_learner(spawner) -> None:
         raise RuntimeError(f"{spawner.user.name} is not a workshop account: no server for it")
     os.chown(home, account.pw_uid, account.pw_gid)
     home.chmod(0o700)
+    RUNTIME.mkdir(mode=0o755, parents=True, exist_ok=True)     # made by root: nobody can plant it
+    runtime = RUNTIME / str(account.pw_uid)
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    os.chown(runtime, account.pw_uid, account.pw_gid)
+    runtime.chmod(0o700)
     env = {"HOME": str(home), "PATH": c.Spawner.environment["PATH"], "LANG": "C.UTF-8"}
     release = [str(GRADED / "release")] if GRADED else []     # graded: ~/graded/labNN/ as well
     out = subprocess.run([str(PYTHON), str(HERE / "pull.py"), REPO, BRANCH, str(home), *release],
