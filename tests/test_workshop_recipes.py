@@ -162,7 +162,8 @@ def test_the_pull_and_environment_match_the_local_hub():
     # directory, which a culled server does not keep
     assert command == ["gitpuller", REPO, "main", f"{home}/{COURSE_FOLDER}"]
     assert single["extraEnv"]["PYTHONPATH"] == f"{home}/{COURSE_FOLDER}"
-    assert single["extraEnv"]["JUPYTER_CONFIG_PATH"] == f"{home}/{COURSE_FOLDER}/.jupyter-course"
+    # the image's copy (repo2docker --target-repo-dir), there before the postStart pull has run
+    assert single["extraEnv"]["JUPYTER_CONFIG_PATH"] == "/srv/allocator-course/.jupyter-course"
     assert (ROOT / ".jupyter-course" / "jupyter_server_config.json").is_file()
     settings = single["extraEnv"]["ALLOCATOR_REF_SETTINGS"]
     assert settings == "/srv/allocator-course/workshop/course-settings.toml"
