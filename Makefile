@@ -11,7 +11,7 @@ LAB_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: workshop site lab test test-fast venv student gpu-check bench bench-quick clean sync-notebooks
-.PHONY: check-labs nbgrader autograde test-labs
+.PHONY: check-labs nbgrader collect autograde test-labs image
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,12 +60,18 @@ test-labs: $(STAMP)
 check-labs: $(STAMP)
 	$(PY) -m allocator_ref.labs.verify $(if $(LAB),--lab $(LAB))
 
-# Graded labs with nbgrader (labs/README.md, "Grading"): make nbgrader LAB=02, then put submissions in
-# build/nbgrader/submitted/<student>/lab02/ and run make autograde LAB=02 (grades in build/nbgrader/grades.csv).
+# Graded labs with nbgrader (labs/README.md, "Grading"): make nbgrader LAB=02 (the release), the
+# hub hands it out (WORKSHOP_GRADED=build/nbgrader), make collect LAB=02 gathers the learners'
+# copies into build/nbgrader/submitted/, make autograde LAB=02 grades (build/nbgrader/grades.csv).
 NBGRADER_DIR ?= build/nbgrader
+WORKSHOP_HOMES ?= workshop/.run/homes
 nbgrader: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make nbgrader LAB=02"; exit 2)
 	$(PY) -m allocator_ref.labs.grading release $(LAB) --course $(NBGRADER_DIR)
+
+collect: $(STAMP)
+	@test -n "$(LAB)" || (echo "usage: make collect LAB=02"; exit 2)
+	$(PY) -m allocator_ref.labs.grading collect $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR)
 
 autograde: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make autograde LAB=02"; exit 2)
@@ -97,15 +103,24 @@ bench-quick: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
 
-# A workshop room: a real JupyterHub on this machine, one server and one copy of the course per
-# learner (workshop/README.md).  make workshop WORKSHOP_PASSWORD=... WORKSHOP_ADMIN_PASSWORD=...
+# A workshop room: a real JupyterHub on this machine, run as root: one Unix user, one server and one
+# copy of the course per learner, over HTTPS (workshop/README.md).  The instructor's password comes
+# from a file (never the command line):  sudo make workshop WORKSHOP_ADMIN_PASSWORD_FILE=~/.room-admin
+# or is asked for at the terminal.  WORKSHOP_IP / WORKSHOP_PORT say where it listens (0.0.0.0:8000).
 PROXY := workshop/node_modules/.bin/configurable-http-proxy
-WORKSHOP_ARGS ?= --ip 0.0.0.0 --port 8000
 $(PROXY): workshop/package.json workshop/package-lock.json
 	npm ci --prefix workshop --no-audit --no-fund --loglevel=error
 	@touch $(PROXY)
 workshop: $(STAMP) $(PROXY)
-	$(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py $(WORKSHOP_ARGS)
+	$(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py
+
+# The course image for Zero to JupyterHub (workshop/z2jh-values.yaml): repo2docker builds it from
+# environment.yml and ./start, as Binder does; it needs a running Docker engine.
+#   make image IMAGE=REGISTRY/allocator-course:2026.11
+IMAGE ?= allocator-course:latest
+REPO2DOCKER_ARGS := --no-run --user-id 1000 --user-name jovyan --target-repo-dir /srv/allocator-course
+image: $(STAMP)
+	$(VENV)/bin/repo2docker $(REPO2DOCKER_ARGS) --image-name $(IMAGE) .
 
 # The course website (Jupyter Book 1, all from PyPI): every chapter executed on the simulated
 # device, the labs, the FAQ, the guides -> _build/html/index.html (tools/build_site.py).

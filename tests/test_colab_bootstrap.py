@@ -1,7 +1,8 @@
 """The Colab cells on top of every chapter and lab (tools/colab_cells.py).
 
 * every chapter and lab (student copies included) starts with the "Open in Colab"
-  link to *itself* and the bootstrap cell, for the repository in pyproject.toml;
+  link to *itself* and the bootstrap cell, for the repository in pyproject.toml, its source
+  collapsed (jupyter.source_hidden) so a notebook opens on its title;
 * outside Colab the bootstrap does nothing (no clone, same folder, same sys.path);
 * on "Colab" it installs the course into a fresh virtual environment that has only
   what Colab preinstalls (numpy, matplotlib, ipywidgets, tqdm, IPython), from a
@@ -45,6 +46,8 @@ def test_every_notebook_opens_with_its_own_colab_link_and_the_bootstrap(path):
     assert boot.cell_type == "code" and boot.source.startswith(colab_cells.CELL_MARK)
     assert {"colab", "remove-cell"} <= set(boot.metadata.get("tags", []))
     assert f'"{REPO}"' in boot.source
+    # off Colab it is out of view: JupyterLab collapses a cell whose source is hidden
+    assert boot.metadata.get("jupyter", {}).get("source_hidden") is True, path.name
 
 
 def test_the_cells_are_current_and_rewriting_them_is_idempotent(tmp_path):

@@ -11,7 +11,9 @@ Playwright driving Debian's Chromium checks that:
   finds that element on the page;
 * each FAQ link lands on the chapter section that answers the question;
 * the lab pages show the student copies (the exercises' stubs, not the solutions), and the
-  search box is there and the search page finds a chapter.
+  search box is there and the search page finds a chapter;
+* the site opens on the learner's start page (START_HERE.md), which links every chapter and
+  lab, and the instructors' guides sit in their own "Instructors" section, not among the labs.
 """
 from __future__ import annotations
 
@@ -123,6 +125,7 @@ def test_every_internal_link_resolves(site, browser):
     start = [f"{site}/"] + [_url(site, n) for n in sorted(ROOT.glob("chapters/*.ipynb"))]
     start += [f"{site}/faq.html", _url(site, sorted(ROOT.glob("labs/student/*.ipynb"))[0])]
     start += [_url(site, ROOT / guide) for guide in build_site.GUIDES]
+    start += [_url(site, ROOT / "README.md")]
     links = set()
     for url in start:
         page = _open(browser, url)
@@ -184,3 +187,24 @@ def test_labs_show_the_student_copy_and_search_is_there(site, browser):
     results.wait_for_selector("#search-results li", timeout=30_000)
     found = results.evaluate("() => [...document.querySelectorAll('#search-results li a')].map(a => a.href)")
     assert any("05_vmm_and_expandable_segments" in h for h in found), found[:10]
+
+
+NAV_SECTIONS = """() => Object.fromEntries([...document.querySelectorAll('nav p.caption')].map(p => {
+    const list = p.nextElementSibling;
+    return [p.innerText.trim(), list ? [...list.querySelectorAll('a')].map(a => a.getAttribute('href')) : []];
+}))"""
+
+
+def test_the_site_opens_on_the_learners_start_page_and_instructors_have_their_own_section(site, browser):
+    page = _open(browser, f"{site}/")
+    assert page.locator("h1").first.inner_text().startswith("Start here"), page.locator("h1").first.inner_text()
+    hrefs = set(page.evaluate("() => [...document.querySelectorAll('article a')].map(a => a.getAttribute('href'))"))
+    for notebook in [*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("labs/student/*.ipynb")]:
+        wanted = build_site.page_url(notebook.relative_to(ROOT).as_posix()).lstrip("/")
+        assert wanted in hrefs, f"the start page does not link {wanted}"
+    sections = page.evaluate(NAV_SECTIONS)
+    assert {"Chapters", "Labs", "Instructors"} <= set(sections), sections
+    guides = {build_site.page_url(g).lstrip("/") for g in build_site.GUIDES}
+    assert guides <= set(sections["Instructors"]), sections["Instructors"]
+    assert not guides & set(sections["Labs"]), sections["Labs"]
+    assert all("labs/student/" in h for h in sections["Labs"]), sections["Labs"]

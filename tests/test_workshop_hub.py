@@ -1,30 +1,36 @@
-"""A real JupyterHub for a room, started here: three learners and their instructor.
+"""A real JupyterHub for a room, started here as root: three learners and their instructor.
 
-Starts `jupyterhub -f workshop/jupyterhub_config.py` on 127.0.0.1 (the real hub,
-the npm configurable-http-proxy, the shared-password authenticator, one local
-server per learner), then, through the hub's public URLs only:
+Starts `jupyterhub -f workshop/jupyterhub_config.py` on 127.0.0.1 over HTTPS (the real hub,
+the npm configurable-http-proxy, FirstUseAuthenticator with a Unix account per learner,
+LocalProcessSpawner), then, through the hub's public URLs only:
 
-* three learners log in with the room's password (a wrong one is refused);
-* each one's server is started with the REST API (POST /hub/api/users/NAME/server);
-* chapter 0 and lab 1's student copy run top to bottom in a kernel of that
-  learner's own server (workshop/room_check.py drives the kernel websocket);
-* each learner imports allocator_ref from *their own* copy of the course, is on
-  the simulated device, and gets the hidden-case seed of *their* user name (the
-  seed the lab checker gives that user anywhere, allocator_ref/labs/check.py
-  resolve_seed); the three seeds differ;
-* a learner's edit survives a server restart and a re-pull that brings in a new
-  instructor commit (nbgitpuller's merge), and no other learner sees that edit;
+* three learners claim their names; a claimed name, the instructor's name, and an account
+  of the machine (root) cannot be used by anyone else;
+* each one's server runs as their own Unix user (not root) in a home only they can read;
+* chapter 0 and lab 1's student copy run top to bottom in a kernel of that learner's server;
+* from inside each learner's kernel: another learner's home cannot be listed, read or
+  written, and the hub's cookie secret, database, password file, key and environment
+  cannot be read;
+* each learner imports allocator_ref from *their own* copy, on the simulated device, with
+  the hidden-case seed of *their* user name; the three seeds differ;
+* the room shows no `.md` twins and no nbgrader menus;
+* a learner's edit survives a re-pull that brings in a new instructor commit;
 * the instructor is admin (lists every learner; a learner cannot);
-* stopping the hub leaves no process it started (hub, proxy, servers, kernels).
+* stopping the hub leaves no process it started; the test removes the Unix users it made.
+Every listener (the hub's public port, its API, the proxy's API) takes a free port.
 """
 from __future__ import annotations
 
+import json
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,8 +39,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 WORKSHOP = ROOT / "workshop"
 PROXY = WORKSHOP / "node_modules" / ".bin" / "configurable-http-proxy"
-PASSWORD, ADMIN_PASSWORD = "room-password", "instructor-password-of-32-chars!"
-LEARNERS = ("ada", "grace", "linus")
+RUN = secrets.token_hex(2)                     # fresh Unix names each run: never an existing account
+LEARNERS = tuple(f"{n}-{RUN}" for n in ("ada", "grace", "linus"))
+ADMIN = f"instructor-{RUN}"
+ADMIN_PASSWORD = "instructor-password-" + secrets.token_hex(8)
+PASSWORDS = {name: f"{name}-own-password" for name in LEARNERS}
 
 pytestmark = pytest.mark.slow
 
@@ -42,12 +51,66 @@ sys.path.insert(0, str(WORKSHOP))
 room = pytest.importorskip("room_check", reason="workshop/room_check.py needs requests + websocket-client")
 pytest.importorskip("jupyterhub", reason="pip install '.[workshop]' (make test installs it)")
 pytest.importorskip("nbgitpuller", reason="pip install '.[workshop]' (make test installs it)")
+pytest.importorskip("firstuseauthenticator", reason="pip install '.[workshop]' (make test installs it)")
+if os.getuid() != 0:
+    pytest.skip("the room makes Unix users and runs servers as them: run as root (CI does)",
+                allow_module_level=True)
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _open_to_everyone(path: Path) -> bool:
+    path = path.resolve()
+    return all(p.stat().st_mode & 0o001 for p in path.parents) and bool(path.stat().st_mode & 0o004)
+
+
+@pytest.fixture(scope="module")
+def config():
+    """workshop/ copied where every user can read it (the config refuses a folder the learners
+    cannot reach, and a CI checkout may live under /root); the npm proxy is linked, not copied."""
+    if not PROXY.exists():
+        pytest.skip(f"{PROXY} missing: npm ci --prefix workshop (make test does it when npm exists)")
+    base = Path(tempfile.mkdtemp(prefix="workshop-config-"))
+    base.chmod(0o755)
+    copy = base / "workshop"
+    shutil.copytree(WORKSHOP, copy, ignore=shutil.ignore_patterns("node_modules", ".run", "__pycache__"))
+    (copy / "node_modules").symlink_to(WORKSHOP / "node_modules")
+    for p in [copy, *copy.rglob("*")]:
+        if not p.is_symlink():
+            p.chmod(p.stat().st_mode | 0o004 | (0o001 if p.is_dir() else 0))
+    yield copy / "jupyterhub_config.py"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _learner_python(base: Path) -> Path:
+    """The Python the learners' servers run: this one, unless other users cannot run it (a Python
+    under /root, as on the CI machine): then a venv of the system Python of the same version that
+    sees this one's packages (WORKSHOP_PYTHON, as workshop/README.md says)."""
+    if _open_to_everyone(Path(sys.executable)):
+        return Path(sys.executable)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = Path("/usr/bin") / version
+    if not system.exists():
+        pytest.skip(f"{sys.executable} is closed to other users and there is no {system} to use instead")
+    venv = base / "learner-python"
+    subprocess.run([str(system), "-m", "venv", "--without-pip", str(venv)], check=True)
+    import sysconfig
+    packages = Path(sysconfig.get_paths()["purelib"])
+    if not _open_to_everyone(packages):
+        pytest.skip(f"this environment's packages ({packages}) are closed to other users, so no "
+                    "learner's server could import them: put the venv where every user can read it")
+    site = next((venv / "lib").glob("python*/site-packages"))
+    (site / "course.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    for folder in ("etc", "share"):            # Jupyter's extension configs (jupyterlab, nbgrader ...)
+        (venv / folder).symlink_to(Path(sys.prefix) / folder)
+    for p in [venv, *venv.rglob("*")]:
+        if not p.is_symlink():
+            p.chmod(p.stat().st_mode | 0o005 | (0o001 if p.is_dir() else 0))
+    return venv / "bin" / "python"
 
 
 def _git(*args, cwd):
@@ -79,24 +142,49 @@ def _seed_of(user: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+def hub(tmp_path_factory, config):
     if not PROXY.exists():
         pytest.skip(f"{PROXY} missing: npm ci --prefix workshop (make test does it when npm exists)")
-    if shutil.which("git") is None:
-        pytest.skip("git is needed for the learners' pull")
-    tmp = tmp_path_factory.mktemp("hub")
-    # The course as the instructor publishes it: this checkout's HEAD, in a bare repository.
+    if shutil.which("git") is None or shutil.which("useradd") is None:
+        pytest.skip("git and useradd are needed for the learners' accounts and pull")
+    # Not pytest's tmp_path: it is closed to other users, and the learners must reach their
+    # homes and the published course.  The hub's own state folder is made 0700 by the config.
+    tmp = Path(tempfile.mkdtemp(prefix="workshop-hub-"))
+    tmp.chmod(0o755)
     course = _publish(tmp)
+    for p in [course, *course.rglob("*")]:
+        p.chmod(p.stat().st_mode | 0o004 | (0o001 if p.is_dir() else 0))
+    secret = tmp / "admin-password"
+    secret.touch(mode=0o600)
+    secret.write_text(ADMIN_PASSWORD + "\n")
+    state, homes = tmp / "state", tmp / "homes"
+    # Another hub on the machine (an instructor rehearsing) holds JupyterHub's default ports:
+    # ours must not need them (its public port, its API and the proxy's API are all free ports).
+    squatters = []
+    for default in (8000, 8001, 8081):
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", default))
+            sock.listen()
+            squatters.append(sock)
+        except OSError:
+            sock.close()                        # already taken: by someone else, same effect
+    from allocator_ref.labs import grading             # a graded workshop: lab 1's release handed out
+    graded = tmp / "nbgrader"
+    grading.release("01", graded)
     port = _free_port()
     env = {**os.environ, "WORKSHOP_REPO": str(course), "WORKSHOP_BRANCH": "main",
-           "WORKSHOP_STATE": str(tmp / "state"), "WORKSHOP_PASSWORD": PASSWORD,
-           "WORKSHOP_ADMIN_PASSWORD": ADMIN_PASSWORD, "PYTHONPATH": str(ROOT)}
+           "WORKSHOP_STATE": str(state), "WORKSHOP_HOMES": str(homes), "WORKSHOP_ADMIN": ADMIN,
+           "WORKSHOP_ADMIN_PASSWORD_FILE": str(secret), "WORKSHOP_IP": "127.0.0.1",
+           "WORKSHOP_PORT": str(port), "WORKSHOP_HOSTNAME": "localhost", "WORKSHOP_GRADED": str(graded),
+           "WORKSHOP_PYTHON": str(_learner_python(tmp)), "PYTHONPATH": str(ROOT)}
+    env.pop("WORKSHOP_ADMIN_PASSWORD", None)
     log = open(tmp / "hub.log", "w")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "jupyterhub"), "-f",
-                             str(WORKSHOP / "jupyterhub_config.py"), "--ip", "127.0.0.1",
-                             "--port", str(port)], cwd=tmp, env=env, stdout=log,
+                             str(config)], cwd=tmp, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    url = f"https://127.0.0.1:{port}"
+    cert = state / "tls" / "hub.crt"
     import psutil
     import requests
     started: set[int] = set()                  # every process the hub started, seen while running
@@ -107,22 +195,7 @@ def hub(tmp_path_factory):
         except psutil.NoSuchProcess:
             pass
 
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if requests.get(f"{url}/hub/api", timeout=5).ok:
-                break
-        except requests.ConnectionError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            log.flush()
-            pytest.fail("the hub did not start:\n" + (tmp / "hub.log").read_text()[-3000:])
-        time.sleep(0.5)
-    info = {"url": url, "proc": proc, "tmp": tmp, "course": course, "watch": watch,
-            "started": started, "homes": tmp / "state" / "homes"}
-    try:
-        yield info
-    finally:
+    def stop():
         watch()
         proc.send_signal(signal.SIGTERM)       # the hub stops the servers and the proxy it started
         try:
@@ -130,28 +203,83 @@ def hub(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         time.sleep(1)
+
+    deadline = time.monotonic() + 90
+    try:
+        while True:
+            try:
+                if cert.exists() and requests.get(f"{url}/hub/api", timeout=5, verify=str(cert)).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                pytest.fail("the hub did not start:\n" + (tmp / "hub.log").read_text()[-3000:])
+            time.sleep(0.5)
+        info = {"url": url, "cert": str(cert), "proc": proc, "tmp": tmp, "course": course, "graded": graded,
+                "watch": watch, "started": started, "homes": homes, "state": state, "stop": stop}
+        yield info
+    finally:
+        stop()
         left = [p for p in started if psutil.pid_exists(p)
                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         for pid in left:                       # never leave them behind, even when failing
             os.kill(pid, signal.SIGKILL)
         log.close()
-        info["left_running"] = left
+        for sock in squatters:
+            sock.close()
+        kept = tmp_path_factory.getbasetemp() / "hub.log"        # the hub's log, kept for a failure
+        shutil.copyfile(tmp / "hub.log", kept)
+        print(f"the hub's log: {kept}")
+        for account in pwd.getpwall():         # every Unix user the hub made lives under homes/
+            if Path(account.pw_dir).is_relative_to(homes):
+                shutil.rmtree(Path("/run/workshop-kernels") / str(account.pw_uid), ignore_errors=True)
+                subprocess.run(["userdel", "--remove", account.pw_name], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def learners(hub):
     out = []
     for name in LEARNERS:
-        learner = room.log_in(hub["url"], name, PASSWORD)
+        learner = room.log_in(hub["url"], name, PASSWORDS[name], verify=hub["cert"])
         room.start_server(learner)
         out.append(learner)
     hub["watch"]()
     return out
 
 
-def test_a_wrong_password_is_refused(hub):
+def _kernel_says(learner, code: str):
+    kernel = room.Kernel(learner, room.CHAPTER_0)
+    try:
+        result = kernel.run(code)
+    finally:
+        kernel.close()
+    assert result["error"] is None, result
+    return json.loads(result["stdout"].strip().splitlines()[-1])
+
+
+def test_the_hub_speaks_https_only(hub):
+    import requests
+    with pytest.raises(requests.exceptions.SSLError):         # a self-signed certificate ...
+        requests.get(f"{hub['url']}/hub/api", timeout=10)
+    assert requests.get(f"{hub['url']}/hub/api", timeout=10, verify=hub["cert"]).ok   # ... this one
+    plain = hub["url"].replace("https://", "http://")
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.get(f"{plain}/hub/api", timeout=10)
+
+
+def test_a_name_belongs_to_whoever_claimed_it(hub, learners):
+    url, cert = hub["url"], hub["cert"]
+    grace = LEARNERS[1]
     with pytest.raises(room.RoomError, match="could not log in"):
-        room.log_in(hub["url"], "mallory", "not-the-room-password")
+        room.log_in(url, grace, PASSWORDS[LEARNERS[0]], verify=cert)       # ada's password, grace's name
+    with pytest.raises(room.RoomError, match="could not log in"):
+        room.log_in(url, ADMIN, PASSWORDS[grace], verify=cert)             # the instructor's name is taken
+    for account in ("root", pwd.getpwuid(os.getuid()).pw_name, "daemon"):  # the machine's own accounts
+        with pytest.raises(room.RoomError, match="could not log in"):
+            room.log_in(url, account, "any-password-at-all", verify=cert)
+    assert room.log_in(url, grace, PASSWORDS[grace], verify=cert).token       # her own password works
 
 
 def test_each_learner_runs_chapter_0_and_a_lab_in_their_own_server(hub, learners):
@@ -166,17 +294,105 @@ def test_each_learner_runs_chapter_0_and_a_lab_in_their_own_server(hub, learners
         hub["watch"]()
 
 
+def test_each_server_runs_as_its_learner_in_a_private_home(hub, learners):
+    for learner in learners:
+        account = pwd.getpwnam(learner.name)
+        got = _kernel_says(learner, "import os, json; print(json.dumps([os.getuid(), os.getgid(), "
+                                    "os.environ['HOME'], os.environ['USER']]))")
+        assert got == [account.pw_uid, account.pw_gid, account.pw_dir, learner.name]
+        # the kernel's channels are Unix sockets in that home, not TCP ports anyone can reach
+        wire = _kernel_says(learner, "import json; from ipykernel.connect import get_connection_info; "
+                                     "print(json.dumps(json.loads(get_connection_info())))")
+        runtime = Path(wire["ip"]).parent
+        assert wire["transport"] == "ipc" and runtime == Path("/run/workshop-kernels") / str(account.pw_uid), wire
+        assert runtime.stat().st_uid == account.pw_uid and runtime.stat().st_mode & 0o777 == 0o700
+        assert account.pw_uid != 0
+        home = Path(account.pw_dir)
+        assert home.parent == hub["homes"] and home.stat().st_uid == account.pw_uid
+        assert home.stat().st_mode & 0o777 == 0o700, oct(home.stat().st_mode)
+        assert (home / "allocator-course" / "README.md").stat().st_uid == account.pw_uid
+    assert hub["state"].stat().st_mode & 0o777 == 0o700
+
+
+REACH = """import json, os
+def attempt(what, action):
+    try:
+        action()
+        return "allowed"
+    except PermissionError:
+        return "denied"
+def write(path):
+    with open(path, "w") as f:
+        f.write("x")
+other = {other!r}
+print(json.dumps({{
+    "list the other's home": attempt("", lambda: os.listdir(other)),
+    "read the other's course": attempt("", lambda: open(other + "/allocator-course/README.md").read()),
+    "write in the other's home": attempt("", lambda: write(other + "/planted.txt")),
+    "list the homes folder": attempt("", lambda: os.listdir(os.path.dirname(other))),
+    **{{"read the hub's " + name: attempt("", lambda p=path: open(p, "rb").read())
+       for name, path in {secrets!r}.items()}},
+}}))"""
+
+
+def test_no_learner_reaches_another_home_or_the_hubs_secrets(hub, learners):
+    state = hub["state"]
+    hub_secrets = {"cookie secret": str(state / "jupyterhub_cookie_secret"),
+                   "database": str(state / "jupyterhub.sqlite"),
+                   "TLS key": str(state / "tls" / "hub.key"),
+                   "environment": f"/proc/{hub['proc'].pid}/environ"}
+    hub_secrets.update({f"password file {p.name}": str(p) for p in state.glob("passwords.dbm*")})
+    assert len(hub_secrets) >= 5 and all(Path(p).exists() for p in hub_secrets.values()), hub_secrets
+    for i, learner in enumerate(learners):
+        other = Path(pwd.getpwnam(LEARNERS[(i + 1) % len(LEARNERS)]).pw_dir)
+        got = _kernel_says(learner, REACH.format(other=str(other), secrets=hub_secrets))
+        assert set(got.values()) == {"denied"}, (learner.name, got)
+        assert not (other / "planted.txt").exists()
+    # nor through the hub: a learner's token opens no other learner's server
+    r = learners[0].get(f"{hub['url']}/user/{LEARNERS[1]}/api/contents",
+                        headers={"Authorization": f"token {learners[0].token}"}, allow_redirects=False)
+    assert r.status_code in (302, 403, 404), r.status_code
+
+
 def test_each_learner_has_their_own_copy_device_and_seed(hub, learners):
     seen = {}
     for learner in learners:
         got = room.probe(learner)
-        own_copy = hub["homes"] / learner.name / "allocator-course"
+        own_copy = Path(pwd.getpwnam(learner.name).pw_dir) / "allocator-course"
         assert Path(got["package"]).resolve().is_relative_to(own_copy.resolve()), got
         assert (own_copy / ".git").is_dir()
         assert got["device"] == "sim"
         assert got["seed"] == _seed_of(learner.name), learner.name
         seen[learner.name] = got["seed"]
     assert len(set(seen.values())) == len(LEARNERS), seen
+
+
+def test_the_room_lists_each_notebook_once_and_hides_nbgrader(hub, learners):
+    ada = learners[0]
+    listing = ada.server("GET", "/contents/allocator-course/chapters").json()["content"]
+    names = {item["name"] for item in listing}
+    assert "00_setup_and_tour.ipynb" in names
+    assert not [n for n in names if n.endswith(".md")], names            # no jupytext twins
+    page = ada.get(f"{hub['url']}/user/{ada.name}/lab", headers={"Authorization": f"token {ada.token}"})
+    assert page.ok and '"@jupyter/nbgrader"' in page.text.split('"disabledExtensions"', 1)[1][:200]
+    for path in ("formgrader", "assignments", "courses"):                # nbgrader's server parts
+        r = ada.get(f"{hub['url']}/user/{ada.name}/{path}", headers={"Authorization": f"token {ada.token}"})
+        assert r.status_code == 404, (path, r.status_code)
+
+
+def test_a_graded_room_hands_out_the_release_and_collects_it_for_autograde(hub, learners):
+    """The one path from the room to grades: the hub put release/lab01 in each learner's
+    ~/graded (as that learner), and collect gathers exactly those copies for autograde."""
+    from allocator_ref.labs import grading
+    for learner in learners:
+        listing = learner.server("GET", "/contents/graded/lab01").json()["content"]
+        assert [item["name"] for item in listing] == ["lab01_measure_it.ipynb"], listing
+        copy = Path(pwd.getpwnam(learner.name).pw_dir) / "graded" / "lab01" / "lab01_measure_it.ipynb"
+        assert copy.stat().st_uid == pwd.getpwnam(learner.name).pw_uid
+    grading.collect("01", hub["homes"], hub["graded"])
+    submitted = grading.check_submissions("lab01", hub["graded"])       # each is a release copy
+    assert {p.parents[1].name for p in submitted} == set(LEARNERS)
+    assert not (hub["graded"] / "source").stat().st_mode & 0o077        # learners cannot read it
 
 
 def test_edits_survive_a_re_pull_and_stay_private(hub, learners):
@@ -197,6 +413,8 @@ def test_edits_survive_a_re_pull_and_stay_private(hub, learners):
     _git("add", "ERRATA.md", cwd=work)
     _git("commit", "-q", "-m", "errata", cwd=work)
     _git("push", "-q", "origin", "main", cwd=work)
+    for p in [hub["course"], *hub["course"].rglob("*")]:      # the learners pull as themselves
+        p.chmod(p.stat().st_mode | 0o004 | (0o001 if p.is_dir() else 0))
     room.stop_server(ada)
     room.start_server(ada)                   # the pull runs again before the server starts
     hub["watch"]()
@@ -207,39 +425,109 @@ def test_edits_survive_a_re_pull_and_stay_private(hub, learners):
 
 
 def test_the_instructor_is_admin_and_learners_are_not(hub, learners):
-    instructor = room.log_in(hub["url"], "instructor", ADMIN_PASSWORD)
+    instructor = room.log_in(hub["url"], ADMIN, ADMIN_PASSWORD, verify=hub["cert"])
     names = {u["name"] for u in instructor.api("GET", "/users").json()}
     assert set(LEARNERS) <= names
-    assert instructor.api("GET", "/users/instructor").json()["admin"] is True
+    assert instructor.api("GET", f"/users/{ADMIN}").json()["admin"] is True
     r = learners[0].api("GET", "/users")
     assert r.status_code == 403 or {u["name"] for u in r.json()} == {learners[0].name}
-    with pytest.raises(room.RoomError):
-        room.log_in(hub["url"], "instructor", PASSWORD)     # the learners' password is not enough
 
 
 def test_stopping_the_hub_stops_everything_it_started(hub, learners):
     hub["watch"]()
     assert len(hub["started"]) >= 1 + len(LEARNERS)       # the proxy and a server per learner
-    proc = hub["proc"]
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
+    hub["stop"]()
     import psutil
-    time.sleep(1)
     alive = [p for p in hub["started"] if psutil.pid_exists(p)
              and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive, [psutil.Process(p).cmdline() for p in alive]
 
 
-@pytest.mark.parametrize("missing, short", [("WORKSHOP_PASSWORD", "x"), ("WORKSHOP_ADMIN_PASSWORD", "too-short")])
-def test_the_hub_refuses_to_start_without_proper_passwords(tmp_path, missing, short):
-    if not PROXY.exists():
-        pytest.skip(f"{PROXY} missing: npm ci --prefix workshop")
-    env = {**os.environ, "WORKSHOP_STATE": str(tmp_path), "WORKSHOP_PASSWORD": PASSWORD,
-           "WORKSHOP_ADMIN_PASSWORD": ADMIN_PASSWORD, missing: short}
-    out = subprocess.run([str(Path(sys.executable).parent / "jupyterhub"), "-f",
-                          str(WORKSHOP / "jupyterhub_config.py"), "--ip", "127.0.0.1",
-                          "--port", str(_free_port())], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode != 0
-    assert f"set {missing} to at least" in out.stdout + out.stderr
-    assert not (tmp_path / "jupyterhub.sqlite").exists()     # refused before creating anything
+# ------------------------------------------------------------------ refusals at start (no hub runs)
+
+def _load_config(config, tmp_path, **env_over) -> subprocess.CompletedProcess:
+    """Load workshop/jupyterhub_config.py as JupyterHub does (get_config, then the file), nothing more."""
+    secret = tmp_path / "admin-password"
+    if not secret.exists():
+        secret.touch(mode=0o600)
+        secret.write_text(ADMIN_PASSWORD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_")}
+    env.update(WORKSHOP_STATE=str(tmp_path / "state"), WORKSHOP_HOMES=str(tmp_path / "homes"),
+               WORKSHOP_ADMIN_PASSWORD_FILE=str(secret), WORKSHOP_PYTHON="/usr/bin/python3",
+               WORKSHOP_REPO="https://example.org/course.git", WORKSHOP_HOSTNAME="localhost",
+               PYTHONPATH=str(ROOT))
+    env.update(env_over)
+    env = {k: v for k, v in env.items() if v is not None}
+    code = ("from traitlets.config import Config; import sys; c = Config(); f = sys.argv[1]\n"
+            "exec(compile(open(f).read(), f, 'exec'), {'get_config': lambda: c, '__file__': f})\n"
+            "print('loaded', c.JupyterHub.ip, c.JupyterHub.port, bool(c.JupyterHub.ssl_cert))")
+    return subprocess.run([sys.executable, "-c", code, str(config)],
+                          env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_without_a_password_file_the_hub_asks_at_the_terminal(config, tmp_path):
+    """`sudo make workshop` with no WORKSHOP_ADMIN_PASSWORD_FILE: the password is typed, not echoed."""
+    import pty
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_")}
+    env.update(WORKSHOP_STATE=str(tmp_path / "state"), WORKSHOP_HOMES=str(tmp_path / "homes"),
+               WORKSHOP_PYTHON="/usr/bin/python3", WORKSHOP_REPO="https://example.org/course.git",
+               WORKSHOP_HOSTNAME="localhost", PYTHONPATH=str(ROOT))
+    code = ("from traitlets.config import Config; import sys; c = Config(); f = sys.argv[1]\n"
+            "g = {'get_config': lambda: c, '__file__': f}\n"
+            "exec(compile(open(f).read(), f, 'exec'), g)\n"
+            "print('admin password has', len(g['ADMIN_PASSWORD']), 'characters')")
+    pid, fd = pty.fork()
+    if pid == 0:                                   # the child: the config on a terminal
+        os.execve(sys.executable, [sys.executable, "-c", code, str(config)], env)
+    said = b""
+    deadline = time.monotonic() + 60
+    while b"password for the instructor" not in said and time.monotonic() < deadline:
+        said += os.read(fd, 1024)
+    os.write(fd, ADMIN_PASSWORD.encode() + b"\n")
+    while True:
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:
+            break
+        if not chunk:
+            break
+        said += chunk
+    os.waitpid(pid, 0)
+    text = said.decode(errors="replace")
+    assert f"admin password has {len(ADMIN_PASSWORD)} characters" in text, text[-2000:]
+    assert ADMIN_PASSWORD not in text                       # not echoed
+
+
+def test_the_config_loads_with_https_by_default(config, tmp_path):
+    out = _load_config(config, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "loaded 0.0.0.0 8000 True" in out.stdout and "fingerprint" in out.stderr
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "state" / "tls" / "hub.key").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"WORKSHOP_ADMIN_PASSWORD": "a-password-typed-on-the-command-line"}, "WORKSHOP_ADMIN_PASSWORD is not read"),
+    ({"WORKSHOP_ADMIN_PASSWORD_FILE": None}, "no instructor password"),
+    ({"WORKSHOP_ADMIN": "root"}, "is an existing account"),
+    ({"WORKSHOP_TLS": "maybe"}, "WORKSHOP_TLS='maybe'"),
+])
+def test_the_hub_refuses_unsafe_settings(config, tmp_path, change, said):
+    out = _load_config(config, tmp_path, **change)
+    assert out.returncode != 0 and said in out.stderr, out.stderr
+    assert not (tmp_path / "state").exists()                  # refused before making anything
+
+
+def test_a_password_file_others_can_read_is_refused(config, tmp_path):
+    secret = tmp_path / "admin-password"
+    secret.write_text(ADMIN_PASSWORD)
+    secret.chmod(0o644)
+    out = _load_config(config, tmp_path)
+    assert out.returncode != 0 and f"chmod 600 {secret}" in out.stderr, out.stderr
+
+
+def test_plain_http_beyond_loopback_is_warned_about(config, tmp_path):
+    wide = _load_config(config, tmp_path, WORKSHOP_TLS="off", WORKSHOP_IP="0.0.0.0")
+    assert wide.returncode == 0 and "WARNING: plain HTTP on 0.0.0.0" in wide.stderr, wide.stderr
+    local = _load_config(config, tmp_path, WORKSHOP_TLS="off", WORKSHOP_IP="127.0.0.1")
+    assert local.returncode == 0 and "WARNING" not in local.stderr, local.stderr

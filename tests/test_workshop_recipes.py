@@ -7,11 +7,15 @@ be checked without them:
   ``--no-build`` Dockerfile installs the root ``environment.yml`` (nothing overrides it) with
   the Python it names, and runs ``./start`` before every command;
 * ``./start`` gives a hosted learner the room's settings and their hub user name as the seed;
-* ``workshop/z2jh-values.yaml`` parses; its hub settings are real JupyterHub settings, its pull
-  is the local hub's pull, its per-learner limits, culling and pre-pull are set, and its memory
-  sizes cover what ``tools/measure_chapter_memory.py`` measured.  The chart's own values schema
-  is not checked here: the course keeps no copy of the chart, so ``helm template`` with the
-  chart is the instructor's check (the values file's header says how).
+* ``make image`` is one repo2docker command, and the build plan above is that command's;
+* ``workshop/z2jh-values.yaml`` validates against the pinned chart's (4.4.0) own values schema,
+  merged over the chart's defaults as helm does (``../shared/z2jh``, skipped with the reason when
+  absent); its hub settings are real JupyterHub settings, its pull lands in the persistent home and
+  is the local hub's pull, and its memory sizes cover what ``tools/measure_chapter_memory.py``
+  measured.
+
+Not tested here, because nothing here can run it: the image build itself (no Docker engine) and a
+cluster deployment.
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ WORKSHOP = ROOT / "workshop"
 sys.path.insert(0, str(WORKSHOP))
 from pull import COURSE_FOLDER  # noqa: E402
 
+CHART = "4.4.0"
+Z2JH = ROOT.parent / "shared" / "z2jh"           # the pinned chart's values.schema.yaml and values.yaml
 REPO = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 VALUES = yaml.safe_load((WORKSHOP / "z2jh-values.yaml").read_text())
 MEMORY = json.loads((WORKSHOP / "chapter-memory.json").read_text())
@@ -59,26 +65,106 @@ def test_values_file_parses_into_the_sections_the_room_needs():
     assert 0 < float(cpu["guarantee"]) <= float(cpu["limit"]), f"singleuser.cpu: {cpu}"
 
 
+def _coalesce(defaults, values):
+    """Helm's merge of a user's values over a chart's defaults (chartutil.CoalesceTables): maps
+    merge key by key, anything else replaces, and a null deletes the default's key."""
+    if not (isinstance(defaults, dict) and isinstance(values, dict)):
+        return values
+    merged = dict(defaults)
+    for key, value in values.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _coalesce(defaults.get(key), value)
+    return merged
+
+
+def _schema():
+    path = Z2JH / "values.schema.yaml"
+    if not path.exists():
+        pytest.skip(f"{path} is absent: the pinned chart's schema comes with the course's shared/ folder")
+    return yaml.safe_load(path.read_text())
+
+
+def _without_required(schema):
+    """The schema less its `required` lists: what is left to check when the chart's defaults
+    (which supply every required key) are not at hand."""
+    if isinstance(schema, dict):
+        return {k: _without_required(v) for k, v in schema.items() if k != "required"}
+    if isinstance(schema, list):
+        return [_without_required(v) for v in schema]
+    return schema
+
+
+def _errors(schema, values) -> list[str]:
+    import jsonschema
+    validator = jsonschema.Draft7Validator(schema)
+    return sorted(f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:200]}"
+                  for e in validator.iter_errors(values))
+
+
+def test_the_chart_is_pinned_everywhere_it_is_named():
+    text = (WORKSHOP / "z2jh-values.yaml").read_text() + (WORKSHOP / "README.md").read_text()
+    installs = re.findall(r"helm (?:upgrade --install|install|template)[^\n]*(?:\\\n[^\n]*)*", text)
+    assert installs, "no helm command in the values file or the guide"
+    for command in installs:
+        assert f"--version {CHART}" in command, command
+    provenance = Z2JH / "PROVENANCE.md"
+    if provenance.exists():                  # the schema the tests read is that version's
+        assert f"chart {CHART}" in provenance.read_text()
+
+
+def test_values_validate_against_the_pinned_charts_schema_as_helm_does():
+    schema = _schema()
+    defaults = Z2JH / "values.yaml"
+    if not defaults.exists():
+        pytest.skip(f"{defaults} is absent: helm validates the values merged over the chart's defaults "
+                    "(test_values_validate_against_the_schema_less_required checks the rest)")
+    merged = _coalesce(yaml.safe_load(defaults.read_text()), VALUES)
+    assert _errors(schema, merged) == []
+
+
+def test_values_validate_against_the_schema_less_required():
+    assert _errors(_without_required(_schema()), VALUES) == []
+
+
+def test_the_schema_check_catches_a_misspelt_key_and_a_wrong_type():
+    schema = _without_required(_schema())
+    typo = _coalesce(VALUES, {"singleuser": {"memroy": {"limit": "1G"}}})
+    assert any("memroy" in e for e in _errors(schema, typo))
+    wrong = _coalesce(VALUES, {"cull": {"timeout": "an hour"}})
+    assert any(e.startswith("cull.timeout") for e in _errors(schema, wrong))
+
+
 def test_hub_settings_are_real_jupyterhub_settings():
+    from firstuseauthenticator import FirstUseAuthenticator
     from jupyterhub.app import JupyterHub
     from jupyterhub.auth import Authenticator
-    from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
-    classes = {c.__name__: c for c in (JupyterHub, Authenticator, SharedPasswordAuthenticator)}
+    classes = {c.__name__: c for c in (JupyterHub, Authenticator, FirstUseAuthenticator)}
     for section, settings in VALUES["hub"]["config"].items():
         assert section in classes, f"hub.config.{section}: not a class this test knows"
         traits = classes[section].class_traits(config=True)
         for name in settings:
             assert name in traits, f"hub.config.{section}.{name} is not a JupyterHub setting"
-    assert VALUES["hub"]["config"]["JupyterHub"]["authenticator_class"] == "shared-password"
+    # the local hub's rule: a name belongs to whoever claimed it first (FirstUseAuthenticator)
+    from importlib.metadata import entry_points
+    name = VALUES["hub"]["config"]["JupyterHub"]["authenticator_class"]
+    found = {e.name: e.value for e in entry_points(group="jupyterhub.authenticators")}
+    assert found.get(name) == "firstuseauthenticator:FirstUseAuthenticator", name
     assert "instructor" in VALUES["hub"]["config"]["Authenticator"]["admin_users"]
 
 
 def test_the_pull_and_environment_match_the_local_hub():
     single = VALUES["singleuser"]
     command = single["lifecycleHooks"]["postStart"]["exec"]["command"]
-    assert command == ["gitpuller", REPO, "main", COURSE_FOLDER]
     home = single["storage"]["homeMountPath"]
+    # into the persistent home, by an absolute path: the container starts in the image's working
+    # directory, which a culled server does not keep
+    assert command == ["gitpuller", REPO, "main", f"{home}/{COURSE_FOLDER}"]
     assert single["extraEnv"]["PYTHONPATH"] == f"{home}/{COURSE_FOLDER}"
+    # the image's copy (repo2docker --target-repo-dir), there before the postStart pull has run
+    assert single["extraEnv"]["JUPYTER_CONFIG_PATH"] == "/srv/allocator-course/.jupyter-course"
+    assert (ROOT / ".jupyter-course" / "jupyter_server_config.json").is_file()
     settings = single["extraEnv"]["ALLOCATOR_REF_SETTINGS"]
     assert settings == "/srv/allocator-course/workshop/course-settings.toml"
     assert (ROOT / "workshop" / "course-settings.toml").is_file()
@@ -99,7 +185,8 @@ def test_memory_sizes_cover_the_measured_course():
     with_children = max(m["kernel_peak_mib"] + m["child_processes_peak_mib"]
                         for m in MEMORY["chapters"].values())
     memory = VALUES["singleuser"]["memory"]
-    assert mib(memory["guarantee"]) >= server + kernel
+    assert with_children > 400            # chapter 7 with its replay process: the size that matters
+    assert mib(memory["guarantee"]) >= server + with_children
     assert mib(memory["limit"]) >= server + with_children + kernel     # plus a second open notebook
     assert mib(memory["guarantee"]) <= mib(memory["limit"])
 
@@ -117,15 +204,38 @@ def _environment_python() -> str:
     return re.search(r"^\s*-\s*python=(\S+)", text, re.M).group(1)
 
 
+def _make_image_command(image: str) -> list[str]:
+    """The command `make image IMAGE=...` runs (make -n prints it without running anything)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is needed to read the Makefile's image command")
+    out = subprocess.run(["make", "-n", "-s", "image", f"IMAGE={image}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if "repo2docker " in ln]
+    assert len(lines) == 1, out.stdout
+    return lines[0].split()
+
+
+def test_make_image_is_one_repo2docker_command_for_the_values_file():
+    command = _make_image_command("registry.example/allocator-course:2026.11")
+    assert Path(command[0]).name == "repo2docker" and command[-1] == "."
+    assert "--image-name" in command and "registry.example/allocator-course:2026.11" in command
+    assert command[command.index("--target-repo-dir") + 1] == "/srv/allocator-course"
+    assert command[command.index("--user-name") + 1] == "jovyan"          # the chart's user
+    assert VALUES["singleuser"]["extraEnv"]["ALLOCATOR_REF_SETTINGS"].startswith("/srv/allocator-course/")
+    assert "make image IMAGE=" in (WORKSHOP / "z2jh-values.yaml").read_text()
+
+
 @pytest.mark.slow
 def test_repo2docker_plans_the_image_from_environment_yml_and_start():
     exe = Path(sys.executable).parent / "repo2docker"
     if not exe.exists():
         pytest.skip("pip install '.[publish]' for repo2docker (make test installs it)")
-    # No Docker daemon here (and conda-forge is out of reach), so ask for the plan only.
-    out = subprocess.run([str(exe), "--no-build", "--no-run", "--debug",
-                          "--target-repo-dir", "/srv/allocator-course", str(ROOT)],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    # No Docker engine here (and conda-forge is out of reach), so `make image`'s own command is
+    # asked for its plan only: the Dockerfile it would build.
+    command = _make_image_command("allocator-course:test")
+    command = [str(exe), "--no-build", "--debug", *command[1:-1], str(ROOT)]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     dockerfile, log = out.stdout, out.stderr
     assert f"Building conda environment for python={_environment_python()}" in log

@@ -3,7 +3,9 @@
 1. a markdown cell: an "Open in Colab" link to this very notebook on GitHub;
 2. a code cell (tags ``colab`` and ``remove-cell``: the website leaves it out) that, on Colab
    only, clones the course, installs it, and moves into the notebook's folder, so the cells
-   after it run as they do in JupyterLab.  Anywhere else it does nothing.
+   after it run as they do in JupyterLab.  Anywhere else it does nothing, and its source is
+   collapsed (``jupyter.source_hidden``: JupyterLab shows a "..." bar), so a notebook opens
+   on its title, not on installation code.
 
 The repository the links and the clone point at is ``[project.urls] Repository`` in
 pyproject.toml.  Publishing the course under another name is one command::
@@ -76,7 +78,8 @@ def cells_text(md: Path, repo: str) -> str:
     return (f'+++ {{"tags": ["colab"]}}\n\n'
             f"[Open in Colab]({colab_url(repo, notebook)}) to run this notebook on "
             f"Google's machines (the next cell installs the course there; here it does nothing).\n\n"
-            f"```{{code-cell}} ipython3\n:tags: [colab, remove-cell]\n\n{code}\n```\n\n")
+            f"```{{code-cell}} ipython3\n---\njupyter:\n  source_hidden: true\n"
+            f"tags: [colab, remove-cell]\n---\n{code}\n```\n\n")
 
 
 def split_front_matter(text: str) -> tuple[str, str]:

@@ -1,116 +1,270 @@
-"""JupyterHub for a workshop room, on one machine (`make workshop`).
+"""JupyterHub for a workshop room, on one machine (`make workshop`, run as root).
 
-Every learner logs in with the room's shared password, gets their own server
-and their own copy of the course (workshop/pull.py, nbgitpuller: a re-pull
-never overwrites a learner's edits), the simulated device, and hidden lab cases
-drawn from a seed derived from their hub user name.  The instructor logs in
-with the admin password and is the hub's admin (sees and stops every server).
+Every learner is their own Unix user, made by the hub when they first log in, with a
+home only they can read, their own server running as them (never as root), their own
+copy of the course (workshop/pull.py, nbgitpuller: a re-pull never overwrites a
+learner's edits), the simulated device, and hidden lab cases drawn from their user
+name.  The instructor is the hub's admin.
 
-Everything a room needs to change is an environment variable (the Makefile and
-workshop/README.md pass them):
+Who may log in: a user name belongs to whoever used it first, with the password they
+chose then (FirstUseAuthenticator); the instructor's name is claimed at start with the
+password from WORKSHOP_ADMIN_PASSWORD_FILE (or typed at the prompt), so nobody can take it.
 
-    WORKSHOP_PASSWORD        the learners' shared password (required, 8 characters or more)
-    WORKSHOP_ADMIN           the instructor's user name              (default: instructor)
-    WORKSHOP_ADMIN_PASSWORD  the instructor's password (required, 32 characters or more)
-    WORKSHOP_REPO            the course's git URL or path            (default: this checkout)
-    WORKSHOP_BRANCH          the branch to pull                      (default: main)
-    WORKSHOP_HOMES           where learners' homes are made          (default: workshop/.run/homes)
-    WORKSHOP_STATE           the hub's database, cookie secret, logs (default: workshop/.run)
-    WORKSHOP_SETTINGS        the course settings every learner gets  (default: workshop/course-settings.toml)
+Why these two well-kept JupyterHub projects, and nothing written here:
+* LocalProcessSpawner (JupyterHub's default spawner): with the hub as root it starts each
+  server as the learner's own Unix user (setuid before exec), so learners are kept apart
+  by the kernel's file permissions.  SystemdSpawner would add CPU/memory limits but
+  needs a running systemd, which containers and CI machines rarely have.
+* jupyterhub-firstuseauthenticator (the jupyterhub organisation): "a name belongs to its
+  first password" with no accounts to prepare, mixed with JupyterHub's LocalAuthenticator
+  (create_system_users) the way JupyterHub documents for every authenticator
+  (oauthenticator's LocalGitHubOAuthenticator is the same two-line class).
 
-The spawner is JupyterHub's SimpleLocalProcessSpawner: every learner's server is
-a process of the user who started the hub, in its own home folder.  That suits a
-room on a machine the instructor trusts; it is no isolation between learners.
-For isolation, or a room bigger than one machine, use Zero to JupyterHub with
-workshop/z2jh-values.yaml (one container per learner).
+Everything a room changes is an environment variable (the Makefile and workshop/README.md
+pass them; no secret is ever one):
 
-Run by hand: jupyterhub -f workshop/jupyterhub_config.py --ip 0.0.0.0 --port 8000
+    WORKSHOP_ADMIN_PASSWORD_FILE  a file (mode 600) holding the instructor's password, 16+ characters;
+                                  unset: the hub asks for it at the terminal
+    WORKSHOP_ADMIN        the instructor's user name              (default: instructor)
+    WORKSHOP_IP, WORKSHOP_PORT    where the hub listens           (default: 0.0.0.0, 8000)
+    WORKSHOP_TLS          self-signed (default: a certificate made at first start, in the
+                          state folder) or off (plain HTTP: only on 127.0.0.1 or behind an
+                          HTTPS reverse proxy; the hub warns otherwise)
+    WORKSHOP_HOSTNAME     names the certificate is for, comma-separated (default: this host's name)
+    WORKSHOP_PYTHON       the Python learners' servers run with   (default: the hub's own);
+                          every user must be able to run it and import the course's packages
+    WORKSHOP_REPO         the course's git URL or path            (default: this checkout)
+    WORKSHOP_BRANCH       the branch to pull                      (default: main)
+    WORKSHOP_HOMES        where learners' homes are made          (default: workshop/.run/homes)
+    WORKSHOP_STATE        the hub's database, cookie secret, passwords, certificate
+                          (default: workshop/.run/hub, readable by root only)
+    WORKSHOP_SETTINGS     the course settings every learner gets  (default: workshop/course-settings.toml)
+    WORKSHOP_RUNTIME      where each learner's kernel sockets go, one 0700 folder per user
+                          (default: /run/workshop-kernels)
+    WORKSHOP_GRADED       a graded workshop: the nbgrader course folder of `make nbgrader`
+                          (build/nbgrader); each learner gets its release/labNN/ in ~/graded/
 """
 import asyncio
+import getpass
+import ipaddress
 import os
+import pwd
+import socket
+import stat
+import subprocess
 import sys
 from pathlib import Path
 
+from firstuseauthenticator import FirstUseAuthenticator
+from jupyterhub.auth import LocalAuthenticator
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from pull import COURSE_FOLDER, pull_course  # noqa: E402  (workshop/pull.py, next to this file)
+from pull import COURSE_FOLDER  # noqa: E402  (workshop/pull.py, next to this file)
+from tls import self_signed  # noqa: E402  (workshop/tls.py)
 
 c = get_config()  # noqa: F821  (JupyterHub defines get_config when it loads this file)
 
 
-def _required(name: str, min_length: int) -> str:
-    """A password from the environment; JupyterHub's SharedPasswordAuthenticator
-    refuses short ones (8 characters for learners, 32 for the admin)."""
-    value = os.environ.get(name, "")
-    if len(value) < min_length:
-        sys.exit(f"workshop: set {name} to at least {min_length} characters "
-                 f"(see workshop/README.md), e.g. {name}=... make workshop")
+def _refuse(message: str):
+    sys.exit(f"workshop: {message} (see workshop/README.md)")
+
+
+def _reachable_by_everyone(path: Path) -> bool:
+    """Can another Unix user read `path` (every folder above it must let others through)?"""
+    path = path.resolve()
+    if not path.exists() or not path.stat().st_mode & stat.S_IROTH:
+        return False
+    return all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
+
+
+def _admin_password() -> str:
+    """From a file only the instructor can read, else typed at the prompt; never from the
+    environment or a command line (both are readable by other processes, `ps`, /proc)."""
+    if os.environ.get("WORKSHOP_ADMIN_PASSWORD"):
+        _refuse("WORKSHOP_ADMIN_PASSWORD is not read: a password in the environment or on a "
+                "command line is visible to other processes. Write it to a file "
+                "(chmod 600) and set WORKSHOP_ADMIN_PASSWORD_FILE, or leave both unset to be asked")
+    name = os.environ.get("WORKSHOP_ADMIN_PASSWORD_FILE")
+    if name:
+        path = Path(name)
+        if not path.is_file():
+            _refuse(f"WORKSHOP_ADMIN_PASSWORD_FILE={name} is not a file")
+        if path.stat().st_mode & 0o077:
+            _refuse(f"{name} can be read by other users: chmod 600 {name}")
+        value = path.read_text().strip()
+    elif sys.stdin.isatty():
+        value = getpass.getpass(f"password for the instructor ({ADMIN}): ")
+    else:
+        _refuse("no instructor password: set WORKSHOP_ADMIN_PASSWORD_FILE to a file holding it")
+    if len(value) < 16:
+        _refuse("the instructor's password needs 16 characters or more")
     return value
 
 
-STATE = Path(os.environ.get("WORKSHOP_STATE") or HERE / ".run").resolve()
-HOMES = Path(os.environ.get("WORKSHOP_HOMES") or STATE / "homes").resolve()
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if os.getuid() != 0:
+    _refuse("the hub makes one Unix user per learner and starts each server as that user, "
+            "which needs root: sudo make workshop")
+
+STATE = Path(os.environ.get("WORKSHOP_STATE") or HERE / ".run" / "hub").resolve()
+HOMES = Path(os.environ.get("WORKSHOP_HOMES") or HERE / ".run" / "homes").resolve()
 REPO = os.environ.get("WORKSHOP_REPO") or str(HERE.parent)
 BRANCH = os.environ.get("WORKSHOP_BRANCH") or "main"
 SETTINGS = Path(os.environ.get("WORKSHOP_SETTINGS") or HERE / "course-settings.toml").resolve()
 ADMIN = os.environ.get("WORKSHOP_ADMIN") or "instructor"
+IP = os.environ.get("WORKSHOP_IP") or "0.0.0.0"
+PORT = int(os.environ.get("WORKSHOP_PORT") or 8000)
+TLS = os.environ.get("WORKSHOP_TLS") or "self-signed"
+PYTHON = Path(os.environ.get("WORKSHOP_PYTHON") or sys.executable).absolute()
 PROXY = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
-BIN = Path(sys.executable).parent          # the hub's own environment serves the learners
 
 if not PROXY.exists():
-    sys.exit(f"workshop: {PROXY} is missing; install the hub's proxy with "
-             "`npm ci --prefix workshop` (make workshop does it)")
-if not SETTINGS.is_file():
-    sys.exit(f"workshop: WORKSHOP_SETTINGS={SETTINGS} is not a file")
-STATE.mkdir(parents=True, exist_ok=True)
+    _refuse(f"{PROXY} is missing; install the hub's proxy with `npm ci --prefix workshop` "
+            "(make workshop does it)")
+if TLS not in ("self-signed", "off"):
+    _refuse(f"WORKSHOP_TLS={TLS!r}: use self-signed or off")
+for what, path in (("WORKSHOP_SETTINGS", SETTINGS), ("WORKSHOP_PYTHON", PYTHON), ("the workshop folder", HERE)):
+    if not _reachable_by_everyone(path):
+        _refuse(f"{what} ({path}) cannot be read by the learners' Unix users (a folder above it "
+                "is closed to others, e.g. /root); put it, or a copy, where every user can read it"
+                + ("; WORKSHOP_PYTHON may be a venv of /usr/bin/python3 with the course installed"
+                   if what == "WORKSHOP_PYTHON" else ""))
+GRADED = Path(os.environ["WORKSHOP_GRADED"]).resolve() if os.environ.get("WORKSHOP_GRADED") else None
+if GRADED and not _reachable_by_everyone(GRADED / "release"):
+    _refuse(f"WORKSHOP_GRADED={GRADED}: no release/ there that learners can read (make nbgrader LAB=NN)")
+if GRADED and (GRADED / "source").exists() and (GRADED / "source").stat().st_mode & 0o077:
+    _refuse(f"{GRADED}/source holds the solutions and others can read it: chmod 700 {GRADED}/source")
+if Path(REPO).exists() and not _reachable_by_everyone(Path(REPO)):
+    _refuse(f"WORKSHOP_REPO={REPO} cannot be read by the learners' Unix users, who pull from it")
+ADMIN_PASSWORD = _admin_password()
 
-# --- the hub, its database and its proxy (all state in one folder) ----------
+# Nobody logs in as an account the hub did not make (root, daemon, the instructor's own
+# login...): their servers would run as that account.  Hub-made users live under HOMES.
+SYSTEM_USERS = {p.pw_name for p in pwd.getpwall() if not Path(p.pw_dir).is_relative_to(HOMES)}
+if ADMIN in SYSTEM_USERS:
+    _refuse(f"WORKSHOP_ADMIN={ADMIN} is an existing account of this machine; pick a name the hub "
+            "will create (e.g. instructor)")
+
+STATE.mkdir(parents=True, exist_ok=True)
+STATE.chmod(0o700)                         # database, cookie secret, passwords, key: the hub's only
+HOMES.mkdir(parents=True, exist_ok=True)
+HOMES.chmod(0o711)                         # each learner reaches their own home, lists nobody's
+
+# --- the hub, its database and its proxy ---------------------------------------------
+c.JupyterHub.ip = IP
+c.JupyterHub.port = PORT
 c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
 c.ConfigurableHTTPProxy.pid_file = str(STATE / "jupyterhub-proxy.pid")
 c.ConfigurableHTTPProxy.command = [str(PROXY)]
+# internal listeners on free ports, so a second hub on the machine (a rehearsal) never clashes
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{_free_port()}"
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = _free_port()
 c.JupyterHub.cleanup_servers = True        # stopping the hub stops every learner's server
 c.JupyterHub.cleanup_proxy = True
 
-# --- who may log in ----------------------------------------------------------
-c.JupyterHub.authenticator_class = "shared-password"
-c.SharedPasswordAuthenticator.user_password = _required("WORKSHOP_PASSWORD", 8)
-c.SharedPasswordAuthenticator.admin_password = _required("WORKSHOP_ADMIN_PASSWORD", 32)
-c.Authenticator.admin_users = {ADMIN}
-c.Authenticator.allow_all = True           # anyone in the room with the password gets a server
+if TLS == "self-signed":
+    names = [n for n in (os.environ.get("WORKSHOP_HOSTNAME") or socket.gethostname()).split(",") if n]
+    cert, key, fingerprint = self_signed(STATE / "tls", names, IP)
+    c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = str(cert), str(key)
+    print(f"workshop: HTTPS with a self-signed certificate for {', '.join(names)}, {IP}; tell learners "
+          f"its SHA-256 fingerprint so they can check it in their browser:\n  {fingerprint}",
+          file=sys.stderr)
+elif IP in ("", "0.0.0.0", "::") or not (IP == "localhost" or ipaddress.ip_address(IP).is_loopback):
+    print(f"workshop: WARNING: plain HTTP on {IP or 'every address'}: passwords and notebooks cross "
+          "the network unencrypted. Use WORKSHOP_TLS=self-signed, or put an HTTPS reverse proxy in "
+          "front and set WORKSHOP_IP=127.0.0.1.", file=sys.stderr)
 
-# --- each learner's server ---------------------------------------------------
-c.JupyterHub.spawner_class = "simple"      # SimpleLocalProcessSpawner: a process per learner
-c.SimpleLocalProcessSpawner.home_dir_template = str(HOMES / "{username}")
-c.Spawner.cmd = [str(BIN / "jupyterhub-singleuser")]
-if os.getuid() == 0:                       # a container or CI runs as root; Jupyter refuses without this
-    c.Spawner.args = ["--allow-root"]
+
+# --- who may log in -------------------------------------------------------------------
+class LocalFirstUseAuthenticator(LocalAuthenticator, FirstUseAuthenticator):
+    """FirstUseAuthenticator's rule plus a Unix account per user (LocalAuthenticator)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # FirstUse's own method: the instructor's name is taken before any learner arrives
+        self.reset_password(ADMIN, ADMIN_PASSWORD)
+
+
+c.JupyterHub.authenticator_class = LocalFirstUseAuthenticator
+c.FirstUseAuthenticator.dbm_path = str(STATE / "passwords.dbm")
+c.FirstUseAuthenticator.min_password_length = 8
+c.LocalAuthenticator.create_system_users = True
+# useradd: the home under HOMES, readable by its owner only; a bash for JupyterLab's terminal
+c.LocalAuthenticator.add_user_cmd = ["useradd", "--create-home", "--home-dir", f"{HOMES}/USERNAME",
+                                     "--key", "HOME_MODE=0700", "--shell", "/bin/bash", "--user-group"]
+c.Authenticator.username_pattern = r"^[a-z][a-z0-9_-]{0,30}$"       # a valid Unix name
+c.Authenticator.blocked_users = SYSTEM_USERS
+c.Authenticator.admin_users = {ADMIN}
+c.Authenticator.allow_all = True           # anyone in the room picks a name and a password
+
+# --- each learner's server ------------------------------------------------------------
+c.JupyterHub.spawner_class = "localprocess"  # as the learner's Unix user (the hub is root)
+c.Spawner.cmd = [str(PYTHON), "-m", "jupyterhub.singleuser"]
+# Kernels talk to their server over Unix sockets in the learner's own runtime folder (made by the
+# hub, 0700): over TCP on 127.0.0.1 any other user could subscribe to a kernel's output channel.
+# The folder is short (/run/workshop-kernels/UID), as a Unix socket's path must be under 108 bytes.
+c.Spawner.args = ["--KernelManager.transport=ipc"]
+RUNTIME = Path(os.environ.get("WORKSHOP_RUNTIME") or "/run/workshop-kernels")
 c.Spawner.default_url = f"/lab/tree/{COURSE_FOLDER}/chapters/00_setup_and_tour.ipynb"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 
 
 def _home(spawner) -> Path:
-    return Path(spawner.home_dir)
+    return Path(pwd.getpwnam(spawner.user.name).pw_dir)
 
 
 # What a learner's server and kernels see (a value may be a function of the spawner).
+# LocalProcessSpawner sets HOME, USER, LOGNAME and SHELL from the learner's Unix account,
+# and the lab checker's seed (allocator_ref/labs/check.py resolve_seed) follows USER.
 c.Spawner.environment = {
     # the learner's copy of allocator_ref comes first, so their edits are what runs
     "PYTHONPATH": lambda spawner: str(_home(spawner) / COURSE_FOLDER),
     # allocator_ref/settings.py: device, profile and lab_seed for the whole room
     "ALLOCATOR_REF_SETTINGS": str(SETTINGS),
-    # lab_seed = "user": check.resolve_seed derives the hidden cases from this name
-    "USER": lambda spawner: spawner.user.name,
-    "LOGNAME": lambda spawner: spawner.user.name,
-    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+    # .jupyter-course/: the .md twins hidden, nbgrader's instructor menus off
+    "JUPYTER_CONFIG_PATH": lambda spawner: str(_home(spawner) / COURSE_FOLDER / ".jupyter-course"),
+    "PATH": f"{PYTHON.parent}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+    # connection files and the kernels' sockets (see RUNTIME above)
+    "JUPYTER_RUNTIME_DIR": lambda spawner: str(RUNTIME / str(pwd.getpwnam(spawner.user.name).pw_uid)),
 }
 
 
+def _pull_as_the_learner(spawner) -> None:
+    """Clone the course into the learner's home, or merge upstream into it, as the learner
+    (so every file is theirs); refuse any account the hub did not make."""
+    account = pwd.getpwnam(spawner.user.name)
+    home = Path(account.pw_dir)
+    if account.pw_uid == 0 or not home.is_relative_to(HOMES):
+        raise RuntimeError(f"{spawner.user.name} is not a workshop account: no server for it")
+    os.chown(home, account.pw_uid, account.pw_gid)
+    home.chmod(0o700)
+    RUNTIME.mkdir(mode=0o755, parents=True, exist_ok=True)     # made by root: nobody can plant it
+    runtime = RUNTIME / str(account.pw_uid)
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    os.chown(runtime, account.pw_uid, account.pw_gid)
+    runtime.chmod(0o700)
+    env = {"HOME": str(home), "PATH": c.Spawner.environment["PATH"], "LANG": "C.UTF-8"}
+    release = [str(GRADED / "release")] if GRADED else []     # graded: ~/graded/labNN/ as well
+    out = subprocess.run([str(PYTHON), str(HERE / "pull.py"), REPO, BRANCH, str(home), *release],
+                         user=account.pw_uid, group=account.pw_gid, extra_groups=[], env=env,
+                         cwd=home, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"the course could not be pulled for {spawner.user.name}: "
+                           f"{out.stderr.strip()[-1000:]}")
+
+
 async def _pull_before_start(spawner):
-    """Clone the course into a new learner's home, or merge upstream into an old one
-    (in a thread: git must not stall the hub for the rest of the room)."""
-    await asyncio.to_thread(pull_course, REPO, BRANCH, _home(spawner))
+    # in a thread: git must not stall the hub for the rest of the room
+    await asyncio.to_thread(_pull_as_the_learner, spawner)
 
 
 c.Spawner.pre_spawn_hook = _pull_before_start

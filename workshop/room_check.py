@@ -1,8 +1,9 @@
 """Check a workshop hub the way learners will use it, before they arrive.
 
-    python workshop/room_check.py http://127.0.0.1:8000 --password ROOM_PASSWORD --users 3
+    python workshop/room_check.py https://127.0.0.1:8000 --cert workshop/.run/hub/tls/hub.crt --users 3
 
-logs in test learners through the hub's login form, starts each one's server
+logs in test learners through the hub's login form (each claims a fresh name,
+roomcheckN..., with a password of its own), starts each one's server
 through the hub's REST API, runs chapter 0 and lab 1 (student copy) in a kernel
 of that learner's own Jupyter server (the kernel websocket, as JupyterLab does),
 and prints what each learner got: their copy of the course, their device and
@@ -33,36 +34,44 @@ class RoomError(RuntimeError):
 
 @dataclass
 class Learner:
-    hub: str                              # http://host:port
+    hub: str                              # https://host:port
     name: str
     token: str = ""
     session: requests.Session = field(default_factory=requests.Session)
+    verify: str | bool = True             # the hub's certificate file (self-signed), or True
+
+    def get(self, url: str, **kw) -> requests.Response:
+        return self.request("GET", url, **kw)
+
+    def request(self, method: str, url: str, **kw) -> requests.Response:
+        # verify on every call: a session-wide verify loses to REQUESTS_CA_BUNDLE (requests#3829)
+        kw.setdefault("timeout", 60)
+        return self.session.request(method, url, verify=self.verify, **kw)
 
     def api(self, method: str, path: str, **kw) -> requests.Response:
         """A hub REST call (path under /hub/api) with this learner's token."""
         headers = {"Authorization": f"token {self.token}"}
-        return self.session.request(method, f"{self.hub}/hub/api{path}", headers=headers,
-                                    timeout=60, **kw)
+        return self.request(method, f"{self.hub}/hub/api{path}", headers=headers, **kw)
 
     def server(self, method: str, path: str, **kw) -> requests.Response:
         """A call to this learner's own Jupyter server (path under /user/NAME/api)."""
         headers = {"Authorization": f"token {self.token}"}
-        return self.session.request(method, f"{self.hub}/user/{self.name}/api{path}",
-                                    headers=headers, timeout=60, **kw)
+        return self.request(method, f"{self.hub}/user/{self.name}/api{path}", headers=headers, **kw)
 
 
-def log_in(hub: str, name: str, password: str) -> Learner:
-    """Log in through the hub's login form (as a browser does), then ask for an API token."""
-    learner = Learner(hub, name)
-    s = learner.session
-    s.get(f"{hub}/hub/login", timeout=30).raise_for_status()      # sets the _xsrf cookie
-    r = s.post(f"{hub}/hub/login", timeout=60, allow_redirects=False,
-               data={"username": name, "password": password, "_xsrf": s.cookies.get("_xsrf", "")})
+def log_in(hub: str, name: str, password: str, verify: str | bool = True) -> Learner:
+    """Log in through the hub's login form (as a browser does), then ask for an API token.
+    A name nobody used yet is claimed with `password`; a used one needs its password."""
+    learner = Learner(hub, name, verify=verify)
+    learner.get(f"{hub}/hub/login").raise_for_status()            # sets the _xsrf cookie
+    r = learner.request("POST", f"{hub}/hub/login", allow_redirects=False,
+                         data={"username": name, "password": password,
+                               "_xsrf": learner.session.cookies.get("_xsrf", "")})
     if r.status_code != 302:
         raise RoomError(f"{name} could not log in (HTTP {r.status_code}): wrong password?")
     # the token request authenticates by its body (no cookie, so no xsrf check)
-    r = requests.post(f"{hub}/hub/api/users/{name}/tokens", timeout=60,
-               json={"auth": {"username": name, "password": password}, "note": "room check"})
+    r = requests.post(f"{hub}/hub/api/users/{name}/tokens", timeout=60, verify=verify,
+                      json={"auth": {"username": name, "password": password}, "note": "room check"})
     r.raise_for_status()
     learner.token = r.json()["token"]
     return learner
@@ -112,9 +121,11 @@ class Kernel:
         self.session_id = r.json()["id"]
         self.kernel_id = r.json()["kernel"]["id"]
         url = urlparse(learner.hub)
+        scheme = "wss" if url.scheme == "https" else "ws"
+        ssl = {"ca_certs": learner.verify} if isinstance(learner.verify, str) else {}
         self.ws = websocket.create_connection(
-            f"ws://{url.netloc}/user/{learner.name}/api/kernels/{self.kernel_id}/channels",
-            header=[f"Authorization: token {learner.token}"], timeout=300)
+            f"{scheme}://{url.netloc}/user/{learner.name}/api/kernels/{self.kernel_id}/channels",
+            header=[f"Authorization: token {learner.token}"], timeout=300, sslopt=ssl)
         self.client_session = uuid.uuid4().hex
 
     def run(self, code: str) -> dict:
@@ -190,12 +201,16 @@ def probe(learner: Learner) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("hub", help="the hub's URL, e.g. http://127.0.0.1:8000")
-    parser.add_argument("--password", required=True, help="the learners' shared password")
+    parser.add_argument("hub", help="the hub's URL, e.g. https://127.0.0.1:8000")
+    parser.add_argument("--cert", help="the hub's self-signed certificate (WORKSHOP_STATE/tls/hub.crt)")
     parser.add_argument("--users", type=int, default=2, help="how many test learners")
     args = parser.parse_args(argv)
+    import secrets
     for i in range(1, args.users + 1):
-        learner = log_in(args.hub.rstrip("/"), f"roomcheck{i}", args.password)
+        # a fresh name and password each run: the first log-in claims the name, as a learner's
+        # does (delete the roomcheck users afterwards in Hub Control Panel > Admin)
+        learner = log_in(args.hub.rstrip("/"), f"roomcheck{i}{secrets.token_hex(3)}",
+                         secrets.token_urlsafe(16), verify=args.cert or True)
         start_server(learner)
         for path in (CHAPTER_0, LAB_1):
             run_notebook(learner, path)

@@ -121,6 +121,8 @@ def build(path: Path) -> tuple:
             new = nbformat.v4.new_markdown_cell(source)
         if tags:
             new.metadata["tags"] = tags
+        if "jupyter" in cell.get("metadata", {}):      # e.g. the Colab cell's collapsed source
+            new.metadata["jupyter"] = dict(cell.metadata["jupyter"])
         new.id = f"{path.stem.split('_')[0]}-{len(cells):02d}"
         cells.append(new)
     student = nbformat.v4.new_notebook(cells=cells)

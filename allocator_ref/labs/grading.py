@@ -1,6 +1,7 @@
 """Graded labs with nbgrader: ``make nbgrader LAB=02`` builds the release, ``make autograde LAB=02`` grades.
 
     python -m allocator_ref.labs.grading release 02 [--course build/nbgrader]
+    python -m allocator_ref.labs.grading collect 02 --homes workshop/.run/homes [--course build/nbgrader]
     python -m allocator_ref.labs.grading autograde 02 [--course build/nbgrader]
 
 ``release`` turns ``labs/source/lab02_*.md`` (the one source of a lab) into an nbgrader
@@ -22,17 +23,26 @@ Solutions are not part of the installed package (they live in ``labs/solutions.j
 the course folder), so a learner environment installed with ``pip install .`` (not a clone)
 has no ``show_solution()`` to call.
 
-``autograde`` runs ``nbgrader autograde`` on ``submitted/<student>/lab02/`` and writes
-``grades.csv`` (``nbgrader export``).
+The one path from the room to grades (labs/README.md, "Grading"):
+
+    make nbgrader LAB=02                   release/lab02/ (and source/, readable by its owner only)
+    WORKSHOP_GRADED=build/nbgrader make workshop     each learner finds ~/graded/lab02/lab02_*.ipynb
+    make collect LAB=02                    copies every ~/graded/lab02/ into submitted/<learner>/lab02/
+    make autograde LAB=02                  nbgrader autograde + export: grades.csv
+
+``autograde`` first refuses any submission that is not a copy of the release (the self-paced
+``labs/student`` copy has no nbgrader cells, and nbgrader would score it 0 without a word).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zlib
+from collections import Counter
 from pathlib import Path
 
 import nbformat
@@ -42,6 +52,7 @@ from . import generate
 
 COURSE_DIR = generate.ROOT / "build" / "nbgrader"
 COURSE_ID = "allocator-course"
+GRADED_FOLDER = "graded"          # where the hub hands each learner the release (~/graded/labNN/)
 CHECK_LINE = re.compile(r"""^(\s*)check\(\s*(["'])(lab\d+\.\w+)\2\s*,\s*(.*?)\)\s*;?\s*$""")
 CONFIG = '''# Written by `make nbgrader` (allocator_ref/labs/grading.py).
 c = get_config()  # noqa: F821
@@ -130,7 +141,7 @@ def _nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
 def release(lab: str, course: Path = COURSE_DIR) -> Path:
     """Build source/ and release/ for one lab; return the released notebook."""
     path = source_for(lab)
-    name = assignment_name(lab)
+    name, course = assignment_name(lab), course.resolve()
     course.mkdir(parents=True, exist_ok=True)
     (course / "nbgrader_config.py").write_text(CONFIG.format(root=str(course.resolve()), course=COURSE_ID))
     target = course / "source" / name
@@ -139,40 +150,111 @@ def release(lab: str, course: Path = COURSE_DIR) -> Path:
     _nbgrader(course, "generate_assignment", name, "--force")
     released = course / "release" / name / (path.stem + ".ipynb")
     _refuse_leaks(path, released)
+    (course / "source").chmod(0o700)          # the autograder copies hold the solutions
     print(f"released {released} (seed {assignment_seed(name)}; autograder copy in {target})")
     return released
 
 
+def _source_lines(nb) -> Counter:
+    return Counter(line.strip() for cell in nb.cells for line in cell.source.splitlines() if line.strip())
+
+
 def _refuse_leaks(path: Path, released: Path) -> None:
-    text = released.read_text()
-    _, solutions = generate.build(path)
+    """A solution line is a leak when the release holds it more often than the student copy does:
+    the student copy (``make student``, proven free of solutions by the lab tests) already has the
+    lab's prose and given code, which may share a line with a solution (``dev.fill(ptr, nbytes, 1)``)."""
+    student, solutions = generate.build(path)
+    given = _source_lines(student)
+    shipped = _source_lines(nbformat.read(released, as_version=4))
     for ex_id, solution in solutions.items():
         for line in solution.splitlines():
             line = line.strip()
-            if len(line) > 12 and not line.startswith(("#", "def ", "class ", '"""', "return")) and line in text:
+            if line and not line.startswith("#") and shipped[line] > given[line]:
                 released.unlink()
-                raise GradingError(f"{released.name}: solution text of {ex_id} in the release ({line!r}); "
-                                   "keep solutions between ### BEGIN SOLUTION / ### END SOLUTION")
+                raise GradingError(
+                    f"{released.name}: a line of {ex_id}'s solution is in the release ({line!r}) but not "
+                    f"in the student copy, so the release was deleted. nbgrader left it outside the "
+                    f"cleared answer: check {ex_id}'s exercise cell in {path.name} (its solution region "
+                    f"must be inside the cell that has the '# exercise: {ex_id}' line)")
+
+
+def _graded_cells(nb) -> set:
+    return {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade_id")}
+
+
+def check_submissions(name: str, course: Path) -> list[Path]:
+    """Every learner's folder holds the released notebook, and each is a copy of the release
+    (its nbgrader cells), not the self-paced student copy, which nbgrader would score 0 without a word."""
+    release_dir = course / "release" / name
+    expected = sorted(release_dir.glob("*.ipynb"))
+    if not expected:
+        raise GradingError(f"no release for {name} in {course}: run make nbgrader LAB={name[3:]} first")
+    ids = _graded_cells(nbformat.read(expected[0], as_version=4))
+    folders = sorted(p for p in (course / "submitted").glob(f"*/{name}") if p.is_dir())
+    if not folders:
+        raise GradingError(f"no submissions: put each learner's notebook in {course}/submitted/<student>/{name}/ "
+                           f"(make collect LAB={name[3:]} does it from the hub's homes)")
+    found = []
+    for folder in folders:
+        submitted = folder / expected[0].name
+        if not submitted.exists():
+            there = ", ".join(p.name for p in folder.glob("*.ipynb")) or "nothing"
+            raise GradingError(f"{folder}: no {expected[0].name} (found {there}); the file must keep "
+                               "the released name")
+        missing = ids - _graded_cells(nbformat.read(submitted, as_version=4))
+        if missing:
+            raise GradingError(
+                f"{submitted} is not a copy of the release (it lacks the graded cells {sorted(missing)[:3]}): "
+                f"it is probably labs/student/{submitted.name}, the self-paced copy, which nbgrader would "
+                f"score 0. Hand out {expected[0]} (a graded workshop's hub does: WORKSHOP_GRADED), ask the "
+                "learner to paste their answers into it, and collect that file")
+        found.append(submitted)
+    return found
+
+
+def collect(lab: str, homes: Path, course: Path = COURSE_DIR) -> list[Path]:
+    """Copy each learner's graded notebook (~/graded/labNN/, handed out by the hub) into
+    submitted/<learner>/labNN/, where autograde reads it."""
+    name, course, homes = assignment_name(lab), course.resolve(), homes.resolve()
+    copied = []
+    for notebook in sorted(homes.glob(f"*/{GRADED_FOLDER}/{name}/*.ipynb")):
+        learner = notebook.parents[2].name
+        dest = course / "submitted" / learner / name
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(notebook, dest / notebook.name)        # a plain copy: never follow the learner's links
+        copied.append(dest / notebook.name)
+    if not copied:
+        raise GradingError(f"no ~/{GRADED_FOLDER}/{name}/*.ipynb in any home under {homes}: was the hub "
+                           f"started with WORKSHOP_GRADED={course}?")
+    print(f"collected {len(copied)} notebooks into {course / 'submitted'}")
+    return copied
 
 
 def autograde(lab: str, course: Path = COURSE_DIR) -> Path:
-    name = assignment_name(lab)
-    if not (course / "submitted").is_dir():
-        raise GradingError(f"no submissions: put each learner's notebook in {course}/submitted/<student>/{name}/")
+    name, course = assignment_name(lab), course.resolve()     # nbgrader runs in the course folder
+    check_submissions(name, course)
     _nbgrader(course, "autograde", name, "--force")
-    _nbgrader(course, "export", "--to", str(course / "grades.csv"))
-    print(f"grades: {course / 'grades.csv'}")
-    return course / "grades.csv"
+    grades = course / "grades.csv"
+    _nbgrader(course, "export", "--to", str(grades))
+    print(f"grades: {grades}")
+    return grades
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.grading", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["release", "autograde"])
+    parser.add_argument("action", choices=["release", "collect", "autograde"])
     parser.add_argument("lab", help="the lab number, e.g. 02")
     parser.add_argument("--course", type=Path, default=COURSE_DIR, help="the nbgrader course folder")
+    parser.add_argument("--homes", type=Path, help="collect: the hub's homes folder (WORKSHOP_HOMES)")
     args = parser.parse_args(argv)
     try:
-        (release if args.action == "release" else autograde)(args.lab, args.course)
+        if args.action == "collect":
+            if args.homes is None:
+                raise GradingError("collect needs --homes, the hub's WORKSHOP_HOMES folder")
+            collect(args.lab, args.homes, args.course)
+        else:
+            (release if args.action == "release" else autograde)(args.lab, args.course)
     except (GradingError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
