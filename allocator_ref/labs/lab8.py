@@ -199,7 +199,7 @@ register(Exercise(
 ))
 
 register(Exercise(
-    id="lab8.capture_order", lab=8, title="plan(batch_sizes): the capture order for one shared pool",
+    id="lab8.capture_order", pure=True, lab=8, title="plan(batch_sizes): the capture order for one shared pool",
     public=_order_public, hidden=_order_hidden, what="plan function",
     hint="A later capture can reuse blocks an earlier capture freed only if they are big enough. Which order "
          "makes every later step fit in what the first one left behind?",
