@@ -44,6 +44,17 @@ def device_gib(text: str) -> float:
     return value
 
 
+def seconds(text: str) -> float:
+    """--deadline: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (e.g. 300)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
+
+
 def profile_name(text: str) -> str:
     """--profile: one of the simulated GPUs in allocator_ref/device/profiles."""
     from .device.costs import profile_names
@@ -197,7 +208,7 @@ def cmd_compare(args) -> int:
 def cmd_traces(args) -> int:
     from .trace import fetch
     if args.traces_command == "fetch":
-        return fetch.main_fetch(args.names, args.to, args.base_url)
+        return fetch.main_fetch(args.names, args.to, args.base_url, deadline=args.deadline)
     return fetch.main_list()
 def cmd_doctor(args) -> int:
     """Exit status 0, or 1 when the replay does not reproduce PyTorch (and no advice is given)."""
@@ -249,6 +260,8 @@ def main(argv=None) -> int:
     f.add_argument("--to", default=None, help="folder to store them (default: ALLOCATOR_REF_TRACES, else the cache)")
     f.add_argument("--from", dest="base_url", default="https://raw.githubusercontent.com",
                    help="a mirror laid out like raw.githubusercontent.com (owner/repo/commit/path)")
+    f.add_argument("--deadline", type=seconds, default=None,
+                   help="seconds one file may take in all (default: 120 s plus 1 s per 16 KiB)")
     tsub.add_parser("list", help="where the course finds each snapshot, or that it is missing")
     t.set_defaults(func=cmd_traces)
     d = sub.add_parser("doctor", help="why a run ran out of memory (or wasted it), and which setting fixes it, "
