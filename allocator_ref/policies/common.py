@@ -23,7 +23,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from allocator_ref.allocation import Allocation
+from allocator_ref.allocation import Allocation, require_device
 from allocator_ref.caching.oom import OutOfMemoryError, format_size  # noqa: F401 -- re-exported for the policies
 from allocator_ref.caching.stats import AGGREGATE, DeviceStats
 from allocator_ref.device.errors import CudaError, destroyed_stream_error
@@ -216,7 +216,7 @@ class PolicyAllocator:
     ROUND = 512
 
     def __init__(self, device: Any) -> None:
-        self.device = device
+        self.device = require_device(device, type(self).__name__)
         self.trace = TraceRecorder()
         self.stats = DeviceStats()
         self._live: dict[int, Allocation] = {}   # ptr -> Allocation handed out and not yet freed
@@ -322,10 +322,13 @@ class PolicyAllocator:
             owner = type(allocation.allocator).__name__
             raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} belongs to another allocator "
                              f"({owner}); give it back to the allocator that made it")
-        if allocation.freed:
-            raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} was already freed (double free)")
+        # The live set is the truth, not ``allocation.freed``: that field is the caller's to read,
+        # and one set by hand made free() refuse a live allocation (a leak).
         if allocation.ptr and self._live.get(allocation.ptr) is not allocation:
-            raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} is not live in this allocator")
+            if allocation.freed:
+                raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} was already freed (double free)")
+            raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} is not live in this allocator "
+                             "(already freed?)")
         return allocation
 
     # ---- handing out and taking back
