@@ -56,3 +56,25 @@ def test_something_that_is_not_a_device_is_refused_at_construction(cls, device):
         cls(device)
     if device == "gpu":
         assert "open_device('gpu')" in str(err.value)
+
+
+@pytest.mark.parametrize("cls", ALLOCATORS, ids=lambda c: c.__name__)
+def test_changing_an_allocations_stream_does_not_move_its_free(cls):
+    # A free ordered on another stream than the one the memory was used on would let that
+    # stream reuse it while the first one's kernels still run (memory handed out twice).
+    dev = SimDevice("h100-80gb")
+    a = cls(dev)
+    a.record_memory_history(enabled="all")
+    side, other = dev.create_stream(), dev.create_stream()
+    x = a.malloc(3 * MiB, side)
+    dev.sleep(side, 1000.0)                         # side's kernel still uses x
+    x.stream = other
+    a.free(x)
+    y = a.malloc(3 * MiB, other)
+    if cls in (StreamOrderedAllocator, CachingAllocator):     # stream-aware designs
+        assert y.ptr != x.ptr, "memory still in use on its stream was handed to another stream"
+    frees = [e for e in a.trace.entries if e.action == "free_requested"]
+    assert frees and all(e.stream == side.handle for e in frees), frees
+    a.free(y)
+    dev.synchronize()
+    dev.close()

@@ -354,7 +354,7 @@ class PolicyAllocator:
         del self._live[allocation.ptr]
         self._stat_decrease(("allocation",), 1)
         self._stat_decrease(("allocated_bytes",), block.size)
-        self._emit("free_requested", block.ptr, block.requested_size, allocation.stream)
+        self._emit("free_requested", block.ptr, block.requested_size, block.stream)
         return block
 
     def _complete_free(self, block: Any) -> None:
@@ -373,7 +373,7 @@ class PolicyAllocator:
         if not allocation:
             return None                          # null allocation: nothing to protect
         block = allocation._block
-        if stream is allocation.stream or stream in block.stream_uses:
+        if stream is block.stream or stream in block.stream_uses:      # our record, not the caller's field
             return None                          # PyTorch: ignored on the owning stream
         return block, stream
 
