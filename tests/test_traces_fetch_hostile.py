@@ -37,6 +37,16 @@ class HostileMirror:
 
             def do_GET(self):
                 mirror.requests.append(self.path)
+                if mirror.mode == "slow-headers":              # a header that never ends, a byte at a time
+                    try:
+                        self.wfile.write(b"HTTP/1.0 200 OK\r\nX-Slow: ")
+                        for _ in range(3600):
+                            self.wfile.write(b"a")
+                            self.wfile.flush()
+                            time.sleep(0.5)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass
+                    return
                 self.send_response(200)
                 if mirror.mode == "lying-length":
                     self.send_header("Content-Length", str(1 << 40))
@@ -102,6 +112,19 @@ def test_a_trickling_mirror_meets_the_deadline(tmp_path):
     took = time.monotonic() - started
     assert proc.returncode == 1 and "deadline" in proc.stdout, proc.stdout + proc.stderr
     assert took < 60, f"the fetch took {took:.0f} s against a 3 s deadline"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_mirror_trickling_its_headers_meets_the_deadline(tmp_path):
+    mirror = HostileMirror("slow-headers")
+    started = time.monotonic()
+    try:
+        proc = fetch_cli("--from", mirror.url, "--deadline", "3", SMALL, target=tmp_path, timeout=90)
+    finally:
+        mirror.close()
+    took = time.monotonic() - started
+    assert proc.returncode == 1 and "deadline" in proc.stdout, proc.stdout + proc.stderr
+    assert took < 30, f"the fetch took {took:.0f} s against a 3 s deadline"
     assert list(tmp_path.iterdir()) == []
 
 

@@ -212,6 +212,49 @@ class DownloadError(Exception):
     """One file could not be downloaded intact; the message says why in plain words."""
 
 
+class _Watchdog:
+    """Shut the download's sockets at its deadline, wherever it is blocked: in the body, or
+    in the status line and headers (a mirror trickling those never lets a read time out)."""
+
+    def __init__(self, seconds: float) -> None:
+        import threading
+        self.sockets: list = []
+        self.expired = threading.Event()
+        self.timer = threading.Timer(seconds, self._expire)
+        self.timer.daemon = True
+
+    def _expire(self) -> None:
+        self.expired.set()
+        for sock in list(self.sockets):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def opener(self):
+        watchdog = self
+
+        class WatchedHTTP(http.client.HTTPConnection):
+            def connect(self):
+                super().connect()
+                watchdog.sockets.append(self.sock)
+
+        class WatchedHTTPS(http.client.HTTPSConnection):
+            def connect(self):
+                super().connect()
+                watchdog.sockets.append(self.sock)
+
+        class HTTPHandler(urllib.request.HTTPHandler):
+            def http_open(self, req):
+                return self.do_open(WatchedHTTP, req)
+
+        class HTTPSHandler(urllib.request.HTTPSHandler):
+            def https_open(self, req):
+                return self.do_open(WatchedHTTPS, req, context=self._context)
+
+        return urllib.request.build_opener(HTTPHandler, HTTPSHandler)
+
+
 def _download(trace: RealTrace, url: str, target: Path, timeout: float,
               deadline: Optional[float] = None) -> None:
     """Stream url into a temporary file beside target; rename it into place only if it verifies.
@@ -224,11 +267,17 @@ def _download(trace: RealTrace, url: str, target: Path, timeout: float,
     except OSError as exc:
         raise DownloadError(f"cannot write in {target} ({exc.strerror})") from None
     tmp = Path(tmp_name)
+    watchdog = _Watchdog(seconds)
+    watchdog.timer.start()
+    h, received = hashlib.sha256(), 0
+
+    def too_slow() -> DownloadError:
+        return DownloadError(f"{url} sent only {received:,} of {trace.size:,} bytes in {seconds:g} s (the "
+                             "deadline for this file); run the fetch again, or from another mirror (--from)")
     try:
-        h, received = hashlib.sha256(), 0
         with os.fdopen(fd, "wb") as out:
             try:
-                with urllib.request.urlopen(url, timeout=min(timeout, seconds)) as resp:
+                with watchdog.opener().open(url, timeout=min(timeout, seconds)) as resp:
                     announced = resp.headers.get("Content-Length")
                     if announced is not None and announced.isdigit() and int(announced) > trace.size:
                         raise DownloadError(f"{url} announces {int(announced):,} bytes; the recorded file has "
@@ -240,41 +289,56 @@ def _download(trace: RealTrace, url: str, target: Path, timeout: float,
                         h.update(chunk)
                         received += len(chunk)
                         if time.monotonic() > give_up:
-                            raise DownloadError(f"{url} sent only {received:,} of {trace.size:,} bytes in "
-                                                f"{seconds:g} s (the deadline for this file); run the fetch "
-                                                "again, or from another mirror (--from)")
+                            raise too_slow()
             except DownloadError:
                 raise
-            except urllib.error.HTTPError as exc:
-                raise DownloadError(f"{url} answered HTTP {exc.code} {exc.reason}") from None
-            except urllib.error.URLError as exc:
-                raise DownloadError(f"cannot reach {url} ({exc.reason}); are you offline? "
-                                    f"Try again when online, or copy {trace.name} by hand into {target}") from None
-            except (socket.timeout, TimeoutError):
-                raise DownloadError(f"{url} stopped answering after {received:,} bytes "
-                                    f"(timeout {timeout:g} s)") from None
-            except (ConnectionError, http.client.HTTPException, OSError, ValueError) as exc:   # reset mid-body
-                raise DownloadError(f"the connection dropped after {received:,} of {trace.size:,} bytes "
-                                    f"({exc.__class__.__name__}); run the fetch again") from None
-        if received > trace.size:
-            raise DownloadError(f"{url} sent more than the recorded {trace.size:,} bytes: not the file the "
-                                "course expects (it stopped reading there; nothing was kept)")
-        if announced is not None and announced.isdigit() and received != int(announced):
-            raise DownloadError(f"the connection dropped after {received:,} of {int(announced):,} bytes; "
-                                f"run the fetch again")
-        if received != trace.size:
-            raise DownloadError(f"got {received:,} bytes, the recorded file has {trace.size:,}: "
-                                f"not the file the course expects")
-        if h.hexdigest() != trace.sha256:
-            raise DownloadError(f"sha256 mismatch: got {h.hexdigest()}, the course records {trace.sha256} "
-                                f"(a corrupted or different file; it was not kept)")
+            except Exception as exc:
+                if watchdog.expired.is_set():             # the watchdog shut the socket: say why
+                    raise too_slow() from None
+                _explain(exc, url, trace, target, received, timeout)
+        if watchdog.expired.is_set() and received < trace.size:
+            raise too_slow()
+        _check_body(trace, url, received, announced, h)
         try:
             os.replace(tmp, target / trace.name)      # atomic: a reader sees the old file or the whole new one
         except OSError as exc:
             raise DownloadError(f"verified, but cannot put it at {target / trace.name} ({exc.strerror}); "
                                 "move what is there away and run the fetch again") from None
     finally:
+        watchdog.timer.cancel()
         tmp.unlink(missing_ok=True)
+
+
+def _explain(exc: Exception, url: str, trace: RealTrace, target: Path, received: int, timeout: float) -> None:
+    """Raise the DownloadError that says, in plain words, what ``exc`` means for this download."""
+    if isinstance(exc, urllib.error.HTTPError):
+        raise DownloadError(f"{url} answered HTTP {exc.code} {exc.reason}") from None
+    if isinstance(exc, urllib.error.URLError):
+        raise DownloadError(f"cannot reach {url} ({exc.reason}); are you offline? "
+                            f"Try again when online, or copy {trace.name} by hand into {target}") from None
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        raise DownloadError(f"{url} stopped answering after {received:,} bytes "
+                            f"(timeout {timeout:g} s)") from None
+    if isinstance(exc, (ConnectionError, http.client.HTTPException, OSError, ValueError)):   # reset mid-body
+        raise DownloadError(f"the connection dropped after {received:,} of {trace.size:,} bytes "
+                            f"({exc.__class__.__name__}); run the fetch again") from None
+    raise exc
+
+
+def _check_body(trace: RealTrace, url: str, received: int, announced: Optional[str], h) -> None:
+    """The whole body arrived: it must be the recorded file, byte for byte."""
+    if received > trace.size:
+        raise DownloadError(f"{url} sent more than the recorded {trace.size:,} bytes: not the file the "
+                            "course expects (it stopped reading there; nothing was kept)")
+    if announced is not None and announced.isdigit() and received != int(announced):
+        raise DownloadError(f"the connection dropped after {received:,} of {int(announced):,} bytes; "
+                            f"run the fetch again")
+    if received != trace.size:
+        raise DownloadError(f"got {received:,} bytes, the recorded file has {trace.size:,}: "
+                            f"not the file the course expects")
+    if h.hexdigest() != trace.sha256:
+        raise DownloadError(f"sha256 mismatch: got {h.hexdigest()}, the course records {trace.sha256} "
+                            f"(a corrupted or different file; it was not kept)")
 
 
 STALE_PART_S = 3600
