@@ -131,7 +131,14 @@ def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: fl
     try:
         send(proc.stdin, {"exercise": ex.id, "seed": seed, "hidden": hidden, "time_limit": time_limit})
         while True:
-            message = receive(proc.stdout)
+            try:
+                message = receive(proc.stdout)
+            except KeyboardInterrupt:                 # the stop button while the judge works
+                result = CheckResult(exercise=ex.id, seed=seed)
+                result.cases = [CaseResult("the graded check", False, False, "interrupted (the stop button or "
+                                           "Ctrl-C): the remaining cases were not run", stopped=True)]
+                result.explanation = result.cases[0].explanation
+                return result
             if message is None:
                 err = proc.stderr.read().decode(errors="replace")[-2000:]
                 raise RuntimeError(f"the graded judge process ended before it answered (exit code "
@@ -230,9 +237,20 @@ def _reraised(info: dict) -> BaseException:
     return exc
 
 
+def _not_dumpable() -> None:
+    """Linux: no other process of this user may read this one's memory (/proc/PID/mem, ptrace),
+    not even the notebook that started it (prctl PR_SET_DUMPABLE 0)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass                                       # not Linux: nothing to switch off
+
+
 def main() -> None:
     """The clean process: read the request, judge every case, write the result."""
     import time
+    _not_dumpable()
     inbox = sys.stdin.buffer
     outbox = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                                  # whatever a judge prints must not enter the message stream
