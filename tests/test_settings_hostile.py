@@ -22,7 +22,9 @@ def run(env_extra: dict, cwd: Path, *args: str):
 
 
 def describe(env_extra: dict, cwd: Path):
-    return run(env_extra, cwd, "-c", "from allocator_ref import settings; print(settings.describe())")
+    # Under a 2 GiB address-space limit, so a parser that runs away fails here, not the machine.
+    return run(env_extra, cwd, "-c", "import resource; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+               "from allocator_ref import settings; print(settings.describe())")
 
 
 def hostile_files(tmp: Path) -> dict:
@@ -34,10 +36,13 @@ def hostile_files(tmp: Path) -> dict:
     with open(huge, "w") as f:
         f.write("[course]\n")
         f.write("# " + "x" * (8 << 20) + "\n")
-    return {"deep array": deep_array, "deep inline table": deep_table, "8 MiB comment": huge}
+    dotted = tmp / "dotted.toml"                  # tomllib is quadratic here: this one took the machine's memory
+    dotted.write_text("[course]\nprofile = { " + "a." * 100_000 + "b = 1 }\n")
+    return {"deep array": deep_array, "deep inline table": deep_table, "8 MiB comment": huge,
+            "dotted keys 100,000 deep": dotted}
 
 
-@pytest.mark.parametrize("case", ["deep array", "deep inline table", "8 MiB comment"])
+@pytest.mark.parametrize("case", ["deep array", "deep inline table", "8 MiB comment", "dotted keys 100,000 deep"])
 def test_a_hostile_settings_file_is_one_settings_error_naming_it(tmp_path, case):
     path = hostile_files(tmp_path)[case]
     proc = describe({"ALLOCATOR_REF_SETTINGS": str(path)}, tmp_path)
