@@ -42,13 +42,15 @@ def hostile_files(tmp: Path) -> dict:
             "dotted keys 100,000 deep": dotted}
 
 
-@pytest.mark.parametrize("case", ["deep array", "deep inline table", "8 MiB comment", "dotted keys 100,000 deep"])
-def test_a_hostile_settings_file_is_one_settings_error_naming_it(tmp_path, case):
+@pytest.mark.parametrize("case, reason", [("deep array", "nested too deep"), ("deep inline table", "nested too deep"),
+                                          ("8 MiB comment", "is refused"), ("dotted keys 100,000 deep", "dots")])
+def test_a_hostile_settings_file_is_one_settings_error_naming_it(tmp_path, case, reason):
     path = hostile_files(tmp_path)[case]
     proc = describe({"ALLOCATOR_REF_SETTINGS": str(path)}, tmp_path)
     assert proc.returncode == 1 and "SettingsError" in proc.stderr, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("allocator_ref.settings.SettingsError") and str(path) in last, last
+    assert reason in last, last                  # the reason itself, not "not enough memory"
     assert "RecursionError" not in proc.stderr and "MemoryError" not in proc.stderr
 
 
