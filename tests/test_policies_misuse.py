@@ -78,3 +78,25 @@ def test_changing_an_allocations_stream_does_not_move_its_free(cls):
     a.free(y)
     dev.synchronize()
     dev.close()
+
+
+POLICIES = (DirectAllocator, StreamOrderedAllocator, BFCAllocator)
+
+
+@pytest.mark.parametrize("cls", POLICIES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("field, value", [("ptr", 0), ("ptr", 12345), ("allocator", None), ("size", 1),
+                                          ("requested_size", 10**12)])
+def test_no_field_of_a_live_allocation_changed_by_hand_leaks_it(cls, field, value):
+    dev = SimDevice("h100-80gb")
+    a = cls(dev)
+    x = a.malloc(3 * MiB)
+    setattr(x, field, value)
+    a.free(x)                                    # the allocator's own record says what to free
+    assert a.memory_allocated() == 0 and a.live_allocations() == []
+    assert a.memory_stats()["requested_bytes.all.current"] == 0
+    with pytest.raises(ValueError):
+        a.free(x)                                # and it is not freed twice
+    a.empty_cache()
+    assert a.memory_reserved() == 0
+    a.close()
+    dev.close()

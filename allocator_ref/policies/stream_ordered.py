@@ -341,7 +341,7 @@ class StreamOrderedAllocator(PolicyAllocator):
         """cudaFreeAsync on the creation stream, or on the unifying stream after record_stream."""
         self._check_open("free")
         allocation = self._check_allocation(allocation, "free")
-        if not allocation:
+        if allocation._block is None:              # a null allocation (not its ptr field: the caller's)
             allocation.freed = True
             return
         block = allocation._block
