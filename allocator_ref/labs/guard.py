@@ -79,6 +79,11 @@ class _Sticky:
         if self.error is not None:
             self.error = None
             sys.settrace(self.old_trace)
+            frame = sys._getframe(1)
+            while frame is not None:                  # the checker's own frames carry it no further
+                if frame.f_trace == self.trace:
+                    frame.f_trace = None
+                frame = frame.f_back
 
 
 @dataclass
