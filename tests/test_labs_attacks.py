@@ -197,3 +197,21 @@ def test_a_graded_check_stops_a_swallowing_submission_in_time():
     """, timeout=90)
     assert rc == 0, err
     assert "GRADED True True" in out, out + err
+
+
+def test_the_instructor_guide_names_exactly_the_exercises_judged_apart():
+    import importlib
+    import re
+    check_module = importlib.import_module("allocator_ref.labs.check")
+    check_module._load_all()
+    pure = {ex_id for ex_id, ex in check_module.EXERCISES.items() if ex.pure}
+    guide = (ROOT / "labs" / "README.md").read_text()
+    listed = guide.split("reads only what the submission returns:", 1)[1].split(")", 1)[0]
+    named, lab = set(), None
+    for word in re.findall(r"[\w.]+", listed):
+        if "." in word:
+            lab, name = word.split(".")
+        else:
+            name = word
+        named.add(f"{lab}.{name}")
+    assert named == pure, f"guide: {sorted(named)}; marked pure: {sorted(pure)}"
