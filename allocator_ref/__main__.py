@@ -13,11 +13,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import stat
 import sys
 from pathlib import Path
 
+from .textsafe import EscapingWriter
+
 GiB = 1024**3
-MAX_DEVICE_GIB = 2**20          # 1 PiB: far beyond any GPU, small enough to stay exact in bytes
+# 1 PiB: far beyond any GPU.  A replay reserves the device's whole size of addresses for each
+# stream's expandable segment, and the simulated address space (2**63 bytes) must hold thousands of
+# those; bytes also stay exact in a float below this.
+MAX_DEVICE_GIB = 2**20
 
 
 # ---- argument types: a bad value is argparse's clear one-line error, before anything runs
@@ -29,9 +36,22 @@ def device_gib(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB (e.g. 16 or 0.5)") from None
     if not math.isfinite(value) or value <= 0 or value > MAX_DEVICE_GIB:
         raise argparse.ArgumentTypeError(f"{text!r}: the device size must be a number of GiB above 0 "
-                                         f"and at most {MAX_DEVICE_GIB:,}")
+                                         f"and at most {MAX_DEVICE_GIB:,} (1 PiB): a replay reserves the "
+                                         "device's size of addresses per stream, and the simulated address "
+                                         "space must hold thousands of those")
     if int(value * GiB) < 2**20:
         raise argparse.ArgumentTypeError(f"{text!r} GiB is under 1 MiB: no GPU is that small")
+    return value
+
+
+def seconds(text: str) -> float:
+    """--deadline: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (e.g. 300)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
     return value
 
 
@@ -44,13 +64,36 @@ def profile_name(text: str) -> str:
     return text
 
 
+def output_file(text: str, example: str) -> Path:
+    """An output file checked before any work (ValueError, saying why, if it cannot be one): its
+    folder exists and may be written, and the name is a regular file or nothing yet (a folder
+    failed only when the report was written, after every replay; a FIFO blocked the write forever)."""
+    path = Path(text)
+    try:
+        info = path.stat() if path.exists() else None
+        folder_ok = path.parent.is_dir()
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{text!r}: cannot use this path ({exc})") from None
+    if not folder_ok:
+        raise ValueError(f"{text!r}: its folder does not exist ({str(path.parent)!r}); create it or "
+                         "write elsewhere")
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{text!r} is a folder; give a file name such as {example}")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
+        raise ValueError(f"{text!r} is {kind}: writing there could block or go nowhere; "
+                         f"give a file name such as {example}")
+    if not os.access(path if info is not None else path.parent, os.W_OK):
+        raise ValueError(f"{text!r}: not writable here; choose another place")
+    return path
+
+
 def plot_path(text: str) -> str:
     """--plot: a file in a folder that exists, with an image suffix matplotlib can write."""
-    path = Path(text)
-    if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r}: the folder {str(path.parent)!r} does not exist")
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name such as compare.png")
+    try:
+        path = output_file(text, "compare.png")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     from matplotlib.backend_bases import FigureCanvasBase
     formats = FigureCanvasBase.get_supported_filetypes()
     if path.suffix.lstrip(".").lower() not in formats:
@@ -73,7 +116,8 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-def _print_replay(result, out=sys.stdout) -> None:
+def _print_replay(result, out=None) -> None:
+    out = out or sys.stdout                  # at call time: main() wraps it (textsafe.EscapingWriter)
     j = result.to_json()
     mode = "verify against PyTorch" if result.verify else "what-if"
     print(f"{result.source}: {mode}, policy {result.policy}, config {result.config or '(default)'!r} "
@@ -164,14 +208,17 @@ def cmd_compare(args) -> int:
 def cmd_traces(args) -> int:
     from .trace import fetch
     if args.traces_command == "fetch":
-        return fetch.main_fetch(args.names, args.to, args.base_url)
+        return fetch.main_fetch(args.names, args.to, args.base_url, deadline=args.deadline)
     return fetch.main_list()
 def cmd_doctor(args) -> int:
     """Exit status 0, or 1 when the replay does not reproduce PyTorch (and no advice is given)."""
     from pathlib import Path
     from .memory_doctor import doctor
-    if args.html and not Path(args.html).resolve().parent.is_dir():
-        raise ValueError(f"--html {args.html}: its folder does not exist; create it or write the report elsewhere")
+    if args.html:                                     # before the replays, not after them
+        try:
+            output_file(args.html, "report.html")
+        except ValueError as exc:
+            raise ValueError(f"--html {exc}") from None
     report = doctor(args.snapshot, args.device_memory, device=args.device, profile=args.profile)
     if args.html:
         report.html(args.html)
@@ -213,6 +260,8 @@ def main(argv=None) -> int:
     f.add_argument("--to", default=None, help="folder to store them (default: ALLOCATOR_REF_TRACES, else the cache)")
     f.add_argument("--from", dest="base_url", default="https://raw.githubusercontent.com",
                    help="a mirror laid out like raw.githubusercontent.com (owner/repo/commit/path)")
+    f.add_argument("--deadline", type=seconds, default=None,
+                   help="seconds one file may take in all (default: 120 s plus 1 s per 16 KiB)")
     tsub.add_parser("list", help="where the course finds each snapshot, or that it is missing")
     t.set_defaults(func=cmd_traces)
     d = sub.add_parser("doctor", help="why a run ran out of memory (or wasted it), and which setting fixes it, "
@@ -230,8 +279,16 @@ def main(argv=None) -> int:
         if "--debug" not in subparser._option_string_actions:
             subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                    help="show the full traceback of an error")
-    args = parser.parse_args(argv)
-    return run_command(args)
+    # Everything printed from here on, the reports, argparse's errors and ours, goes out with
+    # control characters escaped: a snapshot's frame names and paths are the file's words (textsafe.py).
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = EscapingWriter(sys.stdout), EscapingWriter(sys.stderr)
+    try:
+        args = parser.parse_args(argv)
+        return run_command(args)
+    finally:
+        sys.stdout.flush()
+        sys.stdout, sys.stderr = saved
 
 
 def run_command(args) -> int:

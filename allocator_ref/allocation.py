@@ -52,3 +52,21 @@ class Allocator(Protocol):
     def memory_reserved(self) -> int: ...
     def max_memory_allocated(self) -> int: ...
     def max_memory_reserved(self) -> int: ...
+
+
+# What an allocator calls on its device, checked when it is built: a wrong argument
+# (``CachingAllocator(device='gpu')``) is one clear error there, not an AttributeError
+# deep inside the first malloc.
+DEVICE_CALLS = ("malloc", "free", "mem_get_info", "synchronize", "create_event", "default_stream", "info")
+
+
+def require_device(device: Any, who: str) -> Any:
+    """``device`` itself if it offers the calls an allocator makes, else a TypeError saying what to pass."""
+    missing = [name for name in DEVICE_CALLS if not hasattr(device, name)]
+    if missing:
+        hint = (f" ({device!r} is a name: open it with allocator_ref.device.open_device({device!r}) "
+                "or build one with SimDevice('h100-80gb'))") if isinstance(device, str) else ""
+        raise TypeError(f"{who}: device must be a device (SimDevice(...), open_device(...), or None for the "
+                        f"course's device), got a {type(device).__name__} without "
+                        f"{', '.join(missing)}{hint}")
+    return device

@@ -21,6 +21,11 @@ The file is TOML with one table::
 
 An unknown key or a value of the wrong kind is an error that names the file,
 the key and what it may be: a workshop should not discover a typo halfway in.
+Whatever the file or variable holds (a huge file, tables nested a million deep,
+an over-long path, ``~nosuchuser``), what escapes is one :class:`SettingsError`.
+
+The file is parsed once per change (its size, times and inode are the key), not
+once per lookup: ``describe()`` asks for five settings.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from typing import Optional
 
 FILE_NAME = "course-settings.toml"
 FILE_ENV = "ALLOCATOR_REF_SETTINGS"
+MAX_FILE_BYTES = 1 << 20     # a settings file is a few lines; refusing more keeps a lookup cheap
 
 # setting -> (environment variable, default)
 SETTINGS = {
@@ -58,36 +64,114 @@ def settings_file(start: Optional[Path] = None) -> Optional[Path]:
     """The settings file in force, or None."""
     named = os.environ.get(FILE_ENV)
     if named:
-        path = Path(named).expanduser()
-        if not path.is_file():
-            raise SettingsError(f"{FILE_ENV}={named!r} is not a file; point it at a {FILE_NAME} "
+        try:
+            path = Path(named).expanduser()
+            found = path.is_file()
+        except (OSError, RuntimeError, ValueError) as exc:     # too long, ~nosuchuser, a NUL byte
+            raise SettingsError(f"{FILE_ENV}={_short(named)}: cannot use this path ({_why(exc)}); point it "
+                                f"at a {FILE_NAME} or unset it") from None
+        if not found:
+            raise SettingsError(f"{FILE_ENV}={_short(named)} is not a file; point it at a {FILE_NAME} "
                                 f"or unset it")
         return path
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / FILE_NAME
-        if candidate.is_file():
-            return candidate
+    try:
+        here = (start or Path.cwd()).resolve()
+        for folder in (here, *here.parents):
+            candidate = folder / FILE_NAME
+            if candidate.is_file():
+                return candidate
+    except (OSError, RuntimeError, ValueError) as exc:         # a deleted working folder, a folder we may not read
+        raise SettingsError(f"cannot look for {FILE_NAME} from {_short(str(start or '.'))} ({_why(exc)}); "
+                            f"set {FILE_ENV} to the file, or run from another folder") from None
     return None
+
+
+def _short(text: str, cap: int = 200) -> str:
+    return repr(text) if len(text) <= cap else repr(text[:cap]) + f"... ({len(text):,} characters)"
+
+
+def _why(exc: BaseException) -> str:
+    return type(exc).__name__ + (f": {exc.strerror}" if getattr(exc, "strerror", None) else "")
+
+
+_PARSED: dict = {}           # path -> (stat key, values): the file is parsed once per change
 
 
 def _read_file(path: Path) -> dict[str, str]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SettingsError(f"{path}: cannot read the course settings ({exc})") from None
+        st = path.stat()
+        key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        cached = _PARSED.get(str(path))
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if st.st_size > MAX_FILE_BYTES:
+            raise SettingsError(f"{path}: the course settings file is {st.st_size:,} bytes; a settings file is a "
+                                f"few lines, and more than {MAX_FILE_BYTES:,} bytes is refused")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise SettingsError(f"{path}: the course settings file grew past {MAX_FILE_BYTES:,} bytes while "
+                                "it was read; a settings file is a few lines")
+        text = raw.decode("utf-8")
+        _refuse_deep_keys(path, text)
+        data = tomllib.loads(text)
+    except SettingsError:
+        raise
+    except RecursionError:
+        raise SettingsError(f"{path}: cannot read the course settings (its tables or arrays are nested too "
+                            "deep); write the keys flat under [course]") from None
+    except MemoryError:
+        raise SettingsError(f"{path}: cannot read the course settings (not enough memory to parse it)") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as exc:
+        raise SettingsError(f"{path}: cannot read the course settings ({_why(exc) if isinstance(exc, OSError) else exc})") from None
+    out = _check_table(path, data)
+    _PARSED[str(path)] = (key, out)
+    return out
+
+
+MAX_KEY_DOTS = 256           # '.' outside strings and comments, in the whole file
+
+
+def _refuse_deep_keys(path: Path, text: str) -> None:
+    """Refuse dotted keys nested thousands deep before tomllib sees them: it takes quadratic
+    time and memory on them (10,000 parts, 20 KB of text: 6 s and 600 MB).  A settings
+    file has a flat [course] table, so a few dots (in a float) are all it needs."""
+    dots, i, n = 0, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "#":                                   # a comment: to the end of the line
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif c in "\"'":
+            quote = c * 3 if text.startswith(c * 3, i) else c
+            i += len(quote)
+            while i < n and not text.startswith(quote, i):
+                i += 2 if (c == '"' and text[i] == "\\") else 1
+            i += len(quote)
+            continue
+        elif c == ".":
+            dots += 1
+            if dots > MAX_KEY_DOTS:
+                raise SettingsError(f"{path}: more than {MAX_KEY_DOTS} dots outside strings: keys dotted this "
+                                    "deep are not course settings; write the keys flat under [course]")
+        i += 1
+
+
+def _check_table(path: Path, data: dict) -> dict[str, str]:
     table = data.get("course", {})
     extra = set(data) - {"course"}
     if extra or not isinstance(table, dict):
         raise SettingsError(f"{path}: put the settings under one [course] table "
-                            f"(found {sorted(extra) or type(table).__name__})")
+                            f"(found {_short(str(sorted(extra))) if extra else type(table).__name__})")
     out = {}
     for key, value in table.items():
         if key not in SETTINGS:
-            raise SettingsError(f"{path}: unknown setting {key!r}; known: {', '.join(SETTINGS)}")
+            raise SettingsError(f"{path}: unknown setting {_short(key)}; known: {', '.join(SETTINGS)}")
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise SettingsError(f"{path}: {key} must be a string or a whole number, "
-                                f"not {value!r}")
+                                f"not a {type(value).__name__}")
+        if isinstance(value, int) and abs(value) > 10 ** 30:
+            raise SettingsError(f"{path}: {key} = a {len(str(abs(value)))}-digit number; no setting needs one")
         out[key] = str(value)
     return out
 

@@ -34,6 +34,17 @@ A receiver trusts nothing in a handle: every field is checked, the token must be
 a regular file with the sender's name, and each file descriptor of an ``'e'``
 handle must be the very memfd the sender exported (same device and inode) before
 anything is mapped -- an fd number, once closed, may name another file.
+
+Nor does it trust the token's *name*: ``/dev/shm`` is writable by every user, so
+after the sender removes a token anyone can create a file of the same name, and
+a handle relayed by someone else can name any pid and a token planted for it.
+So, when a block is opened, the token must be owned by the user the sender
+process runs as and record that process's start time, and the handle must be the
+claimed sender's own (a legacy handle's ``cudaIpcMemHandle`` names its exporter;
+an ``'e'`` handle's page memfds must be held open by that process, as the
+sender holds them while it shares).  The receiver then remembers *which* file
+the token is (device and inode): a file re-created at the name later is another
+file, and the share stays ended (:class:`SenderFreedError`) for good.
 """
 from __future__ import annotations
 
@@ -87,8 +98,11 @@ atexit.register(_cleanup_tokens)
 def _new_token() -> str:
     sweep_once()                       # files left by senders killed without cleaning up
     path = os.path.join(_TOKEN_DIR, f"allocator_ref_share_{os.getpid()}_{secrets.token_hex(8)}")
-    with open(path, "wb") as f:
-        # The alive byte, then this process's start time: the sweep tells a reused pid by it.
+    # A new file or nothing: never write through a planted file or link at the name.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        # The alive byte, then this process's start time: the sweep tells a reused pid by it,
+        # and a receiver checks it against the sender's.
         f.write(b"\x01" + f"{process_start_ticks(os.getpid())}\n".encode())
     _MY_TOKENS.add(path)
     return path
@@ -102,21 +116,95 @@ def _remove_token(path: str) -> None:
         pass
 
 
-def _token_state(path: str) -> str:
-    """"alive" while the sender holds the block, "gone" once it freed it or exited."""
+def _token_state(path: str, bound: Optional[tuple] = None) -> str:
+    """"alive" while the sender holds the block, "gone" once it freed it or exited.
+    ``bound``: the (st_dev, st_ino) the token had when the block was opened; another file at
+    the name now means the share ended and someone re-created the name ("gone")."""
     try:
         # A FIFO planted at the path must not block us, nor a link lead elsewhere.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
         return "gone"
     except OSError:
-        return "bad"
+        return "bad" if bound is None else "gone"
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if bound is not None and (info.st_dev, info.st_ino) != bound:
+            return "gone"
+        if not stat.S_ISREG(info.st_mode):
             return "bad"
         return "alive" if os.read(fd, 1) == b"\x01" else "bad"
     finally:
         os.close(fd)
+
+
+def _process_uid(pid: int) -> Optional[int]:
+    """The user process ``pid`` runs as (None where /proc cannot say)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _bind_token(handle: Any) -> tuple:
+    """Check that the token is the claimed sender's and return its (st_dev, st_ino)."""
+    path, pid = handle.token, handle.sender_pid
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise SenderFreedError(f"process {pid} freed the shared block (or unshared it) before it was "
+                               "opened: its memory may already hold another tensor") from None
+    except OSError:
+        raise SharingError(f"the handle's token {path!r} is not a liveness token made by share_block "
+                           "(a forged handle?)") from None
+    try:
+        info = os.fstat(fd)
+        head = os.read(fd, 64) if stat.S_ISREG(info.st_mode) else b""
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(info.st_mode) or head[:1] != b"\x01":
+        raise SharingError(f"the handle's token {path!r} is not a liveness token made by share_block "
+                           "(a forged handle?)")
+    owner = _process_uid(pid)
+    if owner is not None and info.st_uid != owner:
+        raise SharingError(f"the handle's token {path!r} belongs to user {info.st_uid}, not to user {owner} "
+                           f"that process {pid} runs as: someone else made it (a planted token); "
+                           "nothing was opened")
+    recorded = head[1:].split(b"\n", 1)[0]
+    started = process_start_ticks(pid)
+    if recorded.isdigit() and int(recorded) and started and int(recorded) != started:
+        raise SharingError(f"the handle's token {path!r} records another process than the one now "
+                           f"running as pid {pid} (its start time differs): a stale or planted token")
+    return info.st_dev, info.st_ino
+
+
+def _check_sender_owns(handle: Any) -> None:
+    """The handle must be the claimed sender's own, not one relayed under another pid."""
+    pid = handle.sender_pid
+    if isinstance(handle, LegacyBlockHandle):
+        from .device.sim.ipc import handle_exporter_pid
+        exporter = handle_exporter_pid(handle.ipc_handle)      # None: a real GPU's opaque handle
+        if exporter is not None and exporter != pid:
+            raise SharingError(f"the handle says process {pid} shares this block, but its cudaIpcMemHandle "
+                               f"was exported by process {exporter} (a relabelled handle); nothing was opened")
+        return
+    if not os.path.isdir("/proc/self/fd"):
+        return                                  # no /proc (not Linux): nothing to compare with
+    held = set()
+    try:
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{name}")
+            except OSError:
+                continue
+            held.add((st.st_dev, st.st_ino))
+    except OSError:
+        raise SharingError(f"cannot check that process {pid} exported these pages (its open files are "
+                           "not readable from here): a handle relabelled with another pid?  Nothing "
+                           "was mapped") from None
+    if not all(tuple(identity) in held for identity in handle.identities):
+        raise SharingError(f"process {pid} does not hold the pages this handle names: it did not share "
+                           "them (a relabelled handle) or has ended the share; nothing was mapped")
 
 
 # ------------------------------------------------------------------ handles
@@ -311,8 +399,11 @@ class SharedBlock:
         self.device, self.handle = dev, handle
         self.size = handle.size
         self.closed = False
+        self._token_id: Optional[tuple] = None
+        self._gone = False
         if isinstance(handle, LegacyBlockHandle):
             _check_fields(handle)
+            self._bind(handle)
             self._check()                                  # refuse a handle that is already dead
             self._open_legacy(handle)
             return
@@ -338,6 +429,7 @@ class SharedBlock:
                                    "file, or the handle was forged.  Nothing was mapped")
             if any(os.fstat(fd).st_size != handle.page_size for fd in ours):
                 raise SharingError(f"the pages are not {handle.page_size} bytes each, as the handle says")
+            self._bind(handle)
             self._check()
             self._open_expandable(handle)
         finally:
@@ -375,10 +467,18 @@ class SharedBlock:
             raise
         self.ptr = self._range + handle.offset
 
+    def _bind(self, handle: Any) -> None:
+        if not _pid_alive(handle.sender_pid):
+            return                                         # _check says "exited"
+        self._token_id = _bind_token(handle)              # first: a freed share says so
+        _check_sender_owns(handle)
+
     def _check(self) -> None:
         if getattr(self, "closed", False):
             raise SharingError("this SharedBlock was closed")
-        state = _token_state(self.handle.token)
+        state = "gone" if self._gone else _token_state(self.handle.token, self._token_id)
+        if state == "gone":
+            self._gone = True                              # an ended share never comes back
         if state == "bad":
             raise SharingError(f"the handle's token {self.handle.token!r} is not a liveness token made by "
                                "share_block (a forged handle?)")

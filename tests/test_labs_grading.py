@@ -41,7 +41,7 @@ def test_graded_notebook_locks_asserting_checks_with_the_assignment_seed():
     assert len(answers) == len(tests) == 4
     for cell in tests:
         assert cell.metadata["nbgrader"]["locked"] and re.fullmatch(
-            r"assert check\('lab2\.\w+', \w+, seed=77\)\.passed, .*", cell.source), cell.source
+            r"assert check\('lab2\.\w+', \w+, seed=77, graded=True\)\.passed, .*", cell.source), cell.source
     assert all(generate.INSTRUCTOR_TAG not in c.metadata.get("tags", []) for c in nb.cells)
 
 

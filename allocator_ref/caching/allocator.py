@@ -24,7 +24,7 @@ from collections import deque
 from contextlib import nullcontext
 from typing import Any, Callable, Optional
 
-from ..allocation import Allocation
+from ..allocation import Allocation, require_device
 from ..device.errors import CudaError, CudaOutOfMemoryError, destroyed_stream_error
 from ..events import TraceEntry, TraceRecorder, python_frames
 from .block import Block, BlockPool, plural
@@ -79,7 +79,7 @@ class CachingAllocator:
         if device is None:
             from ..device import open_device
             device = open_device()
-        self.device = device
+        self.device = require_device(device, "CachingAllocator")
         if read_env:
             self.config = AllocatorConfig.from_env(loaded_backend=get_allocator_backend())
             self.force_uncached = force_uncached_from_env()

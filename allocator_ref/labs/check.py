@@ -15,6 +15,18 @@ the bytes on the (simulated) device.
   what kind of case failed and what went wrong, never the expected value.
   (In an open repository "hidden" means "not shown", not "secret".)
 
+What a check promises
+---------------------
+The open mode (``check(id, fn)``, what a learner runs while working) judges in
+the notebook's own process: it is proof against honest mistakes (an endless
+loop, even one whose bare ``except:`` swallows the stop; ``sys.exit()``; an
+``__eq__`` that answers True; a patched course class, see ``reference.py``), not
+against code written to cheat: such code can read the judge's expected value off
+the stack or patch what the reference still shares.  A graded check
+(``graded=True``, written by the nbgrader release into its locked cells) of an
+exercise marked ``pure`` judges in a clean Python process instead, and the
+submission runs apart from every expected value (see ``apart.py``).
+
 The seed is, in order: the ``seed=`` argument, the environment variable
 ``ALLOCATOR_REF_LAB_SEED``, or a number derived from the learner's user
 name, so two learners get different hidden cases.
@@ -96,6 +108,8 @@ class Exercise:
     teardown: Optional[Callable[[], None]] = None   # run after every check (e.g. stop a helper process)
     nudge: str = ""                      # after a failed attempt: where to look, not how to write it
     time_limit: float = TIME_LIMIT_S     # seconds per case
+    pure: bool = False                   # the judge reads only what the submission returns (plain data), so a
+                                         # graded check can judge in a clean process (apart.py)
 
 
 @dataclass
@@ -205,15 +219,20 @@ def _describe_exception(exc: BaseException) -> str:
     here = str(Path(__file__).parent)
     located = [f for f in frames if not f.filename.startswith(here)]
     where = ""
-    if located:
+    if getattr(exc, "where", None) is not None:      # raised by the submission in the notebook (apart.py)
+        where = exc.where
+    elif located:
         f = located[-1]
         where = f" (at {Path(f.filename).name}:{f.lineno}: {f.line})" if f.line else f" (line {f.lineno})"
     return f"your code raised {type(exc).__name__}: {safe_str(exc)}{where}"
 
 
-def run_case(case: Case, submission: Any, time_limit: Optional[float] = TIME_LIMIT_S) -> CaseResult:
-    """Judge one case: nothing the submission does (raise, exit, loop, print) escapes from here."""
+def run_case(case: Case, submission: Any, time_limit: Optional[float] = TIME_LIMIT_S,
+             shown_limit: Optional[float] = None) -> CaseResult:
+    """Judge one case: nothing the submission does (raise, exit, loop, print) escapes from here.
+    ``shown_limit``: the limit the report names, when the one enforced here is a looser backstop."""
     outcome = run_guarded(lambda: case.judge(submission), time_limit)
+    time_limit = time_limit if shown_limit is None else shown_limit
     result = CaseResult(case.label, case.hidden, True, output=_output_note(outcome))
     exc = outcome.error
     if outcome.timed_out:
@@ -283,16 +302,24 @@ def judge(ex: Exercise, submission: Any, seed: int, *, public: bool = True, hidd
 
 def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
           hidden: Optional[int] = None, verbose: bool = True, hint: bool = False,
-          time_limit: Optional[float] = None) -> CheckResult:
+          time_limit: Optional[float] = None, graded: bool = False) -> CheckResult:
     """Judge ``submission`` for ``exercise_id``; print the report; return a CheckResult.
 
     ``seed``: hidden-case seed (default: $ALLOCATOR_REF_LAB_SEED or your user name).
     ``hidden``: how many hidden cases to run (default: all the generator makes).
     ``hint=True``: show the full recipe after a failure (it also appears after a few failed attempts).
     ``time_limit``: seconds per case (default: the exercise's, 120 s).
+    ``graded=True``: judge a ``pure`` exercise in a clean process (apart.py); the others as usual.
     """
     ex = exercise(exercise_id)
-    result = judge(ex, submission, resolve_seed(seed), hidden=hidden, time_limit=time_limit)
+    if graded and ex.pure and submission is not None:
+        from .apart import judge_apart
+        limit = ex.time_limit if time_limit is None else time_limit
+        if hidden is None and quick():
+            hidden = 2
+        result = judge_apart(ex, submission, resolve_seed(seed), hidden, limit)
+    else:
+        result = judge(ex, submission, resolve_seed(seed), hidden=hidden, time_limit=time_limit)
     _STATUS[ex.id] = result.passed
     if not result.passed and not result.untouched:
         _ATTEMPTS[ex.id] = _ATTEMPTS.get(ex.id, 0) + 1

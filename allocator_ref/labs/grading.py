@@ -10,7 +10,8 @@ course folder and runs ``nbgrader generate_assignment``:
 * ``source/lab02/lab02_*.ipynb`` -- the autograder copy: solutions inside nbgrader's own
   ``### BEGIN SOLUTION`` markers, each exercise cell marked "Autograded answer", each
   ``check(...)`` cell turned into a locked "Autograder tests" cell worth one point:
-  ``assert check("lab2.round_size", round_size, seed=<the assignment's seed>).passed``;
+  ``assert check("lab2.round_size", round_size, seed=<the assignment's seed>, graded=True).passed``
+  (graded: judged in a clean process, see apart.py);
 * ``release/lab02/lab02_*.ipynb`` -- what learners get: stubs, no solution text (this
   tool refuses to finish if any solution line is found in the release).
 
@@ -115,7 +116,7 @@ def graded_notebook(path: Path, seed: int):
                     indent, _, ex_id, args = m.groups()
                     args = re.sub(r",?\s*seed\s*=\s*[^,]+", "", args)
                     ids.append(ex_id)
-                    line = (f"{indent}assert check({ex_id!r}, {args}, seed={seed}).passed, "
+                    line = (f"{indent}assert check({ex_id!r}, {args}, seed={seed}, graded=True).passed, "
                             f"\"{ex_id} does not pass yet: read the report above\"")
                 lines.append(line)
             cell.source = "\n".join(lines)

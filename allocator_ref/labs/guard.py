@@ -8,6 +8,11 @@ hang it, flood it, or fool the judge:
   ``KeyboardInterrupt`` included (``BaseException``), and stops a case after a
   time limit (a ``SIGALRM`` timer, re-arming whatever timer was set before,
   e.g. pytest-timeout's);
+* the stop is *sticky*: code that catches the time-limit exception (a bare
+  ``except:`` in a retry loop) or the stop button's ``KeyboardInterrupt`` meets
+  it again on the next line it runs (a trace function raises it on every line of
+  every frame outside this package, and the timer keeps firing to wake a blocked
+  ``sleep``), so the exception always reaches ``run_guarded``;
 * what the learner's code prints is captured and capped (``OUTPUT_CAP``
   characters per case), and the report says when it was cut;
 * ``show`` turns any learner value into a short text, even one whose
@@ -24,6 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 TIME_LIMIT_S = 120.0          # per case; generous: the machine may be shared and slow
@@ -31,8 +37,53 @@ OUTPUT_CAP = 2000             # characters of learner output kept per case
 SHOW_CAP = 200                # characters of a learner value shown in a message
 
 
+PACKAGE_DIR = str(Path(__file__).resolve().parents[1])   # allocator_ref/: frames the sticky stop leaves alone
+REFIRE_S = 0.05               # after the limit, the timer fires this often (wakes a blocked sleep again)
+
+
 class CaseTimeout(BaseException):
     """Raised inside the learner's code when a case runs past its time limit."""
+
+
+class _Sticky:
+    """Once a case is stopped, raise the stop again on every line the learner's code runs.
+
+    A bare ``except:`` catches the first CaseTimeout; the handler's own first line
+    then raises it again, outside the ``try``, so it climbs out frame by frame.
+    Frames of this package (the judge, the allocator) are left alone, so the
+    checker's own ``finally`` blocks and handlers run normally.  This is how
+    ``pdb`` reaches running frames: ``frame.f_trace`` on each frame of the
+    stack plus ``sys.settrace`` for new ones."""
+
+    def __init__(self) -> None:
+        self.error: Optional[type] = None          # CaseTimeout or KeyboardInterrupt once stopped
+        self.old_trace = None
+
+    def start(self, error: type, frame) -> None:
+        if self.error is None:
+            self.old_trace = sys.gettrace()
+        self.error = error
+        sys.settrace(self.trace)
+        while frame is not None:
+            frame.f_trace = self.trace
+            frame = frame.f_back
+
+    def trace(self, frame, event, arg):
+        if self.error is None:
+            return None
+        if event in ("call", "line") and not frame.f_code.co_filename.startswith(PACKAGE_DIR):
+            raise self.error()
+        return self.trace
+
+    def stop(self) -> None:
+        if self.error is not None:
+            self.error = None
+            sys.settrace(self.old_trace)
+            frame = sys._getframe(1)
+            while frame is not None:                  # the checker's own frames carry it no further
+                if frame.f_trace == self.trace:
+                    frame.f_trace = None
+                frame = frame.f_back
 
 
 @dataclass
@@ -64,26 +115,59 @@ class CappedWriter(io.TextIOBase):
         return "".join(self.kept)
 
 
+def _in_package(frame) -> bool:
+    return frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR)
+
+
+class _Limit:
+    """The armed timer and SIGINT handler of one case (plain calls, no context manager:
+    a ``with`` would put contextlib's frames between the learner's code and
+    ``run_guarded``, and the sticky stop would raise inside their ``__exit__``)."""
+
+    def __init__(self, seconds: Optional[float], sticky: _Sticky) -> None:
+        self.seconds, self.sticky, self.armed = seconds, sticky, False
+        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+            return                                # no SIGALRM here (Windows, a worker thread): no limit
+        self.armed = True
+        self.old_int = signal.signal(signal.SIGINT, self.on_interrupt)
+        self.old_alarm = signal.signal(signal.SIGALRM, self.on_alarm) if seconds else None
+        self.old_delay, self.old_interval = signal.setitimer(signal.ITIMER_REAL, seconds) if seconds else (0, 0)
+        self.start = time.monotonic()
+
+    def on_alarm(self, signum, frame):
+        signal.setitimer(signal.ITIMER_REAL, REFIRE_S)     # fire again: wakes a blocked call in a retry loop
+        if self.sticky.error is None or not _in_package(frame):
+            self.sticky.start(CaseTimeout, frame)
+            raise CaseTimeout()
+
+    def on_interrupt(self, signum, frame):
+        self.sticky.start(KeyboardInterrupt, frame)
+        raise KeyboardInterrupt()
+
+    def disarm(self) -> None:
+        self.sticky.stop()
+        if not self.armed:
+            return
+        self.armed = False
+        if self.seconds:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.old_alarm)
+        signal.signal(signal.SIGINT, self.old_int)
+        if self.old_delay:                         # someone else's timer (pytest-timeout): keep it running
+            left = self.old_delay - (time.monotonic() - self.start)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001), self.old_interval)
+
+
 @contextlib.contextmanager
 def time_limit(seconds: Optional[float]):
-    """Raise CaseTimeout in the main thread after ``seconds``; restore any timer set before."""
-    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield                                     # no SIGALRM here (Windows, a worker thread): no limit
-        return
-
-    def on_alarm(signum, frame):
-        raise CaseTimeout()
-    old_handler = signal.signal(signal.SIGALRM, on_alarm)
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-    start = time.monotonic()
+    """Raise CaseTimeout in the main thread after ``seconds`` (again and again, see _Sticky,
+    while code outside this package runs); the stop button's KeyboardInterrupt sticks the
+    same way.  Restores any timer and SIGINT handler set before."""
+    limit = _Limit(seconds, _Sticky())
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old_handler)
-        if old_delay:                              # someone else's timer (pytest-timeout): keep it running
-            left = old_delay - (time.monotonic() - start)
-            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001), old_interval)
+        limit.disarm()
 
 
 def run_guarded(call: Callable[[], Any], seconds: Optional[float] = TIME_LIMIT_S,
@@ -91,13 +175,18 @@ def run_guarded(call: Callable[[], Any], seconds: Optional[float] = TIME_LIMIT_S
     """Run ``call()``; never raise; report what it raised, whether it timed out and what it printed."""
     out = CappedWriter(cap)
     outcome = Outcome()
+    saved = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = out
+    limit = _Limit(seconds, _Sticky())
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), time_limit(seconds):
-            call()
+        call()
     except CaseTimeout:
         outcome.timed_out = True
     except BaseException as exc:        # noqa: B036 -- sys.exit(), KeyboardInterrupt: the notebook goes on
         outcome.error = exc
+    finally:
+        limit.disarm()
+        sys.stdout, sys.stderr = saved
     outcome.output, outcome.output_chars = out.text(), out.total
     return outcome
 

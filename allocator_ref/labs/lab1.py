@@ -134,7 +134,7 @@ def _explain_case(profile, nbytes, kernel_us, label):
 
 
 register(Exercise(
-    id="lab1.explain", lab=1, title="dominant_cost(dev, nbytes, kernel_us): API time or cudaFree's sync?",
+    id="lab1.explain", pure=True, lab=1, title="dominant_cost(dev, nbytes, kernel_us): API time or cudaFree's sync?",
     public=lambda: [_explain_case("h100-80gb", 4 * MiB, 500.0, "4 MiB, 500 us kernels"),
                     _explain_case("h100-80gb", 4 * MiB, 1.0, "4 MiB, 1 us kernels")],
     # Kernel lengths from both sides of the balance (short: API time wins; long: the wait wins),

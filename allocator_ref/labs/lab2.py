@@ -130,7 +130,7 @@ def _round_public_cases():
 
 
 register(Exercise(
-    id="lab2.round_size", lab=2, title="round_size(size, config): how big a block a request gets",
+    id="lab2.round_size", pure=True, lab=2, title="round_size(size, config): how big a block a request gets",
     public=_round_public_cases, hidden=_round_hidden,
     nudge='Look at the size named above: is it below 512 B, an exact multiple, or in a bucket where divisions apply?',
     hint="Below 512 B the answer is 512. Otherwise round UP to a multiple of 512 (exact multiples stay). "
@@ -183,7 +183,7 @@ def _seg_hidden(rng: random.Random):
 
 
 register(Exercise(
-    id="lab2.get_allocation_size", lab=2, title="get_allocation_size(size, config): how big a segment cudaMalloc gets",
+    id="lab2.get_allocation_size", pure=True, lab=2, title="get_allocation_size(size, config): how big a segment cudaMalloc gets",
     public=_seg_public, hidden=_seg_hidden,
     nudge='Which of the three size ranges does the size above fall in, and is the boundary itself inside or outside it?',
     hint="Three ranges of the ROUNDED size: <= 1 MiB -> 2 MiB; < 10 MiB -> config.large_segment_size "
@@ -282,7 +282,7 @@ def _split_hidden(rng: random.Random):
 
 
 register(Exercise(
-    id="lab2.should_split", lab=2, title="should_split(block, size, expandable_active, config)",
+    id="lab2.should_split", pure=True, lab=2, title="should_split(block, size, expandable_active, config)",
     public=_split_public, hidden=_split_hidden,
     nudge='Which pool is the block in, and is the comparison with the remainder strict or not?',
     hint="remaining = block.size - size. Small pool (block.pool.is_small) or expandable_active: split when "

@@ -125,7 +125,7 @@ def _diagnose_hidden(rng):
 
 
 register(Exercise(
-    id="lab4.diagnose", lab=4, title="diagnose(stats, snapshot, request, device_free): why did it run out of memory?",
+    id="lab4.diagnose", pure=True, lab=4, title="diagnose(stats, snapshot, request, device_free): why did it run out of memory?",
     public=_diagnose_public, hidden=_diagnose_hidden, what="diagnose function",
     nudge="Which bytes could serve the request if they were in one piece: the cached ones only, or the device's free ones too?",
     hint="reserved_but_unallocated = stats['reserved_bytes.all.current'] - stats['allocated_bytes.all.current']; "
@@ -193,7 +193,7 @@ def _config_case(ops, label):
 
 
 register(Exercise(
-    id="lab4.config", lab=4, title="choose_config(): the PYTORCH_CUDA_ALLOC_CONF that makes it fit",
+    id="lab4.config", pure=True, lab=4, title="choose_config(): the PYTORCH_CUDA_ALLOC_CONF that makes it fit",
     public=lambda: [_config_case(training_like_workload(), "the training-like workload on tiny-1gb")],
     hidden=lambda rng: [_config_case(_seeded_workload(rng), "a seeded variant (other tensor sizes)") for _ in range(2)],
     what="choose_config function",

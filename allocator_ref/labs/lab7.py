@@ -170,7 +170,7 @@ def _hidden(make_case, make_suffix, configs=("",)):
 
 
 register(Exercise(
-    id="lab7.peaks", lab=7, title="peaks(snapshot): peak requested and peak reserved bytes from the trace",
+    id="lab7.peaks", pure=True, lab=7, title="peaks(snapshot): peak requested and peak reserved bytes from the trace",
     public=lambda: [_peaks_case(training_snapshot, "the training snapshot"),
                     _peaks_case(lambda: (course_snapshot(3, suffix=peaks_suffix(random.Random(3))),
                                          "course-made snapshot (seed 3; ends with a free deferred by record_stream, "
@@ -189,7 +189,7 @@ register(Exercise(
 ))
 
 register(Exercise(
-    id="lab7.largest_free", lab=7, title="largest_free_block(snapshot): the biggest cached free block at the end",
+    id="lab7.largest_free", pure=True, lab=7, title="largest_free_block(snapshot): the biggest cached free block at the end",
     public=lambda: [_free_case(training_snapshot, "the training snapshot"),
                     _free_case(lambda: (course_snapshot(3, suffix=fragmented_suffix(random.Random(3))),
                                         "course-made snapshot (seed 3; one segment holds two free blocks, and a "

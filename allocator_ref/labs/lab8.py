@@ -57,6 +57,17 @@ def reserved_after_captures(order, layers: int = 4, mib_per_batch: int = 6) -> i
 
 
 # ------------------------------------------------------------ exercise 1
+class Accepts(frozenset):
+    """A capture's stream filter: ``accepts(stream) -> bool``, as PyTorch's filter functions.
+    A class rather than a lambda so that a graded check can send it to the notebook (apart.py)."""
+
+    def __call__(self, stream) -> bool:
+        return stream in self
+
+    def __repr__(self) -> str:
+        return f"<filter accepting streams {sorted(self)}>"
+
+
 class Scenario:
     """A ``captures_underway`` list: which entries accept which streams, and a request."""
 
@@ -86,7 +97,7 @@ class Scenario:
 
     def learner_input(self) -> tuple:
         """(captures, size, stream) as the learner's function receives them; ids are entry numbers."""
-        captures = [((0, 100 + i), (lambda s, hs=frozenset(h): s in hs)) for i, h in enumerate(self.accepts)]
+        captures = [((0, 100 + i), Accepts(h)) for i, h in enumerate(self.accepts)]
         return captures, self.size, self.stream
 
     def __repr__(self) -> str:
@@ -258,7 +269,7 @@ def _quick() -> bool:
 
 
 register(Exercise(
-    id="lab8.get_pool", lab=8, title="route(captures, size, stream): get_pool's routing rule",
+    id="lab8.get_pool", pure=True, lab=8, title="route(captures, size, stream): get_pool's routing rule",
     public=_route_public, hidden=_route_hidden, what="route function",
     hint="Walk captures_underway from the NEWEST entry (the end of the list) to the oldest and take the first "
          "whose accepts(stream) is true; no entry accepts -> (0, 0). Then small if size <= 1 MiB, else large.",
@@ -267,7 +278,7 @@ register(Exercise(
 ))
 
 register(Exercise(
-    id="lab8.capture_order", lab=8, title="plan(batch_sizes): the capture order for one shared pool",
+    id="lab8.capture_order", pure=True, lab=8, title="plan(batch_sizes): the capture order for one shared pool",
     public=_order_public, hidden=_order_hidden, what="plan function",
     hint="A later capture can reuse blocks an earlier capture freed only if they are big enough. Which order "
          "makes every later step fit in what the first one left behind?",

@@ -11,7 +11,11 @@ any base class is re-created with a frozen copy of its module's globals, so a la
 patch of the class *or* of a module-level function does not reach them.
 
 This is a guard against accidents, not a sandbox: code that means to cheat can
-always reach the checker itself.
+always reach the checker itself.  Nor does it copy the objects the reference
+shares with the learner's code: a patched ``AllocatorConfig.divisions_for``
+reaches the reference through the config both are handed.  A graded check
+(``check(..., graded=True)``) does not rely on this file: it computes every
+expected value in a clean process (``apart.py``).
 """
 from __future__ import annotations
 

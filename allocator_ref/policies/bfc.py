@@ -113,6 +113,12 @@ class BFCAllocator(PolicyAllocator):
         self.options = parse_config(options, parse_config(config, DEFAULTS))
         # Above the device's memory is allowed: Extend backs off by 0.9 until a region fits.
         limit = check_byte_option("memory_limit", self.options["memory_limit"], 0)
+        if 0 < limit < kMinAllocationSize:
+            # Every chunk is a multiple of 256 B (kMinAllocationSize): such a limit holds nothing,
+            # and would fail only at the first malloc.
+            raise ValueError(f"BFCAllocator: memory_limit={limit} bytes is below the {kMinAllocationSize}-byte "
+                             "smallest chunk, so no allocation could ever fit; give at least "
+                             f"{kMinAllocationSize} bytes, or 0 for the device's free memory")
         self.memory_limit = limit or device.mem_get_info()[0]
         # The constructor's choice of the first region size (BFCAllocator::BFCAllocator).
         if self.options["allow_growth"]:

@@ -23,7 +23,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from allocator_ref.allocation import Allocation
+from allocator_ref.allocation import Allocation, require_device
 from allocator_ref.caching.oom import OutOfMemoryError, format_size  # noqa: F401 -- re-exported for the policies
 from allocator_ref.caching.stats import AGGREGATE, DeviceStats
 from allocator_ref.device.errors import CudaError, destroyed_stream_error
@@ -216,7 +216,7 @@ class PolicyAllocator:
     ROUND = 512
 
     def __init__(self, device: Any) -> None:
-        self.device = device
+        self.device = require_device(device, type(self).__name__)
         self.trace = TraceRecorder()
         self.stats = DeviceStats()
         self._live: dict[int, Allocation] = {}   # ptr -> Allocation handed out and not yet freed
@@ -232,7 +232,7 @@ class PolicyAllocator:
         """The user is done: free now, or after the events of the streams that used it."""
         self._check_open("free")
         allocation = self._check_allocation(allocation, "free")
-        if not allocation:
+        if allocation._block is None:
             allocation.freed = True                 # freeing a null allocation is a no-op
             return
         record = allocation._block
@@ -318,15 +318,22 @@ class PolicyAllocator:
     def _check_allocation(self, allocation: Any, what: str) -> Allocation:
         if not isinstance(allocation, Allocation):
             raise TypeError(f"{what}: expected an Allocation returned by malloc, got {type(allocation).__name__}")
+        # Our own records decide, not the handle's fields: ptr, allocator, stream and freed are
+        # the caller's to read, and one changed by hand (freed = True, ptr = 0) made free()
+        # refuse or skip a live allocation (a leak).
+        block = allocation._block
+        if block is not None and self._live.get(getattr(block, "ptr", None)) is allocation:
+            return allocation
         if allocation.allocator is not self:
             owner = type(allocation.allocator).__name__
             raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} belongs to another allocator "
                              f"({owner}); give it back to the allocator that made it")
-        if allocation.freed:
-            raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} was already freed (double free)")
-        if allocation.ptr and self._live.get(allocation.ptr) is not allocation:
-            raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} is not live in this allocator")
-        return allocation
+        if block is not None or allocation.ptr:
+            if allocation.freed:
+                raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} was already freed (double free)")
+            raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} is not live in this allocator "
+                             "(already freed?)")
+        return allocation                          # a null allocation (ptr 0): nothing to do
 
     # ---- handing out and taking back
     def _null_allocation(self, stream: Any) -> Allocation:
@@ -348,10 +355,10 @@ class PolicyAllocator:
         """The caller gave ``allocation`` back: it stops counting as allocated (it may stay active)."""
         block = allocation._block
         allocation.freed = True
-        del self._live[allocation.ptr]
+        del self._live[block.ptr]
         self._stat_decrease(("allocation",), 1)
         self._stat_decrease(("allocated_bytes",), block.size)
-        self._emit("free_requested", block.ptr, block.requested_size, allocation.stream)
+        self._emit("free_requested", block.ptr, block.requested_size, block.stream)
         return block
 
     def _complete_free(self, block: Any) -> None:
@@ -367,10 +374,10 @@ class PolicyAllocator:
         self._check_open("record_stream")
         allocation = self._check_allocation(allocation, "record_stream")
         stream = self._resolve_stream(stream, "record_stream")
-        if not allocation:
+        if allocation._block is None:
             return None                          # null allocation: nothing to protect
         block = allocation._block
-        if stream is allocation.stream or stream in block.stream_uses:
+        if stream is block.stream or stream in block.stream_uses:      # our record, not the caller's field
             return None                          # PyTorch: ignored on the owning stream
         return block, stream
 

@@ -356,11 +356,11 @@ class StreamOrderedAllocator(PolicyAllocator):
         """cudaFreeAsync on the creation stream, or on the unifying stream after record_stream."""
         self._check_open("free")
         allocation = self._check_allocation(allocation, "free")
-        if not allocation:
+        if allocation._block is None:              # a null allocation (not its ptr field: the caller's)
             allocation.freed = True
             return
         block = allocation._block
-        owner = allocation.stream
+        owner = block.stream              # our record: allocation.stream is the caller's to read, not to steer
         if stream_is_destroyed(owner) or any(stream_is_destroyed(s) for s in block.stream_uses):
             # The device drains first (see _drain_destroyed); then the free is ordered on
             # what is left alive, or on the default stream if the creation stream is gone.

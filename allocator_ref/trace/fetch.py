@@ -21,6 +21,12 @@ A file that does not match its sha256 is never used, wherever it lies.  A
 download goes to a temporary file in the target folder and is renamed into
 place only once its size and sha256 are right, so an interrupted or corrupted
 download leaves nothing behind that a later run could mistake for the real one.
+
+A mirror cannot keep a fetch busy or fill the disk: at most the recorded size
+(plus one byte, to tell "too long") is read, each file has a deadline
+(``deadline_for``: two minutes plus a second per 16 KiB, whatever the rate), and
+a file that fails (a folder at its name, a full disk) is reported and the
+others are still fetched.
 """
 from __future__ import annotations
 
@@ -41,7 +47,14 @@ from .. import settings
 # The original public address of every file: https://raw.githubusercontent.com/<repo>/<commit>/<path>
 RAW_GITHUB = "https://raw.githubusercontent.com"
 CHUNK = 1 << 16
-TIMEOUT_S = 30
+TIMEOUT_S = 30                  # one read or connect
+DEADLINE_BASE_S = 120           # a file's whole download: this, plus a second per
+DEADLINE_RATE = 16 << 10        # this many bytes (3 MiB: about five minutes)
+
+
+def deadline_for(size: int) -> float:
+    """Seconds one download of ``size`` bytes may take in all (a slow but honest link fits)."""
+    return DEADLINE_BASE_S + size / DEADLINE_RATE
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,13 @@ BY_NAME = {t.name: t for t in TRACES}
 
 class TraceNotFound(FileNotFoundError):
     """A real snapshot the course needs is in none of the places it looks."""
+
+
+class UnknownTrace(KeyError, ValueError):
+    """A trace name the course does not know (a usage error: ValueError, so the CLI exits 2)."""
+
+    def __str__(self) -> str:                  # KeyError's own str() would quote the message
+        return str(self.args[0])
 
 
 # ------------------------------------------------------------------ where they are
@@ -170,7 +190,7 @@ def require_trace(name: str) -> Path:
 
 def _known(name: str) -> RealTrace:
     if name not in BY_NAME:
-        raise KeyError(f"no real trace named {name!r}; the course knows: {', '.join(BY_NAME)}")
+        raise UnknownTrace(f"no real trace named {name!r}; the course knows: {', '.join(BY_NAME)}")
     return BY_NAME[name]
 
 
@@ -192,43 +212,133 @@ class DownloadError(Exception):
     """One file could not be downloaded intact; the message says why in plain words."""
 
 
-def _download(trace: RealTrace, url: str, target: Path, timeout: float) -> None:
-    """Stream url into a temporary file beside target; rename it into place only if it verifies."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{trace.name}.", suffix=".part", dir=target)
-    tmp = Path(tmp_name)
+class _Watchdog:
+    """Shut the download's sockets at its deadline, wherever it is blocked: in the body, or
+    in the status line and headers (a mirror trickling those never lets a read time out)."""
+
+    def __init__(self, seconds: float) -> None:
+        import threading
+        self.sockets: list = []
+        self.expired = threading.Event()
+        self.timer = threading.Timer(seconds, self._expire)
+        self.timer.daemon = True
+
+    def _expire(self) -> None:
+        self.expired.set()
+        for sock in list(self.sockets):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def opener(self):
+        watchdog = self
+
+        class WatchedHTTP(http.client.HTTPConnection):
+            def connect(self):
+                super().connect()
+                watchdog.sockets.append(self.sock)
+
+        class WatchedHTTPS(http.client.HTTPSConnection):
+            def connect(self):
+                super().connect()
+                watchdog.sockets.append(self.sock)
+
+        class HTTPHandler(urllib.request.HTTPHandler):
+            def http_open(self, req):
+                return self.do_open(WatchedHTTP, req)
+
+        class HTTPSHandler(urllib.request.HTTPSHandler):
+            def https_open(self, req):
+                return self.do_open(WatchedHTTPS, req, context=self._context)
+
+        return urllib.request.build_opener(HTTPHandler, HTTPSHandler)
+
+
+def _download(trace: RealTrace, url: str, target: Path, timeout: float,
+              deadline: Optional[float] = None) -> None:
+    """Stream url into a temporary file beside target; rename it into place only if it verifies.
+    At most ``trace.size + 1`` bytes are read, within ``deadline`` seconds (``deadline_for``)."""
+    import time
+    seconds = deadline_for(trace.size) if deadline is None else deadline
+    give_up = time.monotonic() + seconds
     try:
-        h, received = hashlib.sha256(), 0
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{trace.name}.", suffix=".part", dir=target)
+    except OSError as exc:
+        raise DownloadError(f"cannot write in {target} ({exc.strerror})") from None
+    tmp = Path(tmp_name)
+    watchdog = _Watchdog(seconds)
+    watchdog.timer.start()
+    h, received = hashlib.sha256(), 0
+
+    def too_slow() -> DownloadError:
+        return DownloadError(f"{url} sent only {received:,} of {trace.size:,} bytes in {seconds:g} s (the "
+                             "deadline for this file); run the fetch again, or from another mirror (--from)")
+    try:
         with os.fdopen(fd, "wb") as out:
             try:
-                with urllib.request.urlopen(url, timeout=timeout) as resp:
+                with watchdog.opener().open(url, timeout=min(timeout, seconds)) as resp:
                     announced = resp.headers.get("Content-Length")
-                    while chunk := resp.read(CHUNK):
+                    if announced is not None and announced.isdigit() and int(announced) > trace.size:
+                        raise DownloadError(f"{url} announces {int(announced):,} bytes; the recorded file has "
+                                            f"{trace.size:,}: not the file the course expects (nothing read)")
+                    # read1: return what has arrived (read(n) waits for all n bytes, so a
+                    # trickling mirror would never reach the deadline check).
+                    while received <= trace.size and (chunk := resp.read1(min(CHUNK, trace.size + 1 - received))):
                         out.write(chunk)
                         h.update(chunk)
                         received += len(chunk)
-            except urllib.error.HTTPError as exc:
-                raise DownloadError(f"{url} answered HTTP {exc.code} {exc.reason}") from None
-            except urllib.error.URLError as exc:
-                raise DownloadError(f"cannot reach {url} ({exc.reason}); are you offline? "
-                                    f"Try again when online, or copy {trace.name} by hand into {target}") from None
-            except (socket.timeout, TimeoutError):
-                raise DownloadError(f"{url} stopped answering after {received:,} bytes "
-                                    f"(timeout {timeout:g} s)") from None
-            except (ConnectionError, http.client.HTTPException, OSError) as exc:   # reset or closed mid-body
-                raise DownloadError(f"the connection dropped after {received:,} of {trace.size:,} bytes "
-                                    f"({exc.__class__.__name__}); run the fetch again") from None
-        if announced is not None and received != int(announced):
-            raise DownloadError(f"the connection dropped after {received:,} of {int(announced):,} bytes; "
-                                f"run the fetch again")
-        if received != trace.size:
-            raise DownloadError(f"got {received:,} bytes, the recorded file has {trace.size:,}: "
-                                f"not the file the course expects")
-        if h.hexdigest() != trace.sha256:
-            raise DownloadError(f"sha256 mismatch: got {h.hexdigest()}, the course records {trace.sha256} "
-                                f"(a corrupted or different file; it was not kept)")
-        os.replace(tmp, target / trace.name)          # atomic: a reader sees the old file or the whole new one
+                        if time.monotonic() > give_up:
+                            raise too_slow()
+            except DownloadError:
+                raise
+            except Exception as exc:
+                if watchdog.expired.is_set():             # the watchdog shut the socket: say why
+                    raise too_slow() from None
+                _explain(exc, url, trace, target, received, timeout)
+        if watchdog.expired.is_set() and received < trace.size:
+            raise too_slow()
+        _check_body(trace, url, received, announced, h)
+        try:
+            os.replace(tmp, target / trace.name)      # atomic: a reader sees the old file or the whole new one
+        except OSError as exc:
+            raise DownloadError(f"verified, but cannot put it at {target / trace.name} ({exc.strerror}); "
+                                "move what is there away and run the fetch again") from None
     finally:
+        watchdog.timer.cancel()
         tmp.unlink(missing_ok=True)
+
+
+def _explain(exc: Exception, url: str, trace: RealTrace, target: Path, received: int, timeout: float) -> None:
+    """Raise the DownloadError that says, in plain words, what ``exc`` means for this download."""
+    if isinstance(exc, urllib.error.HTTPError):
+        raise DownloadError(f"{url} answered HTTP {exc.code} {exc.reason}") from None
+    if isinstance(exc, urllib.error.URLError):
+        raise DownloadError(f"cannot reach {url} ({exc.reason}); are you offline? "
+                            f"Try again when online, or copy {trace.name} by hand into {target}") from None
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        raise DownloadError(f"{url} stopped answering after {received:,} bytes "
+                            f"(timeout {timeout:g} s)") from None
+    if isinstance(exc, (ConnectionError, http.client.HTTPException, OSError, ValueError)):   # reset mid-body
+        raise DownloadError(f"the connection dropped after {received:,} of {trace.size:,} bytes "
+                            f"({exc.__class__.__name__}); run the fetch again") from None
+    raise exc
+
+
+def _check_body(trace: RealTrace, url: str, received: int, announced: Optional[str], h) -> None:
+    """The whole body arrived: it must be the recorded file, byte for byte."""
+    if received > trace.size:
+        raise DownloadError(f"{url} sent more than the recorded {trace.size:,} bytes: not the file the "
+                            "course expects (it stopped reading there; nothing was kept)")
+    if announced is not None and announced.isdigit() and received != int(announced):
+        raise DownloadError(f"the connection dropped after {received:,} of {int(announced):,} bytes; "
+                            f"run the fetch again")
+    if received != trace.size:
+        raise DownloadError(f"got {received:,} bytes, the recorded file has {trace.size:,}: "
+                            f"not the file the course expects")
+    if h.hexdigest() != trace.sha256:
+        raise DownloadError(f"sha256 mismatch: got {h.hexdigest()}, the course records {trace.sha256} "
+                            f"(a corrupted or different file; it was not kept)")
 
 
 STALE_PART_S = 3600
@@ -250,7 +360,8 @@ def _remove_stale_parts(target: Path, wanted: list[RealTrace]) -> None:
 
 
 def fetch(names: Optional[Iterable[str]] = None, target: Optional[Path] = None, base_url: str = RAW_GITHUB,
-          timeout: float = TIMEOUT_S, say: Callable[[str], None] = print) -> FetchReport:
+          timeout: float = TIMEOUT_S, say: Callable[[str], None] = print,
+          deadline: Optional[float] = None) -> FetchReport:
     """Download the named real snapshots (all by default) into target, each verified by sha256."""
     wanted = [_known(n) for n in names] if names else list(TRACES)
     if target is None and settings.value("traces").lower() == OFF:
@@ -273,7 +384,8 @@ def fetch(names: Optional[Iterable[str]] = None, target: Optional[Path] = None, 
             continue
         url = trace.url(base_url)
         try:
-            _download(trace, url, target, timeout)
+            _check_place(target / trace.name)
+            _download(trace, url, target, timeout, deadline)
         except DownloadError as exc:
             report.failed[trace.name] = str(exc)
             say(f"  FAILED   {trace.name}: {exc}")
@@ -283,17 +395,35 @@ def fetch(names: Optional[Iterable[str]] = None, target: Optional[Path] = None, 
     return report
 
 
+def _check_place(path: Path) -> None:
+    """What is at a trace's name must be a file (replaced once the download verifies) or nothing."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise DownloadError(f"cannot look at {path} ({exc.strerror})") from None
+    import stat
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise DownloadError(f"{path} is {kind}; move it away and run the fetch again (nothing was downloaded)")
+
+
 # ------------------------------------------------------------------ the command line
 
-def main_fetch(names: list[str], target: Optional[str], base_url: str, out=sys.stdout) -> int:
+def main_fetch(names: list[str], target: Optional[str], base_url: str, out=None,
+               deadline: Optional[float] = None) -> int:
+    out = out or sys.stdout
     say = lambda line: print(line, file=out)      # noqa: E731
+    for name in names:
+        _known(name)                              # an unknown name is a usage error, before anything runs
     if not target and settings.value("traces").lower() == OFF:
         print(f"the traces setting is {OFF!r} ({settings.get('traces').source}): real snapshots are turned "
               f"off. Unset it, or pass --to DIR.", file=out)
         return 2
     dest = Path(target).expanduser() if target else fetch_target()
     say(f"fetching {len(names) or len(TRACES)} real PyTorch snapshot(s) into {dest}")
-    report = fetch(names or None, dest, base_url, say=say)
+    report = fetch(names or None, dest, base_url, say=say, deadline=deadline)
     if report.ok:
         say(f"done: {len(report.fetched)} downloaded, {len(report.already)} already there. "
             f"The chapters find them there (python -m allocator_ref traces list).")
@@ -307,7 +437,8 @@ def main_fetch(names: list[str], target: Optional[str], base_url: str, out=sys.s
     return 1
 
 
-def main_list(out=sys.stdout) -> int:
+def main_list(out=None) -> int:
+    out = out or sys.stdout
     for folder, why in search_dirs():
         print(f"looks in {folder}  ({why})", file=out)
     missing = 0

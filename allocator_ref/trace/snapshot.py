@@ -81,12 +81,28 @@ def read_regular_file(path: Path, limit: int, expected: str = SNAPSHOT_FILE) -> 
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read the file ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
+    with os.fdopen(fd, "rb", buffering=0) as f:
         _check_regular(path, os.fstat(fd), limit, expected)
-        data = f.read(limit + 1)
+        data = _read_capped(f, limit)
     if len(data) > limit:
         _too_big(path, len(data), limit)
     return data
+
+
+READ_CHUNK = 1 << 20
+
+
+def _read_capped(f, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes, read a chunk at a time: memory follows the file, not the
+    limit (``f.read(limit + 1)`` asks for the whole limit at once, and a limit above the
+    machine's memory made every load a MemoryError)."""
+    data = bytearray()
+    while len(data) <= limit:
+        chunk = f.read(min(READ_CHUNK, limit + 1 - len(data)))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
 
 
 def _check_regular(path: Path, info: os.stat_result, limit: int, expected: str) -> None:

@@ -10,6 +10,13 @@ O(log n), whatever the number of live allocations:
 
 Live ranges are kept in ``_live`` (start -> end) to answer "which allocation
 contains this pointer?" and "does this requested address overlap anything?".
+
+The window grows with what is asked of it: a request no hole holds doubles the
+window (or more, to fit), up to ``limit``.  A replay needs one expandable
+segment's reservation (the device's size) per stream and pool, so a fixed
+window ran out at about 180 streams on an 80 GiB profile, or at two streams of a
+15,000 GiB device; the limit (2**63, a 64-bit pointer's positive range) is
+beyond any of those.
 """
 from __future__ import annotations
 
@@ -22,11 +29,15 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-class AddressSpace:
-    """Best-fit placement of ranges inside ``[base, base + size)``."""
+ADDRESS_LIMIT = 1 << 63     # the window never grows past this address
 
-    def __init__(self, base: int, size: int) -> None:
+
+class AddressSpace:
+    """Best-fit placement of ranges inside ``[base, base + size)``, growing up to ``limit``."""
+
+    def __init__(self, base: int, size: int, limit: int = ADDRESS_LIMIT) -> None:
         self.base, self.end = base, base + size
+        self.limit = max(limit, self.end)
         self._holes = SortedDict({base: base + size})
         self._by_size = SortedList([(size, base)])
         self._live = SortedDict()
@@ -61,11 +72,44 @@ class AddressSpace:
         return None
 
     # --- public ------------------------------------------------------------
+    def _grow(self, size: int, alignment: int) -> bool:
+        """Widen the window so that a hole can hold ``size`` at ``alignment``; False at the limit."""
+        want = self.end + max(self.end - self.base, size + alignment)
+        new_end = min(want, self.limit)
+        if new_end <= self.end:
+            return False
+        old_end, self.end = self.end, new_end
+        # The new room, minus any range a trace claimed out there (claim() accepts addresses
+        # outside the window), joined to the hole that ended at the old edge.
+        start = old_end
+        for s in list(self._live.irange(minimum=None, maximum=new_end, inclusive=(True, False))):
+            e = self._live[s]
+            if e <= start:
+                continue
+            self._add_edge_hole(start, min(s, new_end))
+            start = max(start, e)
+        self._add_edge_hole(start, new_end)
+        return True
+
+    def _add_edge_hole(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        i = self._holes.bisect_left(start)
+        if i > 0:
+            prev = self._holes.keys()[i - 1]
+            if self._holes[prev] == start:
+                start = prev
+                self._remove_hole(prev)
+        self._add_hole(start, end)
+
     def allocate(self, size: int, alignment: int) -> Optional[int]:
-        """Take ``size`` bytes at an ``alignment``-aligned address, or None if no hole fits."""
+        """Take ``size`` bytes at an ``alignment``-aligned address, or None if no hole fits
+        even in a window grown to ``limit``."""
         hole = self._best_hole(size, alignment)
-        if hole is None:
-            return None
+        while hole is None:
+            if not self._grow(size, alignment):
+                return None
+            hole = self._best_hole(size, alignment)
         hole_start, hole_end = hole
         start = self._fits(hole_start, hole_end, size, alignment)
         self._remove_hole(hole_start)

@@ -45,7 +45,7 @@ from .pool import PoolCalls
 from .vmm import VmmCalls
 
 VA_BASE = 0x7F0000000000          # where device addresses start (looks like a real UVA address)
-VA_SIZE = 1 << 44                 # 16 TiB of virtual address space
+VA_SIZE = 1 << 44                 # the first 16 TiB of virtual address space (it grows: address_space.py)
 LARGE = 2 << 20                   # cudaMalloc of >= 2 MiB gets a 2 MiB aligned, 2 MiB rounded range
 _device_serials = itertools.count(1)
 

@@ -43,6 +43,14 @@ _HANDLE_FMT = "<8sQQQQ"          # magic, exporter pid, segment seq, token, size
 _segment_seqs = itertools.count(1)    # per process: names stay unique across devices
 
 
+def handle_exporter_pid(handle: bytes):
+    """The pid of the process that exported a SimDevice IPC handle (None: not one of ours)."""
+    if not isinstance(handle, (bytes, bytearray)) or len(handle) != IPC_HANDLE_SIZE:
+        return None
+    magic, pid, _seq, _token, _size = struct.unpack_from(_HANDLE_FMT, handle)
+    return pid if magic == _HANDLE_MAGIC else None
+
+
 def _retire_all(segments: dict) -> None:
     """Finalizer: at close, garbage collection or interpreter exit, leave nothing in /dev/shm."""
     for seg in list(segments.values()):

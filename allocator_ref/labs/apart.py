@@ -1,0 +1,273 @@
+"""Graded checks judge in a clean process: the submission never shares a process with an expected value.
+
+In the open mode (``check(id, fn)``) the judge and the learner's code share the
+notebook's process: a submission can read the judge's expected value off the
+stack (``sys._getframe(1).f_locals``) or patch a class the reference still
+shares.  A graded check (``check(..., graded=True)``, what the nbgrader release
+writes) of an exercise marked ``pure`` (its judge reads only what the submission
+returns) runs differently:
+
+* a fresh Python (``python -I``: no PYTHON* variables, no user site, not the
+  notebook's working folder) imports this package, draws the same cases from the
+  same seed and runs every judge: every expected value lives there;
+* each time a judge calls the submission, the clean process sends the arguments
+  here (pickled: our own data, from our own process) and the submission runs in
+  the notebook's process, guarded as usual, with nothing of the judge on its
+  stack;
+* what it returned goes back as *plain data* only (int, float, str, bool, None
+  and lists, tuples, dicts of them), encoded by hand: the clean process never
+  unpickles anything the submission made, so it never runs the submission's code.
+
+What this does not promise: code that sets out to replace ``check`` itself
+before the check cell runs (the learner's kernel is the learner's) can always do
+so; exercises that hand the submission live objects (a device, an allocator) are
+judged in the notebook's process as in the open mode.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from .guard import CaseTimeout, run_guarded, safe_str
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])     # the folder that holds allocator_ref/
+MAX_DEPTH = 64
+MAX_ITEMS = 1_000_000
+MAX_MESSAGE = 256 << 20
+REPLY_GRACE_S = 30.0          # past a case's limit, how long the clean process waits for a reply
+
+
+class NotPlainData(TypeError):
+    """The submission returned something a graded check cannot carry (a class instance, a numpy number...)."""
+
+
+class SubmissionRaised(Exception):
+    """What the submission raised, re-raised in the clean process under the submission's type name."""
+
+
+# ---------------------------------------------------------------- plain data, by hand
+def encode(value: Any) -> Any:
+    """A JSON-able, exactly typed copy of ``value`` (bool stays bool, tuple stays tuple)."""
+    count = [0]
+
+    def enc(v, depth):
+        count[0] += 1
+        if depth > MAX_DEPTH or count[0] > MAX_ITEMS:
+            raise NotPlainData("a value nested deeper than 64 levels or with more than a million items")
+        t = type(v)
+        if v is None:
+            return ["none"]
+        if t is bool:
+            return ["bool", v]
+        if t is int:
+            return ["int", str(v)]
+        if t is float:
+            return ["float", v.hex()]
+        if t is str:
+            return ["str", v]
+        if t in (list, tuple):
+            return [t.__name__, [enc(x, depth + 1) for x in v]]
+        if t is dict:
+            return ["dict", [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]]
+        raise NotPlainData(f"a {t.__name__}")
+    return enc(value, 0)
+
+
+def decode(data: Any) -> Any:
+    kind = data[0]
+    if kind == "none":
+        return None
+    if kind == "bool":
+        return bool(data[1])
+    if kind == "int":
+        return int(data[1])
+    if kind == "float":
+        return float.fromhex(data[1])
+    if kind == "str":
+        return str(data[1])
+    if kind in ("list", "tuple"):
+        items = [decode(x) for x in data[1]]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        return {decode(k): decode(v) for k, v in data[1]}
+    raise ValueError(f"not an encoded value: {kind!r}")
+
+
+# ---------------------------------------------------------------- messages: 4-byte length + JSON
+def send(stream, message: dict) -> None:
+    body = json.dumps(message).encode()
+    stream.write(struct.pack(">I", len(body)) + body)
+    stream.flush()
+
+
+def receive(stream) -> Optional[dict]:
+    head = stream.read(4)
+    if len(head) < 4:
+        return None
+    (size,) = struct.unpack(">I", head)
+    if size > MAX_MESSAGE:
+        raise ValueError(f"a message of {size} bytes (more than {MAX_MESSAGE})")
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    return json.loads(body)
+
+
+# ---------------------------------------------------------------- the notebook's side
+def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: float):
+    """Run ``ex``'s cases in a clean process, calling ``submission`` here; return the CheckResult."""
+    from .check import CaseResult, CheckResult
+    cmd = [sys.executable, "-I", "-c",
+           "import sys; sys.path.insert(0, sys.argv[1]); from allocator_ref.labs.apart import main; main()",
+           PACKAGE_ROOT]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        send(proc.stdin, {"exercise": ex.id, "seed": seed, "hidden": hidden, "time_limit": time_limit})
+        while True:
+            try:
+                message = receive(proc.stdout)
+            except KeyboardInterrupt:                 # the stop button while the judge works
+                result = CheckResult(exercise=ex.id, seed=seed)
+                result.cases = [CaseResult("the graded check", False, False, "interrupted (the stop button or "
+                                           "Ctrl-C): the remaining cases were not run", stopped=True)]
+                result.explanation = result.cases[0].explanation
+                return result
+            if message is None:
+                err = proc.stderr.read().decode(errors="replace")[-2000:]
+                raise RuntimeError(f"the graded judge process ended before it answered (exit code "
+                                   f"{proc.wait()}):\n{err}")
+            if "done" in message:
+                result = CheckResult(exercise=ex.id, seed=seed)
+                result.cases = [CaseResult(**c) for c in message["done"]["cases"]]
+                result.explanation = message["done"]["explanation"]
+                return result
+            send(proc.stdin, _call_here(submission, message))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
+
+
+def _call_here(submission, message: dict) -> dict:
+    args, kwargs = pickle.loads(base64.b64decode(message["args"]))   # made by our clean process
+    reply: dict = {}
+
+    def call():
+        value = submission(*args, **kwargs)
+        try:
+            reply["value"] = encode(value)
+        except NotPlainData as exc:
+            reply["raised"] = {"type": "TypeError", "message":
+                               f"it returned {exc}: a graded check carries back only plain data (int, float, "
+                               "str, bool, None, and lists, tuples and dicts of them)", "where": ""}
+    outcome = run_guarded(call, message["time_left"])
+    reply["output"] = outcome.output
+    if outcome.timed_out:
+        reply = {"timeout": True, "output": outcome.output}
+    elif outcome.error is not None:
+        reply.pop("value", None)
+        reply["raised"] = _describe_raised(outcome.error)
+    return reply
+
+
+def _describe_raised(exc: BaseException) -> dict:
+    import traceback
+    if isinstance(exc, KeyboardInterrupt):
+        return {"type": "KeyboardInterrupt", "message": "", "where": ""}
+    if isinstance(exc, SystemExit):
+        return {"type": "SystemExit", "message": safe_str(exc), "where": ""}
+    where = ""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(PACKAGE_ROOT)]
+    if frames:
+        f = frames[-1]
+        where = f" (at {Path(f.filename).name}:{f.lineno}: {f.line})" if f.line else f" (line {f.lineno})"
+    return {"type": type(exc).__name__, "message": safe_str(exc), "where": where,
+            "stub": isinstance(exc, NotImplementedError)}
+
+
+# ---------------------------------------------------------------- the clean process
+class _Remote:
+    """The submission as the clean process's judges see it: each call is answered by the notebook."""
+
+    def __init__(self, inbox, outbox, time_limit: float) -> None:
+        self.inbox, self.outbox, self.time_limit = inbox, outbox, time_limit
+        self.deadline = None
+
+    def __call__(self, *args, **kwargs):
+        import time
+        left = max(self.deadline - time.monotonic(), 0.001) if self.deadline else self.time_limit
+        send(self.outbox, {"args": base64.b64encode(pickle.dumps((args, kwargs))).decode(), "time_left": left})
+        reply = receive(self.inbox)
+        if reply is None:
+            raise SystemExit(0)                    # the notebook went away: nothing left to judge
+        if reply.get("output"):
+            print(reply["output"], end="")         # run_guarded here captures it as the case's output
+        if reply.get("timeout"):
+            raise CaseTimeout()
+        if "raised" in reply:
+            _raise_as_submission(_reraised(reply["raised"]))
+        return decode(reply["value"])
+
+
+# Raised from a frame named "<submission>", not from this file: the judges tell the learner's
+# exception from the course's own by the file of the deepest frame (workload._raised_inside_course).
+_SCOPE: dict = {}
+exec(compile("def _raise_as_submission(exc):\n    raise exc\n", "<submission>", "exec"), _SCOPE)
+_raise_as_submission = _SCOPE["_raise_as_submission"]
+
+
+def _reraised(info: dict) -> BaseException:
+    name, message = info["type"], info["message"]
+    if name == "KeyboardInterrupt":
+        return KeyboardInterrupt()
+    if name == "SystemExit":
+        return SystemExit(message)
+    exc = NotImplementedError(message) if info.get("stub") else \
+        type(name if name.isidentifier() else "Exception", (SubmissionRaised,), {})(message)
+    exc.where = info.get("where", "")          # check._describe_exception shows it
+    return exc
+
+
+def _not_dumpable() -> None:
+    """Linux: no other process of this user may read this one's memory (/proc/PID/mem, ptrace),
+    not even the notebook that started it (prctl PR_SET_DUMPABLE 0)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass                                       # not Linux: nothing to switch off
+
+
+def main() -> None:
+    """The clean process: read the request, judge every case, write the result."""
+    import time
+    _not_dumpable()
+    inbox = sys.stdin.buffer
+    outbox = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)                                  # whatever a judge prints must not enter the message stream
+    request = receive(inbox)
+    import importlib
+    check_module = importlib.import_module("allocator_ref.labs.check")   # (the package exports check(), the function)
+    ex = check_module.exercise(request["exercise"])
+    remote = _Remote(inbox, outbox, request["time_limit"])
+    original = check_module.run_case
+
+    def run_case(case, submission, time_limit=None):
+        remote.deadline = time.monotonic() + request["time_limit"]
+        # The notebook stops the submission at the limit and says so; this process waits a little
+        # longer, so that a reply is never left unread (the next call would read it).
+        return original(case, submission, request["time_limit"] + REPLY_GRACE_S, shown_limit=request["time_limit"])
+    check_module.run_case = run_case
+    result = check_module.judge(ex, remote, request["seed"], hidden=request["hidden"],
+                                time_limit=request["time_limit"])
+    cases = [dict(vars(c)) for c in result.cases]
+    send(outbox, {"done": {"cases": cases, "explanation": result.explanation}})
