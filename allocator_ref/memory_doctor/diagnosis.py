@@ -89,6 +89,8 @@ class Diagnosis:
     oom_count: int = 0
     pending_max: int = 0                 # most bytes ever freed but waiting for other streams
     pending_max_at: int = -1
+    readings: dict = field(default_factory=dict)         # how the verify replay read the program
+    user_empty_caches: list = field(default_factory=list)   # (DeviceReplay.readings / user_empty_caches)
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -110,6 +112,16 @@ class Diagnosis:
     @property
     def pending_at_peak(self) -> int:
         return sum(v["pending"] for v in self.by_stream.values())
+
+
+def whatif_run(diag: "Diagnosis", profile: str = "h100-80gb"):
+    """What the anchored what-ifs replay: this device's trace, its program, the recorded curve."""
+    from ..trace.whatif import program_of
+    from .remedies import Run
+    events = diag.snapshot["device_traces"][diag.device]
+    finals = [s for s in diag.snapshot.get("segments", []) if s.get("device", 0) == diag.device]
+    return Run(events, finals, program_of(events, diag.readings, diag.user_empty_caches), diag.reserved,
+               diag.device, profile)
 
 
 def device_snapshot(snapshot: dict, device: int) -> dict:
@@ -180,6 +192,9 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
                      allocated=allocated, reserved=reserved,
                      peak_allocated=allocated[peak_allocated_at], peak_allocated_at=peak_allocated_at,
                      peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at)
+    mine = next((r for r in verify.devices if r.device == device), None)
+    if mine is not None:
+        diag.readings, diag.user_empty_caches = dict(mine.readings), list(mine.user_empty_caches)
     events = traces[device]
     _where_memory_sits(diag, frames.state(peak_reserved_at), frames.segment_ids)
     diag.largest = _largest_live(frames.state(peak_reserved_at), events, frames.first_event + peak_reserved_at)
