@@ -120,7 +120,7 @@ def whatif_run(diag: "Diagnosis", profile: str = "h100-80gb"):
     from .remedies import Run
     events = diag.snapshot["device_traces"][diag.device]
     finals = [s for s in diag.snapshot.get("segments", []) if s.get("device", 0) == diag.device]
-    return Run(events, finals, program_of(events, diag.readings, diag.user_empty_caches), diag.reserved,
+    return Run(events, finals, program_of(events, diag.readings, diag.user_empty_caches, diag.reserved), diag.reserved,
                diag.device, profile)
 
 

@@ -63,6 +63,7 @@ class Action:
     stream: int = 0
     deferred: bool = False
     segments: tuple = ()  # for a malloc: the (addr, size) PyTorch's cudaMalloc returned for it
+    sample_at: int = -1   # the trace event after which its effect is complete (default: pos)
 
 
 @dataclass
@@ -73,24 +74,36 @@ class Program:
     ooms: list                    # trace positions of the refused requests
 
 
-def program_of(events: list, readings: dict, user_empty_caches: list) -> Program:
-    """The user's actions in ``events``, read the way the ``--verify`` replay read them."""
+def program_of(events: list, readings: dict, user_empty_caches: list, reserved: Optional[list] = None) -> Program:
+    """The user's actions in ``events``, read the way the ``--verify`` replay read them.
+
+    ``reserved`` (memory_reserved() after each event, as recorded) lets a release the verify
+    replay read as a malloc's retry be recognised as the user's ``empty_cache()`` instead
+    (``user_flushes``): both release the same segments, so the trace alone cannot always tell.
+    """
     actions: list = []
-    empties = set(user_empty_caches)
+    empties = set(user_empty_caches) | set(user_flushes(events, reserved, user_empty_caches))
     after_malloc: list = []       # completions the next malloc's retry sync made
     group_reading, group_segments, group_released = "ready", [], False
     ladders, ooms = [], []
     n = len(events)
+    users_flush = False           # the releases right after the user's empty_cache() are its own
     for i, e in enumerate(events):
         a = e["action"]
         if i in empties:
-            actions.append(Action("empty_cache", i))
+            end = i
+            while end + 1 < n and events[end + 1]["action"] in RELEASES + ("free_completed",):
+                end += 1
+            actions.append(Action("empty_cache", i, sample_at=end))     # compared after its last release
+            users_flush = True
+        elif a not in RELEASES + ("free_completed",):
+            users_flush = False
         if i in readings and readings[i] != "deferred":
             group_reading = readings[i]
         if a in ("segment_alloc", "segment_map"):
             group_segments.append((e["addr"], e["size"]))
         elif a in RELEASES:
-            group_released = group_released or i not in empties
+            group_released = group_released or not users_flush
         elif a == "free_requested":
             nxt = events[i + 1] if i + 1 < n else None
             adjacent = nxt is not None and nxt["action"] == "free_completed" and nxt["addr"] == e["addr"]
@@ -119,6 +132,43 @@ def program_of(events: list, readings: dict, user_empty_caches: list) -> Program
             after_malloc, group_reading, group_segments, group_released = [], "ready", [], False
     actions.extend(after_malloc)
     return Program(actions, sorted(empties), ladders, ooms)
+
+
+def user_flushes(events: list, reserved: Optional[list], known: list = ()) -> list:
+    """Releases before a malloc that were the user's ``empty_cache()``, not the malloc's retry.
+
+    A malloc flushes its cache only after cudaMalloc failed (``alloc_block`` then
+    ``release_cached_blocks`` in ``DeviceCachingAllocator::malloc``).  So the releases right
+    before a new segment were the user's call when
+
+    * their stack names ``empty_cache`` (PyTorch records the Python frames of
+      ``torch.cuda.empty_cache()`` on each ``segment_free`` when history keeps stacks), or
+    * that cudaMalloc could not have failed: reserved before the releases plus the segment
+      asked for is no more than what the run held at its peak, and every cudaMalloc up to
+      that peak succeeded (one GPU, one capacity).
+    Returns the trace positions of the first release of each such run.
+    """
+    peak = max(reserved) if reserved else None
+    out, i, n = [], 0, len(events)
+    covered = set()               # releases that already belong to a known empty_cache()
+    for k in known:
+        while k < n and events[k]["action"] in RELEASES + ("free_completed",):
+            covered.add(k)
+            k += 1
+    while i < n:
+        if events[i]["action"] not in RELEASES or i in covered:
+            i += 1
+            continue
+        j = i
+        while j < n and events[j]["action"] in RELEASES + ("free_completed",):
+            j += 1
+        grows = j < n and events[j]["action"] in ("segment_alloc", "segment_map")
+        named = any(f.get("name") == "empty_cache" for f in events[i].get("frames") or ())
+        fits = grows and peak is not None and i > 0 and reserved[i - 1] + events[j]["size"] <= peak
+        if grows and (named or fits):
+            out.append(i)
+        i = j
+    return out
 
 
 def _standalone_completion(events: list, i: int) -> bool:
@@ -220,6 +270,7 @@ class _Replayer:
         self.pools = PoolRouter(events, finals)
         self.streams: dict = {0: self.device.default_stream}
         self.live: dict = {}
+        self.held: dict = {}          # another design's deferred frees, until their event completes
         self.guards: list = []
         self.out = Anchored([], [], [])
 
@@ -289,6 +340,12 @@ class _Replayer:
         allocation = self.live.pop(addr, None)
         if allocation is None:        # its malloc ran out of memory in this replay
             return
+        if deferred and not self.exact:
+            # Another design orders the free after the other stream's work its own way (the
+            # driver's pool: cudaFreeAsync on a stream that waits for it): the memory is free
+            # for reuse once that work is done, where the program's event completes.
+            self.held[addr] = allocation
+            return
         if deferred:
             self.allocator.record_stream(allocation, self._guard_stream())
             self.device.freeing_addr = addr
@@ -298,6 +355,9 @@ class _Replayer:
             self.device.freeing_addr = None
 
     def _complete(self, addr: int) -> None:
+        held = self.held.pop(addr, None)
+        if held is not None:
+            self.allocator.free(held)
         for event in self.device.events_by_addr.pop(addr, []):
             event.ready = True
 
@@ -316,7 +376,7 @@ class _Replayer:
                 process()
         elif kind == "empty_cache":
             self.allocator.empty_cache()
-        self._sample(act.pos)
+        self._sample(act.sample_at if act.sample_at >= 0 else act.pos)
 
     def _sample(self, pos: int) -> None:
         a = self.allocator
