@@ -235,3 +235,71 @@ def test_expandable_runs_explain_unallocated_as_partly_used_pages():
     assert report.remedies.recorded.peak_reserved == a.max_memory_reserved()
     assert "partly used pages" in report.text()
     del xs
+
+
+def test_a_state_only_snapshot_gets_a_diagnosis_of_its_state(run, tmp_path, capsys):
+    a, snap, facts, report = run
+    state = dict(snap, device_traces=[[]])                   # an OOM observer's dump with history off
+    path = ar.save_snapshot(state, tmp_path / "state.pickle")
+    assert main(["doctor", str(path), "--json"]) == 0
+    j = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    segs = [s for s in snap["segments"] if s.get("device", 0) == 0]
+    reserved = sum(s["total_size"] for s in segs)
+    allocated = sum(b["size"] for s in segs for b in s["blocks"] if b["state"] == "active_allocated")
+    free_blocks = [b["size"] for s in segs for b in s["blocks"] if b["state"] == "inactive"]
+    assert j["state_only"] and j["reserved"] == reserved and j["allocated"] == allocated
+    assert j["largest_free_block"] == max(free_blocks)
+    assert j["stranded"] + j["releasable"] == sum(free_blocks)
+    assert j["failed_request"] is None and all(h["proven"] is False for h in j["hints"])
+    text = ar.doctor(state).text()
+    assert "unproven without a trace" in text and "nothing is replayed" in text
+    # With the failed request recorded (a dump whose trace kept only its oom entry), it is named.
+    oom = next(e for e in snap["device_traces"][0] if e["action"] == "oom")
+    noted = ar.doctor(dict(snap, device_traces=[[oom]]))
+    assert noted.remedies is not None                       # a trace of one event is replayed
+    from allocator_ref.memory_doctor.state import diagnose_state
+    d = diagnose_state(dict(state, device_traces=[[oom]]), "x")
+    assert d.request == 300 * MiB > d.largest_free
+    # Only a snapshot with nothing in it is refused, in one line.
+    empty = ar.save_snapshot({"segments": [], "device_traces": [[]]}, tmp_path / "empty.pickle")
+    assert main(["doctor", str(empty)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:")
+
+
+def test_several_devices_each_get_a_diagnosis_and_device_n_chooses(tmp_path, capsys):
+    snaps = []
+    for index, n in ((0, 6), (1, 11)):
+        a = ar.CachingAllocator(ar.SimDevice("tiny-1gb", index=index), "")
+        a.record_memory_history(max_entries=10_000)
+        xs = [a.malloc(7 * MiB) for _ in range(n)]
+        for x in xs[::2]:
+            a.free(x)
+        snaps.append((a, a.snapshot()))
+    both = {"segments": [dict(s, device=i) for i, (_, sn) in enumerate(snaps) for s in sn["segments"]],
+            "device_traces": [snaps[0][1]["device_traces"][0], snaps[1][1]["device_traces"][1]
+                              if len(snaps[1][1]["device_traces"]) > 1 else snaps[1][1]["device_traces"][0]],
+            "allocator_settings": snaps[0][1].get("allocator_settings", {})}
+    report = ar.doctor(both)
+    assert [r.diagnosis.device for r in report.reports] == [1, 0]          # busiest first
+    for r, (a, _) in zip(report.reports, [snaps[1], snaps[0]]):
+        assert r.remedies.recorded.peak_reserved == a.max_memory_reserved() == r.diagnosis.peak_reserved
+    assert report.text().count("Memory doctor:") == 2
+    j = report.to_json()
+    assert j["device"] == 1 and [x["device"] for x in j["each_device"]] == [1, 0]
+    path = ar.save_snapshot(both, tmp_path / "two.pickle")
+    assert main(["doctor", str(path), "--device", "0", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert one["device"] == 0 and "each_device" not in one
+    assert one["peak_reserved"] == snaps[0][0].max_memory_reserved()
+
+
+def test_compare_rows_start_from_the_recorded_run(run, tmp_path, capsys):
+    a, snap, facts, report = run
+    path = ar.save_snapshot(snap, tmp_path / "run.pickle")
+    assert main(["compare", str(path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["config"] == "(as recorded)" and rows[0]["anchored"] and rows[0]["reproduces"]
+    assert rows[0]["peak_reserved"] == a.max_memory_reserved()
+    assert rows[0]["num_alloc_retries"] == a.memory_stats()["num_alloc_retries"]
+    assert all(r["prediction"] == (r["policy"] != "caching") for r in rows)
