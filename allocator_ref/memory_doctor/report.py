@@ -72,6 +72,11 @@ class DoctorReport:
             tip = (f" The replays show `{best.line}` would lower peak reserved to {format_bytes(best.peak_reserved)} "
                    f"({format_bytes(saving)} less){_prediction(best)}." if best is not recorded and saving > 0 else
                    " None of the remedies lowers peak reserved.")
+            knob = min((t for t in remedies.knobs if t.kind != "async"), key=lambda t: (t.peak_reserved, t.rank),
+                       default=None)
+            if best.kind == "async" and knob is not None and knob.peak_reserved < recorded.peak_reserved:
+                tip += (f" The best setting of PyTorch's own allocator: `{knob.line}`, peak reserved "
+                        f"{format_bytes(knob.peak_reserved)}.")
             return Verdict("no-target", "The run did not run out of memory and did not flush its cache on retry, so "
                            "nothing tells the GPU's size and there is nothing to fix; pass --device-memory GiB to ask "
                            "whether it fits a smaller GPU." + tip, None, None)
@@ -86,7 +91,7 @@ class DoctorReport:
                      f"{recorded.device_calls:,} device calls, {recorded.device_call_ms:,.1f} ms of them, simulated).")
             if better is None:
                 return Verdict("fits", text + " No single setting tried fits with fewer flushes.", None, recorded)
-            return Verdict("fewer-retries", text + f" `{better.line}` fits flushing {_times(better.alloc_retries)} "
+            return Verdict("fewer-retries", text + f" `{better.line}` fits {_flushing(better.alloc_retries)} "
                            f"(peak reserved {format_bytes(better.peak_reserved)}, {better.device_calls:,} device "
                            f"calls){_prediction(better)}{_tradeoff(better, recorded)}.", better.line, better)
         chosen = remedies.recommended
@@ -195,6 +200,9 @@ class DoctorReport:
             out += ["", f"REMEDIES, EACH REPLAYED FROM THE STATE AT THE FIRST EVENT ({r.replays} replays"
                     + (f", target {format_bytes(r.target)})" if r.target is not None else ", uncapped)")]
             base = r.reproduction
+            if r.start_held:
+                out.append(f"  a setting replayed here applies from the first recorded event on: the "
+                           f"{format_bytes(r.start_held)} of segments held then are kept as PyTorch had them")
             if base.mismatch is None:
                 out.append(f"  the \"as recorded\" replay reproduces the recorded reserved curve at every program "
                            f"action (peak {format_bytes(base.peak_reserved)}, as recorded)")
@@ -283,6 +291,10 @@ def capacity_line(cap: Capacity) -> str:
 
 def _signed(n: int) -> str:
     return ("+" if n >= 0 else "-") + format_bytes(abs(n))
+
+
+def _flushing(n: int) -> str:
+    return "without a single flush" if n == 0 else f"flushing {_times(n)}"
 
 
 def _times(n: int) -> str:
