@@ -303,3 +303,22 @@ def test_compare_rows_start_from_the_recorded_run(run, tmp_path, capsys):
     assert rows[0]["peak_reserved"] == a.max_memory_reserved()
     assert rows[0]["num_alloc_retries"] == a.memory_stats()["num_alloc_retries"]
     assert all(r["prediction"] == (r["policy"] != "caching") for r in rows)
+
+
+def test_a_what_if_that_cannot_run_is_reported_on_its_row_not_raised(run, monkeypatch):
+    a, snap, facts, report = run
+    import allocator_ref.memory_doctor.remedies as remedies_module
+
+    real = remedies_module.anchored_replay
+
+    def refusing(*args, **kwargs):
+        if kwargs.get("policy") == "stream_ordered":
+            raise RuntimeError("the model refuses this state")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(remedies_module, "anchored_replay", refusing)
+    again = ar.doctor(snap)
+    row = next(t for t in again.remedies.trials if t.kind == "async")
+    assert row.skipped.startswith("the replay failed: the model refuses this state")
+    assert again.remedies.reproduced and again.verdict.kind == report.verdict.kind
+    assert "empty_cache() once" in again.text()          # the user's call, counted in the report

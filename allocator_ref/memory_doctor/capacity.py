@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..caching.config import AllocatorConfig, get_allocation_size, round_size
+from ..device.errors import CudaError
 from ..trace.whatif import RELEASES, Anchored, Program, first_mismatch
 
 MiB = 2**20
@@ -107,16 +108,22 @@ def infer_capacity(events: list, reserved: list, program: Program, config: str,
     candidates = [low] + ([driver] if driver is not None and low <= driver <= (high or driver) else [])
     if high is not None:
         candidates.append(high)
+    def ok_at(usable: int) -> bool:
+        try:
+            return reproduces(reserved, program, replay_at(usable))
+        except (ValueError, RuntimeError, CudaError):     # a replay that cannot run reproduces nothing
+            return False
+
     good = []
     for usable in dict.fromkeys(candidates):
-        ok = reproduces(reserved, program, replay_at(usable))
+        ok = ok_at(usable)
         cap.probes.append((usable, ok))
         if ok:
             good.append(usable)
     if not good and high is not None:
         # The ends disagree with the replay: try the middle before giving up.
         mid = (low + high) // 2
-        ok = reproduces(reserved, program, replay_at(mid))
+        ok = ok_at(mid)
         cap.probes.append((mid, ok))
         if ok:
             good.append(mid)

@@ -91,6 +91,7 @@ class Diagnosis:
     pending_max_at: int = -1
     readings: dict = field(default_factory=dict)         # how the verify replay read the program
     user_empty_caches: list = field(default_factory=list)   # (DeviceReplay.readings / user_empty_caches)
+    program: Any = None                  # the program's actions (trace/whatif.py), once whatif_run read them
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -118,9 +119,19 @@ def whatif_run(diag: "Diagnosis", profile: str = "h100-80gb"):
     """What the anchored what-ifs replay: this device's trace, its program, the recorded curve."""
     from ..trace.whatif import program_of
     from .remedies import Run
+    # The events the verify replay walked (and the frames and readings index): the same list
+    # as the file's trace, unless the loader left entries out (``snapshot`` entries).
     events = diag.snapshot["device_traces"][diag.device]
+    walked = getattr(diag.frames, "events", None)
+    if walked is not None and len(walked) == len(diag.reserved) != len(events):
+        # Entries were left out: keep the file's own entries (they carry device_free, frames)
+        # for the ones walked, matched in order.
+        kept = iter(events)
+        events = [next(e for e in kept if e.get("action") == w.get("action") and e.get("addr") == w.get("addr"))
+                  for w in walked]
     finals = [s for s in diag.snapshot.get("segments", []) if s.get("device", 0) == diag.device]
-    return Run(events, finals, program_of(events, diag.readings, diag.user_empty_caches, diag.reserved), diag.reserved,
+    diag.program = program_of(events, diag.readings, diag.user_empty_caches, diag.reserved)
+    return Run(events, finals, diag.program, diag.reserved,
                diag.device, profile)
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..caching.allocator import CachingAllocator
+from ..device.errors import CudaError
 from ..trace.whatif import Anchored, Program, anchored_replay, first_mismatch
 
 MAX_SPLIT_SWEEP_MB = (512, 256, 128, 64, 32)      # largest first: the smaller change
@@ -276,9 +277,18 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
             return allocator
     start = time.perf_counter()
     config = trial.config if trial.policy == "caching" else ""
-    out: Anchored = anchored_replay(run.events, run.finals, run.program, config=config, policy=trial.policy,
-                                    usable=usable, profile=run.profile, index=run.device,
-                                    allocator_factory=factory)
+    try:
+        out: Anchored = anchored_replay(run.events, run.finals, run.program, config=config, policy=trial.policy,
+                                        usable=usable, profile=run.profile, index=run.device,
+                                        allocator_factory=factory)
+    except (ValueError, RuntimeError, CudaError) as exc:
+        # A replay that cannot go on (the setting refuses the recorded state, a device call the
+        # model forbids) is reported on its row, never raised: the other rows still answer.
+        trial.seconds, trial.usable = time.perf_counter() - start, usable
+        trial.skipped = f"the replay failed: {str(exc).splitlines()[0][:200]}"
+        if trial.kind == "recorded":
+            trial.mismatch = (0, run.recorded_curve[0] if run.recorded_curve else 0, 0)
+        return trial
     trial.seconds = time.perf_counter() - start
     trial.usable = usable
     trial.peak_reserved, trial.peak_allocated, trial.fragmentation = out.peak_reserved, out.peak_allocated, \

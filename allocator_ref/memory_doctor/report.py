@@ -53,6 +53,9 @@ class DoctorReport:
             return Verdict("unverified", "The reference allocator does not reproduce PyTorch's decisions on this "
                            f"trace{where}, so its what-ifs would not be PyTorch's: no advice is given. "
                            "Run `python -m allocator_ref replay SNAPSHOT --verify` for the details.", None, None)
+        if not remedies.reproduced and remedies.reproduction.skipped:
+            return Verdict("whatif-unverified", f"The \"as recorded\" what-if replay could not run "
+                           f"({remedies.reproduction.skipped}), so no setting is ranked.", None, remedies.reproduction)
         if not remedies.reproduced:
             at, theirs, ours = remedies.reproduction.mismatch
             return Verdict("whatif-unverified", "The \"as recorded\" what-if replay does not reproduce the run: "
@@ -150,6 +153,11 @@ class DoctorReport:
                        f"({format_bytes(r.start_live)} of it live tensors)" if r.start_held else
                        "  the trace starts from an empty allocator")
             base = r.reproduction
+            program = d.program
+            if program is not None and program.user_empty_caches:
+                n = len(program.user_empty_caches)
+                out.append(f"  the program called torch.cuda.empty_cache() {_times(n)} (releases that no malloc needed: "
+                           "cudaMalloc could not have failed there, or the stack names empty_cache); replayed as calls")
             if base.alloc_retries:
                 out.append(f"  flushes on retry (num_alloc_retries): {base.alloc_retries:,}, each a release of every "
                            "cached segment it can plus a device-wide synchronize")
@@ -203,7 +211,9 @@ class DoctorReport:
             if r.start_held:
                 out.append(f"  a setting replayed here applies from the first recorded event on: the "
                            f"{format_bytes(r.start_held)} of segments held then are kept as PyTorch had them")
-            if base.mismatch is None:
+            if base.skipped:
+                out.append(f"  the \"as recorded\" replay could not run ({base.skipped}); nothing below is ranked")
+            elif base.mismatch is None:
                 out.append(f"  the \"as recorded\" replay reproduces the recorded reserved curve at every program "
                            f"action (peak {format_bytes(base.peak_reserved)}, as recorded)")
             else:
