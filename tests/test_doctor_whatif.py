@@ -322,3 +322,20 @@ def test_a_what_if_that_cannot_run_is_reported_on_its_row_not_raised(run, monkey
     assert row.skipped.startswith("the replay failed: the model refuses this state")
     assert again.remedies.reproduced and again.verdict.kind == report.verdict.kind
     assert "empty_cache() once" in again.text()          # the user's call, counted in the report
+
+
+def test_a_run_whose_peak_is_what_was_held_at_the_start_says_so():
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    before = [a.malloc(40 * MiB) for _ in range(6)]        # 240 MiB of segments before recording
+    for x in before[1:]:
+        a.free(x)
+    a.record_memory_history(max_entries=10_000)
+    for _ in range(3):                                     # every request fits the cached blocks
+        xs = [a.malloc(30 * MiB) for _ in range(4)]
+        for x in xs:
+            a.free(x)
+    report = ar.doctor(a.snapshot())
+    rec = report.remedies.reproduction
+    assert rec.peak_at == -1 and rec.peak_reserved == rec.start_held == 240 * MiB == a.memory_reserved()
+    assert rec.fragmentation == 200 * MiB                  # held at the start, 40 MiB of it live
+    assert "already held in segments when recording began" in report.verdict.text

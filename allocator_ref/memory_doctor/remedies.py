@@ -82,6 +82,7 @@ class Trial:
     ooms: int = 0
     fits: Optional[bool] = None        # None: no target memory to fit in
     start_does_not_fit: bool = False   # the segments held at the first event exceed the GPU
+    peak_at: int = -1                  # the trace event after which reserved peaked (-1: at the start)
     start_held: int = 0                # bytes of segments at the first event (rebuilt)
     start_live: int = 0                # bytes of live blocks among them
     mismatch: Optional[tuple] = None   # "recorded" only: (event, recorded, replayed) where the curves part
@@ -116,7 +117,7 @@ class Trial:
     def to_json(self) -> dict:
         return {"kind": self.kind, "change": self.change, "config": self.config, "policy": self.policy,
                 "fraction": self.fraction, "allowed": self.allowed, "line": self.line, "usable": self.usable,
-                "peak_reserved": self.peak_reserved, "peak_allocated": self.peak_allocated,
+                "peak_reserved": self.peak_reserved, "peak_at": self.peak_at, "peak_allocated": self.peak_allocated,
                 "fragmentation_at_peak": self.fragmentation, "device_calls": self.device_calls,
                 "device_call_ms": self.device_call_ms, "num_alloc_retries": self.alloc_retries,
                 "ooms": self.ooms, "fits": self.fits, "start_does_not_fit": self.start_does_not_fit,
@@ -295,7 +296,7 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
         out.fragmentation
     trial.device_calls, trial.device_call_ms, trial.ooms = out.device_calls, out.device_call_us / 1000, out.ooms
     trial.alloc_retries, trial.start_does_not_fit = out.alloc_retries, out.start_does_not_fit
-    trial.start_held, trial.start_live = out.start_reserved, out.start_live
+    trial.start_held, trial.start_live, trial.peak_at = out.start_reserved, out.start_live, out.peak_reserved_at
     trial.fits = None if usable is None else (out.ooms == 0 and not out.start_does_not_fit)
     if trial.kind == "recorded":
         trial.mismatch = first_mismatch(run.recorded_curve, out)

@@ -74,7 +74,10 @@ class DoctorReport:
             saving = recorded.peak_reserved - best.peak_reserved
             tip = (f" The replays show `{best.line}` would lower peak reserved to {format_bytes(best.peak_reserved)} "
                    f"({format_bytes(saving)} less){_prediction(best)}." if best is not recorded and saving > 0 else
-                   " None of the remedies lowers peak reserved.")
+                   " None of the remedies lowers peak reserved"
+                   + (f": the peak is the {format_bytes(recorded.start_held)} already held in segments when "
+                      "recording began, which no setting replayed from the first event can give back."
+                      if recorded.peak_at < 0 and recorded.start_held else "."))
             knob = min((t for t in remedies.knobs if t.kind != "async"), key=lambda t: (t.peak_reserved, t.rank),
                        default=None)
             if best.kind == "async" and knob is not None and knob.peak_reserved < recorded.peak_reserved:

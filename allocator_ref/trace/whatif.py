@@ -310,10 +310,16 @@ class _Replayer:
                                                  seg.live_blocks, small=seg.small,
                                                  pool_id=self.pools.pool_of({"addr": seg.address})))
         if not self.exact:
-            # Another design cannot have PyTorch's layout: it is asked for the same live blocks.
+            # Another design cannot have PyTorch's layout: it is asked for the same live blocks,
+            # and for the memory PyTorch held cached then, given straight back, so that it starts
+            # holding what the run held (a pool that keeps memory keeps it; one that does not,
+            # releases it: each design's own answer).
             for seg in state.segments:
                 for addr, _size, requested in seg.live_blocks:
                     self.live[addr] = self.allocator.malloc(requested, self._stream(seg.stream))
+            cached = held - self.out.start_live
+            if cached > 0:
+                self.allocator.free(self.allocator.malloc(cached, self.device.default_stream))
         for addr in state.pending_free:
             self._free(addr, deferred=True)
         return True
@@ -396,7 +402,10 @@ class _Replayer:
                 return self.out
         except (ValueError, RuntimeError, CudaError) as exc:
             raise ValueError(f"the allocator state at the trace's first event cannot be rebuilt: {exc}") from None
-        self.out.peak_reserved = self.allocator.memory_reserved()
+        # The state at the first event is the first sample: a run that never grows peaks there.
+        a = self.allocator
+        self.out.peak_reserved, self.out.peak_allocated = a.memory_reserved(), a.memory_allocated()
+        self.out.fragmentation = self.out.peak_reserved - self.out.peak_allocated
         for act in program.actions:
             self._do(act)
         c = self.device.counters
