@@ -117,7 +117,7 @@ class Diagnosis:
 
 def whatif_run(diag: "Diagnosis", profile: str = "h100-80gb"):
     """What the anchored what-ifs replay: this device's trace, its program, the recorded curve."""
-    from ..trace.whatif import program_of
+    from ..trace.whatif import program_of, start_state
     from .remedies import Run
     # The events the verify replay walked (and the frames and readings index): the same list
     # as the file's trace, unless the loader left entries out (``snapshot`` entries).
@@ -131,6 +131,7 @@ def whatif_run(diag: "Diagnosis", profile: str = "h100-80gb"):
                   for w in walked]
     finals = [s for s in diag.snapshot.get("segments", []) if s.get("device", 0) == diag.device]
     diag.program = program_of(events, diag.readings, diag.user_empty_caches, diag.reserved)
+    diag.program.start = start_state(events, finals, diag.config)       # rebuilt once for every replay
     return Run(events, finals, diag.program, diag.reserved,
                diag.device, profile)
 

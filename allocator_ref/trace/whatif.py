@@ -72,6 +72,7 @@ class Program:
     user_empty_caches: list       # trace positions of the user's empty_cache() calls
     ladder_flushes: list          # trace positions of mallocs that flushed the cache on retry
     ooms: list                    # trace positions of the refused requests
+    start: Optional[object] = None    # the rebuilt state at the first event (rebuild.InitialState), once
 
 
 def program_of(events: list, readings: dict, user_empty_caches: list, reserved: Optional[list] = None) -> Program:
@@ -292,9 +293,13 @@ class _Replayer:
         return stream
 
     # ------------------------------------------------------------ start
-    def _restore(self) -> bool:
-        config = getattr(self.allocator, "config", None) or AllocatorConfig()
-        state = infer_initial_state(self.events, self.finals, config)
+    def _restore(self, program: Program) -> bool:
+        # The state at the first event is a fact of the recorded run, whatever the setting
+        # replayed: rebuilt once, under the recorded settings (start_state), and shared.
+        state = program.start
+        if state is None:
+            config = getattr(self.allocator, "config", None) or AllocatorConfig()
+            state = infer_initial_state(self.events, self.finals, config)
         self.out.notes += list(state.notes)
         held = sum(s.size for s in state.segments)
         self.out.start_live = sum(b[1] for s in state.segments for b in s.live_blocks)
@@ -398,7 +403,7 @@ class _Replayer:
 
     def run(self, program: Program) -> Anchored:
         try:
-            if not self._restore():
+            if not self._restore(program):
                 return self.out
         except (ValueError, RuntimeError, CudaError) as exc:
             raise ValueError(f"the allocator state at the trace's first event cannot be rebuilt: {exc}") from None
@@ -415,6 +420,11 @@ class _Replayer:
         stats = self.allocator.memory_stats() if hasattr(self.allocator, "memory_stats") else {}
         self.out.alloc_retries = int(stats.get("num_alloc_retries", 0))
         return self.out
+
+
+def start_state(events: list, finals: list, config: str):
+    """The allocator state at the trace's first event, under the recorded ``config`` (rebuild.py)."""
+    return infer_initial_state(events, finals, AllocatorConfig.parse(config) if config else AllocatorConfig())
 
 
 def first_mismatch(recorded: list, run: Anchored) -> Optional[tuple]:
