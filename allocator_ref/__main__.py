@@ -158,21 +158,52 @@ def cmd_replay(args) -> int:
 
 
 def compare_rows(snapshot, profile: str = "h100-80gb", device_memory: float | None = None):
-    """Replay one snapshot under every design of WHAT_IFS; one row each."""
-    from .trace.replay import replay
+    """The same run under every design of WHAT_IFS; one row each (the first: as recorded).
+
+    The rows are anchored what-ifs (``memory_doctor.what_if``): each starts from PyTorch's own
+    state at the first event and replays the program's actions, so the first row is the run
+    that happened.  A trace the reference allocator does not reproduce falls back to plain
+    replays from an empty allocator, and every row says so (``anchored`` False).
+    """
+    from .memory_doctor import what_if
     from .trace.snapshot import load_snapshot
     data = load_snapshot(snapshot) if not isinstance(snapshot, dict) else snapshot
+    try:
+        trials, capacity = what_if(data, [(p, c) for p, c in WHAT_IFS if (p, c) != ("caching", "")],
+                                   device_memory=device_memory, profile=profile)
+    except ValueError as exc:
+        if "does not reproduce" not in str(exc):
+            raise
+        return _plain_rows(data, profile, device_memory)
+    rows = []
+    for t in trials:
+        label = t.change or {"recorded": "(as recorded)", "recorded-on-target": "(recorded settings, target)"}.get(
+            t.kind, "(default)")
+        rows.append({"policy": t.policy, "config": label,
+                     "peak_reserved": t.peak_reserved, "peak_allocated": t.peak_allocated,
+                     "fragmentation_at_peak": t.fragmentation, "device_calls": t.device_calls,
+                     "num_alloc_retries": t.alloc_retries, "simulated_ms": t.device_call_ms,
+                     "fits": t.fits if device_memory is not None else None, "anchored": True,
+                     "reproduces": None if t.kind != "recorded" else t.mismatch is None,
+                     "prediction": t.policy != "caching",
+                     "capacity": None if t.kind != "recorded" else capacity.to_json()})
+    return rows
+
+
+def _plain_rows(data, profile: str, device_memory):
+    from .trace.replay import replay
     rows = []
     size = None if device_memory is None else int(device_memory * GiB)
     for policy, config in WHAT_IFS:
         result = replay(data, config=config, policy=policy, profile=profile, device_memory=size,
                         progress=False).to_json()
-        fits = None if size is None else result["fits"]
         rows.append({"policy": policy, "config": config or "(default)",
                      "peak_reserved": result["peak_reserved"], "peak_allocated": result["peak_allocated"],
                      "fragmentation_at_peak": result["fragmentation_at_peak"],
-                     "device_calls": result["device_calls"], "simulated_ms": result["simulated_time_us"] / 1000,
-                     "fits": fits})
+                     "device_calls": result["device_calls"], "num_alloc_retries": None,
+                     "simulated_ms": result["simulated_time_us"] / 1000,
+                     "fits": None if size is None else result["fits"], "anchored": False,
+                     "reproduces": None, "prediction": policy != "caching", "capacity": None})
     return rows
 
 
@@ -182,24 +213,45 @@ def cmd_compare(args) -> int:
         print(json.dumps(rows))
         return 0
     print(f"{args.snapshot}: what-if (simulated device '{args.profile}')")
-    header = f"{'policy':<15} {'config':<28} {'peak reserved':>15} {'peak allocated':>15} {'frag @ peak':>13} {'calls':>7}"
+    if rows[0]["anchored"]:
+        cap = rows[0]["capacity"] or {}
+        gpu = (f"{cap['target'] / GiB:.2f} GiB usable, the GPU this run behaved like" if cap.get("known")
+               else "uncapped (the run never flushed on retry nor ran out of memory: its GPU's size is unknown)")
+        if args.device_memory:
+            gpu = f"{args.device_memory:g} GiB (--device-memory)"
+        print(f"every row replays the run's own program from PyTorch's state at its first event; GPU: {gpu}")
+        print("the first row is the run as recorded: it "
+              + ("reproduces the recorded reserved curve" if rows[0]["reproduces"] else
+                 "does NOT reproduce the recorded curve, so the other rows are not comparable"))
+    else:
+        print("the reference allocator does not reproduce this trace: plain replays from an empty allocator, "
+              "not anchored to the recorded run")
+    header = (f"{'policy':<15} {'config':<28} {'peak reserved':>15} {'peak allocated':>15} {'frag @ peak':>13} "
+              f"{'calls':>7} {'retries':>8}")
     if args.device_memory:
         header += f"  fits {args.device_memory:g} GiB"
     print(header)
     for r in rows:
+        retries = "-" if r["num_alloc_retries"] is None else f"{r['num_alloc_retries']:,}"
         line = (f"{r['policy']:<15} {r['config']:<28} {_mib(r['peak_reserved']):>15} "
-                f"{_mib(r['peak_allocated']):>15} {_mib(r['fragmentation_at_peak']):>13} {r['device_calls']:>7}")
+                f"{_mib(r['peak_allocated']):>15} {_mib(r['fragmentation_at_peak']):>13} {r['device_calls']:>7} "
+                f"{retries:>8}")
         if r["fits"] is not None:
             line += "  " + ("yes" if r["fits"] else "NO (OOM)")
+        if r["prediction"]:
+            line += "  (model prediction)"
         print(line)
+    if len({r["peak_reserved"] for r in rows}) == 1:
+        print("every row has the same peak reserved: on this run no design or setting changes what is held at "
+              "the peak (compare the calls and retries columns for what they do cost)")
     if args.plot:
         from .memory_doctor.charts import plot_what_if
         target = None if args.device_memory is None else int(args.device_memory * GiB)
-        chart_rows = [{"label": r["policy"] if r["config"] == "(default)" else f"{r['policy']}: {r['config']}",
+        chart_rows = [{"label": r["config"] if r["policy"] == "caching" else r["policy"],
                        "peak_reserved": r["peak_reserved"], "peak_allocated": r["peak_allocated"],
                        "fragmentation": r["fragmentation_at_peak"], "fits": r["fits"]} for r in rows]
         fig = plot_what_if(chart_rows, target=target,
-                           title="What if: the same requests under other allocators (simulated)")
+                           title="What if: the same program under other allocators (simulated)")
         fig.savefig(args.plot, dpi=100)
         print(f"plot written to {args.plot}")
     return 0
@@ -228,7 +280,7 @@ def cmd_doctor(args) -> int:
         print(report.text(), end="")
         if args.html:
             print(f"HTML report written to {args.html}")
-    return 0 if report.diagnosis.verified else 1
+    return 0 if getattr(report.diagnosis, "verified", True) else 1
 
 
 def main(argv=None) -> int:

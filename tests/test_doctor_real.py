@@ -1,97 +1,119 @@
 """The memory doctor on every real PyTorch snapshot in ../shared/traces (skipped when absent).
 
-Its verdicts and recommended lines are checked against replays made here with the plain
-``ar.replay`` API (not the doctor's own helpers): the recommended settings must replay
-without an out-of-memory error on the target, the recorded ones must not.
+What it is checked against is read off the trace itself, not the doctor: the recorded
+reserved curve is the final segments walked backwards through the trace's segment events;
+the recommended lines are replayed again here through the public what-if API.
 """
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import allocator_ref as ar
+from allocator_ref.memory_doctor.diagnosis import whatif_run
+from allocator_ref.memory_doctor.remedies import context_reserve
+from allocator_ref.trace.whatif import anchored_replay
 
 GiB = 2**30
 PREFIX = "PYTORCH_CUDA_ALLOC_CONF="
-TRACES = Path(os.environ.get("ALLOCATOR_REF_TRACES") or Path(__file__).resolve().parents[1].parent / "shared" / "traces")
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = Path(os.environ.get("ALLOCATOR_REF_TRACES") or ROOT.parent / "shared" / "traces")
 PATHS = sorted(TRACES.glob("*.pickle")) if TRACES.is_dir() else []
+VERDICTS = {"no-target", "fits", "fewer-retries", "remedy", "less-memory", "start-does-not-fit"}
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not PATHS, reason=f"no real traces in {TRACES} (../shared/traces; "
                                                    "or set ALLOCATOR_REF_TRACES)")]
 
 
-def one_device_with_failed_requests(snapshot, device):
-    """The device's trace, with each request the GPU refused (its ``oom`` entry) asked again."""
-    traces = [[] for _ in snapshot["device_traces"]]
-    for k, e in enumerate(snapshot["device_traces"][device]):
-        if e["action"] == "oom":
-            e = {"action": "alloc", "addr": (1 << 63) + 512 * (k + 1), "size": e["size"], "stream": e.get("stream", 0)}
-        traces[device].append(e)
-    return dict(snapshot, device_traces=traces,
-                segments=[s for s in snapshot["segments"] if s.get("device", 0) == device])
+def reserved_curve_from_trace(snapshot, device):
+    """memory_reserved() after each event: the final segments, walked backwards."""
+    events = snapshot["device_traces"][device]
+    now = sum(s["total_size"] for s in snapshot["segments"] if s.get("device", 0) == device)
+    curve = [0] * len(events)
+    for i in range(len(events) - 1, -1, -1):
+        curve[i] = now
+        e = events[i]
+        now += {"segment_alloc": -1, "segment_map": -1, "segment_free": 1, "segment_unmap": 1}.get(e["action"], 0) \
+            * e["size"]
+    return curve
 
 
-def ooms(snapshot, device, config, capacity, policy="caching"):
-    result = ar.replay(snapshot, config=config, policy=policy, device_memory=capacity, progress=False)
-    return next(d for d in result.devices if d.device == device).ooms_raised
+@pytest.fixture(scope="module", params=PATHS, ids=[p.stem for p in PATHS])
+def doctored(request):
+    return request.param, ar.doctor(request.param)
 
 
-def check_verdict(report):
-    """The verdict agrees with the doctor's own trials, and with replays made here."""
-    d, r, v = report.diagnosis, report.remedies, report.verdict
+def test_the_as_recorded_replay_is_the_recorded_run_event_by_event(doctored):
+    path, report = doctored
+    d, r = report.diagnosis, report.remedies
     assert d.verified, d.verify_summary.get("first_divergence")
-    snap = one_device_with_failed_requests(d.snapshot, d.device)
-    if r.target is None:
-        assert v.kind == "no-target" and v.line is None
-        return
-    recorded_ooms = ooms(snap, d.device, d.config, r.capacity)
-    assert (recorded_ooms == 0) == bool(r.recorded.fits)
-    if v.kind == "fits":
-        assert recorded_ooms == 0
-    elif v.kind == "remedy":
-        assert recorded_ooms > 0 and v.line.startswith(PREFIX) and v.trial.fits
-        assert min((t for t in r.trials if t.fits and not t.skipped), key=lambda t: t.rank) is v.trial
-        if v.trial.allowed is None:        # a settings line alone: replay it here
-            config = v.line[len(PREFIX):]
-            assert ooms(snap, d.device, config, r.capacity, v.trial.policy) == 0, v.line
+    curve = reserved_curve_from_trace(d.snapshot, d.device)
+    assert d.reserved == curve                                 # the frames agree with the trace
+    run = whatif_run(d)
+    usable = report.capacity.target if report.capacity.known else None
+    out = anchored_replay(run.events, run.finals, run.program, config=d.config, usable=usable, index=d.device)
+    assert out.positions and [curve[p] for p in out.positions] == out.reserved
+    calls = [i for i, e in enumerate(run.events) if e["action"] in ("alloc", "free_requested", "free_completed", "oom")]
+    assert out.peak_reserved == max(curve[i] for i in calls) == d.peak_reserved == r.reproduction.peak_reserved
+    assert r.reproduced and report.verdict.kind in VERDICTS
+
+
+def test_capacity_is_inferred_exactly_when_the_run_flushed_or_ran_out(doctored):
+    path, report = doctored
+    events = report.diagnosis.snapshot["device_traces"][report.diagnosis.device]
+    program = whatif_run(report.diagnosis).program
+    told = bool(program.ladder_flushes or program.ooms)
+    cap = report.capacity
+    assert cap.known == told
+    if told:
+        assert cap.low <= cap.target <= cap.high and report.remedies.target == cap.target
+        assert cap.low >= max(report.diagnosis.reserved)        # every cudaMalloc of the run fit
+        oom = next((e for e in events if e["action"] == "oom"), None)
+        if oom is not None and cap.driver is not None and cap.low <= cap.driver <= cap.high:
+            assert cap.target == cap.driver
     else:
-        assert v.kind == "less-memory" and v.line is None
-        assert not any(t.fits for t in r.trials if not t.skipped)
-        assert recorded_ooms > 0
-        assert ooms(snap, d.device, d.config, r.capacity + v.reduce_by) == 0
+        assert report.remedies.target is None and "uncapped" in report.text()
+
+
+def test_the_stop_check_holds_through_the_command_line(doctored):
+    path, report = doctored
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ALLOCATOR_REF_DEVICE="sim", MPLBACKEND="Agg")
+    done = subprocess.run([sys.executable, "-m", "allocator_ref", "doctor", str(path), "--json"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    j = json.loads(done.stdout.strip().splitlines()[-1])
+    recorded = next(t for t in j["remedies"] if t["kind"] == "recorded")
+    assert recorded["peak_reserved"] == j["peak_reserved"] == report.diagnosis.peak_reserved
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
-def test_doctor_on_a_real_trace(path):
-    report = ar.doctor(path)
-    d = report.diagnosis
-    events = d.snapshot["device_traces"][d.device]
-    assert len(d.frames) == len(events)                         # the whole trace was played
-    assert [e["action"] for e in d.frames.events] == [e["action"] for e in events]
-    # Peaks equal those of a plain verified replay of the same device.
-    plain = ar.replay(path, verify=True, progress=False)
-    dev = next(x for x in plain.devices if x.device == d.device)
-    assert d.peak_reserved == dev.peak_reserved
-    assert d.verified == plain.perfect and d.verify_summary["allocs_exact"] == dev.allocs_exact
-    assert d.peak_allocated == dev.peak_allocated
-    assert sum(h.free + h.pending for h in d.holdings) == d.unallocated_at_peak
-    has_oom = any(e["action"] == "oom" for e in events)
-    assert (d.oom is not None) == has_oom
-    if has_oom:
-        assert report.remedies.target == d.oom.reserved + d.oom.device_free
-        assert report.remedies.recorded.ooms >= 1              # the replay runs out of memory there too
-    check_verdict(report)
-
-
-@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
-def test_doctor_on_a_real_trace_squeezed_onto_a_smaller_gpu(path):
+def test_device_memory_never_ends_in_an_error(path):
     first = ar.doctor(path, remedies=False)
     d = first.diagnosis
-    # A GPU between the live peak and the reserved peak: fragmentation decides whether it fits.
-    from allocator_ref.memory_doctor.remedies import context_reserve
-    usable = d.peak_allocated + (d.peak_reserved - d.peak_allocated) // 2
-    gib = (usable + context_reserve("h100-80gb")) / GiB
-    report = ar.doctor(path, device_memory=gib)
-    assert report.remedies.capacity == int(gib * GiB)
-    check_verdict(report)
+    reserve = context_reserve("h100-80gb")
+    between = d.peak_allocated + (d.peak_reserved - d.peak_allocated) // 2
+    for usable in (between, 24 * GiB, GiB):
+        gib = (usable + reserve) / GiB
+        report = ar.doctor(path, device_memory=gib)
+        r, v = report.remedies, report.verdict
+        assert r.capacity == int(gib * GiB) and v.kind in VERDICTS, (usable, v.text)
+        if r.start_held > r.target:
+            assert v.kind == "start-does-not-fit" and v.text.startswith("Does not fit before the first event:")
+            continue
+        if v.kind == "remedy":
+            # The recommended line, replayed again here from the run's own program.
+            t = v.trial
+            assert v.line.startswith(PREFIX) and t.fits and not r.recorded.fits
+            if t.allowed is None:
+                run = whatif_run(report.diagnosis)
+                config = v.line[len(PREFIX):] if t.policy == "caching" else ""
+                out = anchored_replay(run.events, run.finals, run.program, config=config, policy=t.policy,
+                                      usable=r.target, index=d.device)
+                assert out.ooms == 0, v.line
+            assert all(not x.fits for x in r.knobs if x.rank < t.rank)
+        elif v.kind == "less-memory":
+            assert not r.recorded.fits and not any(x.fits for x in r.knobs)

@@ -34,35 +34,151 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     was free).  ``device`` picks a GPU of a multi-GPU snapshot (default: the one that ran
     out of memory, else the busiest).
     """
-    from .diagnosis import device_snapshot, diagnose
+    from .capacity import infer_capacity
+    from .diagnosis import diagnose, whatif_run
     from .remedies import context_reserve, prescribe
     from .report import DoctorReport
 
     if device_memory is not None and not (isinstance(device_memory, (int, float)) and device_memory > 0):
         raise ValueError(f"device_memory is the GPU's size in GiB, a positive number; got {device_memory!r}")
+    from ..trace.snapshot import load_snapshot
+    from .state import StateReport, diagnose_state, is_state_only
+
     start = time.perf_counter()
-    diag = diagnose(snapshot, device=device)
-    plan = None
+    source = "<dict>" if isinstance(snapshot, dict) else str(snapshot)
+    data = snapshot if isinstance(snapshot, dict) else load_snapshot(snapshot)
+    if is_state_only(data):               # history was off: the state alone, nothing replayed
+        report = StateReport(diagnose_state(data, source, device))
+        report.seconds = time.perf_counter() - start
+        return report
+    if device is None:
+        # Several devices and none ran out of memory: each device with events is diagnosed.
+        traces = data.get("device_traces") or []
+        busy = sorted((i for i, t in enumerate(traces) if t), key=lambda i: -len(traces[i]))
+        if len(busy) > 1 and not any(e.get("action") == "oom" for t in traces for e in t):
+            reports = [doctor(data, device_memory, device=i, profile=profile, remedies=remedies) for i in busy]
+            for r in reports:
+                r.diagnosis.source = source
+            return DevicesReport(reports, seconds=time.perf_counter() - start)
+    diag = diagnose(data, device=device)
+    diag.source = source
+    plan = capacity = None
     if diag.verified and remedies:
+        run = whatif_run(diag, profile)
+        capacity = infer_capacity(run.events, diag.reserved, run.program, diag.config,
+                                  lambda usable: _replay_recorded(run, diag.config, usable))
         reserve = context_reserve(profile)
+        recorded_usable = capacity.target if capacity.known else None
         if device_memory is not None:
-            capacity = int(device_memory * GiB)
-            target, where = capacity - reserve, (f"--device-memory {device_memory:g} GiB, less the CUDA context's "
-                                                  f"{reserve / 2**20:,.0f} MiB")
+            total = int(device_memory * GiB)
+            target, where = total - reserve, (f"--device-memory {device_memory:g} GiB, less the CUDA context's "
+                                              f"{reserve / 2**20:,.0f} MiB")
             if target <= 0:
-                raise ValueError(f"device_memory={device_memory:g} GiB is smaller than the CUDA context alone")
-        elif diag.oom is not None:
-            target = diag.oom.usable
-            capacity = target + reserve
-            where = "from the OOM: reserved at that moment plus what the driver reported free"
+                raise ValueError(f"device_memory={device_memory:g} GiB is smaller than the CUDA context alone "
+                                 f"({reserve / 2**20:,.0f} MiB): give the GPU's whole size in GiB")
+        elif capacity.known:
+            target, total = capacity.target, capacity.target + reserve
+            where = capacity_words(capacity)
         else:
-            target = capacity = None
-            where = "no target"
-        plan = prescribe(device_snapshot(diag.snapshot, diag.device), diag.device, diag.config, target, capacity,
-                         where, profile, live_need=diag.live_need)
-    report = DoctorReport(diag, plan, DoctorReport.decide(diag, plan))
+            target = total = None
+            where = capacity_words(capacity)
+        plan = prescribe(run, diag.config, target, total, where, recorded_usable, live_need=diag.live_need)
+    report = DoctorReport(diag, plan, DoctorReport.decide(diag, plan), capacity=capacity)
     report.seconds = time.perf_counter() - start
     return report
 
 
-__all__ = ["doctor"]
+class DevicesReport:
+    """One report per device with events (a multi-GPU snapshot where none ran out of memory).
+
+    It reads like the first (busiest) device's report -- ``verdict``, ``remedies``,
+    ``to_json()``'s top level -- and ``reports`` holds every device's; the text shows all.
+    """
+
+    def __init__(self, reports: list, seconds: float = 0.0) -> None:
+        self.reports, self.seconds = reports, seconds
+        first = reports[0]
+        self.diagnosis, self.remedies, self.verdict, self.capacity = (first.diagnosis, first.remedies,
+                                                                      first.verdict, first.capacity)
+
+    def text(self) -> str:
+        head = (f"{len(self.reports)} devices have events and none ran out of memory: each is diagnosed "
+                "(--device N for one)\n\n")
+        return head + "\n".join(r.text() for r in self.reports)
+
+    def to_json(self) -> dict:
+        return dict(self.reports[0].to_json(), each_device=[r.to_json() for r in self.reports],
+                    seconds=self.seconds)
+
+    def html(self, path=None) -> str:
+        return self.reports[0].html(path)
+
+    def player(self, **kwargs):
+        return self.reports[0].player(**kwargs)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def what_if(snapshot: Any, settings=(("caching", "expandable_segments:True"),), *,
+            device_memory: Optional[float] = None, device: Optional[int] = None, profile: str = "h100-80gb"):
+    """The anchored what-if table: the recorded run, then each ``(policy, change)`` of ``settings``.
+
+    Every row replays the run's program from PyTorch's own state at the first event
+    (``trace/whatif.py``) on the GPU the run behaved like (``capacity.py``; uncapped when
+    nothing tells), or on ``device_memory`` GiB.  A caching change is added to the recorded
+    ``PYTORCH_CUDA_ALLOC_CONF``; another policy replaces the allocator.  Returns
+    ``(rows, capacity)``: rows are :class:`~allocator_ref.memory_doctor.remedies.Trial`, the
+    first the recorded settings (its ``mismatch`` says whether it reproduced the run).
+    """
+    from .capacity import infer_capacity
+    from .diagnosis import diagnose, whatif_run
+    from .remedies import Trial, context_reserve, run_trial, with_change
+
+    diag = diagnose(snapshot, device=device)
+    if not diag.verified:
+        div = diag.verify_summary.get("first_divergence") or {}
+        raise ValueError(f"{diag.source}: the reference allocator does not reproduce PyTorch on this trace "
+                         f"(first difference at event {div.get('index', '?')}), so no what-if starts from the run "
+                         "that happened; run `python -m allocator_ref replay SNAPSHOT --verify` for the details")
+    run = whatif_run(diag, profile)
+    capacity = infer_capacity(run.events, diag.reserved, run.program, diag.config,
+                              lambda usable: _replay_recorded(run, diag.config, usable))
+    recorded_usable = capacity.target if capacity.known else None
+    usable = recorded_usable if device_memory is None else int(device_memory * GiB) - context_reserve(profile)
+    rows = [run_trial(Trial("recorded", "", diag.config), run, recorded_usable)]
+    if usable != recorded_usable:
+        rows.append(run_trial(Trial("recorded-on-target", "", diag.config), run, usable))
+    for policy, change in settings:
+        config = with_change(diag.config, change) if policy == "caching" else change
+        rows.append(run_trial(Trial(policy if policy != "caching" else "change", change, config, policy=policy),
+                              run, usable))
+    return rows, capacity
+
+
+def _replay_recorded(run, config: str, usable):
+    from ..trace.whatif import anchored_replay
+    return anchored_replay(run.events, run.finals, run.program, config=config, usable=usable,
+                           profile=run.profile, index=run.device)
+
+
+def capacity_words(cap) -> str:
+    """The capacity the run told, in one sentence."""
+    from ..viz.sizes import format_bytes
+    if cap.known:
+        # Two decimals: the whole point is how narrow the range is (format_bytes keeps one).
+        span = (f"{cap.low / GiB:.2f} GiB" if cap.low == cap.high else
+                f"{cap.low / GiB:.2f}-{cap.high / GiB:.2f} GiB")
+        text = (f"this run behaved like a GPU with {span} usable: the \"as recorded\" replay reproduces its "
+                f"{cap.evidence[:-len(' in the trace')]} on any of those ({cap.replays} replays)")
+        if cap.driver is not None and cap.target == cap.driver:
+            text += f"; the target is {format_bytes(cap.driver)}, what cudaMemGetInfo said at the OOM (reserved + free)"
+        elif cap.target is not None:
+            text += f"; the target is the smallest, {format_bytes(cap.target)}"
+        return text
+    if cap.contradiction:
+        return f"capacity unknown ({cap.contradiction}); the replays are uncapped"
+    return f"capacity unknown: {cap.evidence}, so nothing tells the GPU's size; the replays are uncapped"
+
+
+__all__ = ["doctor", "what_if", "DevicesReport"]

@@ -89,6 +89,9 @@ class Diagnosis:
     oom_count: int = 0
     pending_max: int = 0                 # most bytes ever freed but waiting for other streams
     pending_max_at: int = -1
+    readings: dict = field(default_factory=dict)         # how the verify replay read the program
+    user_empty_caches: list = field(default_factory=list)   # (DeviceReplay.readings / user_empty_caches)
+    program: Any = None                  # the program's actions (trace/whatif.py), once whatif_run read them
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -110,6 +113,27 @@ class Diagnosis:
     @property
     def pending_at_peak(self) -> int:
         return sum(v["pending"] for v in self.by_stream.values())
+
+
+def whatif_run(diag: "Diagnosis", profile: str = "h100-80gb"):
+    """What the anchored what-ifs replay: this device's trace, its program, the recorded curve."""
+    from ..trace.whatif import program_of, start_state
+    from .remedies import Run
+    # The events the verify replay walked (and the frames and readings index): the same list
+    # as the file's trace, unless the loader left entries out (``snapshot`` entries).
+    events = diag.snapshot["device_traces"][diag.device]
+    walked = getattr(diag.frames, "events", None)
+    if walked is not None and len(walked) == len(diag.reserved) != len(events):
+        # Entries were left out: keep the file's own entries (they carry device_free, frames)
+        # for the ones walked, matched in order.
+        kept = iter(events)
+        events = [next(e for e in kept if e.get("action") == w.get("action") and e.get("addr") == w.get("addr"))
+                  for w in walked]
+    finals = [s for s in diag.snapshot.get("segments", []) if s.get("device", 0) == diag.device]
+    diag.program = program_of(events, diag.readings, diag.user_empty_caches, diag.reserved)
+    diag.program.start = start_state(events, finals, diag.config)       # rebuilt once for every replay
+    return Run(events, finals, diag.program, diag.reserved,
+               diag.device, profile)
 
 
 def device_snapshot(snapshot: dict, device: int) -> dict:
@@ -180,6 +204,9 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
                      allocated=allocated, reserved=reserved,
                      peak_allocated=allocated[peak_allocated_at], peak_allocated_at=peak_allocated_at,
                      peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at)
+    mine = next((r for r in verify.devices if r.device == device), None)
+    if mine is not None:
+        diag.readings, diag.user_empty_caches = dict(mine.readings), list(mine.user_empty_caches)
     events = traces[device]
     _where_memory_sits(diag, frames.state(peak_reserved_at), frames.segment_ids)
     diag.largest = _largest_live(frames.state(peak_reserved_at), events, frames.first_event + peak_reserved_at)

@@ -39,6 +39,11 @@ def _pre(lines: list) -> str:
     return "<pre>" + escape("\n".join(lines)) + "</pre>"
 
 
+def _label(t) -> str:
+    name = {"recorded": "as recorded", "recorded-on-target": "recorded settings, target"}.get(t.kind, t.change)
+    return name + (" (model prediction)" if t.prediction else "")
+
+
 def render_html(report) -> str:
     d, r, v = report.diagnosis, report.remedies, report.verdict
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -69,20 +74,22 @@ def render_html(report) -> str:
             "reserved-but-unallocated memory (listed above).</p>") if holders else ""
     parts.append(_section("The block map at the peak", note + f"<div class='picture' data-figure='blockmap'>{svg}</div>"))
     if r is not None:
-        rows = [{"label": t.change or "as recorded", "peak_reserved": t.peak_reserved,
+        rows = [{"label": _label(t), "peak_reserved": t.peak_reserved,
                  "peak_allocated": t.peak_allocated, "fragmentation": t.fragmentation, "fits": t.fits}
                 for t in r.trials if not t.skipped]
         chart = plot_what_if(rows, target=r.target, title="Each remedy replayed on the same requests (simulated)")
         table = ["<table><tr><th>change</th><th>peak reserved</th><th>fragmentation at peak</th>"
-                 "<th>device calls</th><th>fits</th><th>PYTORCH_CUDA_ALLOC_CONF</th></tr>"]
+                 "<th>device calls</th><th>flushes on retry</th><th>fits</th><th>PYTORCH_CUDA_ALLOC_CONF</th></tr>"]
         for t in r.trials:
             if t.skipped:
-                table.append(f"<tr><td>{escape(t.change)}</td><td colspan='5'>skipped: {escape(t.skipped)}</td></tr>")
+                table.append(f"<tr><td>{escape(_label(t))}</td><td colspan='6'>skipped: {escape(t.skipped)}</td></tr>")
                 continue
             fits = "-" if t.fits is None else ("yes" if t.fits else f"no ({t.ooms} OOM)")
-            table.append(f"<tr><td>{escape(t.change or 'as recorded')}</td><td class='num'>{format_bytes(t.peak_reserved)}"
+            table.append(f"<tr><td>{escape(_label(t))}</td><td class='num'>{format_bytes(t.peak_reserved)}"
                          f"</td><td class='num'>{format_bytes(t.fragmentation)}</td><td class='num'>{t.device_calls:,}"
-                         f"</td><td>{fits}</td><td><code>{escape(t.line)}</code></td></tr>")
+                         f"</td><td class='num'>{t.alloc_retries:,}</td><td>{fits}</td><td><code>{escape(t.line)}</code>"
+                         + (f"<br><small>{escape(t.prediction)}; the switch costs: {escape('; '.join(t.costs))}</small>"
+                            if t.prediction else "") + "</td></tr>")
         table.append("</table>")
         parts.append(_section(f"Remedies ({r.replays} replays)", _img(png_bytes(chart), "peak reserved and "
                                                                       "fragmentation under each remedy", "remedies")

@@ -1,10 +1,15 @@
-"""Remedies, each proven by replaying the same trace under it.
+"""Remedies, each proven by replaying the same program under it.
 
 Every remedy is one change to the run's ``PYTORCH_CUDA_ALLOC_CONF`` (or its allocator
-backend), replayed on the reference allocator over the same requests
-(``replay(..., verify=False)``) on a simulated GPU of the target size.  What each replay
-reports -- peak reserved, fragmentation at that peak, device calls, and whether any
-request ran out of memory -- is the evidence; nothing here is a rule of thumb.
+backend), replayed by the anchored what-if (``trace/whatif.py``): it starts from PyTorch's
+own segments and blocks at the first event, replays the program's actions (allocations,
+frees, ``record_stream`` completions, the user's ``empty_cache()``), and lets the
+allocator re-derive every decision under the change, on a GPU of the target's usable
+memory.  What each replay reports -- peak reserved, fragmentation at that peak, device
+calls, flushes on retry (``num_alloc_retries``), and whether any request ran out of
+memory -- is the evidence; nothing here is a rule of thumb.  The first replay is the
+recorded settings on the recorded GPU: it must reproduce the recorded curve event by
+event, or nothing is ranked.
 
 The knobs, as ``c10/cuda/CUDACachingAllocator.cpp`` reads them (``AcceleratorAllocatorConfig``
 in 2.11):
@@ -20,9 +25,14 @@ in 2.11):
   -- above T of the allowed memory, free cached blocks not used for a while are released
   (``garbage_collect_cached_blocks``); it does nothing without a fraction;
 * ``backend:cudaMallocAsync`` -- the driver's stream-ordered pool instead of PyTorch's cache.
+  Its row is a model's prediction: the driver's pool is not PyTorch's code, and how it
+  chunks memory is this package's model of it (``policies/stream_ordered.py``).
 
-A request the GPU refused (the trace's ``oom`` entry) is replayed as a request too: a
-remedy fits only if that request succeeds and the rest of the recorded run fits.
+A setting switched on here applies from the first recorded event on (PyTorch reads
+``PYTORCH_CUDA_ALLOC_CONF`` at start-up, so a real run would also have differed before it):
+the segments that existed then are kept as they were.  A request the GPU refused (the
+trace's ``oom`` entry) is replayed as a request too: a remedy fits only if that request
+succeeds and the rest of the recorded run fits.
 """
 from __future__ import annotations
 
@@ -31,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..caching.allocator import CachingAllocator
-from ..trace.replay import replay
+from ..device.errors import CudaError
+from ..trace.whatif import Anchored, Program, anchored_replay, first_mismatch
 
 MAX_SPLIT_SWEEP_MB = (512, 256, 128, 64, 32)      # largest first: the smaller change
 ROUNDUP_SWEEP = (8, 4)                            # finer first: closer to no rounding
@@ -39,25 +50,42 @@ GC_THRESHOLD = 0.8
 
 # How big a change each kind of remedy is, smallest first: the recommendation is the first
 # one that fits.  One setting of the same allocator, then settings that change how blocks
-# are cut, then one that also needs a line of code, then another allocator altogether.
+# are cut, then one that also needs a line of code, then another allocator altogether (its
+# result is a model's prediction, and it costs features: ASYNC_COSTS).
 RANKS = {"expandable": 0, "max_split": 1, "roundup": 2, "gc": 3, "async": 4}
+
+# What PyTorch's backend:cudaMallocAsync gives up (c10/cuda/CUDAMallocAsyncAllocator.cpp: these
+# calls raise "cudaMallocAsync does not yet support ..."; spec/peer-allocators.md section 4.5).
+ASYNC_COSTS = ("no memory history or snapshots (_record_memory_history, _snapshot)",
+               "no OOM observers", "no IPC of its memory (getIpcDevPtr)", "no expandable segments",
+               "one driver pool (the device's default) shared with every library in the process")
+ASYNC_PREDICTION = ("a model's prediction: how the driver's pool chunks and reuses memory is this "
+                    "package's assumption (policies/stream_ordered.py), not PyTorch's code")
 
 
 @dataclass
 class Trial:
-    """One replay of the trace: the recorded settings, or the recorded settings plus one change."""
-    kind: str                          # "recorded", "expandable", "max_split", "roundup", "gc", "async"
+    """One anchored replay: the recorded settings, or the recorded settings plus one change."""
+    kind: str                          # "recorded", "recorded-on-target", "expandable", "max_split", ...
     change: str                        # the change, as it is written in PYTORCH_CUDA_ALLOC_CONF
     config: str                        # the whole PYTORCH_CUDA_ALLOC_CONF value replayed
     policy: str = "caching"
     fraction: Optional[float] = None   # torch.cuda.set_per_process_memory_fraction in the replay, if any
     allowed: Optional[int] = None      # the bytes that fraction allows (the same on any GPU)
+    usable: Optional[int] = None       # the GPU's usable bytes in this replay (None: uncapped)
     peak_reserved: int = 0
     peak_allocated: int = 0
     fragmentation: int = 0             # reserved - allocated at the reserved peak
     device_calls: int = 0
+    device_call_ms: float = 0.0        # simulated time spent in cudaMalloc/cudaFree/VMM calls
+    alloc_retries: int = 0             # num_alloc_retries: each a full flush with a device sync
     ooms: int = 0
     fits: Optional[bool] = None        # None: no target memory to fit in
+    start_does_not_fit: bool = False   # the segments held at the first event exceed the GPU
+    peak_at: int = -1                  # the trace event after which reserved peaked (-1: at the start)
+    start_held: int = 0                # bytes of segments at the first event (rebuilt)
+    start_live: int = 0                # bytes of live blocks among them
+    mismatch: Optional[tuple] = None   # "recorded" only: (event, recorded, replayed) where the curves part
     seconds: float = 0.0
     skipped: str = ""                  # why it was not replayed
     order: int = 0                     # within its kind: 0 is the smallest change of a sweep
@@ -66,6 +94,14 @@ class Trial:
     def rank(self) -> tuple:
         """How big a change it is (smaller first): its kind's rank, then its place in the sweep."""
         return (RANKS.get(self.kind, -1), self.order)
+
+    @property
+    def prediction(self) -> str:
+        return ASYNC_PREDICTION if self.kind == "async" else ""
+
+    @property
+    def costs(self) -> tuple:
+        return ASYNC_COSTS if self.kind == "async" else ()
 
     @property
     def line(self) -> str:
@@ -80,41 +116,78 @@ class Trial:
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "change": self.change, "config": self.config, "policy": self.policy,
-                "fraction": self.fraction, "allowed": self.allowed, "line": self.line, "peak_reserved": self.peak_reserved,
-                "peak_allocated": self.peak_allocated, "fragmentation_at_peak": self.fragmentation,
-                "device_calls": self.device_calls, "ooms": self.ooms, "fits": self.fits,
+                "fraction": self.fraction, "allowed": self.allowed, "line": self.line, "usable": self.usable,
+                "peak_reserved": self.peak_reserved, "peak_at": self.peak_at, "peak_allocated": self.peak_allocated,
+                "fragmentation_at_peak": self.fragmentation, "device_calls": self.device_calls,
+                "device_call_ms": self.device_call_ms, "num_alloc_retries": self.alloc_retries,
+                "ooms": self.ooms, "fits": self.fits, "start_does_not_fit": self.start_does_not_fit,
+                "mismatch": list(self.mismatch) if self.mismatch else None,
+                "prediction": self.prediction or None, "costs": list(self.costs),
                 "seconds": self.seconds, "skipped": self.skipped or None}
 
 
 @dataclass
 class Remedies:
     target: Optional[int]              # bytes the run may reserve on the target GPU (None: no target)
-    capacity: Optional[int]            # the simulated GPU's total memory for the replays
+    capacity: Optional[int]            # the target GPU's total memory (usable + the CUDA context)
     target_from: str                   # where the target came from, in words
     trials: list = field(default_factory=list)
     extra_needed: Optional[int] = None    # when nothing fits: bytes more the recorded settings need (replayed)
     search: list = field(default_factory=list)   # the replays that found it: (extra bytes, fits)
+    recorded_usable: Optional[int] = None         # the GPU the "as recorded" row replays on (None: uncapped)
+    start_held: int = 0                # bytes of segments held at the first event
+    start_live: int = 0                # bytes of live tensors among them
+
+    @property
+    def reproduction(self) -> Trial:
+        """The recorded settings on the recorded GPU: must reproduce the recorded curve."""
+        return self.trials[0]
+
+    @property
+    def reproduced(self) -> bool:
+        return self.reproduction.mismatch is None
 
     @property
     def recorded(self) -> Trial:
-        return self.trials[0]
+        """The recorded settings on the target GPU (the reproduction itself when they are the same)."""
+        return next((t for t in self.trials if t.kind == "recorded-on-target"), self.trials[0])
+
+    @property
+    def knobs(self) -> list:
+        return [t for t in self.trials if t.kind not in ("recorded", "recorded-on-target") and not t.skipped]
 
     @property
     def replays(self) -> int:
         return sum(1 for t in self.trials if not t.skipped) + len(self.search)
 
     @property
+    def start_does_not_fit(self) -> bool:
+        return self.target is not None and self.start_held > self.target
+
+    @property
     def recommended(self) -> Optional[Trial]:
         """The smallest change that fits, or None (no target, it already fits, or nothing does)."""
-        if self.target is None or self.recorded.fits:
+        if self.target is None or self.recorded.fits or not self.reproduced:
             return None
-        fitting = [t for t in self.trials[1:] if t.fits and not t.skipped]
+        fitting = [t for t in self.knobs if t.fits]
         return min(fitting, key=lambda t: t.rank) if fitting else None
 
     @property
+    def fewer_retries(self) -> Optional[Trial]:
+        """When the recorded settings fit only by flushing on retry: the smallest change that
+        fits with the fewest flushes (fewer than recorded), or None."""
+        base = self.recorded
+        if self.target is None or not base.fits or not base.alloc_retries or not self.reproduced:
+            return None
+        better = [t for t in self.knobs if t.fits and t.alloc_retries < base.alloc_retries]
+        return min(better, key=lambda t: (t.alloc_retries, t.rank)) if better else None
+
+    @property
     def lowest(self) -> Trial:
-        """The trial with the lowest peak reserved (for runs that fit already)."""
-        return min((t for t in self.trials if not t.skipped), key=lambda t: (t.peak_reserved, t.rank))
+        """The trial with the lowest peak reserved; a tie goes to the smaller change (a backend
+        switch after any knob with the same peak)."""
+        return min((t for t in self.trials if not t.skipped and t.kind != "recorded-on-target"),
+                   key=lambda t: (t.peak_reserved, t.rank))
 
 
 # ---------------------------------------------------------------- settings text
@@ -145,27 +218,13 @@ def with_change(recorded: str, change: str) -> str:
     return ",".join(f"{k}:{v}" for k, v in conf.items())
 
 
+def already_set(recorded: str, change: str) -> bool:
+    """Is ``change`` (one 'key:value') what the recorded settings already say?"""
+    conf = parse_conf(recorded)
+    return all(conf.get(k, "").lower() == v.lower() for k, v in parse_conf(change).items())
+
+
 # ---------------------------------------------------------------- the trials
-
-def failed_requests_as_allocs(snapshot: dict) -> dict:
-    """The snapshot with each refused request (``oom`` entry) turned into a request to replay.
-
-    A plain replay replays ``alloc`` entries only; PyTorch records the request that failed
-    solely in its ``oom`` entry (``DeviceCachingAllocator::malloc``).  The address is one no
-    real allocation has (above 2**63, where no GPU maps memory, so the snapshot
-    still passes the loader's checks), and nothing frees it: the run stopped there.
-    """
-    traces, n = [], 0
-    for events in snapshot.get("device_traces", []):
-        out = []
-        for e in events:
-            if e.get("action") == "oom":
-                n += 1
-                e = {"action": "alloc", "addr": (1 << 63) + 512 * n, "size": e.get("size", 0), "stream": e.get("stream", 0)}
-            out.append(e)
-        traces.append(out)
-    return dict(snapshot, device_traces=traces)
-
 
 def plan(recorded: str, target: Optional[int], capacity: Optional[int]) -> list[Trial]:
     """The recorded settings first, then every single change, each with its whole settings line."""
@@ -181,67 +240,109 @@ def plan(recorded: str, target: Optional[int], capacity: Optional[int]) -> list[
     change = f"garbage_collection_threshold:{GC_THRESHOLD}"
     gc = Trial("gc", change, with_change(recorded, change))
     if target is None or capacity is None:
-        gc.skipped = "needs a memory fraction, so a target: pass --device-memory"
+        gc.skipped = "needs a memory fraction, so a target: the GPU's capacity is unknown (pass --device-memory)"
     else:
         gc.fraction, gc.allowed = target / capacity, target
     trials.append(gc)
     trials.append(Trial("async", "backend:cudaMallocAsync", "backend:cudaMallocAsync", policy="stream_ordered"))
     for t in trials[1:]:
-        if t.kind == "expandable" and conf.get("expandable_segments", "").lower() == "true":
+        if t.kind == "async":
+            if conf.get("backend") == "cudaMallocAsync":
+                t.skipped = "already the recorded backend"
+        elif already_set(recorded, t.change):
             t.skipped = "already set in the recorded run"
-        if t.kind == "async" and conf.get("backend") == "cudaMallocAsync":
-            t.skipped = "already the recorded backend"
     return trials
 
 
-def run_trial(trial: Trial, snapshot: dict, device: int, capacity: Optional[int], profile: str) -> Trial:
-    """Replay ``snapshot`` under ``trial`` and fill in what the replay measured."""
+@dataclass
+class Run:
+    """What every trial replays: the trace, its program, and the recorded curve to match."""
+    events: list
+    finals: list
+    program: Program
+    recorded_curve: list               # memory_reserved() after each trace event, as recorded
+    device: int
+    profile: str = "h100-80gb"
+
+
+def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[int] = None) -> Trial:
+    """Replay the program under ``trial`` on a GPU of ``usable`` bytes and fill in what it measured."""
     if trial.skipped:
         return trial
     factory = None
     if trial.fraction is not None:
         def factory(dev, config, fraction=trial.fraction):
             allocator = CachingAllocator(dev, config)
-            allocator.set_per_process_memory_fraction(float(fraction))
+            # The fraction is of the simulated GPU's total, which includes its context reserve.
+            allocator.set_per_process_memory_fraction(min(1.0, trial.allowed / dev.info.total_memory))
             return allocator
     start = time.perf_counter()
     config = trial.config if trial.policy == "caching" else ""
-    result = replay(snapshot, factory, config=config, policy=trial.policy, profile=profile,
-                    device_memory=capacity, progress=False)
+    try:
+        out: Anchored = anchored_replay(run.events, run.finals, run.program, config=config, policy=trial.policy,
+                                        usable=usable, profile=run.profile, index=run.device,
+                                        allocator_factory=factory)
+    except (ValueError, RuntimeError, CudaError) as exc:
+        # A replay that cannot go on (the setting refuses the recorded state, a device call the
+        # model forbids) is reported on its row, never raised: the other rows still answer.
+        trial.seconds, trial.usable = time.perf_counter() - start, usable
+        trial.skipped = f"the replay failed: {str(exc).splitlines()[0][:200]}"
+        if trial.kind == "recorded":
+            trial.mismatch = (0, run.recorded_curve[0] if run.recorded_curve else 0, 0)
+        return trial
     trial.seconds = time.perf_counter() - start
-    dev = next(d for d in result.devices if d.device == device)
-    trial.peak_reserved, trial.peak_allocated = dev.peak_reserved, dev.peak_allocated
-    trial.fragmentation, trial.device_calls, trial.ooms = dev.fragmentation_at_peak, dev.device_calls, dev.ooms_raised
-    trial.fits = None if capacity is None else dev.ooms_raised == 0
+    trial.usable = usable
+    trial.peak_reserved, trial.peak_allocated, trial.fragmentation = out.peak_reserved, out.peak_allocated, \
+        out.fragmentation
+    trial.device_calls, trial.device_call_ms, trial.ooms = out.device_calls, out.device_call_us / 1000, out.ooms
+    trial.alloc_retries, trial.start_does_not_fit = out.alloc_retries, out.start_does_not_fit
+    trial.start_held, trial.start_live, trial.peak_at = out.start_reserved, out.start_live, out.peak_reserved_at
+    trial.fits = None if usable is None else (out.ooms == 0 and not out.start_does_not_fit)
+    if trial.kind == "recorded":
+        trial.mismatch = first_mismatch(run.recorded_curve, out)
+        if trial.mismatch is None and out.oom_at != run.program.ooms:
+            at = next((p for p in sorted(set(out.oom_at) ^ set(run.program.ooms))), -1)
+            trial.mismatch = (at, run.recorded_curve[at], out.peak_reserved)
     return trial
 
 
-def prescribe(snapshot: dict, device: int, recorded: str, target: Optional[int], capacity: Optional[int],
-              target_from: str, profile: str = "h100-80gb", live_need: int = 0) -> Remedies:
-    """Replay the recorded settings and every remedy; the evidence for the recommendation."""
-    runnable = failed_requests_as_allocs(snapshot)
-    remedies = Remedies(target, capacity, target_from, plan(recorded, target, capacity))
-    for trial in remedies.trials:
-        run_trial(trial, runnable, device, capacity, profile)
-    if target is not None and not any(t.fits for t in remedies.trials if not t.skipped):
-        find_extra_needed(remedies, runnable, device, profile, at_least=live_need - target)
+def prescribe(run: Run, recorded: str, target: Optional[int], capacity: Optional[int], target_from: str,
+              recorded_usable: Optional[int], live_need: int = 0) -> Remedies:
+    """Replay the recorded settings on the recorded GPU, then every remedy on the target."""
+    remedies = Remedies(target, capacity, target_from, plan(recorded, target, capacity),
+                        recorded_usable=recorded_usable)
+    first = run_trial(remedies.trials[0], run, recorded_usable)
+    remedies.start_held, remedies.start_live = first.start_held, first.start_live
+    if not remedies.reproduced:
+        for t in remedies.trials[1:]:
+            t.skipped = t.skipped or "not replayed: the \"as recorded\" replay does not reproduce the run"
+        return remedies
+    if target is not None and target != recorded_usable:
+        remedies.trials.insert(1, Trial("recorded-on-target", "", recorded))
+    if remedies.start_does_not_fit:
+        for t in remedies.trials[1:]:
+            t.skipped = t.skipped or "not replayed: the run does not fit before its first event"
+        return remedies
+    for trial in remedies.trials[1:]:
+        run_trial(trial, run, target, capacity)
+    if target is not None and not remedies.recorded.fits and not any(t.fits for t in remedies.knobs):
+        find_extra_needed(remedies, run, at_least=live_need - target)
     return remedies
 
 
-def find_extra_needed(remedies: Remedies, snapshot: dict, device: int, profile: str, at_least: int = 0,
-                      precision: int = 16 * 2**20) -> None:
+def find_extra_needed(remedies: Remedies, run: Run, at_least: int = 0, precision: int = 16 * 2**20) -> None:
     """How much more memory the recorded settings need to fit: a bisection of replays.
 
     Nothing fits, so only less live memory (or a bigger GPU) helps.  How much less?  The
     replays answer it for the recorded settings: the smallest extra capacity at which the
-    same requests run without an out-of-memory error, to ``precision`` bytes.  The search
+    same program runs without an out-of-memory error, to ``precision`` bytes.  The search
     starts from ``at_least`` (the live bytes that exceed the device: less cannot fit),
     doubles the extra until the run fits, then halves the gap.
     """
-    recorded = remedies.trials[0]
+    recorded = remedies.recorded
 
     def fits(extra: int) -> bool:
-        probe = run_trial(Trial("recorded", "", recorded.config), snapshot, device, remedies.capacity + extra, profile)
+        probe = run_trial(Trial("probe", "", recorded.config), run, remedies.target + extra)
         remedies.search.append((extra, bool(probe.fits)))
         return bool(probe.fits)
 

@@ -19,7 +19,8 @@ from typing import Optional
 
 from ..viz.sizes import format_bytes
 from .diagnosis import Diagnosis
-from .remedies import Remedies, Trial
+from .capacity import Capacity
+from .remedies import ASYNC_COSTS, ASYNC_PREDICTION, Remedies, Trial
 
 
 
@@ -38,6 +39,7 @@ class DoctorReport:
     remedies: Optional[Remedies]
     verdict: Verdict
     seconds: float = 0.0
+    capacity: Optional[Capacity] = None     # what the run told about its GPU (capacity.py)
 
     # ------------------------------------------------------------ the verdict
     @staticmethod
@@ -51,28 +53,62 @@ class DoctorReport:
             return Verdict("unverified", "The reference allocator does not reproduce PyTorch's decisions on this "
                            f"trace{where}, so its what-ifs would not be PyTorch's: no advice is given. "
                            "Run `python -m allocator_ref replay SNAPSHOT --verify` for the details.", None, None)
+        if not remedies.reproduced and remedies.reproduction.skipped:
+            return Verdict("whatif-unverified", f"The \"as recorded\" what-if replay could not run "
+                           f"({remedies.reproduction.skipped}), so no setting is ranked.", None, remedies.reproduction)
+        if not remedies.reproduced:
+            at, theirs, ours = remedies.reproduction.mismatch
+            return Verdict("whatif-unverified", "The \"as recorded\" what-if replay does not reproduce the run: "
+                           f"after trace event {at:,} PyTorch had {format_bytes(theirs)} reserved, the replay "
+                           f"{format_bytes(ours)} ({_signed(ours - theirs)}). Its what-ifs would start from a run "
+                           "that did not happen, so no setting is ranked.", None, remedies.reproduction)
         recorded = remedies.recorded
+        if remedies.start_does_not_fit:
+            return Verdict("start-does-not-fit", f"Does not fit before the first event: "
+                           f"{format_bytes(remedies.start_held)} held ({format_bytes(remedies.start_live)} of it live "
+                           f"tensors) when recording began, against {format_bytes(remedies.target)} usable. No setting "
+                           "changes what was already held; the part of the run before the recording decides it "
+                           "(record from the start of the run to ask about it).", None, None)
         if remedies.target is None:
             best = remedies.lowest
             saving = recorded.peak_reserved - best.peak_reserved
             tip = (f" The replays show `{best.line}` would lower peak reserved to {format_bytes(best.peak_reserved)} "
-                   f"({format_bytes(saving)} less)." if best is not recorded and saving > 0 else
-                   " None of the remedies lowers peak reserved.")
-            return Verdict("no-target", "The run did not run out of memory and no target was given, so there is "
-                           "nothing to fix; pass --device-memory GiB to ask whether it fits a smaller GPU." + tip,
-                           None, None)
+                   f"({format_bytes(saving)} less){_prediction(best)}." if best is not recorded and saving > 0 else
+                   " None of the remedies lowers peak reserved"
+                   + (f": the peak is the {format_bytes(recorded.start_held)} already held in segments when "
+                      "recording began, which no setting replayed from the first event can give back."
+                      if recorded.peak_at < 0 and recorded.start_held else "."))
+            knob = min((t for t in remedies.knobs if t.kind != "async"), key=lambda t: (t.peak_reserved, t.rank),
+                       default=None)
+            if best.kind == "async" and knob is not None and knob.peak_reserved < recorded.peak_reserved:
+                tip += (f" The best setting of PyTorch's own allocator: `{knob.line}`, peak reserved "
+                        f"{format_bytes(knob.peak_reserved)}.")
+            return Verdict("no-target", "The run did not run out of memory and did not flush its cache on retry, so "
+                           "nothing tells the GPU's size and there is nothing to fix; pass --device-memory GiB to ask "
+                           "whether it fits a smaller GPU." + tip, None, None)
         if recorded.fits:
-            return Verdict("fits", f"As recorded, the run fits in {format_bytes(remedies.target)} "
-                           f"(replayed: peak reserved {format_bytes(recorded.peak_reserved)}, no out-of-memory): "
-                           "nothing to change.", None, recorded)
+            text = (f"As recorded, the run fits in {format_bytes(remedies.target)} (replayed: peak reserved "
+                    f"{format_bytes(recorded.peak_reserved)}, no out-of-memory)")
+            better = remedies.fewer_retries
+            if not recorded.alloc_retries:
+                return Verdict("fits", text + ": nothing to change.", None, recorded)
+            text += (f", but only by flushing its cache {_times(recorded.alloc_retries)} on retry "
+                     f"(num_alloc_retries: each frees every cached segment it can and synchronizes the device; "
+                     f"{recorded.device_calls:,} device calls, {recorded.device_call_ms:,.1f} ms of them, simulated).")
+            if better is None:
+                return Verdict("fits", text + " No single setting tried fits with fewer flushes.", None, recorded)
+            return Verdict("fewer-retries", text + f" `{better.line}` fits {_flushing(better.alloc_retries)} "
+                           f"(peak reserved {format_bytes(better.peak_reserved)}, {better.device_calls:,} device "
+                           f"calls){_prediction(better)}{_tradeoff(better, recorded)}.", better.line, better)
         chosen = remedies.recommended
         if chosen is not None:
-            return Verdict("remedy", f"Set `{chosen.line}`. Replayed on the same requests it fits in "
+            return Verdict("remedy", f"Set `{chosen.line}`. Replayed on the same program it fits in "
                            f"{format_bytes(remedies.target)}: peak reserved {format_bytes(chosen.peak_reserved)} "
                            f"(as recorded: {format_bytes(recorded.peak_reserved)}, with {recorded.ooms} "
                            f"out-of-memory error{'s' if recorded.ooms != 1 else ''}), fragmentation at that peak "
                            f"{format_bytes(chosen.fragmentation)}, {chosen.device_calls:,} device calls (as "
-                           f"recorded: {recorded.device_calls:,}). It is the smallest change that fits.",
+                           f"recorded: {recorded.device_calls:,}), flushing its cache on retry {_times(chosen.alloc_retries)}. "
+                           f"It is the smallest change that fits{_prediction(chosen)}{_tradeoff(chosen, recorded)}.",
                            chosen.line, chosen)
         need = diag.live_need
         short = max(0, need - remedies.target)
@@ -109,8 +145,25 @@ class DoctorReport:
         out.append(f"  reserved (memory_reserved) peaked at {format_bytes(d.peak_reserved)} (event {d.peak_reserved_at:,}); "
                    f"at that moment {format_bytes(d.allocated_at_peak)} was allocated and "
                    f"{format_bytes(d.unallocated_at_peak)} reserved but unallocated")
-        if r is not None and r.target is not None:
-            out.append(f"  the device: {format_bytes(r.target)} usable by the allocator ({r.target_from})")
+        if r is not None:
+            if r.target is not None:
+                out.append(f"  the device: {format_bytes(r.target)} usable by the allocator ({r.target_from})")
+            else:
+                out.append(f"  the device: {r.target_from}")
+            if self.capacity is not None and self.capacity.known and r.target_from != capacity_line(self.capacity):
+                out.append(f"  the recorded GPU: {capacity_line(self.capacity)}")
+            out.append(f"  at the first event {format_bytes(r.start_held)} was already held in segments "
+                       f"({format_bytes(r.start_live)} of it live tensors)" if r.start_held else
+                       "  the trace starts from an empty allocator")
+            base = r.reproduction
+            program = d.program
+            if program is not None and program.user_empty_caches:
+                n = len(program.user_empty_caches)
+                out.append(f"  the program called torch.cuda.empty_cache() {_times(n)} (releases that no malloc needed: "
+                           "cudaMalloc could not have failed there, or the stack names empty_cache); replayed as calls")
+            if base.alloc_retries:
+                out.append(f"  flushes on retry (num_alloc_retries): {base.alloc_retries:,}, each a release of every "
+                           "cached segment it can plus a device-wide synchronize")
         out += ["", "WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS AT THE PEAK"]
         out.append(f"  by pool: large {format_bytes(d.by_pool.get('large', 0))}, small "
                    f"{format_bytes(d.by_pool.get('small', 0))}")
@@ -123,6 +176,10 @@ class DoctorReport:
         if len(d.holdings) > 5:
             rest = sum(h.free + h.pending for h in d.holdings[5:])
             out.append(f"  ... and {len(d.holdings) - 5} more segments holding {format_bytes(rest)}")
+        if "expandable_segments:true" in d.config.replace(" ", "").lower():
+            out.append("  this run uses expandable segments: memory is mapped in 2 MiB pages, so reserved-but-unallocated "
+                       "bytes are mostly the unused parts of partly used pages (and whole free pages not yet unmapped), "
+                       "not stranded blocks")
         out += ["", "LARGEST LIVE ALLOCATIONS AT THE PEAK"]
         for a in d.largest:
             where = " <- ".join(a.where) if a.where else "(no Python frames recorded)"
@@ -138,28 +195,53 @@ class DoctorReport:
             out.append("  over the whole run, no freed block ever waited for another stream")
         if len(d.by_stream) > 1:
             for stream, per in sorted(d.by_stream.items(), key=lambda kv: -kv[1]["free"])[:6]:
+                whole = sum(h.free for h in d.holdings if h.stream == stream and h.allocated == 0 and not h.pending)
                 out.append(f"  stream {stream}: {per['segments']} segments, {format_bytes(per['free'])} cached free "
-                           f"(usable only by that stream), {format_bytes(per['allocated'])} allocated")
+                           f"(usable only by requests on that stream), {format_bytes(per['allocated'])} allocated"
+                           + (f"; {format_bytes(whole)} of it in wholly free segments, which torch.cuda.empty_cache() "
+                              "(or a flush on retry) would give back" if whole else
+                              "; none of it in wholly free segments, so only freeing that stream's tensors releases it"
+                              if per["free"] else ""))
         if d.oom is not None:
             title = "THE OUT-OF-MEMORY ERROR, LINE BY LINE"
             if d.oom_count > 1:
                 title += f" (the first of {d.oom_count} in the trace)"
             out += ["", title] + ["  " + line for line in oom_lines(d)]
         if r is not None:
-            out += ["", f"REMEDIES, EACH REPLAYED ({r.replays} replays"
-                    + (f", target {format_bytes(r.target)})" if r.target is not None else ", no target)")]
-            out.append(f"  {'change':34} {'peak reserved':>14} {'frag @ peak':>12} {'device calls':>13}  fits")
+            out += ["", f"REMEDIES, EACH REPLAYED FROM THE STATE AT THE FIRST EVENT ({r.replays} replays"
+                    + (f", target {format_bytes(r.target)})" if r.target is not None else ", uncapped)")]
+            base = r.reproduction
+            if r.start_held:
+                out.append(f"  a setting replayed here applies from the first recorded event on: the "
+                           f"{format_bytes(r.start_held)} of segments held then are kept as PyTorch had them")
+            if base.skipped:
+                out.append(f"  the \"as recorded\" replay could not run ({base.skipped}); nothing below is ranked")
+            elif base.mismatch is None:
+                out.append(f"  the \"as recorded\" replay reproduces the recorded reserved curve at every program "
+                           f"action (peak {format_bytes(base.peak_reserved)}, as recorded)")
+            else:
+                at, theirs, ours = base.mismatch
+                out.append(f"  the \"as recorded\" replay does NOT reproduce the run: after trace event {at:,} "
+                           f"{format_bytes(theirs)} was reserved, the replay has {format_bytes(ours)} "
+                           f"({_signed(ours - theirs)}); nothing below is ranked")
+            out.append(f"  {'change':34} {'peak reserved':>14} {'frag @ peak':>12} {'device calls':>13} "
+                       f"{'retries':>8}  fits")
             for t in r.trials:
-                name = t.change or "(as recorded)"
+                name = {"recorded": "(as recorded)", "recorded-on-target": "(recorded settings, target)"}.get(
+                    t.kind, t.change)
                 if t.skipped:
                     out.append(f"  {name:34} skipped: {t.skipped}")
                     continue
                 fits = "-" if t.fits is None else ("yes" if t.fits else f"NO ({t.ooms} OOM)")
                 out.append(f"  {name:34} {format_bytes(t.peak_reserved):>14} {format_bytes(t.fragmentation):>12} "
-                           f"{t.device_calls:>13,}  {fits}")
+                           f"{t.device_calls:>13,} {t.alloc_retries:>8,}  {fits}"
+                           + ("  (model prediction)" if t.prediction else ""))
+            if any(t.prediction and not t.skipped for t in r.trials):
+                out.append(f"  backend:cudaMallocAsync is {ASYNC_PREDICTION}; it ranks after any knob with the same "
+                           f"result; the switch costs: {'; '.join(ASYNC_COSTS)}")
         if len(d.devices) > 1:
             others = ", ".join(f"device {x['device']} ({x['events']:,} events)" for x in d.devices if x["device"] != d.device)
-            out += ["", f"Other devices in the snapshot: {others}; ask with device=N."]
+            out += ["", f"Other devices in the snapshot: {others}; ask with --device N (device=N)."]
         return out
 
     # ------------------------------------------------------------ machine-readable
@@ -183,6 +265,12 @@ class DoctorReport:
             "target": None if r is None else r.target, "target_from": None if r is None else r.target_from,
             "replays": 0 if r is None else r.replays,
             "remedies": [] if r is None else [t.to_json() for t in r.trials],
+            "reproduced": None if r is None else r.reproduced,
+            "recorded_mismatch": None if r is None or r.reproduced else list(r.reproduction.mismatch),
+            "num_alloc_retries": None if r is None else r.reproduction.alloc_retries,
+            "start_held": None if r is None else r.start_held, "start_live": None if r is None else r.start_live,
+            "capacity": None if self.capacity is None else self.capacity.to_json(),
+            "devices": d.devices,
             "seconds": self.seconds,
         }
 
@@ -207,6 +295,51 @@ class DoctorReport:
 
     def _repr_html_(self) -> str:
         return "<pre>" + _escape(self.text()) + "</pre>"
+
+
+def capacity_line(cap: Capacity) -> str:
+    from . import capacity_words
+    return capacity_words(cap)
+
+
+def _signed(n: int) -> str:
+    return ("+" if n >= 0 else "-") + format_bytes(abs(n))
+
+
+def _flushing(n: int) -> str:
+    return "without a single flush" if n == 0 else f"flushing {_times(n)}"
+
+
+def _times(n: int) -> str:
+    return "no time" if n == 0 else ("once" if n == 1 else f"{n:,} times")
+
+
+def _prediction(t: Trial) -> str:
+    if not t.prediction:
+        return ""
+    return f" -- {t.prediction}; the switch costs: {'; '.join(t.costs)}"
+
+
+# Why a remedy that fits may still fragment more or call the device more than the recorded run.
+_WHY = {"expandable": "expandable segments map and unmap memory 2 MiB page by page (cuMemMap/cuMemUnmap), so "
+                      "they make more device calls, and free bytes inside a mapped page count as reserved",
+        "max_split": "blocks above the limit are never split, so they are cached whole and released first "
+                     "when memory runs short (release_available_cached_blocks), which costs cudaFree/cudaMalloc calls",
+        "roundup": "rounding requests up to a power-of-two step leaves the rounded-off bytes unallocated in each block",
+        "gc": "the garbage collector releases cached blocks early (cudaFree), so later requests cudaMalloc again",
+        "async": "the driver's pool is modelled with its own chunking, so its calls and leftovers are the model's"}
+
+
+def _tradeoff(t: Trial, recorded: Trial) -> str:
+    worse = []
+    if t.fragmentation > recorded.fragmentation:
+        worse.append(f"more fragmentation at its peak ({format_bytes(t.fragmentation)} vs "
+                     f"{format_bytes(recorded.fragmentation)})")
+    if t.device_calls > recorded.device_calls:
+        worse.append(f"more device calls ({t.device_calls:,} vs {recorded.device_calls:,})")
+    if not worse:
+        return ""
+    return f". It has {' and '.join(worse)}: {_WHY.get(t.kind, 'the change trades them for a lower peak')}"
 
 
 def _escape(text: str) -> str:

@@ -351,6 +351,9 @@ class _DeviceReplayer:
                         and events[pos + 1]["addr"] == e["addr"])
         if not deferred and self.verify and self._completion_unclear(pos):
             deferred = not self._free_reproduces(pos, deferred=False)
+        if deferred and self.verify and not self._in_trial and pos + 1 < n \
+                and events[pos + 1]["action"] == "free_completed":
+            self.result.readings[pos] = "deferred"     # completed by the next malloc's sync (whatif.py)
         known = self._free(e["addr"], deferred=deferred and self.verify)
         self._sample()
         if self.verify and not known:
@@ -367,6 +370,8 @@ class _DeviceReplayer:
         pos = self.pos
         end = self._user_empty_cache_end(pos)
         if end >= 0:                         # torch.cuda.empty_cache() (or a release without a malloc)
+            if not self._in_trial:
+                self.result.user_empty_caches.append(pos)    # a program action (whatif.py)
             try:
                 self.allocator.empty_cache()
             except CudaError as exc:         # only possible after an earlier divergence
@@ -475,6 +480,11 @@ class _DeviceReplayer:
         return self._trial(try_free)
 
     def _replay_malloc(self, pos: int, j: int, reading: str) -> None:
+        if not self._in_trial:               # how the group was read, for the what-if (whatif.py)
+            if reading == "empty_cache":
+                self.result.user_empty_caches.append(pos)
+            else:
+                self.result.readings[pos] = reading
         if reading == "empty_cache":
             self.allocator.empty_cache()     # the malloc itself follows in the next step
             return

@@ -38,6 +38,12 @@ class DeviceReplay:
     pool_requests: int = 0          # requests routed to a private pool (MemPool / CUDA graph)
     pools: list = field(default_factory=list)   # the private pool ids the replay kept
     work: int = 0              # replay steps + events examined: linear in the trace (tests bound it)
+    # How a --verify replay read the program's own actions (for the anchored what-if, whatif.py):
+    # trace position -> "ready" / "sync" (a malloc's group: were its frees complete before it, or
+    # completed by its retry's sync?) or "deferred" (a free completed by the next malloc's sync);
+    # and where the user called empty_cache().
+    readings: dict = field(default_factory=dict)
+    user_empty_caches: list = field(default_factory=list)
 
     @property
     def allocs_exact_pct(self) -> float:
@@ -95,5 +101,6 @@ class ReplayResult:
             "inferred": [note for d in self.devices for note in d.inferred],
             "pool_requests": self._sum("pool_requests"),
             "pools": sorted({tuple(p) for d in self.devices for p in d.pools}),
-            "devices": [{k: v for k, v in asdict(d).items() if k != "first_divergence"} for d in self.devices],
+            "devices": [{k: v for k, v in asdict(d).items() if k not in ("first_divergence", "readings")}
+                        for d in self.devices],
         }

@@ -1,0 +1,186 @@
+"""A snapshot with segments but no trace: the diagnosis of the state it holds.
+
+An OOM observer's dump with history off (``torch.cuda.memory._snapshot()`` without
+``_record_memory_history``) has ``segments`` and empty ``device_traces``: no requests to
+replay, so nothing can be proven by replay.  What the state still says:
+
+* where the reserved-but-unallocated bytes sit: by pool, by stream, by segment, and how
+  many of them are in segments that still hold a live tensor (``release_cached_blocks``
+  frees only wholly free segments, so those bytes cannot be given back);
+* the largest free block (a request larger than it needs a new segment) against the
+  request that failed, when the dump records it (an ``oom`` entry);
+* blocks freed but waiting for other streams (``active_pending_free``: ``record_stream``);
+* which setting might have helped, each marked unproven: without the requests, no replay
+  can say whether it would have fitted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..viz.sizes import format_bytes
+from .diagnosis import SegmentHolding, _where_memory_sits
+from .remedies import parse_conf
+
+
+@dataclass
+class StateDiagnosis:
+    source: str
+    device: int
+    devices: list                 # every device with segments: {"device", "segments", "reserved"}
+    config: str
+    reserved: int
+    allocated: int
+    pending: int
+    holdings: list = field(default_factory=list)      # SegmentHolding, most free first
+    by_pool: dict = field(default_factory=dict)
+    by_stream: dict = field(default_factory=dict)
+    largest_free: int = 0
+    stranded: int = 0             # free bytes in segments that also hold live (or pending) blocks
+    releasable: int = 0           # free bytes in wholly free segments (empty_cache gives them back)
+    request: Optional[int] = None     # the failed request, when the dump records it
+    hints: list = field(default_factory=list)          # (setting, why), each unproven
+
+    @property
+    def unallocated(self) -> int:
+        return self.reserved - self.allocated
+
+
+def is_state_only(snapshot: dict) -> bool:
+    return not any(snapshot.get("device_traces") or ()) and bool(snapshot.get("segments"))
+
+
+def diagnose_state(snapshot: dict, source: str, device: Optional[int] = None) -> StateDiagnosis:
+    segments = snapshot.get("segments") or []
+    per: dict = {}
+    for s in segments:
+        d = per.setdefault(s.get("device", 0), {"device": s.get("device", 0), "segments": 0, "reserved": 0})
+        d["segments"] += 1
+        d["reserved"] += s["total_size"]
+    if device is None:
+        device = max(per.values(), key=lambda d: d["reserved"])["device"]
+    if device not in per:
+        raise ValueError(f"device {device} has no segments in this snapshot (devices with segments: "
+                         f"{', '.join(str(d) for d in sorted(per))})")
+    mine = [s for s in segments if s.get("device", 0) == device]
+    config = (snapshot.get("allocator_settings") or {}).get("PYTORCH_CUDA_ALLOC_CONF", "") or ""
+    allocated = sum(b["size"] for s in mine for b in s["blocks"] if b["state"] == "active_allocated")
+    pending = sum(b["size"] for s in mine for b in s["blocks"] if b["state"] == "active_pending_free")
+    diag = StateDiagnosis(source, device, sorted(per.values(), key=lambda d: d["device"]), config,
+                          sum(s["total_size"] for s in mine), allocated, pending)
+    holder = _Holder()
+    _where_memory_sits(holder, mine, {s["address"]: i for i, s in enumerate(sorted(mine, key=lambda s: s["address"]))})
+    diag.holdings, diag.by_pool, diag.by_stream = holder.holdings, holder.by_pool, holder.by_stream
+    diag.largest_free = max((b["size"] for s in mine for b in s["blocks"] if b["state"] == "inactive"), default=0)
+    diag.releasable = sum(h.free for h in diag.holdings if h.allocated == 0 and h.pending == 0)
+    diag.stranded = sum(h.free for h in diag.holdings) - diag.releasable
+    oom = next((e for t in snapshot.get("device_traces") or () for e in t or () if e.get("action") == "oom"), None)
+    diag.request = int(oom["size"]) if oom is not None else None
+    diag.hints = _hints(diag)
+    return diag
+
+
+class _Holder:
+    """What ``_where_memory_sits`` fills in."""
+    holdings: list
+    by_pool: dict
+    by_stream: dict
+
+
+def _hints(d: StateDiagnosis) -> list:
+    conf = parse_conf(d.config)
+    hints = []
+    expandable = conf.get("expandable_segments", "").lower() == "true"
+    if d.stranded and not expandable:
+        hints.append(("expandable_segments:True", f"{format_bytes(d.stranded)} is free inside segments that still hold "
+                      "live tensors; one growing segment per stream would let the next request reuse such gaps"))
+    if d.stranded and "max_split_size_mb" not in conf:
+        hints.append(("max_split_size_mb:N", "large free blocks split for smaller requests are what strands those "
+                      "bytes; not splitting blocks above N MiB keeps them whole for large requests"))
+    if d.releasable:
+        hints.append(("torch.cuda.empty_cache()", f"{format_bytes(d.releasable)} sits in wholly free segments: a "
+                      "flush gives it back (the OOM path already does, so it matters for other processes)"))
+    if d.pending:
+        hints.append(("record_stream", f"{format_bytes(d.pending)} is freed but waits for another stream's work; "
+                      "synchronizing that stream sooner (or not recording it) releases it"))
+    return hints
+
+
+def state_lines(d: StateDiagnosis) -> list:
+    out = [f"Memory doctor: {d.source}, device {d.device} (a state-only snapshot: segments but no trace events, so "
+           "nothing is replayed and nothing below is proven)", "", "VERDICT"]
+    if d.request is not None:
+        fits = d.request <= d.largest_free
+        out.append(f"  The request that failed asked for {format_bytes(d.request)}; the largest free block was "
+                   f"{format_bytes(d.largest_free)}"
+                   + (" -- large enough, so the state shown is not the one the request met." if fits else
+                      f", and all free bytes in the cache came to {format_bytes(d.unallocated - d.pending)}."))
+    else:
+        out.append(f"  {format_bytes(d.unallocated)} of {format_bytes(d.reserved)} reserved is not allocated; the "
+                   f"largest free block is {format_bytes(d.largest_free)} (a larger request needs a new segment). "
+                   "The dump does not record the request that failed.")
+    out.append("  Record with torch.cuda.memory._record_memory_history() before the run for a proven answer.")
+    out += ["", "WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS"]
+    out.append(f"  by pool: large {format_bytes(d.by_pool.get('large', 0))}, small {format_bytes(d.by_pool.get('small', 0))}")
+    out.append(f"  in segments that still hold live tensors: {format_bytes(d.stranded)}; in wholly free segments: "
+               f"{format_bytes(d.releasable)}; freed but waiting for other streams: {format_bytes(d.pending)}")
+    for stream, per in sorted(d.by_stream.items(), key=lambda kv: -kv[1]["free"]):
+        out.append(f"  stream {stream}: {per['segments']} segments, {format_bytes(per['free'])} cached free, "
+                   f"{format_bytes(per['allocated'])} allocated")
+    for h in d.holdings[:5]:
+        out.append(f"  seg {h.number} ({h.pool} pool, stream {h.stream}, {format_bytes(h.size)}): "
+                   f"{format_bytes(h.free)} free, largest free block {format_bytes(h.largest_free)}; "
+                   f"{format_bytes(h.allocated)} allocated")
+    out += ["", "SETTINGS THAT MIGHT HAVE HELPED (unproven without a trace)"]
+    out += [f"  {setting}: {why}" for setting, why in d.hints] or ["  none stands out in this state"]
+    if len(d.devices) > 1:
+        others = ", ".join(f"device {x['device']} ({x['segments']} segments)" for x in d.devices if x["device"] != d.device)
+        out += ["", f"Other devices in the snapshot: {others}; ask with --device N."]
+    return out
+
+
+def state_json(d: StateDiagnosis) -> dict:
+    return {"source": d.source, "device": d.device, "state_only": True, "verdict": "state-only",
+            "reserved": d.reserved, "allocated": d.allocated, "unallocated": d.unallocated, "pending_free": d.pending,
+            "largest_free_block": d.largest_free, "stranded": d.stranded, "releasable": d.releasable,
+            "failed_request": d.request, "by_pool": d.by_pool, "by_stream": {str(k): v for k, v in d.by_stream.items()},
+            "segments_holding": [h.__dict__ for h in d.holdings[:20]],
+            "hints": [{"setting": s, "why": w, "proven": False} for s, w in d.hints], "devices": d.devices,
+            "remedies": []}
+
+
+@dataclass
+class StateReport:
+    """The doctor's answer for a state-only snapshot (same text/json/str interface as DoctorReport)."""
+    diagnosis: StateDiagnosis
+    seconds: float = 0.0
+    remedies: None = None
+    capacity: None = None
+
+    @property
+    def verdict(self):
+        from .report import Verdict
+        return Verdict("state-only", state_lines(self.diagnosis)[3].strip(), None, None)
+
+    def text(self) -> str:
+        return "\n".join(state_lines(self.diagnosis)) + "\n"
+
+    def lines(self) -> list:
+        return state_lines(self.diagnosis)
+
+    def to_json(self) -> dict:
+        return dict(state_json(self.diagnosis), seconds=self.seconds)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def html(self, path=None) -> str:
+        from html import escape
+        page = "<!doctype html><meta charset='utf-8'><title>memory doctor</title><pre>" + escape(self.text()) + "</pre>"
+        if path is not None:
+            from pathlib import Path
+            Path(path).write_text(page, encoding="utf-8")
+        return page
+
+
+__all__ = ["StateDiagnosis", "StateReport", "diagnose_state", "is_state_only", "SegmentHolding"]
