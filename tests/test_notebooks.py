@@ -299,3 +299,11 @@ def test_chapter_conventions(path):
     wanted = r"\d\d" if number == "00" else number        # chapter 0 (setup) points at the first lab
     assert re.search(rf"labs/student/lab{wanted}_\w+\.ipynb", markdown), (
         f"{path.name}: link the chapter's lab as labs/student/lab{number}_<name>.ipynb")
+
+
+def test_the_tour_names_every_chapter():
+    """Chapter 0's tour has one row per chapter file: a chapter added later is not left out of it."""
+    tour = (CHAPTERS / "00_setup_and_tour.md").read_text(encoding="utf-8")
+    rows = set(int(n) for n in re.findall(r"^\| (\d+) ", tour, re.M))
+    chapters = {int(p.name[:2]) for p in NOTEBOOKS if p.name[:2] != "00"}
+    assert rows == chapters, f"chapter 0's tour: add rows for {sorted(chapters - rows)}, remove {sorted(rows - chapters)}"
