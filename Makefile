@@ -55,8 +55,9 @@ student: $(STAMP)
 test-labs: $(STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests/test_labs.py tests/test_labs_guard.py
 
-# The labs' own rules (labs/README.md): every exercise has a solution, a check cell and a known-wrong
-# answer that the hidden cases alone reject.  make check-labs LAB=2 checks one lab.
+# The labs' own rules (labs/README.md): every exercise has a solution that passes, a check cell, its row in
+# the guide's table, hidden cases that meet every edge of its rule for every seed, and a known-wrong answer
+# that the hidden cases alone reject.  make check-labs LAB=2 checks one lab.
 check-labs: $(STAMP)
 	$(PY) -m allocator_ref.labs.verify $(if $(LAB),--lab $(LAB))
 

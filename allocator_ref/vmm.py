@@ -1,6 +1,6 @@
 """The CUDA virtual memory "three steps" as small functions, and a growable buffer built from them.
 
-CUDA's VMM API (``cuMem*``, peer-allocators.md section 5.1) splits what
+CUDA's VMM API (``cuMem*``, the CUDA Driver API's "Virtual Memory Management" section) splits what
 ``cudaMalloc`` does in one call into separate objects:
 
 1. **reserve** a virtual address range  -- :func:`reserve_range`  (``cuMemAddressReserve``);

@@ -6,10 +6,14 @@
     course.show_stats(a)                   # the memory_stats() keys a chapter talks about
     course.claim("q4_reserved", course.fmt(a.memory_reserved()))
 
-``claim`` is how prose and code stay in step: a number a chapter states in its
-text is written ``**20.00 MiB**<!-- claim: q4_reserved -->`` and a cell calls
+``claim`` is how prose and code stay in step: a number or a result a chapter
+states in its text is written ``**20.00 MiB**<!-- claim: q4_reserved -->`` (or
+``**every rung failed**<!-- claim: q4_ladder -->``) and a cell calls
 ``claim("q4_reserved", value)``; ``tests/test_chapter_claims.py`` checks that
-the executed value equals the number in the text.
+the executed value equals the bold text.  A claim shows nothing to the learner:
+its value travels in the output's data under ``CLAIM_MIME`` (next to an empty
+``text/markdown``, which every front end renders as nothing), where only the
+test reads it.
 """
 from __future__ import annotations
 
@@ -230,24 +234,31 @@ def segment_of(allocator, allocation) -> dict:
     raise ValueError(f"no segment of this allocator holds {allocation.ptr:#x}")
 
 
-def claim(name: str, value) -> None:
-    """Show a number the chapter's text states, as computed here (the test compares the two)."""
+def _record_claim(item: dict) -> None:
+    """Put a claim in the cell's outputs where the test finds it and a learner sees nothing."""
     from IPython.display import display
-    text = str(value)
-    display({"text/plain": f"claim {name} = {text}", CLAIM_MIME: {"name": name, "value": text}},
-            raw=True)
+    display({"text/markdown": "", CLAIM_MIME: item}, raw=True)
+
+
+def claim(name: str, value) -> None:
+    """Record a number or result the chapter's text states, as computed here (the test compares the two)."""
+    _record_claim({"name": name, "value": str(value)})
 
 
 def claim_needs_real_trace(name: str) -> None:
     """A claim about PyTorch's real snapshot that this run could not check (no real trace found).
 
-    It is shown as such, and ``tests/test_chapter_claims.py`` reports it as
-    unchecked instead of comparing a course-made trace with PyTorch.
+    ``tests/test_chapter_claims.py`` reports it as unchecked instead of
+    comparing a course-made trace with PyTorch (the chapter's own output
+    already says its trace is course-made).
     """
-    from IPython.display import display
-    display({"text/plain": f"claim {name}: not checked here (no real PyTorch snapshot found)",
-             CLAIM_MIME: {"name": name, "value": None, "unchecked": "no real PyTorch snapshot found"}},
-            raw=True)
+    _record_claim({"name": name, "value": None, "unchecked": "no real PyTorch snapshot found"})
+
+
+def result_words(condition: bool, yes: str, no: str) -> str:
+    """The words a sentence states as a result (``claim(name, result_words(...))``): ``yes`` when the
+    cell's condition holds, else ``no``, so the prose can only say what this run shows."""
+    return yes if condition else no
 
 
 def close_all() -> None:

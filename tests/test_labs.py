@@ -285,3 +285,37 @@ def test_make_student_writes_the_pair_from_the_md_and_never_overwrites_a_later_n
     assert generate.main([]) == 1
     assert "was edited after" in capsys.readouterr().out
     assert "edited in the notebook" in ipynb.read_text(), "the notebook's edit was overwritten"
+
+
+# ------------------------------------------------------------------ make check-labs: edges, solutions, guide
+def test_every_seed_meets_every_edge_of_every_exercise():
+    problems = verify.coverage_problems()
+    assert not problems, "\n".join(problems)
+
+
+def test_an_edge_no_seed_meets_is_reported(monkeypatch):
+    from allocator_ref.labs import spec
+    monkeypatch.setitem(spec.EDGES, "lab2.round_size",
+                        spec.EDGES["lab2.round_size"] + (spec.Edge("a size of exactly 7 bytes", lambda d: False),))
+    problems = verify.coverage_problems(2)
+    assert any("never meet 'a size of exactly 7 bytes'" in p for p in problems), problems
+
+
+def test_a_solution_that_returns_a_constant_is_reported(tmp_path, monkeypatch):
+    """Rule 7: check-labs runs the solution itself; a wrong one (returning 12345) is a problem."""
+    source = next(s for s in generate.sources() if s.name.startswith("lab02"))
+    text = source.read_text().replace("### BEGIN SOLUTION\n", "### BEGIN SOLUTION\n    return 12345\n", 1)
+    fake = tmp_path / source.name
+    fake.write_text(text)
+    monkeypatch.setattr(generate, "sources", lambda: [fake])
+    problems = verify.solution_problems(2, seeds=(1,))
+    assert any("lab2.round_size: the solution" in p and "fails a full check" in p for p in problems), problems
+    assert not any(p.startswith("lab2.should_split") for p in problems), problems
+
+
+def test_the_guide_table_row_of_each_exercise_is_checked(monkeypatch):
+    real = (generate.ROOT / "labs" / "README.md").read_text()
+    assert verify.guide_problems() == []
+    moved = real.replace("`lab3.event`", "").replace("`lab1.explain`", "`lab1.explain`, `lab3.event`")
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: moved if self.name == "README.md" else real)
+    assert any("`lab3.event` is in the row of lab 1" in p for p in verify.guide_problems())

@@ -18,7 +18,7 @@ import pytest
 from allocator_ref.caching import CachingAllocator as LiveAllocator
 from allocator_ref.caching import allocator as allocator_module
 from allocator_ref.labs import check, hint
-from allocator_ref.labs.check import FULL_HINT_AFTER, exercise, lab_modules
+from allocator_ref.labs.check import SAY_WHERE_THE_RECIPE_IS_AFTER, exercise, lab_modules
 from allocator_ref.labs.guard import run_guarded, same, show
 from allocator_ref.labs.plug import HOOKS, PluggedAllocator
 from allocator_ref.labs.workload import compare, random_workload
@@ -155,16 +155,23 @@ def test_an_untouched_stub_is_told_only_what_to_do(capsys):
     assert out.count("FAIL") == 1, "a stub gets one line, not a wall of failures"
 
 
-def test_a_failed_attempt_gets_the_located_explanation_and_a_nudge_and_the_recipe_only_later(capsys):
+def _nudge_lines(out: str) -> list:
+    return [line for line in out.splitlines() if line.startswith("Nudge:")]
+
+
+def test_a_failed_attempt_gets_a_nudge_that_changes_and_never_the_recipe_unasked(capsys):
+    """Each failed attempt gets the located explanation and a nudge; the nudge changes from one attempt
+    to the next; after several the report says where the recipe is, but never prints it by itself."""
     recipe = exercise("lab2.round_size").hint
-    check("lab2.round_size", _wrong, seed=2, hidden=0)
-    out = capsys.readouterr().out
-    assert "round_size(1)" in out and "Nudge:" in out and recipe not in out
-    for _ in range(FULL_HINT_AFTER - 2):
+    seen = []
+    for attempt in range(1, SAY_WHERE_THE_RECIPE_IS_AFTER + 3):
         check("lab2.round_size", _wrong, seed=2, hidden=0)
-        assert recipe not in capsys.readouterr().out
-    check("lab2.round_size", _wrong, seed=2, hidden=0)
-    assert recipe in capsys.readouterr().out, f"the recipe comes after {FULL_HINT_AFTER} failed attempts"
+        out = capsys.readouterr().out
+        assert "round_size(1)" in out and recipe not in out, f"attempt {attempt} printed the recipe unasked"
+        seen.append(tuple(_nudge_lines(out)))
+        if attempt >= SAY_WHERE_THE_RECIPE_IS_AFTER:
+            assert "show_solution('lab2.round_size')" in out and "hint('lab2.round_size')" in out
+    assert seen[0] and seen[1] and seen[0] != seen[1], f"the second attempt got the same nudge: {seen[:2]}"
 
 
 def test_the_recipe_on_request(capsys):

@@ -82,6 +82,8 @@ register(Exercise(
     hint="Best fit in p.pool for (p.stream_key, p.size); refuse an oversize block for a normal request, "
          "and for an oversize request a block max_non_split_rounding_size or more bigger.",
 ))
+from .spec import Edge, edges
+edges("lab2.get_free_block", Edge("max_split_size set: an oversize cached block", lambda d: "max_split" in d[1]))
 '''
 
 NEW_CELLS = '''
@@ -126,7 +128,7 @@ def SUBMISSION(allocator, p):
 '''
 
 LAB9 = '''"""Lab 9 -- a lab added by following labs/README.md (one declaration per exercise)."""
-from .spec import function_exercise
+from .spec import Edge, edges, function_exercise
 
 function_exercise(
     id="lab9.double", lab=9, title="double(n)", reference=lambda n: 2 * n,
@@ -134,6 +136,7 @@ function_exercise(
     explain=lambda args, expected: f"twice {args[0]} is {expected}",
     nudge="Look at the number above.", hint="Return n * 2.",
 )
+edges("lab9.double", Edge("a number of 10 or more", lambda data: data[0] >= 10))
 '''
 
 LAB9_SOURCE = '''---
@@ -217,6 +220,8 @@ def test_following_the_guide_on_a_scratch_copy(tmp_path):
     missing = _make(root, "check-labs", "LAB=2", ok=False)
     assert missing.returncode != 0 and "lab2.get_free_block: no known-wrong answer: add labs/wrong/lab2_" in missing.stdout
     (root / "labs" / "wrong" / "lab2_get_free_block_ignores_max_split.py").write_text(WRONG_GFB)
+    guide = root / "labs" / "README.md"            # the guide's table names the new exercise
+    guide.write_text(guide.read_text().replace("`lab2.merge`", "`lab2.merge`, `lab2.get_free_block`", 1))
     _make(root, "check-labs", "LAB=2")
     student2 = (root / "labs" / "student" / "lab02_build_the_core.ipynb").read_text()
     assert "def get_free_block(allocator, p)" in student2 and "p.pool.remove(block)" not in student2
@@ -226,6 +231,8 @@ def test_following_the_guide_on_a_scratch_copy(tmp_path):
     (root / "allocator_ref" / "labs" / "lab9.py").write_text(LAB9)
     (root / "labs" / "source" / "lab09_double_it.md").write_text(LAB9_SOURCE)
     (root / "labs" / "wrong" / "lab9_off_by_one.py").write_text(WRONG9)
+    row8 = next(line for line in guide.read_text().splitlines() if line.startswith("| 8 "))
+    guide.write_text(guide.read_text().replace(row8, row8 + "\n| 9 Double it | `lab9.double` | twice n |", 1))
     _make(root, "student")
     _make(root, "check-labs", "LAB=9")
     assert (root / "labs" / "student" / "lab09_double_it.ipynb").exists()

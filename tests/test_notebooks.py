@@ -299,3 +299,65 @@ def test_chapter_conventions(path):
     wanted = r"\d\d" if number == "00" else number        # chapter 0 (setup) points at the first lab
     assert re.search(rf"labs/student/lab{wanted}_\w+\.ipynb", markdown), (
         f"{path.name}: link the chapter's lab as labs/student/lab{number}_<name>.ipynb")
+
+
+def test_the_tour_names_every_chapter():
+    """Chapter 0's tour has one row per chapter file: a chapter added later is not left out of it."""
+    tour = (CHAPTERS / "00_setup_and_tour.md").read_text(encoding="utf-8")
+    rows = set(int(n) for n in re.findall(r"^\| (\d+) ", tour, re.M))
+    chapters = {int(p.name[:2]) for p in NOTEBOOKS if p.name[:2] != "00"}
+    assert rows == chapters, f"chapter 0's tour: add rows for {sorted(chapters - rows)}, remove {sorted(rows - chapters)}"
+
+
+# ------------------------------------------------------------------ reading
+SOURCE_REF = re.compile(r"\[[^\]]*#\d+\]\(https://github\.com/[^)]+\)|\b[\w.-]+/[\w.-]+#\d+\b")
+WALL_WORDS = 110           # a paragraph longer than this is a wall: break it where the idea changes
+# Chapters (or checks) whose text is being rewritten in other branches: reported, not failed, until then.
+READING_NOT_YET = {"03_streams.md": {"sources", "walls"}, "04_oom_and_fragmentation.md": {"sources", "walls"},
+                   "08_pools_you_own.md": {"sources", "walls"}, "07_diagnostics.md": {"walls"}}
+
+
+def reading_problems(markdown_cells) -> dict:
+    """{"sources": [...], "walls": [...]}: issue/PR references inline in the prose (they belong in the
+    section's **Sources** list) and paragraphs of more than WALL_WORDS words (lists and tables aside)."""
+    found = {"sources": [], "walls": []}
+    for source in markdown_cells:
+        in_sources = False
+        for para in re.split(r"\n\s*\n", re.sub(r"```.*?```", "", source, flags=re.S)):
+            text = para.strip()
+            if text.startswith("**Sources"):
+                in_sources = True
+                continue
+            if text.startswith("#"):
+                in_sources = False
+            if not in_sources and SOURCE_REF.search(text):
+                found["sources"].append(text[:120])
+            if len(text.split()) > WALL_WORDS and not text.startswith(("|", "-", "*", "1.")):
+                found["walls"].append(text[:120])
+    return found
+
+
+def test_reading_problems_are_found():
+    cells = ["A claim ([pytorch/pytorch#1](https://github.com/pytorch/pytorch/pull/1)).",
+             "**Sources**\n\n- [pytorch/pytorch#1](https://github.com/pytorch/pytorch/pull/1): fine here.",
+             " ".join(["word"] * (WALL_WORDS + 1))]
+    found = reading_problems(cells)
+    assert len(found["sources"]) == 1 and found["sources"][0].startswith("A claim")
+    assert len(found["walls"]) == 1
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_sources_are_listed_and_paragraphs_are_short(path):
+    """Issue and PR numbers go in a short **Sources** list per section, not inline; no wall of text."""
+    import jupytext
+    md = path.with_suffix(".md")
+    cells = [c.source for c in jupytext.read(md).cells if c.cell_type == "markdown"]
+    found = reading_problems(cells)
+    pending = READING_NOT_YET.get(md.name, set())
+    for kind in pending:
+        if found[kind]:
+            import warnings
+            warnings.warn(f"{md.name}: {kind} still to fix (being rewritten elsewhere): {found[kind]}")
+    problems = {k: v for k, v in found.items() if v and k not in pending}
+    assert not problems, (f"{md.name}: move issue/PR references into the section's **Sources** list and break "
+                          f"paragraphs over {WALL_WORDS} words: {problems}")

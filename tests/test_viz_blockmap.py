@@ -89,3 +89,47 @@ def test_thousand_segments_render_quickly():
     svg = render_blockmap(state)
     assert time.perf_counter() - start < 2.0
     assert svg.count('<rect class="ar-block') == 2000
+
+
+def _outline(svg, addr):
+    group = svg[svg.index(f'id="seg-{addr:#x}"'):]
+    match = re.search(r'<rect class="ar-outline"[^>]*\swidth="([\d.]+)"', group)
+    return float(match.group(1)), group[:group.index("</g>")]
+
+
+def test_a_segment_bar_follows_its_size_and_says_when_it_cannot():
+    """A 510 MiB and a 40 MiB segment do not look alike: bars are to scale with the largest segment of
+    their pool; one too short to see is drawn MIN_SEGMENT_W long and marked so."""
+    from allocator_ref.viz.blockmap import MIN_SEGMENT_W
+    big = segment(BASE, [(510 * MiB, "inactive")])
+    mid = segment(BASE + 0x40000000, [(40 * MiB, "active_allocated")])
+    small = segment(BASE + 0x80000000, [(10 * MiB, "active_allocated")])
+    svg = render_blockmap([big, mid, small])
+    w_big, _ = _outline(svg, big["address"])
+    w_mid, mid_group = _outline(svg, mid["address"])
+    w_small, small_group = _outline(svg, small["address"])
+    assert abs(w_big - BAR_W) < 0.01 and abs(w_mid - BAR_W * 40 / 510) < 0.01
+    assert 'data-to-scale="0"' not in mid_group
+    assert w_small == MIN_SEGMENT_W and 'data-to-scale="0"' in small_group and "to scale with" in small_group
+
+
+def test_no_block_label_runs_past_its_block_and_small_blocks_are_named():
+    from allocator_ref.viz.blockmap import text_width
+    state = [segment(BASE, [(MiB, "active_allocated"), (1023 * 1024, "inactive"), (18 * MiB, "active_allocated")]),
+             *KNOWN[1:]]
+    svg = render_blockmap(state)
+    for m in re.finditer(r'<rect class="ar-block[^"]*"[^>]*\swidth="([\d.]+)"[^>]*>(?:<title>.*?</title>)?</rect>'
+                         r'(<text [^>]*>([^<]*)</text>)?', svg):
+        if m.group(2):
+            assert text_width(m.group(3), 11) <= float(m.group(1)), f"label {m.group(3)!r} overflows its block"
+    lines = re.findall(r'class="ar-small-blocks"[^>]*>([^<]*)<', svg)
+    assert any("1.0 MiB allocated, 1023.0 KiB free" in t for t in lines), lines   # too narrow in a 20 MiB bar
+    assert any("512 B allocated" in t for t in lines), "the 512 B tensor is named under its bar"
+
+
+def test_a_long_segment_label_is_fitted_not_cut():
+    long_id = {BASE: 123456789}
+    svg = render_blockmap([segment(BASE, [(20 * MiB, "inactive")], stream=987654321, expandable=True)],
+                          segment_ids=long_id)
+    label = re.search(r'<text x="12\.00"[^>]*>(seg 123456789[^<]*)</text>', svg)
+    assert label and "expandable" in label.group(1) and 'textLength="' in label.group(0)

@@ -3,7 +3,7 @@
 ``profiles/<name>.json`` describes one simulated GPU (capacity, context
 reserve, granularity, bandwidths) and ``profiles/costs.json`` says how long
 each CUDA call keeps the host busy.  Every number in those files carries a
-``source`` (mostly ``spec/peer-allocators.md`` section 6) so that a learner can
+``source`` (a public issue, pull request, benchmark or NVIDIA page) so that a learner can
 check where it comes from; nothing here invents a figure.
 
 Costs depend on size where the sources say they do: cudaMalloc and cudaFree

@@ -1,6 +1,6 @@
 """Run CuPy on a reference allocator: ``with use(allocator): ...``.
 
-The hook is CuPy's own (peer-allocators.md section 1.6)::
+The hook is CuPy's own (``cupy.cuda.set_allocator``, ``cupy/cuda/memory.pyx``)::
 
     cupy.cuda.set_allocator(fn)      # fn(size: int) -> cupy.cuda.MemoryPointer
 

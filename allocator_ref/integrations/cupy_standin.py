@@ -1,7 +1,7 @@
 """A CuPy-free stand-in for the part of CuPy that allocator hooks touch.
 
-It reproduces the call shapes of ``cupy.cuda`` listed in peer-allocators.md
-section 1.6, so :func:`allocator_ref.integrations.cupy.use` can run on the
+It reproduces the call shapes of ``cupy.cuda`` that allocator hooks use (CuPy's
+``cupy/cuda/memory.pyx``), so :func:`allocator_ref.integrations.cupy.use` can run on the
 simulated device without a GPU or a CUDA driver:
 
 * ``cuda.set_allocator(allocator=None)`` / ``cuda.get_allocator()`` /

@@ -62,7 +62,7 @@ QUICK_ENV = "ALLOCATOR_REF_LAB_QUICK"     # fewer hidden cases (CI notebook runs
 # Solutions live in the course folder, never in the installed package: a graded
 # installation (``pip install .``, no clone) has no solutions to show.
 SOLUTIONS_FILE = Path(__file__).resolve().parents[2] / "labs" / "solutions.json"
-FULL_HINT_AFTER = 3                       # failed attempts before the report shows the whole recipe
+SAY_WHERE_THE_RECIPE_IS_AFTER = 3         # failed attempts before the nudge names hint() and show_solution()
 LAB_MODULE = re.compile(r"lab(\d+)$")
 
 
@@ -307,7 +307,8 @@ def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
 
     ``seed``: hidden-case seed (default: $ALLOCATOR_REF_LAB_SEED or your user name).
     ``hidden``: how many hidden cases to run (default: all the generator makes).
-    ``hint=True``: show the full recipe after a failure (it also appears after a few failed attempts).
+    ``hint=True``: show the full recipe after a failure (it never appears unasked: the nudge changes
+    with each failed attempt, and after a few it says where the recipe and a solution are).
     ``time_limit``: seconds per case (default: the exercise's, 120 s).
     ``graded=True``: judge a ``pure`` exercise in a clean process (apart.py); the others as usual.
     """
@@ -324,25 +325,44 @@ def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
     if not result.passed and not result.untouched:
         _ATTEMPTS[ex.id] = _ATTEMPTS.get(ex.id, 0) + 1
     if not result.passed and not result.untouched:
-        result.hint = nudge_text(ex, result)
-        if hint or _ATTEMPTS[ex.id] >= FULL_HINT_AFTER:
+        result.hint = nudge_text(ex, result, _ATTEMPTS[ex.id])
+        if hint:                                      # asked for: the whole recipe
             result.hint += f"\nRecipe: {ex.hint}"
     if verbose:
         print(report(ex, result, recipe="Recipe:" in result.hint))
     return result
 
 
-def nudge_text(ex: Exercise, result: CheckResult) -> str:
-    if "Nudge:" in result.explanation:               # the failing case gave its own, located nudge
-        return ""
-    return f"Nudge: {ex.nudge or 'the first failure above names the input and what differed: start there.'}"
+SECOND_NUDGE = ("take the first failing input above and work it through the rule by hand, one step at a "
+                "time, next to what your code does with it: the first step where the two part is the bug.")
+
+
+def nudges(ex: Exercise) -> tuple:
+    """The exercise's nudges in the order a learner gets them: its own (one, or a list, where to look
+    first), then a general second one.  Never the recipe."""
+    own = ex.nudge if isinstance(ex.nudge, (list, tuple)) else (ex.nudge,)
+    own = tuple(n for n in own if n) or ("the first failure above names the input and what differed: start there.",)
+    return own + (SECOND_NUDGE,)
+
+
+def nudge_text(ex: Exercise, result: CheckResult, attempt: int = 1) -> str:
+    """What a failed attempt gets: a nudge that changes with the attempt (1, 2, ...), never the recipe.
+    From attempt SAY_WHERE_THE_RECIPE_IS_AFTER on it also says how to ask for the recipe or a solution."""
+    steps = nudges(ex)
+    located = "Nudge:" in result.explanation          # the failing case gave its own, located nudge
+    index = attempt - 1 if not located else attempt - 2   # a located nudge is the first one
+    text = "" if index < 0 else f"Nudge: {steps[min(index, len(steps) - 1)]}"
+    if attempt >= SAY_WHERE_THE_RECIPE_IS_AFTER:
+        text += (("\n" if text else "") + f"(attempt {attempt}: hint({ex.id!r}) gives the full recipe, "
+                 f"show_solution({ex.id!r}) a solution)")
+    return text
 
 
 def report(ex: Exercise, result: CheckResult, recipe: bool = False) -> str:
     """The printed report.  What it gives away follows the hint policy:
     an untouched stub gets only what to do; a failed attempt gets the located
-    explanation and a nudge; the full recipe comes on request (``hint=True``,
-    ``hint(id)``) or after FULL_HINT_AFTER failed attempts."""
+    explanation and a nudge that changes with the attempt; the full recipe comes only
+    on request (``hint=True``, ``hint(id)``), a solution only from ``show_solution(id)``."""
     lines = [f"{ex.id}: {ex.title}  (simulated device; hidden cases from seed {result.seed})"]
     if result.untouched:
         n_pub = sum(not c.hidden for c in result.cases)

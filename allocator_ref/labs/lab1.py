@@ -92,9 +92,12 @@ def _measure_public():
 
 
 def _measure_hidden(rng):
-    return [_measure_case(rng.choice([512 * rng.randint(1, 2048), rng.randint(1, 64) * MiB]), rng.randint(5, 30),
-                          float(rng.choice([1, 10, 50, 200, 1000])), rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"]),
-                          "a seeded size, repeat count, kernel length and profile") for _ in range(3)]
+    # A small-pool size with short kernels, a large size with long kernels, then anything.
+    sizes = [512 * rng.randint(1, 2048), rng.randint(2, 64) * MiB,
+             rng.choice([512 * rng.randint(1, 2048), rng.randint(1, 64) * MiB])]
+    kernels = [float(rng.choice([1, 10])), float(rng.choice([200, 1000])), float(rng.choice([1, 10, 50, 200, 1000]))]
+    return [_measure_case(sizes[k], rng.randint(5, 30), kernels[k], rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"]),
+                          "a seeded size, repeat count, kernel length and profile") for k in range(3)]
 
 
 register(Exercise(
@@ -150,3 +153,17 @@ register(Exercise(
          "with dev.counters.implicit_sync_wait_us (host time waiting for the streams in cudaFree); read both before "
          "and after. Return 'sync' when the waiting is larger, else 'api'.",
 ))
+
+
+# ------------------------------------------------------------------ the rules' edges and states
+# Each is met by the hidden cases of every seed (make check-labs proves it): see spec.edges.
+from .spec import Edge, edges  # noqa: E402
+
+edges("lab1.measure",
+      Edge("a small-pool size (at most 1 MiB) with short kernels (10 us or less)",
+           lambda d: d[0] <= MiB and d[2] <= 10),
+      Edge("a large size (over 1 MiB) with long kernels (200 us or more)", lambda d: d[0] > MiB and d[2] >= 200))
+
+edges("lab1.explain",
+      Edge("a loop where the API time is larger (short kernels)", lambda d: expected_dominant(*d)[0] == "api"),
+      Edge("a loop where cudaFree's wait is larger (long kernels)", lambda d: expected_dominant(*d)[0] == "sync"))

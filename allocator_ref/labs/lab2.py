@@ -24,6 +24,7 @@ from . import reference as ref_config
 from .reference import CachingAllocator
 from ..caching.block import Block, BlockPool
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
+from .spec import Edge, edges, seen_in_run
 from .workload import compare, random_workload
 
 DIV4 = "roundup_power2_divisions:4"
@@ -107,6 +108,8 @@ def _round_hidden(rng: random.Random):
                                 ("random sizes below 1 MiB, default config", 1, MiB, ""),
                                 ("random sizes 1 MiB to 1 GiB, default config", MiB, 1 << 30, "")):
         sizes = [rng.randint(lo, hi) for _ in range(40)] + [512 * rng.randint(lo // 512 + 1, hi // 512)]
+        if lo == 1:                                  # below 512 B, and 512 B itself
+            sizes += [rng.randint(1, 511), 512]
         if conf:
             sizes += _division_edges(rng, div)
         cases.append(_size_fn_case("round_size", ref_config.round_size, sizes, conf, label, _round_reason))
@@ -169,7 +172,7 @@ def _seg_hidden(rng: random.Random):
     for label, lo, hi in (("random rounded sizes below 1 MiB", 1, 2048),
                           ("random rounded sizes 1 to 10 MiB", 2049, 20480),
                           ("random rounded sizes 10 MiB to 4 GiB", 20480, 8 << 20)):
-        sizes = [512 * rng.randint(lo, hi) for _ in range(40)] + [512 * lo, 512 * hi]   # both edges of the range
+        sizes = [512 * rng.randint(lo, hi) for _ in range(40)] + [512 * lo, 512 * (hi - 1), 512 * hi]   # the edges
         # Mid-sized requests always meet a changed large_segment_size (a hard-coded 20 MiB shows there).
         conf = (f"large_segment_size_mb:{rng.choice([16, 32, 64])}" if lo == 2049
                 else rng.choice(["", "", f"large_segment_size_mb:{rng.choice([16, 32, 64])}"]))
@@ -257,14 +260,15 @@ def _split_hidden(rng: random.Random):
     cases = []
     for k in range(3):
         block = 512 * rng.randint(2 * 2048, 120 * 2048)
-        edge = [MiB] if k == 0 else [0, 512, MiB - 512, MiB, MiB + 512, 512 * rng.randint(1, 4096)]  # k=0: exactly 1 MiB left
+        # k=0: exactly 1 MiB left (> is not >=); k=1: 1 MiB + 512 B left, the smallest that splits
+        edge = [MiB] if k == 0 else [MiB + 512] if k == 1 else [0, 512, MiB - 512, 512 * rng.randint(1, 4096)]
         size = block - rng.choice(edge)
         size = max(512, size)
         cases.append(_split_case(block, size, label="large pool, remainder near 1 MiB"))
-    for k in range(2):
+    for k in range(3):
         block = 512 * rng.randint(2, 4096)
-        # k=0: exactly 512 B left, the smallest remainder the small pool keeps (>= is not >)
-        left = 512 if k == 0 else rng.choice([0, 512, 1024, 512 * rng.randint(0, 64)])
+        # k=0: exactly 512 B left, the smallest remainder the small pool keeps (>= is not >); k=1: nothing left
+        left = 512 if k == 0 else 0 if k == 1 else rng.choice([1024, 512 * rng.randint(0, 64)])
         size = max(512, block - left)
         cases.append(_split_case(block, size, small=True, label="small pool"))
     for k in range(2):
@@ -273,8 +277,10 @@ def _split_hidden(rng: random.Random):
         left = 512 if k == 0 else 512 * rng.randint(1, 4000)
         cases.append(_split_case(block, block - left, expandable=True, label="expandable segment"))
     ms = rng.choice([40, 64, 128])
-    cases.append(_split_case(ms * MiB * 2, ms * MiB + 512 * rng.randint(0, 4096),
-                             config_text=f"max_split_size_mb:{ms}", label="max_split_size set, oversize request"))
+    # The request exactly at max_split_size (oversize: `<` is not `<=`), one just below it (splits), one above.
+    for size in (ms * MiB, ms * MiB - 512 * rng.randint(1, 2048), ms * MiB + 512 * rng.randint(1, 4096)):
+        cases.append(_split_case(ms * MiB * 2, size, config_text=f"max_split_size_mb:{ms}",
+                                 label="max_split_size set, a request near it"))
     conf = rng.choice(["", "max_split_size_mb:40", "expandable_segments:True"])
     cases.append(_split_workload_case("a seeded workload with your should_split plugged in",
                                       random_workload(rng, 60), conf))
@@ -354,9 +360,23 @@ def _seeded_event_ops(rng: random.Random):
             ("free", rng.choice(["a", "c"])), ("sync",), ("malloc", "d", 512 * rng.randint(1, 64), 0), ("free", "d")]
 
 
+def _seeded_stream_uses_ops(rng: random.Random):
+    """A neighbour freed while a pool context (a capture) is underway, with a recorded stream use: its free
+    is held back with stream_uses still set and no event yet (event_count is 0), so only the stream_uses
+    test stops the merge."""
+    k = [512 * rng.randint(256, 1024) for _ in range(3)]
+    first = rng.choice(["a", "c"])
+    return [("malloc", "a", k[0], 0), ("malloc", "b", k[1], 0), ("malloc", "c", k[2], 0),
+            ("record", "b", 1), ("sleep", 1, rng.choice([500, 1000, 5000])), ("pool_begin", 1), ("free", "b"),
+            ("free", first), ("pool_end", 1), ("sync",), ("malloc", "d", 512 * rng.randint(1, 64), 0),
+            ("free", "d"), ("free", "a" if first == "c" else "c")]
+
+
 def _merge_hidden(rng: random.Random):
     return [
         _merge_case("a seeded neighbour pending on another stream's event", _seeded_event_ops(rng)),
+        _merge_case("a seeded neighbour whose free is held back by a capture (stream uses, no event yet)",
+                    _seeded_stream_uses_ops(rng)),
         _merge_case("a seeded workload, one stream", random_workload(rng, 80)),
         _merge_case("a seeded workload, two streams with record_stream",
                     random_workload(rng, 80, streams=2, events=True)),
@@ -375,3 +395,125 @@ register(Exercise(
          "dst.prev = src.prev, fix the neighbour's next; else dst.next = src.next, fix its prev), "
          "grow dst.size and return src.size.",
 ))
+
+
+# ------------------------------------------------------------------ the rules' edges and states
+# Each is met by the hidden cases of every seed (make check-labs proves it): see spec.edges.
+def _sized(data):
+    """(sizes, config text) of a size case; None for a workload case."""
+    if isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], list) and isinstance(data[1], str) \
+            and all(isinstance(x, int) for x in data[0]):
+        return data
+    return None
+
+
+def _any_size(pred):
+    def met(data):
+        sized = _sized(data)
+        return sized is not None and any(pred(size, _config(sized[1])) for size in sized[0])
+    return met
+
+
+def _is_workload(data) -> bool:
+    ops = data[0] if isinstance(data, tuple) and data and isinstance(data[0], list) else data
+    return isinstance(ops, list) and bool(ops) and isinstance(ops[0], tuple) and ops[0][0] == "malloc"
+
+
+def _div(cfg, size) -> int:
+    return cfg.divisions_for(size)
+
+
+def _on_step(size, cfg) -> bool:
+    d = _div(cfg, size)
+    return d > 1 and size > 512 * d and size & (size - 1) != 0 and ref_config.round_size(size, cfg) == size
+
+
+edges("lab2.round_size",
+      Edge("a size below 512 B", _any_size(lambda s, c: s < 512)),
+      Edge("exactly 512 B", _any_size(lambda s, c: s == 512)),
+      Edge("an exact multiple of 512 above 512 B (it stays)", _any_size(lambda s, c: s > 512 and s % 512 == 0)),
+      Edge("one byte past a multiple of 512", _any_size(lambda s, c: s > 512 and s % 512 == 1)),
+      Edge("divisions set: exactly 512 B x divisions (the guard: divisions do not apply)",
+           _any_size(lambda s, c: _div(c, s) > 1 and s == 512 * _div(c, s))),
+      Edge("divisions set: a size sitting on a step (it stays)", _any_size(_on_step)),
+      Edge("divisions set: one byte past a step", _any_size(lambda s, c: _on_step(s - 1, c))),
+      Edge("divisions set: one byte below a step", _any_size(lambda s, c: _on_step(s + 1, c))),
+      Edge("divisions set: a power of two (it stays)",
+           _any_size(lambda s, c: _div(c, s) > 1 and s > 512 * _div(c, s) and s & (s - 1) == 0)),
+      Edge("plugged into a seeded workload", _is_workload))
+
+edges("lab2.get_allocation_size",
+      Edge("exactly 1 MiB (small pool: <= is not <)", _any_size(lambda s, c: s == MiB)),
+      Edge("1 MiB + 512 B (the first large size)", _any_size(lambda s, c: s == MiB + 512)),
+      Edge("10 MiB - 512 B (the last mid size)", _any_size(lambda s, c: s == 10 * MiB - 512)),
+      Edge("exactly 10 MiB (< is not <=)", _any_size(lambda s, c: s == 10 * MiB)),
+      Edge("a mid size with a changed large_segment_size",
+           _any_size(lambda s, c: MiB < s < 10 * MiB and c.large_segment_size != 20 * MiB)),
+      Edge("a size of 10 MiB or more that is not a 2 MiB multiple",
+           _any_size(lambda s, c: s >= 10 * MiB and s % (2 * MiB) != 0)),
+      Edge("plugged into a seeded workload", _is_workload))
+
+
+def _split(pred):
+    def met(data):
+        if not (isinstance(data, tuple) and len(data) == 5):
+            return False
+        block_size, size, small, expandable, config_text = data
+        return pred(block_size - size, size, small, expandable, _config(config_text))
+    return met
+
+
+edges("lab2.should_split",
+      Edge("large pool, exactly 1 MiB left (> is not >=)",
+           _split(lambda left, size, small, exp, c: not small and not exp and left == MiB and size < c.max_split_size)),
+      Edge("large pool, 1 MiB + 512 B left (splits)",
+           _split(lambda left, size, small, exp, c: not small and not exp and left == MiB + 512
+                  and size < c.max_split_size)),
+      Edge("small pool, exactly 512 B left (>= is not >)", _split(lambda left, size, small, exp, c: small and left == 512)),
+      Edge("small pool, nothing left", _split(lambda left, size, small, exp, c: small and left == 0)),
+      Edge("expandable segment, 512 B left (splits where the large-pool rule would not)",
+           _split(lambda left, size, small, exp, c: exp and not small and left == 512)),
+      Edge("max_split_size set, a request of exactly max_split_size (oversize: < is not <=)",
+           _split(lambda left, size, small, exp, c: not small and not exp and size == c.max_split_size
+                  and left > MiB)),
+      Edge("max_split_size set, a request just below it with more than 1 MiB left (splits)",
+           _split(lambda left, size, small, exp, c: not small and not exp and c.max_split_size < (1 << 63)
+                  and size < c.max_split_size and left > MiB)),
+      Edge("plugged into a seeded workload", _is_workload))
+
+
+_MERGE_SEEN: dict = {}
+
+
+def _merge_states(alloc, dst, src, pool) -> set:
+    if src is None:
+        return {"none"}
+    if src.allocated:
+        return {"allocated"}
+    if src.event_count > 0:
+        return {"event"}
+    if src.stream_uses:
+        return {"stream_uses"}
+    if src.mapped != dst.mapped:
+        return {"unmapped"}
+    return {"before" if src is dst.prev else "after"}
+
+
+def _merge_seen(state):
+    def met(data):
+        key = repr(data)
+        if key not in _MERGE_SEEN:
+            ops, config = data
+            _MERGE_SEEN[key] = seen_in_run(ops, config, "try_merge_blocks", _merge_states)
+        return state in _MERGE_SEEN[key]
+    return met
+
+
+edges("lab2.merge",
+      Edge("a side with no neighbour (src is None)", _merge_seen("none")),
+      Edge("an allocated neighbour", _merge_seen("allocated")),
+      Edge("a neighbour pending on another stream's event (event_count > 0)", _merge_seen("event")),
+      Edge("a neighbour held back by a capture (stream_uses set, event_count 0)", _merge_seen("stream_uses")),
+      Edge("an unmapped neighbour in an expandable segment", _merge_seen("unmapped")),
+      Edge("a free neighbour before (the merged block takes its ptr)", _merge_seen("before")),
+      Edge("a free neighbour after", _merge_seen("after")))

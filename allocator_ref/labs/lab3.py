@@ -162,7 +162,7 @@ def _cases(mode, rng=None):
     else:
         specs = []
         for k in range(3):
-            n = rng.choice([rng.randint(1, 1 << 20), rng.randint(1 << 20, 10 << 20), rng.randint(10 << 20, 40 << 20)])
+            n = [rng.randint(1, 1 << 20), rng.randint((1 << 20) + 1, 10 << 20), rng.randint(10 << 20, 40 << 20)][k]
             specs.append((n, rng.choice([200, 500, 1500, 3000]), rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"]),
                           rng.randrange(1 << 30), ["a small", "a medium", "a large"][k % 3] + " buffer, seeded"))
     return [Case(spec[4], (lambda fn, s=spec: judge_pipeline(fn, *s[:4], mode)), data=spec[:4])
@@ -187,3 +187,14 @@ register(Exercise(
          "that event (done.synchronize()) before alloc.free(x). Do not dev.synchronize() the whole device, "
          "and do not make the default stream wait for the side stream before its own work.",
 ))
+
+
+# ------------------------------------------------------------------ the rules' edges and states
+# Each is met by the hidden cases of every seed (make check-labs proves it): see spec.edges.
+from .spec import Edge, edges  # noqa: E402
+
+for _id in ("lab3.record_stream", "lab3.event"):
+    edges(_id,
+          Edge("a small-pool buffer (at most 1 MiB)", lambda d: d[0] <= 1 << 20),
+          Edge("a mid-sized buffer (1 to 10 MiB: a 20 MiB segment)", lambda d: (1 << 20) < d[0] < 10 << 20),
+          Edge("a large buffer (10 MiB or more)", lambda d: d[0] >= 10 << 20))

@@ -85,9 +85,9 @@ def expected_diagnosis(state: dict) -> dict:
                      f"{fmt(state['request'])} request")}
 
 
-def _diagnose_case(ops, label, data=None):
+def _diagnose_case(ops, label, data=None, config=""):
     def judge(fn):
-        state = run_until_oom(ops)
+        state = run_until_oom(ops, config)
         assert not state["ok"], "lab 4 workload generator: this workload should run out of memory"
         expected = expected_diagnosis(state)
         got = fn(state["stats"], state["snapshot"], state["request"], state["device"].mem_get_info()[0])
@@ -104,7 +104,7 @@ def _diagnose_case(ops, label, data=None):
                 raise Fail(f"at the OOM (op {state['failed_op']}, a {fmt(state['request'])} request): "
                            f"{key} is {shown}, yours is {_show(got[key])}: {words}",
                            f"your {key} differs from the value computed from the state at this OOM")
-    return Case(label, judge, data=data or ops)
+    return Case(label, judge, data=data or (ops, config))
 
 
 def _show(value) -> str:
@@ -118,7 +118,11 @@ def _diagnose_public():
 
 def _diagnose_hidden(rng):
     cases = [_diagnose_case(_device_free_workload(rng), "a seeded workload: fragmented, the device still has room"),
-             _diagnose_case(_seeded_workload(rng), "a seeded training-like workload")]
+             _diagnose_case(_seeded_workload(rng), "a seeded training-like workload"),
+             _diagnose_case(_cached_cover_workload(rng), "a seeded workload: fragmented, enough cached bytes"),
+             _diagnose_case(_exact_fit_workload(rng), "a seeded workload: the free bytes exactly cover the request"),
+             _diagnose_case(_expandable_workload(rng), "a seeded workload with expandable_segments:True",
+                            config="expandable_segments:True")]
     size = rng.randint(60, 200) * MiB
     cases.append(_diagnose_case(too_big_workload(size, 960 * MiB // size + 1), "a seeded workload too big for the device"))
     return cases
@@ -148,6 +152,43 @@ def _device_free_workload(rng: random.Random) -> list:
             continue
         expected = expected_diagnosis(state)
         if expected["cause"] == "fragmentation" and expected["reserved_but_unallocated"] < state["request"]:
+            return ops
+    raise RuntimeError("lab 4: no seeded workload found (report this to the instructor)")
+
+
+def _usable_bytes(state: dict) -> int:
+    stats = state["stats"]
+    return (state["device"].mem_get_info()[0] + stats["reserved_bytes.all.current"]
+            - stats["allocated_bytes.all.current"])
+
+
+def _exact_fit_workload(rng: random.Random) -> list:
+    """A seeded training-like workload cut before its OOM, then one request of exactly the bytes that are
+    free (cached but unallocated, plus the device's): the memory exists, not in one piece, so the cause is
+    fragmentation (the comparison is >=, and a > answers 'too much live memory' here).  Releasing cached
+    segments at the OOM moves bytes from the cache to the device's free bytes, so their sum is unchanged."""
+    ops = _seeded_workload(rng)
+    prefix = ops[:run_until_oom(ops)["failed_op"]]
+    return prefix + [("malloc", "exact", _usable_bytes(run_until_oom(prefix)), 0)]
+
+
+def _expandable_workload(rng: random.Random) -> list:
+    """With expandable segments, free pages are unmapped at the OOM but a page partly in use stays mapped:
+    its free bytes are reserved but unallocated, yet not in inactive_split_bytes (which counts only split
+    segments' free blocks), so reading that stat as 'reserved but unallocated' goes wrong here."""
+    odd = [rng.randint(1, 8) * MiB + rng.randint(1, MiB - 1) for _ in range(3)]
+    return [("malloc", "a", odd[0], 0), ("malloc", "s", rng.randint(200, 400) * MiB + 7, 0),
+            ("malloc", "b", odd[1], 0), ("free", "a"), ("malloc", "c", odd[2], 0), ("free", "b"),
+            ("malloc", "huge", rng.randint(800, 1000) * MiB, 0)]
+
+
+def _cached_cover_workload(rng: random.Random) -> list:
+    """A seeded training-like workload whose cached-but-unallocated bytes alone cover the failed request."""
+    for _ in range(200):
+        big, medium = 2 * MiB * rng.randint(40, 64), 2 * MiB * rng.randint(11, 20)
+        ops = training_like_workload(big, 800 * MiB // big, medium, rng.randint(4, 12), rng.randint(3, 10))
+        state = run_until_oom(ops)
+        if not state["ok"] and expected_diagnosis(state)["reserved_but_unallocated"] >= state["request"]:
             return ops
     raise RuntimeError("lab 4: no seeded workload found (report this to the instructor)")
 
@@ -204,3 +245,46 @@ register(Exercise(
          "pick a value between the medium and the big sizes), or let the allocator grow one segment page by page "
          "and unmap free pages (expandable_segments:True).",
 ))
+
+
+# ------------------------------------------------------------------ the rules' edges and states
+# Each is met by the hidden cases of every seed (make check-labs proves it): see spec.edges.
+from .spec import Edge, edges  # noqa: E402
+
+_DIAGNOSED: dict = {}
+
+
+def _diagnosis_of(data) -> tuple:
+    """(expected diagnosis, request, state) at the OOM of a case's (ops, config) (cached: every edge reads
+    the same run)."""
+    key = repr(data)
+    if key not in _DIAGNOSED:
+        state = run_until_oom(*data)
+        _DIAGNOSED[key] = (expected_diagnosis(state), state["request"], state)
+    return _DIAGNOSED[key]
+
+
+def _usable(ops) -> int:
+    expected, request, state = _diagnosis_of(ops)
+    return expected["reserved_but_unallocated"] + state["device"].mem_get_info()[0]
+
+
+edges("lab4.diagnose",
+      Edge("fragmentation, the cached free bytes alone cover the request",
+           lambda ops: _diagnosis_of(ops)[0]["reserved_but_unallocated"] >= _diagnosis_of(ops)[1]),
+      Edge("fragmentation only when the device's free bytes count too",
+           lambda ops: _diagnosis_of(ops)[0]["cause"] == "fragmentation"
+           and _diagnosis_of(ops)[0]["reserved_but_unallocated"] < _diagnosis_of(ops)[1]),
+      Edge("too much live memory", lambda ops: _diagnosis_of(ops)[0]["cause"] == "too much live memory"),
+      Edge("free bytes exactly equal to the request (fragmentation: >= is not >)",
+           lambda ops: _usable(ops) == _diagnosis_of(ops)[1]),
+      Edge("reserved-but-unallocated bytes that are not in inactive_split_bytes (expandable segments)",
+           lambda d: _diagnosis_of(d)[0]["reserved_but_unallocated"]
+           != _diagnosis_of(d)[2]["stats"]["inactive_split_bytes.all.current"]))
+
+edges("lab4.config",
+      Edge("a variant that runs out of memory with the default config", lambda ops: not run_until_oom(ops)["ok"]),
+      Edge("a variant that fits with max_split_size_mb between the medium and the big size",
+           lambda ops: run_until_oom(ops, "max_split_size_mb:41")["ok"]),
+      Edge("a variant that fits with expandable_segments:True",
+           lambda ops: run_until_oom(ops, "expandable_segments:True")["ok"]))

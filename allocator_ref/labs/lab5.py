@@ -240,13 +240,21 @@ def _cases(rng=None):
     else:
         specs = []
         for k in range(3):
-            g = rng.choice([2 * MiB, 2 * MiB, 4 * MiB])
+            # k=0 a 4 MiB granularity; k=2 a max_size that is not a multiple of it
+            g = 4 * MiB if k == 0 else rng.choice([2 * MiB, 2 * MiB, 4 * MiB])
             max_size = rng.randint(4 * MiB, 48 * MiB)
+            if k == 2:
+                max_size = max_size // g * g + rng.randint(1, g - 1)
             reserved = _pages(max_size, g)
             grows, n = [], 0
             for _ in range(rng.randint(2, 5)):
                 n = min(reserved, n + rng.choice([1, rng.randint(1, g), rng.randint(g, 3 * g)]))
                 grows.append(n if rng.random() < 0.85 else max(1, n // 2))
+            if k == 0:                           # one byte past a page, then a grow that maps nothing
+                grows += [grows[-1] // g * g + 1 if grows[-1] // g * g + 1 <= reserved else reserved,
+                          max(1, grows[-1] // 2)]
+            if k == 1:                           # the whole reservation
+                grows.append(reserved)
             specs.append((max_size, grows, rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"]), g,
                           rng.randrange(1 << 30), f"seeded growth sequence ({len(grows)} grows)"))
     return [Case(s[5], (lambda cls, s=s: judge_buffer(cls, *s[:5])), data=s[:5]) for s in specs]
@@ -263,3 +271,25 @@ register(Exercise(
          "Raise ValueError before any device call when n is past the reservation. close(): mem_unmap and "
          "mem_release every page, then address_free(ptr, reserved).",
 ))
+
+
+# ------------------------------------------------------------------ the rules' edges and states
+# Each is met by the hidden cases of every seed (make check-labs proves it): see spec.edges.
+from .spec import Edge, edges  # noqa: E402
+
+
+def _mapped_after(grows, g):
+    pages, out = 0, []
+    for n in grows:
+        pages = max(pages, -(-n // g))
+        out.append(pages)
+    return out
+
+
+edges("lab5.growable_buffer",
+      Edge("a granularity other than 2 MiB", lambda d: d[3] not in (0, 2 * MiB)),
+      Edge("a max_size that is not a multiple of the granularity", lambda d: d[3] and d[0] % d[3] != 0),
+      Edge("a grow one byte past a page boundary (one more page)", lambda d: any(n % d[3] == 1 for n in d[1])),
+      Edge("a grow that needs no new page (at or below what is mapped)",
+           lambda d: any(b == a for a, b in zip(_mapped_after(d[1], d[3]), _mapped_after(d[1], d[3])[1:]))),
+      Edge("a grow to the whole reservation", lambda d: _pages(d[0], d[3]) in d[1]))

@@ -484,3 +484,29 @@ register(Exercise(
          "the peer read. Freeing earlier returns the block to the cache, where the next malloc may reuse its bytes "
          "while the receiver still reads them.",
 ))
+
+
+# ------------------------------------------------------------------ the rules' edges and states
+# Each is met by the hidden cases of every seed (make check-labs proves it): see spec.edges.
+from .spec import Edge, edges  # noqa: E402
+
+
+def _small(n: int) -> bool:
+    return n <= MiB
+
+
+def _away_from_base(d) -> bool:
+    """A block placed after a kept block of its own pool: it does not start at its segment's base."""
+    profile, pads, size, _ = d
+    return any(keep and _small(n) == _small(size) and (not _small(size) or n < 2 * MiB) for n, keep in pads)
+
+
+_SHARE_EDGES = (
+    Edge("a block away from its segment's base (the offset is not 0)", _away_from_base),
+    Edge("a block in a later segment (its base is not the first segment's)",
+         lambda d: any(n > 20 * MiB for n, _ in d[1]) and not _small(d[2])),
+    Edge("a small-pool block (a 2 MiB segment)", lambda d: _small(d[2])),
+    Edge("a size that is not a multiple of 512 (the block is bigger than the request)", lambda d: d[2] % 512 != 0),
+)
+for _id in ("lab6.share_handle", "lab6.read_shared", "lab6.lifetime"):
+    edges(_id, *_SHARE_EDGES)

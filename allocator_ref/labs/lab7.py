@@ -200,3 +200,62 @@ register(Exercise(
     hint="snapshot['segments'] lists every segment with its blocks; a cached free block has state 'inactive'. "
          "Return the largest size among them (0 when there is none).",
 ))
+
+
+# ------------------------------------------------------------------ the rules' edges and states
+# Each is met by the hidden cases of every seed (make check-labs proves it): see spec.edges.
+from .spec import Edge, edges  # noqa: E402
+
+_SNAPSHOTS: dict = {}
+
+
+def _snapshot_of(data) -> dict:
+    key = repr(data)
+    if key not in _SNAPSHOTS:
+        seed, n, suffix, config = data
+        _SNAPSHOTS[key] = course_snapshot(seed, n, suffix=suffix, config=config)
+    return _SNAPSHOTS[key]
+
+
+def _trace_has(*pattern):
+    def met(data):
+        actions = [e["action"] for e in _snapshot_of(data)["device_traces"][0]]
+        return all(a in actions for a in pattern)
+    return met
+
+
+def _deferred_then_alloc(data) -> bool:
+    """A free requested, another alloc, then that free completed: both live at once."""
+    waiting = set()
+    for e in _snapshot_of(data)["device_traces"][0]:
+        if e["action"] == "free_requested":
+            waiting.add(e["addr"])
+        elif e["action"] == "alloc" and waiting:
+            return True
+        elif e["action"] == "free_completed":
+            waiting.discard(e["addr"])
+    return False
+
+
+def _segment_free_then_more(data) -> bool:
+    actions = [e["action"] for e in _snapshot_of(data)["device_traces"][0]]
+    return "segment_free" in actions and "segment_alloc" in actions[actions.index("segment_free"):]
+
+
+def _blocks(data, state):
+    return [b["size"] for s in _snapshot_of(data)["segments"] for b in s["blocks"] if b["state"] == state]
+
+
+edges("lab7.peaks",
+      Edge("a free requested while another stream still uses it, and an alloc before it completes",
+           _deferred_then_alloc),
+      Edge("a segment freed (empty_cache), then a new one", _segment_free_then_more),
+      Edge("pages mapped and unmapped (expandable segments)", _trace_has("segment_map", "segment_unmap")))
+
+edges("lab7.largest_free",
+      Edge("a segment holding several free blocks",
+           lambda d: any(sum(b["state"] == "inactive" for b in s["blocks"]) > 1 for s in _snapshot_of(d)["segments"])),
+      Edge("a block pending free (another stream's event) bigger than every free block",
+           lambda d: max(_blocks(d, "active_pending_free"), default=0) > max(_blocks(d, "inactive"), default=0)),
+      Edge("an allocated block bigger than every free block",
+           lambda d: max(_blocks(d, "active_allocated"), default=0) > max(_blocks(d, "inactive"), default=0)))

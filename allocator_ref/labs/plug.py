@@ -71,9 +71,12 @@ def _merge_refusal(dst, src) -> Optional[str]:
         return None
     if src.allocated:
         return "that is still allocated"
-    if src.event_count > 0 or src.stream_uses:
+    if src.event_count > 0:
         return (f"still pending on another stream's event (event_count={src.event_count}): "
                 "that stream may still be using its memory")
+    if src.stream_uses:
+        return ("whose free is held back (stream_uses is not empty: a record_stream use freed during a capture "
+                "has no event yet, so event_count is 0): that stream may still be using its memory")
     if src.mapped != dst.mapped:
         return "whose mapped state differs (an unmapped range of an expandable segment)"
     return None

@@ -19,7 +19,8 @@ allocator, judge with ``workload.compare(ops, None, plug={"name": fn})`` instead
 from __future__ import annotations
 
 import random
-from typing import Callable, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
 
 from .check import Case, Exercise, Fail, register, same, show
 
@@ -56,4 +57,54 @@ def function_exercise(*, id: str, lab: int, title: str, reference: Callable, pub
         nudge=nudge, hint=hint))
 
 
-__all__ = ["function_exercise", "value_case"]
+
+
+# ------------------------------------------------------------------ the rule's edges and states
+# A rule is only tested where its answer changes: at each boundary (``<`` against ``<=``) and in each
+# state it tells apart (a neighbour pending on an event, a block in a later segment).  An exercise
+# lists them once, here, and ``make check-labs`` (verify.py) proves that the hidden cases of every
+# seed meet each one, so a learner who tunes an answer until the public cases pass still meets them.
+
+@dataclass(frozen=True)
+class Edge:
+    """One boundary or state of an exercise's rule; ``met(data)`` reads one hidden case's ``Case.data``."""
+    name: str                              # in words, as a learner would say it
+    met: Callable[[Any], bool]
+
+
+EDGES: dict = {}                           # exercise id -> tuple of Edge
+
+
+def edges(exercise_id: str, *listed: Edge) -> None:
+    """Declare the edges and states of ``exercise_id``'s rule (verify.py checks every seed meets them)."""
+    EDGES[exercise_id] = tuple(listed)
+
+
+def uncovered(ex, seed: int) -> list:
+    """The names of ``ex``'s edges that no hidden case of ``seed`` meets (all hidden cases, not quick mode)."""
+    cases = list(ex.hidden(random.Random(f"{ex.id}:{seed}")))
+    return [edge.name for edge in EDGES.get(ex.id, ()) if not any(edge.met(c.data) for c in cases)]
+
+
+def seen_in_run(ops: list, config: str, hook: str, classify: Callable, profile: str = "h100-80gb") -> set:
+    """The states ``classify(*args)`` names for every call of the reference decision ``hook`` while
+    ``ops`` run: which branches of the rule a workload really reaches (not what its ops suggest)."""
+    from .reference import CachingAllocator
+    from .workload import run
+
+    seen: set = set()
+
+    def spy_factory(dev):
+        alloc = CachingAllocator(dev, config)
+        original = getattr(alloc, hook)
+
+        def spy(*args):
+            seen.update(classify(alloc, *args))
+            return original(*args)
+        setattr(alloc, hook, spy)
+        return alloc
+    run(ops, spy_factory, profile)
+    return seen
+
+
+__all__ = ["function_exercise", "value_case", "Edge", "edges", "uncovered", "seen_in_run", "EDGES"]

@@ -8,6 +8,9 @@ An operation is a tuple:
 ``("sleep", stream, us)``             keep a stream busy (so events stay pending)
 ``("sync",)``                         device.synchronize()
 ``("empty_cache",)``                  allocator.empty_cache()
+``("pool_begin", n)`` / ``("pool_end", n)``  begin/end_allocate_to_pool((1, n)) with a filter that routes
+                                      nothing: requests stay in the default pool, but ``captures_underway``
+                                      is not empty, so a free with stream uses is deferred (as in a capture)
 
 ``stream`` is a small number: 0 is the default stream, 1.. are created on demand.
 Running the same workload on a fresh device with the reference allocator and
@@ -39,6 +42,10 @@ def describe_op(i: int, op: tuple, sizes: dict) -> str:
         return f"op {i} (record_stream '{op[1]}' on stream {op[2]})"
     if kind == "sleep":
         return f"op {i} (stream {op[1]} busy for {op[2]} us)"
+    if kind == "pool_begin":
+        return f"op {i} (a pool context begins, as during a graph capture: a free with stream uses is held back)"
+    if kind == "pool_end":
+        return f"op {i} (the pool context ends: held-back frees get their events)"
     return f"op {i} ({kind})"
 
 
@@ -146,6 +153,10 @@ def _apply(op: tuple, allocator, dev, stream, live: dict):
         dev.synchronize()
     elif kind == "empty_cache":
         allocator.empty_cache()
+    elif kind == "pool_begin":
+        allocator.begin_allocate_to_pool((1, op[1]), lambda s: False)
+    elif kind == "pool_end":
+        allocator.end_allocate_to_pool((1, op[1]))
     return None
 
 

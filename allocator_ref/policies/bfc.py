@@ -1,6 +1,6 @@
 """TensorFlow / XLA's best-fit-with-coalescing allocator (``xla/tsl/framework/bfc_allocator.cc``).
 
-Spec ``peer-allocators.md`` section 3.  The pieces, each mirrored below:
+The pieces, each mirrored below:
 
 * **Regions** (``AllocationRegion``): backing memory from the sub-allocator
   (here ``cudaMalloc``).  With ``allow_growth`` the first region is 2 MiB and

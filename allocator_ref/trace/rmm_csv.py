@@ -1,7 +1,7 @@
 """RMM's ``logging_resource_adaptor`` CSV as trace events.
 
 The log has the header ``Thread,Time,Action,Pointer,Size,Stream`` and one row
-per allocate/free (peer-allocators.md section 2.7).  RMM logs no segments and
+per allocate/free (RMM's ``logging_resource_adaptor.hpp``).  RMM logs no segments and
 no rounding, so the events are only ``alloc`` and ``free_requested`` +
 ``free_completed``: enough to replay the same requests on any policy.
 """

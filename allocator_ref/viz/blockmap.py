@@ -10,8 +10,12 @@ SVG document.  ``state`` may be
 Reading the picture:
 
 * one row per segment (one ``cudaMalloc``, or one mapped range of an
-  expandable segment); each bar spans the whole width, so block sizes are to
-  scale *within* a segment, and the segment's own size is in its label;
+  expandable segment); a bar's length follows its segment's size, to scale
+  with the largest segment of its pool group (a segment too small to see at
+  that scale is drawn ``MIN_SEGMENT_W`` wide and says so in its tooltip), and
+  its label carries its size; blocks are to scale within their segment;
+* a block wide enough carries its size; the blocks too narrow for a label are
+  listed, in address order, on a line under their segment's bar;
 * blue = allocated to a tensor, orange = freed but waiting for another
   stream's work (``active_pending_free``), pale = free in the cache
   (``inactive``), hatched = reserved virtual addresses with no memory mapped
@@ -66,8 +70,25 @@ ROW_H = 22
 BAR_H = 16
 HEADER_H = 24          # one pool group's heading
 LEGEND_H = 30
-MIN_LABEL_W = 58       # a block narrower than this gets no size label (it would not fit)
 MIN_BLOCK_W = 5        # a block narrower than this to scale is drawn this wide, on top, and marked
+MIN_SEGMENT_W = 48     # a segment shorter than this to scale is drawn this long (its tooltip says so)
+CHAR_W = {12: 7.0, 11: 6.4, 10: 5.8}    # about how wide a character is at each font size (DejaVu Sans)
+SMALL_LINE_H = 12      # the line under a bar that lists its blocks too narrow for a label
+MAX_LISTED = 8         # at most this many narrow blocks named on that line; the rest are counted
+
+
+def text_width(text: str, size: int = 12) -> float:
+    """About how many pixels ``text`` takes at ``size`` px (used so that no label overflows its box)."""
+    return CHAR_W[size] * len(text)
+
+
+def fitted_text(text: str, x: float, y: float, room: float, size: int = 12, **attrs) -> str:
+    """An SVG text that never runs past ``room`` pixels: squeezed with ``textLength`` when it would,
+    never cut (a truncated label would hide the number it carries)."""
+    extra = "".join(f' {k.replace("_", "-")}="{v}"' for k, v in attrs.items())
+    fit = (f' textLength="{room:.1f}" lengthAdjust="spacingAndGlyphs"'
+           if text_width(text, size) > room else "")
+    return f'<text x="{x:.2f}" y="{y}" font-size="{size}"{fit}{extra}>{escape(text)}</text>'
 
 
 def segments_of(state: Any, device: Optional[int] = None) -> list:
@@ -136,9 +157,9 @@ def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: O
         body.append(f'<text class="ar-pool" x="18" y="{y + 16}" font-weight="bold">'
                     f'{escape(pool_title(group[0]))} ({len(group)} segment{"s" if len(group) != 1 else ""})</text>')
         y += HEADER_H
+        largest = max(_span(seg) for seg in group)
         for seg in group:
-            _draw_segment(body, seg, ids.get(seg["address"], "?"), y, bar_w, marked)
-            y += ROW_H
+            y += _draw_segment(body, seg, ids.get(seg["address"], "?"), y, bar_w, marked, largest)
         y += 6
     if not segments:
         body.append(f'<text x="4" y="{y + 16}" fill="#5b6770">No segments: the allocator has not '
@@ -164,28 +185,45 @@ def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: O
     return "".join(head + body + ["</svg>"])
 
 
-def _draw_segment(out: list, seg: dict, seg_id: Any, y: int, bar_w: float, marked: set) -> None:
-    """One row: the label on the left, the bar of blocks on the right."""
-    blocks = seg.get("blocks") or [{"address": seg["address"], "size": seg["total_size"],
-                                    "state": "inactive", "requested_size": 0}]
-    span = max(seg.get("total_size", 0), sum(b["size"] for b in blocks)) or 1
+def _blocks(seg: dict) -> list:
+    return seg.get("blocks") or [{"address": seg["address"], "size": seg["total_size"],
+                                  "state": "inactive", "requested_size": 0}]
+
+
+def _span(seg: dict) -> int:
+    return max(seg.get("total_size", 0), sum(b["size"] for b in _blocks(seg))) or 1
+
+
+def _draw_segment(out: list, seg: dict, seg_id: Any, y: int, full_w: float, marked: set,
+                  largest: int = 0) -> int:
+    """One row: the label on the left, the bar of blocks on the right (its length to scale with the
+    group's ``largest`` segment), then the line naming blocks too narrow for a label.  Returns the
+    row's height."""
+    blocks = _blocks(seg)
+    span = _span(seg)
+    to_scale = full_w * span / max(largest, span)
+    bar_w = max(to_scale, min(MIN_SEGMENT_W, full_w))
     scale = bar_w / span
     addr = seg["address"]
     stream = seg.get("stream", 0)
     kind = " · expandable" if seg.get("is_expandable") else ""
     label = f"seg {seg_id} · stream {stream} · {format_bytes(seg.get('total_size', span))}{kind}"
+    not_to_scale = "" if bar_w == to_scale else ' data-to-scale="0"'
     out.append(f'<g class="ar-segment" id="seg-{addr:#x}" data-addr="{addr:#x}" data-size="{seg.get("total_size", span)}" '
-               f'data-stream="{stream}" data-segment="{seg_id}" data-pool="{seg.get("segment_type", "large")}">')
+               f'data-stream="{stream}" data-segment="{seg_id}" data-pool="{seg.get("segment_type", "large")}"'
+               f'{not_to_scale}>')
     pool_id = tuple(seg.get("segment_pool_id") or (0, 0))
     out.append(f'<rect class="ar-pool-stripe" data-pool-id="{pool_id[0]},{pool_id[1]}" x="4" y="{y}" width="5" '
                f'height="{BAR_H}" fill="{pool_colour(pool_id)}"/>')
-    out.append(f'<text x="12" y="{y + 13}" fill="#33414e">{escape(label)}</text>')
+    out.append(fitted_text(label, 12, y + 13, LABEL_W - 16, fill="#33414e"))
     x0 = LABEL_W
     offset = 0
-    tiny = []
+    tiny, unlabelled = [], []
     for block in blocks:
         x, w = x0 + offset * scale, block["size"] * scale
         offset += block["size"]
+        if text_width(format_bytes(block["size"]), 11) + 4 > max(w, MIN_BLOCK_W):
+            unlabelled.append(block)
         if w < MIN_BLOCK_W:          # a 512 B block in a 2 MiB segment is 0.2 px: drawn after, wider
             tiny.append((block, x))
             continue
@@ -196,8 +234,22 @@ def _draw_segment(out: list, seg: dict, seg_id: Any, y: int, bar_w: float, marke
         out.append(f'<path class="ar-widened-mark" d="M{x + MIN_BLOCK_W / 2:.2f},{y + BAR_H + 0.5} '
                    f'l3,5 h-6 z" fill="#33414e"/>')
     stroke, sw = (HIGHLIGHT, 2.5) if addr in marked else ("#7d8a96", 1)
+    outline_tip = ("" if bar_w == to_scale else
+                   f"<title>{format_bytes(span)}: drawn {MIN_SEGMENT_W} px long so that it shows; to scale with "
+                   f"the largest segment here ({format_bytes(largest)}) it is shorter</title>")
     out.append(f'<rect class="ar-outline" x="{x0}" y="{y}" width="{bar_w:.2f}" height="{BAR_H}" fill="none" '
-               f'stroke="{stroke}" stroke-width="{sw}"/></g>')
+               f'stroke="{stroke}" stroke-width="{sw}">{outline_tip}</rect>')
+    height = ROW_H
+    if unlabelled:
+        named = [f"{format_bytes(b['size'])} {STATE_WORDS.get(b.get('state', 'inactive'), '').split(' (')[0]}"
+                 for b in unlabelled[:MAX_LISTED]]
+        more = len(unlabelled) - len(named)
+        text = "small blocks, in order: " + ", ".join(named) + (f" and {more} more (hover for each)" if more else "")
+        out.append(fitted_text(text, x0, y + BAR_H + 11, full_w, size=10, fill="#33414e",
+                               **{"class": "ar-small-blocks"}))
+        height += SMALL_LINE_H
+    out.append("</g>")
+    return height
 
 
 def _block_rect(block: dict, x: float, y: int, w: float, seg_addr: int, seg_id: Any, marked: set,
@@ -219,17 +271,19 @@ def _block_rect(block: dict, x: float, y: int, w: float, seg_addr: int, seg_id: 
             f'data-size="{size}"{mark} '
             f'x="{x:.2f}" y="{y}" width="{w:.2f}" height="{BAR_H}" fill="{fill}" {stroke}>'
             f'<title>{tip}</title></rect>')
-    if w < MIN_LABEL_W:
+    if text_width(format_bytes(size), 11) + 4 > w:     # the label would run over its neighbours
         return rect
     return (rect + f'<text x="{x + w / 2:.2f}" y="{y + 12}" text-anchor="middle" fill="{ink}" '
             f'font-size="11" pointer-events="none">{format_bytes(size)}</text>')
 
 
-def _too_narrow(seg: dict, width: int) -> bool:
+def _too_narrow(seg: dict, width: int, largest: int = 0) -> bool:
     """Does this segment have a block that _draw_segment widens (same arithmetic)?"""
     blocks = seg.get("blocks") or ()
-    span = max(seg.get("total_size", 0), sum(b["size"] for b in blocks)) or 1
-    return any(b["size"] * (width - LABEL_W - 10) / span < MIN_BLOCK_W for b in blocks)
+    span = _span(seg)
+    full_w = width - LABEL_W - 10
+    bar_w = max(full_w * span / max(largest, span), min(MIN_SEGMENT_W, full_w))
+    return any(b["size"] * bar_w / span < MIN_BLOCK_W for b in blocks)
 
 
 def _legend(segments: list, top: int, width: int) -> tuple[str, int]:
@@ -249,7 +303,10 @@ def _legend(segments: list, top: int, width: int) -> tuple[str, int]:
         amount = f" {format_bytes(totals[state])}" if state in totals else ""
         items.append((STATE_STYLE[state][0], words + amount))
     items.append((None, f"reserved {format_bytes(reserved)} in {len(segments)} segment{'s' if len(segments) != 1 else ''}"))
-    if any(_too_narrow(seg, width) for seg in segments):
+    largest = {}
+    for seg in segments:
+        largest[pool_key(seg)] = max(largest.get(pool_key(seg), 0), _span(seg))
+    if any(_too_narrow(seg, width, largest[pool_key(seg)]) for seg in segments):
         items.append((None, "\u25b2 marks a block too small to see, drawn wider than to scale"))
     parts = [f'<g class="ar-legend" transform="translate(4,{top + 6})">']
     x = y = 0
