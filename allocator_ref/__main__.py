@@ -92,11 +92,28 @@ def _print_replay(result, out=sys.stdout) -> None:
         div = j["first_divergence"]
         print(f"  first divergence: {'none' if div is None else json.dumps(div)}", file=out)
         print(f"  final state equals the snapshot's segments: {j['final_state_equal']}", file=out)
+        _print_devices(result, out)
     print(f"  peak reserved {_mib(j['peak_reserved'])}, peak allocated {_mib(j['peak_allocated'])}, "
           f"fragmentation at peak {_mib(j['fragmentation_at_peak'])}", file=out)
     print(f"  device calls {j['device_calls']}, simulated time {j['simulated_time_us'] / 1000:.1f} ms", file=out)
     if not result.verify:
         print(f"  out-of-memory errors: {j['ooms_raised']}" + ("" if j["ooms_raised"] else " (it fits)"), file=out)
+
+
+def _print_devices(result, out) -> None:
+    """One line per device: what was checked there and whether it matched (--verify)."""
+    if not result.devices:
+        print("  nothing to verify: the snapshot holds no segments and no trace events", file=out)
+    for d in result.devices:
+        looked = f", {d.snapshot_entries} 'snapshot' entries left out" if d.snapshot_entries else ""
+        if d.state_only:
+            what = f"state only ({len(d.inferred) and d.inferred[0] or 'no segments'})"
+        else:
+            what = f"{d.events} events replayed, {d.allocs_exact}/{d.allocs} allocations exact{looked}"
+        verdict = "verified" if d.final_state_equal else "NOT verified"
+        print(f"  device {d.device}: {what}: {verdict}", file=out)
+        for line in (d.final_state_diff.splitlines() if not d.final_state_equal else [])[:5]:
+            print(f"    {line}", file=out)
 
 
 def cmd_replay(args) -> int:

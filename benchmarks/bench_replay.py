@@ -19,6 +19,36 @@ from .common import trace_paths, write_result
 
 FULLSTEP = "cs336-gpt-ctx128-fullstep"
 TARGET_FULLSTEP_S = 1.0
+STREAM_HEAVY = {"events": 100_000, "streams": 10_000}
+TARGET_STREAM_HEAVY_S = 5.0
+
+
+def stream_heavy_snapshot(events: int = 100_000, streams: int = 10_000) -> dict:
+    """A generated trace with a stream for every few allocations, recorded by the reference allocator.
+
+    Rounds over ``streams`` side streams: each allocates a small block on its own stream
+    (its own 2 MiB segment: blocks never move between streams), every fifth block is
+    also used on the next stream (``record_stream``), all are freed, then ``empty_cache()``
+    gives every segment back (a cudaFree each, which waits for every stream).  Five events
+    per stream and round, whole rounds until at least ``events``.
+    """
+    from allocator_ref.caching import CachingAllocator
+    from allocator_ref.trace.replay_device import ManyStreamsDevice
+    device = ManyStreamsDevice("h100-80gb")     # the same decisions as SimDevice, cudaFree in O(1)
+    allocator = CachingAllocator(device, "")
+    allocator.record_memory_history(context=None)
+    side = [device.create_stream() for _ in range(streams)]
+    recorded, rounds = 0, 0
+    while recorded < events:
+        for k, stream in enumerate(side):
+            block = allocator.malloc(4096 * (1 + (k + rounds) % 7), stream)
+            if (k + rounds) % 5 == 0:
+                allocator.record_stream(block, side[(k + 1) % streams])
+            allocator.free(block)
+        allocator.empty_cache()
+        rounds += 1
+        recorded = len(allocator.trace.dicts())
+    return allocator.snapshot()          # whole rounds: the final segments match the trace
 
 
 def _timed(fn, repeats: int) -> tuple[float, object]:

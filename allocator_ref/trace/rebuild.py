@@ -134,6 +134,9 @@ def _blocks_live_at_start(events, final_segments):
                 pre_live[b["address"]] = {"requested": b.get("requested_size", b["size"]),
                                           "stream": s["stream"], "until": len(events),
                                           "exact_size": b["size"]}
+                if b["state"] == "active_pending_free":
+                    # Freed before the trace and still waiting at its end: it starts pending.
+                    pending.add(b["address"])
     return pre_live, pending
 
 

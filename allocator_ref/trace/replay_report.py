@@ -38,6 +38,8 @@ class DeviceReplay:
     pool_requests: int = 0          # requests routed to a private pool (MemPool / CUDA graph)
     pools: list = field(default_factory=list)   # the private pool ids the replay kept
     work: int = 0              # replay steps + events examined: linear in the trace (tests bound it)
+    state_only: bool = False   # no trace events: the segments were rebuilt and compared alone
+    snapshot_entries: int = 0  # 'snapshot' entries in the trace (someone looked; left out of the replay)
 
     @property
     def allocs_exact_pct(self) -> float:
@@ -71,8 +73,13 @@ class ReplayResult:
 
     @property
     def perfect(self) -> bool:
-        return (self.first_divergence is None and self._sum("allocs_exact") == self._sum("allocs")
-                and self.final_state_equal is not False)
+        """Everything matched: no divergence, every allocation exact and, when verifying,
+        every device's final state equal (a device left unchecked is not a match)."""
+        if self.first_divergence is not None or self._sum("allocs_exact") != self._sum("allocs"):
+            return False
+        if self.verify:
+            return all(d.final_state_equal is True for d in self.devices)
+        return self.final_state_equal is not False
 
     def to_json(self) -> dict:
         div = self.first_divergence

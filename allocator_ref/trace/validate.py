@@ -17,7 +17,9 @@ What is checked:
   them, and a file that names one record many times (pickle's memo makes that
   cheap) only multiplies the work of whoever reads it.
 
-Fields the course does not use are left alone, so newer PyTorch versions load.
+Fields the course does not use are left alone, so newer PyTorch versions load; files from
+older versions (blocks without ``address``, PyTorch 2.0's ``history``) are brought to the
+current shape once checked (``formats.py``).
 """
 from __future__ import annotations
 
@@ -243,4 +245,5 @@ def validate_snapshot(obj: Any, distinct_records: bool = False) -> dict:
         _str(settings, "PYTORCH_CUDA_ALLOC_CONF", "allocator_settings")
     if obj.get("external_annotations") is not None:
         _list(obj, "external_annotations", "the snapshot")
-    return obj
+    from .formats import upgrade           # older PyTorch versions' shapes, made current (formats.py)
+    return upgrade(obj)
