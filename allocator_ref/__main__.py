@@ -73,7 +73,8 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-def _print_replay(result, out=sys.stdout) -> None:
+def _print_replay(result, out=None) -> None:
+    out = out or sys.stdout            # looked up at call time (a test's or notebook's stdout)
     j = result.to_json()
     mode = "verify against PyTorch" if result.verify else "what-if"
     print(f"{result.source}: {mode}, policy {result.policy}, config {result.config or '(default)'!r} "
@@ -107,7 +108,8 @@ def _print_devices(result, out) -> None:
     for d in result.devices:
         looked = f", {d.snapshot_entries} 'snapshot' entries left out" if d.snapshot_entries else ""
         if d.state_only:
-            what = f"state only ({len(d.inferred) and d.inferred[0] or 'no segments'})"
+            what = (f"state only (no trace events{looked}): {d.segments_compared} segments rebuilt "
+                    "from the snapshot alone and compared")
         else:
             what = f"{d.events} events replayed, {d.allocs_exact}/{d.allocs} allocations exact{looked}"
         verdict = "verified" if d.final_state_equal else "NOT verified"

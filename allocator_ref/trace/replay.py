@@ -609,8 +609,10 @@ class _DeviceReplayer:
             # Requested sizes are compared where the file has them (PyTorch 2.0's blocks do not).
             requested = all("requested_size" in b for s in self.finals for b in s["blocks"]
                             if b["state"] != "inactive")
-            ours = _layout(self.allocator.segments(record=False), requested)
-            theirs = _layout(self.finals, requested)
+            totals = tuple(k for k in SEGMENT_TOTALS if all(k in s for s in self.finals))
+            ours = _layout(self.allocator.segments(record=False), requested, totals)
+            theirs = _layout(self.finals, requested, totals)
+            self.result.segments_compared = len(self.finals)
             self.result.final_state_equal = ours == theirs
             if ours != theirs:
                 self.result.final_state_diff = _diff(ours, theirs)
@@ -623,17 +625,22 @@ def _same_event(expected: dict, got) -> bool:
     return got.action == "oom" or (got.addr == expected.get("addr") and got.size == expected["size"])
 
 
-def _layout(segments: list[dict], requested: bool = True) -> list:
+SEGMENT_TOTALS = ("allocated_size", "active_size", "requested_size")   # per segment, when the file has them
+
+
+def _layout(segments: list[dict], requested: bool = True, totals: tuple = ()) -> list:
     """What must be equal at the end: every segment and block, down to its state and request.
 
     A free block keeps the request of its last user in PyTorch's snapshot (a leftover,
-    not state), so requested sizes are compared for active blocks only.
+    not state), so requested sizes are compared for active blocks only.  A segment's
+    totals (``totals``: those the file has) must agree with its blocks as ours do.
     """
     return sorted((s["address"], s["total_size"], s["stream"], bool(s.get("is_expandable")),
                    tuple((b["address"], b["size"], b["state"],
                           b.get("requested_size") if requested and b["state"] != "inactive" else None)
                          for b in s["blocks"]),
-                   tuple(s.get("segment_pool_id") or (0, 0))) for s in segments)
+                   tuple(s.get("segment_pool_id") or (0, 0)),
+                   tuple(s[k] for k in totals)) for s in segments)
 
 
 def _diff(ours: list, theirs: list) -> str:

@@ -40,6 +40,7 @@ class DeviceReplay:
     work: int = 0              # replay steps + events examined: linear in the trace (tests bound it)
     state_only: bool = False   # no trace events: the segments were rebuilt and compared alone
     snapshot_entries: int = 0  # 'snapshot' entries in the trace (someone looked; left out of the replay)
+    segments_compared: int = 0  # the snapshot's segments the final state was compared with (verify)
 
     @property
     def allocs_exact_pct(self) -> float:

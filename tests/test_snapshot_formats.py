@@ -1,0 +1,289 @@
+"""Every snapshot a user brings loads, replays and verifies (issue 26).
+
+Each class of file is made here from a run the project records on the simulated device,
+then rewritten into the shape in question (``trace/formats.py`` for PyTorch's older
+generations); nothing recorded elsewhere is stored.  Each is tried the way a user meets
+it: ``python -m allocator_ref replay FILE --verify``, whose exit status must be 0 exactly
+when everything matched.
+"""
+import copy
+import pickle
+
+import pytest
+
+import allocator_ref as ar
+from allocator_ref.__main__ import main
+from allocator_ref.device import SimDevice
+from allocator_ref.trace import SnapshotError, load_snapshot
+from allocator_ref.trace.device_traces import device_events, devices_of
+from allocator_ref.trace.formats import GENERATIONS, rewrite_as
+from allocator_ref.trace.replay import TraceStepper, replay
+
+MiB = 2**20
+
+
+def record(index: int = 0, snapshot_first: bool = False, pending: bool = True, seed: int = 0) -> dict:
+    """A run on simulated device ``index``: both pools, two streams, a cross-stream free still
+    pending at the end (its stream is busy), a free block between live ones, and, when asked,
+    a ``snapshot`` entry at event 0 and one in the middle (someone called memory_snapshot())."""
+    dev = SimDevice("h100-80gb", index=index)
+    a = ar.CachingAllocator(dev)
+    a.record_memory_history(context=None)
+    if snapshot_first:
+        a.snapshot()                     # the 'snapshot' entry lands at event 0
+    side = dev.create_stream()
+    live = [a.malloc(size) for size in (1000, 3 * MiB, 700, 25 * MiB, 5 * MiB + 7, 2 * MiB)]
+    a.free(live.pop(1))                  # a free block between two live ones
+    live.append(a.malloc(9000 + seed, side))
+    a.snapshot()                         # a 'snapshot' entry in the middle
+    a.free(live.pop(0))
+    live.append(a.malloc(12 * MiB))
+    if pending:
+        shared = a.malloc(4 * MiB)
+        a.record_stream(shared, side)
+        dev.sleep(side, 10**9)           # the side stream is busy: the free waits for it
+        a.free(shared)
+    snap = a.snapshot()
+    return snap
+
+
+def snapshot_with_pending() -> dict:
+    snap = record()
+    states = [b["state"] for s in snap["segments"] for b in s["blocks"]]
+    assert "active_pending_free" in states and "inactive" in states
+    return snap
+
+
+def verify_cli(tmp_path, obj, capsys, protocol: int = 4, name: str = "snap.pickle") -> tuple:
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(obj, protocol=protocol))
+    code = main(["replay", str(path), "--verify"])
+    return code, capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- 1. snapshot entries in a trace
+
+def test_snapshot_entries_at_the_start_and_middle_change_nothing(tmp_path, capsys):
+    snap = record(snapshot_first=True)
+    actions = [e["action"] for e in snap["device_traces"][0]]
+    assert actions[0] == "snapshot" and actions.count("snapshot") == 2
+    result = replay(snap, verify=True, progress=False)
+    device = result.devices[0]
+    assert result.perfect and device.allocs_exact == device.allocs == actions.count("alloc")
+    assert device.snapshot_entries == 2 and device.ooms_raised == 0
+    code, out = verify_cli(tmp_path, snap, capsys)
+    assert code == 0 and "2 'snapshot' entries left out" in out and ": verified" in out
+
+
+def test_a_divergence_is_reported_at_its_place_in_the_raw_trace():
+    snap = record(snapshot_first=True)
+    trace = snap["device_traces"][0]
+    k = max(i for i, e in enumerate(trace) if e["action"] == "alloc")
+    trace[k] = dict(trace[k], addr=trace[k]["addr"] + 512)      # PyTorch "placed" it elsewhere
+    result = replay(snap, verify=True, progress=False)
+    assert not result.perfect
+    assert trace[result.first_divergence.index]["action"] != "snapshot"
+    assert result.first_divergence.index <= k
+
+
+def test_readers_of_a_trace_skip_snapshot_entries():
+    snap = record(snapshot_first=True)
+    events = device_events(snap, 0)
+    assert all(e["action"] != "snapshot" for e in events)
+    assert len(events) == len(snap["device_traces"][0]) - 2
+    stepper = TraceStepper(snap)
+    stepper.run_until(len(stepper.events))
+    assert stepper.divergence is None and stepper.events == events
+
+
+# ---------------------------------------------------------------- 2. older generations
+
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_every_generation_loads_replays_and_verifies(generation, tmp_path, capsys):
+    current = snapshot_with_pending()
+    old = rewrite_as(current, generation)
+    if generation != "current":
+        segments = old if generation == "list" else old["segments"]
+        assert all("address" not in b for s in segments for b in s["blocks"])
+    code, out = verify_cli(tmp_path, old, capsys)
+    assert code == 0, out
+    loaded = load_snapshot(tmp_path / "snap.pickle")
+    for ours, theirs in zip(loaded["segments"], current["segments"]):   # the derived addresses are the real ones
+        assert [b["address"] for b in ours["blocks"]] == [b["address"] for b in theirs["blocks"]]
+    if generation == "list":
+        assert "state only" in out           # memory_snapshot()'s list has no trace
+    else:
+        assert f"{len(device_events(current, 0))} events replayed" in out and "1 'snapshot' entries" in out
+
+
+def test_pytorch_2_0_history_gives_the_requested_size():
+    current = snapshot_with_pending()
+    loaded = load_snapshot_from(rewrite_as(current, "history"))
+    want = [b.get("requested_size") for s in current["segments"] for b in s["blocks"] if b["state"] != "inactive"]
+    got = [b.get("requested_size") for s in loaded["segments"] for b in s["blocks"] if b["state"] != "inactive"]
+    assert got == want and all(r is not None for r in got)
+
+
+def load_snapshot_from(obj):
+    from allocator_ref.trace import loads_snapshot
+    return loads_snapshot(pickle.dumps(obj, protocol=4))
+
+
+@pytest.mark.parametrize("generation", ["no-address", "history"])
+def test_an_old_file_whose_blocks_do_not_tile_gets_one_line(generation, tmp_path, capsys):
+    old = rewrite_as(snapshot_with_pending(), generation)
+    old["segments"][0]["blocks"][0]["size"] += 512
+    path = tmp_path / "bad.pickle"
+    path.write_bytes(pickle.dumps(old, protocol=4))
+    assert main(["replay", str(path), "--verify"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "segment 0" in err and "total_size" in err
+
+
+# ---------------------------------------------------------------- 3. state only
+
+def state_only(snap: dict) -> dict:
+    return {**copy.deepcopy(snap), "device_traces": []}
+
+
+def test_a_state_only_file_is_rebuilt_and_compared_exactly(tmp_path, capsys):
+    snap = state_only(snapshot_with_pending())
+    result = replay(snap, verify=True, progress=False)
+    device = result.devices[0]
+    assert device.state_only and device.final_state_equal is True and result.perfect
+    assert device.segments_compared == len(snap["segments"]) > 0
+    code, out = verify_cli(tmp_path, snap, capsys)
+    assert code == 0 and "state only" in out and ": verified" in out
+
+
+def test_pending_free_blocks_come_back_pending():
+    snap = state_only(snapshot_with_pending())
+    from allocator_ref.trace.replay import _DeviceReplayer
+    replayer = _DeviceReplayer(index=0, events=[], finals=snap["segments"], config="", verify=True,
+                               profile="h100-80gb", progress=False)
+    replayer.run()
+    states = lambda segs: sorted((b["address"], b["state"]) for s in segs for b in s["blocks"])  # noqa: E731
+    assert states(replayer.allocator.segments(record=False)) == states(snap["segments"])
+    assert any(state == "active_pending_free" for _, state in states(snap["segments"]))
+
+
+def _tamper_merge(snap):
+    """Two free neighbours PyTorch would have merged: cut the first free block in two."""
+    for seg in snap["segments"]:
+        for j, b in enumerate(seg["blocks"]):
+            if b["state"] == "inactive" and b["size"] >= 1024:
+                half = b["size"] // 2 // 512 * 512
+                seg["blocks"][j:j + 1] = [dict(b, size=half),
+                                          dict(b, address=b["address"] + half, size=b["size"] - half)]
+                return
+    raise AssertionError("no free block to cut")
+
+
+def _tamper_state(snap):
+    block = next(b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_pending_free")
+    block["state"] = "active_allocated"        # the segment's allocated_size now disagrees
+
+
+def _tamper_total(snap):
+    seg = next(s for s in snap["segments"] if s["requested_size"])
+    seg["requested_size"] -= 1
+
+
+@pytest.mark.parametrize("tamper", [_tamper_merge, _tamper_state, _tamper_total])
+def test_a_state_only_file_that_no_allocator_could_be_in_is_not_verified(tamper, tmp_path, capsys):
+    snap = state_only(snapshot_with_pending())
+    tamper(snap)
+    code, out = verify_cli(tmp_path, snap, capsys)
+    assert code == 1 and "NOT verified" in out
+
+
+# ---------------------------------------------------------------- 4. several devices
+
+def several_devices() -> dict:
+    """Three devices with events, and a fourth whose trace holds only a 'snapshot' entry."""
+    runs = [record(index=i, seed=i) for i in range(3)]
+    snap = {"segments": [s for r in runs for s in r["segments"]],
+            "device_traces": [r["device_traces"][0] for r in runs]
+            + [[{"action": "snapshot", "addr": 0, "size": 0, "stream": 0}]],
+            "allocator_settings": runs[0]["allocator_settings"]}
+    return snap
+
+
+def test_every_device_with_events_is_replayed_and_reported(tmp_path, capsys):
+    snap = several_devices()
+    assert devices_of(snap) == [0, 1, 2]
+    result = replay(snap, verify=True, progress=False)
+    assert [d.device for d in result.devices] == [0, 1, 2]
+    assert result.perfect and all(d.final_state_equal for d in result.devices)
+    code, out = verify_cli(tmp_path, snap, capsys)
+    assert code == 0 and all(f"device {i}: " in out for i in range(3)) and "device 3" not in out
+
+
+def test_a_difference_on_one_device_fails_the_whole_verify(tmp_path, capsys):
+    snap = several_devices()
+    seg = next(s for s in snap["segments"] if s["device"] == 2)
+    seg["stream"] += 1                          # PyTorch's final state on device 2 differs
+    code, out = verify_cli(tmp_path, snap, capsys)
+    assert code == 1 and "device 2: " in out and "NOT verified" in out
+
+
+def test_the_doctor_survives_a_device_with_only_a_snapshot_entry(tmp_path, capsys):
+    path = tmp_path / "multi.pickle"
+    path.write_bytes(pickle.dumps(several_devices(), protocol=4))
+    code = main(["doctor", str(path), "--device-memory", "80"])
+    out, err = capsys.readouterr()
+    assert code in (0, 1) and "Traceback" not in err and "max()" not in err
+    assert main(["doctor", str(path), "--device", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "device 3 has no trace events" in err and err.strip().count("\n") == 0
+
+
+# ---------------------------------------------------------------- 5. what _dump_snapshot writes
+
+def test_pickle_protocol_5_loads(tmp_path, capsys):
+    code, out = verify_cli(tmp_path, snapshot_with_pending(), capsys, protocol=5)
+    assert code == 0 and ": verified" in out
+
+
+@pytest.mark.parametrize("empty", [
+    {"segments": [], "device_traces": []},
+    {"segments": [], "device_traces": [[]]},
+    {"segments": [], "device_traces": [[], [], [], []]},
+    {"segments": [], "device_traces": [[{"action": "snapshot", "addr": 0, "size": 0, "stream": 0}]]},
+    [],
+], ids=["no-devices", "one-empty-trace", "four-empty-traces", "only-a-snapshot-entry", "empty-list"])
+def test_empty_snapshots_verify_with_nothing_to_check(empty, tmp_path, capsys):
+    code, out = verify_cli(tmp_path, empty, capsys)
+    assert code == 0 and "nothing to verify" in out
+    path = tmp_path / "snap.pickle"
+    assert main(["replay", str(path)]) == 0          # a what-if of nothing is no error either
+    assert main(["compare", str(path)]) == 0
+
+
+def test_device_traces_shorter_than_the_devices(tmp_path, capsys):
+    snap = several_devices()
+    snap["device_traces"] = snap["device_traces"][:1]     # history was on for device 0 only
+    result = replay(snap, verify=True, progress=False)
+    assert [(d.device, d.state_only) for d in result.devices] == [(0, False), (1, True), (2, True)]
+    code, out = verify_cli(tmp_path, snap, capsys)
+    assert code == 0 and out.count(": verified") == 3
+
+
+def test_a_state_only_device_in_a_what_if_is_not_replayed():
+    snap = several_devices()
+    snap["device_traces"] = snap["device_traces"][:1]
+    result = replay(snap, progress=False)
+    assert [d.device for d in result.devices] == [0]
+
+
+def test_an_unknown_generation_is_refused():
+    with pytest.raises(ValueError, match="unknown generation"):
+        rewrite_as(record(), "1.0")
+
+
+def test_a_2_0_history_that_is_not_a_list_gets_one_line():
+    old = rewrite_as(snapshot_with_pending(), "history")
+    block = next(b for s in old["segments"] for b in s["blocks"] if "history" in b)
+    block["history"] = 7
+    with pytest.raises(SnapshotError, match="'history' is 7"):
+        load_snapshot_from(old)
