@@ -36,6 +36,7 @@ from ..caching.restore import restore_segment
 from ..device.errors import CudaError
 from .device_traces import devices_of, device_segments, raw_trace, replayable_events, replayable_positions
 from .rebuild import infer_initial_state
+from .rebuild_expandable import CannotRebuild, rebuild_expandable
 from .replay_device import ManyStreamsDevice, ReplayDevice
 from .replay_pools import PoolRouter
 from .replay_report import DeviceReplay, Divergence, ReplayResult
@@ -208,9 +209,12 @@ class _DeviceReplayer:
         config = getattr(self.allocator, "config", None) or AllocatorConfig()
         state = infer_initial_state(self.events, self.finals, config)
         self.result.inferred = list(state.notes)
-        if state.empty:
-            return
         exact = self.verify and isinstance(self.allocator, CachingAllocator)
+        if exact and not self.events:
+            self._restore_expandable(state)      # a state-only file: its expandable segments too
+        if state.empty:
+            self.produced.clear()
+            return
         for seg in state.segments:
             stream = self._stream(seg.stream)
             if exact:
@@ -227,6 +231,25 @@ class _DeviceReplayer:
             if addr in self.live:
                 self._free(addr, deferred=True)
         self.produced.clear()
+
+    def _restore_expandable(self, state) -> None:
+        """State only: lay out the expandable segments as the snapshot shows them (rebuild_expandable.py)."""
+        expandable = [s for s in self.finals if s.get("is_expandable")]
+        if not expandable:
+            return
+        state.notes[:] = [n for n in state.notes if not n.startswith("expandable segments")]
+        try:
+            self.live.update(rebuild_expandable(self, expandable))
+        except (CannotRebuild, ValueError, RuntimeError) as exc:     # CudaError included
+            state.notes.append(f"expandable segments not rebuilt: {exc}")
+        else:
+            state.notes.append(f"{len(expandable)} expandable segment(s) rebuilt from the snapshot alone "
+                               "(one reservation per stream and pool, from its first segment)")
+            for seg in expandable:       # freed before the snapshot, still waiting for a stream
+                for b in seg["blocks"]:
+                    if b["state"] == "active_pending_free":
+                        self._free(b["address"], deferred=True)
+        self.result.inferred = list(state.notes)
 
     # ------------------------------------------------------------ actions
     def _malloc(self, pos: int) -> None:

@@ -1,0 +1,92 @@
+"""Rebuild expandable segments from a snapshot alone (a state-only file: no trace events).
+
+A snapshot reports an expandable segment as one entry per contiguous *mapped* range
+(``DeviceCachingAllocator::snapshot`` starts a segment at each block whose ``prev`` is
+unmapped); where the reservation begins and how far it reaches is not in the file.  Without
+a trace nothing later depends on that, so the ranges of one stream and pool are rebuilt
+in one reservation that starts at the first of them, with the holes between them
+unmapped again -- the layout the snapshot shows, built with the allocator's own steps:
+
+1. ``find_expandable_block`` reserves the range (the replay device places it at the
+   first segment's address);
+2. ``map_block`` maps the pages of each range (and of the hole before it);
+3. ``alloc_found_block`` carves every block, live or free, off the front of what is left
+   (an expandable segment always splits, ``should_split``);
+4. the hole placeholders are freed and unmapped (``unmap_block``), then the free
+   blocks' placeholders are freed.  Pending frees are left to the caller.
+
+Private pools' expandable segments are not rebuilt (a note says so).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from ..allocation import Allocation
+from ..caching.allocator import AllocParams
+
+
+class CannotRebuild(Exception):
+    """The snapshot's expandable segments cannot be laid out as it says (the note says why)."""
+
+
+def rebuild_expandable(replayer, segments: list) -> dict:
+    """Lay out every expandable segment of ``segments``; returns ``{address: Allocation}`` of the
+    live blocks (pending-free ones included).  Raises CannotRebuild with a reason."""
+    allocator = replayer.allocator
+    groups: dict = {}
+    for seg in sorted(segments, key=lambda s: s["address"]):
+        pool_id = tuple(seg.get("segment_pool_id") or (0, 0))
+        if pool_id != (0, 0):
+            raise CannotRebuild("expandable segments of a private pool cannot be rebuilt from a snapshot")
+        key = (seg["stream"], seg.get("segment_type") == "small")
+        groups.setdefault(key, []).append(seg)
+    live_list, holes, free = [], [], []
+    for (handle, small), group in groups.items():
+        stream = replayer._stream(handle)
+        pool = allocator.small_blocks if small else allocator.large_blocks
+        replayer.device.planned_segments = deque([(group[0]["address"], group[0]["total_size"], "segment_map")])
+        unmapped = allocator.find_expandable_block(stream, pool, group[0]["total_size"])
+        replayer.device.planned_segments = deque()
+        if unmapped.ptr != group[0]["address"] or unmapped.mapped:
+            raise CannotRebuild(f"the reservation for segment {group[0]['address']:#x} landed elsewhere")
+        for seg in group:
+            if unmapped is None or unmapped.mapped:
+                raise CannotRebuild(f"segment {seg['address']:#x} lies past its stream's reservation")
+            hole = seg["address"] - unmapped.ptr
+            if hole < 0 or unmapped.ptr + unmapped.size < seg["address"] + seg["total_size"]:
+                raise CannotRebuild(f"segment {seg['address']:#x} does not fit its stream's reservation")
+            if not allocator.map_block(unmapped, hole + seg["total_size"]):
+                raise CannotRebuild(f"the pages of segment {seg['address']:#x} could not be mapped")
+            block = unmapped                 # map_block made it the free mapped front (its prev is live)
+            pieces = ([(hole, hole, "hole")] if hole else []) + \
+                [(b["size"], b.get("requested_size", b["size"]) if b["state"] != "inactive" else b["size"],
+                  b["state"]) for b in seg["blocks"]]
+            for size, requested, state in pieces:
+                if block is None or block.size < size:
+                    raise CannotRebuild(f"the blocks of segment {seg['address']:#x} do not fit its pages")
+                split = size < block.size        # split: ``block`` stays the free remainder
+                allocation = _carve(allocator, pool, stream, block, size, requested, split)
+                {"hole": holes, "inactive": free}.get(state, live_list).append(allocation)
+                if not split:
+                    block = None
+            if block is not None:
+                raise CannotRebuild(f"segment {seg['address']:#x}: its blocks do not fill its mapped pages")
+            unmapped = allocation._block.next     # the reservation's unmapped rest (None: none left)
+    for allocation in holes:           # unmapped again: the gap between two mapped ranges
+        block = allocation._block
+        allocator.free(allocation)
+        allocator.unmap_block(block)
+    for allocation in free:
+        allocator.free(allocation)
+    return {allocation.ptr: allocation for allocation in live_list}
+
+
+def _carve(allocator, pool, stream, block, size: int, requested: int, split: bool) -> Allocation:
+    """``alloc_found_block`` on the front ``size`` bytes of the free ``block`` (as malloc does)."""
+    params = AllocParams(size, size, pool, stream)
+    params.block = block
+    pool.remove(block)                       # get_free_block's erase
+    found = allocator.alloc_found_block(params, requested, split)
+    allocation = Allocation(found.ptr, found.size, requested, stream, allocator, found)
+    allocator._live[found.ptr] = allocation
+    return allocation
