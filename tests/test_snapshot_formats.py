@@ -341,3 +341,53 @@ def test_an_expandable_segment_that_is_not_whole_pages_is_not_verified(tmp_path,
     seg["total_size"] -= 512
     code, out = verify_cli(tmp_path, snap, capsys)
     assert code == 1 and "NOT verified" in out
+
+
+def _mutate(snap: dict, rng) -> None:
+    """One plausible corruption of a segment or block (types stay right: the checks pass or say why)."""
+    seg = rng.choice(snap["segments"])
+    j = rng.randrange(len(seg["blocks"]))
+    block = seg["blocks"][j]
+    k = rng.randrange(8)
+    if k == 0:
+        block["state"] = rng.choice(["active_allocated", "active_pending_free", "inactive"])
+    elif k == 1:
+        step = rng.choice([-512, 512, 2 * MiB, -2 * MiB])
+        block["size"] += step
+        seg["total_size"] += step
+        for later in seg["blocks"][j + 1:]:
+            later["address"] += step
+    elif k == 2:
+        seg["stream"] = rng.choice([0, 1, 77])
+    elif k == 3:
+        step = rng.choice([2 * MiB, -2 * MiB, 2**30])
+        seg["address"] += step                    # the whole segment moves (it may overlap another)
+        for b in seg["blocks"]:
+            b["address"] += step
+    elif k == 4:
+        seg["is_expandable"] = not seg.get("is_expandable")
+    elif k == 5:
+        seg["segment_type"] = rng.choice(["small", "large"])
+    elif k == 6:
+        block["requested_size"] = rng.randint(0, block["size"])
+    else:
+        seg["segment_pool_id"] = rng.choice([(0, 0), (1, 5)])
+
+
+def test_corrupted_state_only_files_never_get_an_internal_error():
+    import random
+    rng = random.Random(26)
+    bases = [state_only(record_expandable()), state_only(snapshot_with_pending())]
+    outcomes = {"refused": 0, "verified": 0, "not verified": 0}
+    for _ in range(150):
+        snap = copy.deepcopy(rng.choice(bases))
+        for _ in range(rng.randint(1, 3)):
+            _mutate(snap, rng)
+        try:
+            result = replay(snap, verify=True, progress=False)
+        except SnapshotError as exc:
+            assert "\n" not in str(exc)
+            outcomes["refused"] += 1
+            continue
+        outcomes["verified" if result.perfect else "not verified"] += 1
+    assert outcomes["refused"] and outcomes["not verified"], outcomes
