@@ -63,8 +63,13 @@ def upgrade(snapshot: dict) -> dict:
 def _from_history(block: dict, where: str) -> None:
     """PyTorch 2.0: the block's last allocation is ``history[0]`` (as ``_memory_viz`` reads it)."""
     history = block["history"]
-    if not isinstance(history, list) or not history or not isinstance(history[0], dict):
-        raise SnapshotError(f"{where}: 'history' is {show(history)}; expected a non-empty list of dicts")
+    if not isinstance(history, list) or (history and not isinstance(history[0], dict)):
+        raise SnapshotError(f"{where}: 'history' is {show(history)}; expected a list of dicts")
+    if not history:
+        if "requested_size" not in block and block["state"] != "inactive":
+            raise SnapshotError(f"{where}: an active block with an empty 'history' and no "
+                                "'requested_size'; expected its last allocation in history[0]")
+        return
     last = history[0]
     real = last.get("real_size")
     if "requested_size" not in block and block["state"] != "inactive":
