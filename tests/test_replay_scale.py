@@ -64,3 +64,35 @@ def test_work_grows_linearly_with_events_and_streams(verify):
         return replay(snap, verify=verify, progress=False).devices[0].work
     small, large = work(300), work(1_200)
     assert large <= 4.5 * small
+
+
+def test_the_fast_entry_check_accepts_only_what_the_full_check_accepts():
+    """validate.py checks plain trace entries on a fast path: it must never accept more."""
+    from allocator_ref.trace.validate import SnapshotError, _Checker, _plain_entry
+    rng = random.Random(7)
+    good = {"addr": [0, 2**40, 2**64 - 512], "size": [0, 1, 512, 2**60 - 1], "stream": [0, 7, 2**64 - 1],
+            "time_us": [None, 0, 2**62], "device_free": [0, 2**30], "pool_id": [(0, 0), [1, 2]],
+            "compile_context": ["N/A"], "user_metadata": [""]}
+    bad = [-1, True, None, 1.5, "7", 2**64, 2**60, 2**63, (1,), (True, 0), [0, "0"], {}]
+
+    class NotPlain(dict):         # type() is not dict: the fast path steps aside, the full check runs
+        pass
+
+    accepted = 0
+    for _ in range(6000):
+        e = {"action": rng.choice(["alloc", "free_requested", "free_completed", "snapshot", "oom",
+                                   "segment_map", "segment_free", "bogus", 3])}
+        for key, choices in good.items():
+            roll = rng.random()
+            if roll < 0.75:
+                e[key] = rng.choice(choices)
+            elif roll < 0.85:
+                e[key] = rng.choice(bad)
+        if not _plain_entry(e):
+            continue
+        accepted += 1
+        try:
+            _Checker(distinct_records=False).entry(0, 0, NotPlain(e))
+        except SnapshotError as exc:
+            raise AssertionError(f"the fast path accepted {e}; the full check says: {exc}")
+    assert accepted > 200
