@@ -96,3 +96,20 @@ def test_the_fast_entry_check_accepts_only_what_the_full_check_accepts():
         except SnapshotError as exc:
             raise AssertionError(f"the fast path accepted {e}; the full check says: {exc}")
     assert accepted > 200
+
+
+def test_a_stream_met_later_never_finds_its_handle_taken_by_a_guard():
+    """The replay holds each deferred free on a guard stream of its own; their handles used to
+    follow the largest trace stream (+0x1000), which a stream created later could have."""
+    from allocator_ref.caching import CachingAllocator
+    dev = SimDevice("h100-80gb")
+    a = CachingAllocator(dev)
+    a.record_memory_history(context=None)
+    first = dev.create_stream(handle=5)
+    x = a.malloc(1000, first)
+    a.record_stream(x, dev.default_stream)
+    dev.sleep(dev.default_stream, 10**9)
+    a.free(x)                                    # deferred: the replay makes a guard stream
+    a.malloc(1000, dev.create_stream(handle=5 + 0x1000))
+    result = replay(a.snapshot(), verify=True, progress=False)
+    assert result.perfect, result.first_divergence

@@ -46,6 +46,7 @@ from .validate import SnapshotError, validate_snapshot
 
 USER_ACTIONS = ("alloc", "free_requested")
 RELEASES = ("segment_free", "segment_unmap")
+GUARD_HANDLES = 2**64     # stream handles of the replay's own guard streams (_guard_stream)
 REORDER_WINDOW = 64       # how far ahead _take_produced looks for an event emitted out of order
 
 
@@ -143,7 +144,6 @@ class _DeviceReplayer:
         self.pools = PoolRouter(events, finals)      # MemPool / CUDA graph pools (replay_pools.py)
         self.live: dict = {}          # trace address -> our Allocation
         self.streams: dict = {0: self.device.default_stream}
-        self._top_handle = 0          # the largest stream handle met (max(self.streams), kept in O(1))
         self.produced: deque = deque()
         self.progress = progress if progress is not None else len(events) > 5000
         if verify:
@@ -171,7 +171,6 @@ class _DeviceReplayer:
         stream = self.streams.get(handle)
         if stream is None:
             stream = self.streams[handle] = self.device.create_stream(handle=handle)
-            self._top_handle = max(self._top_handle, handle)
         return stream
 
     def _guard_stream(self):
@@ -186,7 +185,9 @@ class _DeviceReplayer:
         for stream in self._guards:
             if stream.handle not in busy:
                 return stream
-        handle = self._top_handle + 0x1000 + len(self._guards)     # above every trace stream so far
+        # Above every cudaStream_t a trace can name (the loader keeps those below 2**64), so a
+        # stream the trace meets later never finds its handle taken.
+        handle = GUARD_HANDLES + len(self._guards)
         stream = self.device.create_stream(handle=handle)
         self._guards.append(stream)
         return stream
