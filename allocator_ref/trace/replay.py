@@ -199,8 +199,10 @@ class _DeviceReplayer:
         addr = expected.get("addr", 0)
         segs = [s for s in self.allocator.segments() if s["address"] <= addr < s["address"] + s["total_size"]] \
             if hasattr(self.allocator, "segments") else []
+        # The index is the event's place in the file's trace ('snapshot' entries counted).
+        where = self.positions[pos] if self.positions and pos < len(self.positions) else pos
         self.result.first_divergence = Divergence(
-            index=self.positions[pos] if self.positions and pos < len(self.positions) else pos, expected=_brief(expected), got=_brief(got.to_dict()) if got is not None else None,
+            index=where, expected=_brief(expected), got=_brief(got.to_dict()) if got is not None else None,
             context=[_brief(e) for e in self.events[max(0, pos - 3):pos + 3]],
             state=[{"address": s["address"], "total_size": s["total_size"],
                     "blocks": [(b["address"], b["size"], b["state"]) for b in s["blocks"]]} for s in segs])
