@@ -79,8 +79,10 @@ def _print_replay(result, out=None) -> None:
     mode = "verify against PyTorch" if result.verify else "what-if"
     print(f"{result.source}: {mode}, policy {result.policy}, config {result.config or '(default)'!r} "
           "(simulated device)", file=out)
-    for note in j["inferred"]:
-        print(f"  inferred: {note}", file=out)
+    several = len(result.devices) > 1
+    for d in result.devices:
+        for note in d.inferred:
+            print(f"  inferred{f' (device {d.device})' if several else ''}: {note}", file=out)
     if j.get("pools"):
         print(f"  private pools kept: {', '.join(map(str, j['pools']))} "
               f"({j['pool_requests']} requests routed into them)", file=out)

@@ -154,6 +154,9 @@ def test_a_state_only_file_is_rebuilt_and_compared_exactly(tmp_path, capsys):
     device = result.devices[0]
     assert device.state_only and device.final_state_equal is True and result.perfect
     assert device.segments_compared == len(snap["segments"]) > 0
+    # No run to take peaks over: the figures are the snapshot's own moment.
+    assert device.peak_reserved == sum(s["total_size"] for s in snap["segments"])
+    assert device.peak_allocated == sum(s["allocated_size"] for s in snap["segments"])
     code, out = verify_cli(tmp_path, snap, capsys)
     assert code == 0 and "state only" in out and ": verified" in out
 
@@ -326,6 +329,7 @@ def test_a_state_only_file_with_expandable_segments_and_holes_is_verified(tmp_pa
     result = replayer.run()
     assert result.final_state_equal is True, result.final_state_diff
     check_stats_consistency(replayer.allocator.segments(record=False), replayer.allocator.memory_stats())
+    assert result.peak_allocated == sum(s["allocated_size"] for s in snap["segments"])
     code, out = verify_cli(tmp_path, snap, capsys)
     assert code == 0 and "state only" in out and ": verified" in out
 

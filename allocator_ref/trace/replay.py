@@ -211,6 +211,12 @@ class _DeviceReplayer:
     def _restore_start(self) -> None:
         config = getattr(self.allocator, "config", None) or AllocatorConfig()
         state = infer_initial_state(self.events, self.finals, config)
+        if not self.events and state.segments:
+            # No trace: nothing "existed before recording"; say what was rebuilt instead.
+            live = sum(len(seg.live_blocks) for seg in state.segments)
+            state.notes[:] = [n for n in state.notes if n.startswith("expandable")] + [
+                f"state only: {len(state.segments)} segment(s) with {live} live block(s) "
+                f"({len(state.pending_free)} freed and still pending) rebuilt from the segments"]
         self.result.inferred = list(state.notes)
         exact = self.verify and isinstance(self.allocator, CachingAllocator)
         if exact and not self.events:
@@ -624,6 +630,12 @@ class _DeviceReplayer:
         self.result.simulated_time_us = float(self.device.now_us())
         self.result.peak_reserved = max(self.result.peak_reserved, self.allocator.max_memory_reserved())
         self.result.peak_allocated = max(self.result.peak_allocated, self.allocator.max_memory_allocated())
+        if self.result.state_only:
+            # No run to take peaks over: the snapshot's own moment (the rebuild's placeholders
+            # for free blocks would otherwise count as allocated).
+            reserved, allocated = self.allocator.memory_reserved(), self.allocator.memory_allocated()
+            self.result.peak_reserved, self.result.peak_allocated = reserved, allocated
+            self.result.fragmentation_at_peak = reserved - allocated
         self.result.pools = sorted(self.pools.pools_seen)
         if not self.verify:
             # What-if: nothing is compared event by event, so count what this allocator did the
