@@ -397,3 +397,29 @@ def test_corrupted_state_only_files_never_get_an_internal_error():
             continue
         outcomes["verified" if result.perfect else "not verified"] += 1
     assert outcomes["refused"] and outcomes["not verified"], outcomes
+
+
+def test_a_trace_recorded_after_an_expandable_warm_up_replays_exactly(tmp_path, capsys):
+    """History switched on mid-run, expandable segments already mapped (the usual way to record:
+    after the model is built).  Their pages at the first event are the final ones less what
+    the trace mapped, plus what it unmapped; the replay rebuilds them and then matches."""
+    dev = SimDevice("h100-80gb")
+    a = ar.CachingAllocator(dev, "expandable_segments:True")
+    side = dev.create_stream()
+    weights = [a.malloc(size) for size in (300 * MiB, 5000, 45 * MiB, 700)]
+    scratch = a.malloc(64 * MiB, side)
+    a.free(weights.pop(2))                  # a free range inside the mapped pages at the start
+    a.record_memory_history(context=None)   # recording starts here
+    acts = [a.malloc(size) for size in (30 * MiB, 3000, 90 * MiB)]
+    a.free(scratch)
+    a.free(acts.pop(0))
+    a.empty_cache()                         # unmaps pages that were mapped before recording
+    acts.append(a.malloc(50 * MiB, side))
+    snap = a.snapshot()
+    actions = {e["action"] for e in snap["device_traces"][0]}
+    assert {"segment_map", "segment_unmap"} <= actions
+    result = replay(snap, verify=True, progress=False)
+    assert result.perfect, (result.first_divergence, result.devices[0].final_state_diff)
+    assert any("expandable segment(s) mapped at the start" in n for n in result.devices[0].inferred)
+    code, out = verify_cli(tmp_path, snap, capsys)
+    assert code == 0 and ": verified" in out

@@ -23,15 +23,17 @@ from collections import deque
 
 from ..allocation import Allocation
 from ..caching.allocator import AllocParams
+from ..caching.config import kSmallBuffer
 
 
 class CannotRebuild(Exception):
     """The snapshot's expandable segments cannot be laid out as it says (the note says why)."""
 
 
-def rebuild_expandable(replayer, segments: list) -> dict:
+def rebuild_expandable(replayer, segments: list, events: list = ()) -> dict:
     """Lay out every expandable segment of ``segments``; returns ``{address: Allocation}`` of the
-    live blocks (pending-free ones included).  Raises CannotRebuild with a reason."""
+    live blocks.  ``events`` (a trace that follows) may show pages mapped below a stream's
+    first range: its reservation then starts there.  Raises CannotRebuild with a reason."""
     allocator = replayer.allocator
     groups: dict = {}
     for seg in sorted(segments, key=lambda s: s["address"]):
@@ -44,10 +46,12 @@ def rebuild_expandable(replayer, segments: list) -> dict:
     for (handle, small), group in groups.items():
         stream = replayer._stream(handle)
         pool = allocator.small_blocks if small else allocator.large_blocks
-        replayer.device.planned_segments = deque([(group[0]["address"], group[0]["total_size"], "segment_map")])
+        base = _reservation_base(group, events, handle, small, allocator.config.large_segment_size,
+                                 replayer.device.info.total_memory)
+        replayer.device.planned_segments = deque([(base, group[0]["total_size"], "segment_map")])
         unmapped = allocator.find_expandable_block(stream, pool, group[0]["total_size"])
         replayer.device.planned_segments = deque()
-        if unmapped.ptr != group[0]["address"] or unmapped.mapped:
+        if unmapped.ptr != base or unmapped.mapped:
             raise CannotRebuild(f"the reservation for segment {group[0]['address']:#x} landed elsewhere")
         for seg in group:
             if unmapped is None or unmapped.mapped:
@@ -79,6 +83,25 @@ def rebuild_expandable(replayer, segments: list) -> dict:
     for allocation in free:
         allocator.free(allocation)
     return {allocation.ptr: allocation for allocation in live_list}
+
+
+def _reservation_base(group: list, events, stream: int, small: bool, large_page: int,
+                      total_memory: int) -> int:
+    """Where the stream's reservation starts: its first mapped range, or lower where the trace
+    maps this stream's pages of this pool below it, whole pages away (within the
+    1.125x-the-GPU a reservation spans), before it unmaps any (after that the reservation
+    may have been given back and made anew elsewhere).  A map of a whole number of large
+    pages is taken for the large pool's (a small one that size is rare)."""
+    first = group[0]["address"]
+    page = kSmallBuffer if small else large_page
+    span = total_memory + total_memory // 8
+    for e in events:
+        if e["action"] == "segment_unmap" and e["stream"] == stream:
+            break
+        if e["action"] == "segment_map" and e["stream"] == stream and first - span < e["addr"] < first \
+                and (first - e["addr"]) % page == 0 and (e["size"] % large_page != 0) == small:
+            first = e["addr"]
+    return first
 
 
 def _carve(allocator, pool, stream, block, size: int, requested: int, split: bool) -> Allocation:

@@ -211,19 +211,18 @@ class _DeviceReplayer:
     def _restore_start(self) -> None:
         config = getattr(self.allocator, "config", None) or AllocatorConfig()
         state = infer_initial_state(self.events, self.finals, config)
-        if not self.events and state.segments:
+        if not self.events and (state.segments or state.expandable):
             # No trace: nothing "existed before recording"; say what was rebuilt instead.
-            live = sum(len(seg.live_blocks) for seg in state.segments)
-            state.notes[:] = [n for n in state.notes if n.startswith("expandable")] + [
-                f"state only: {len(state.segments)} segment(s) with {live} live block(s) "
-                f"({len(state.pending_free)} freed and still pending) rebuilt from the segments"]
+            segments = state.segments + state.expandable
+            live = sum(len(seg.live_blocks) for seg in state.segments) + sum(
+                1 for seg in state.expandable for b in seg["blocks"] if b["state"] != "inactive")
+            state.notes[:] = [f"state only: {len(segments)} segment(s) with {live} live block(s) "
+                              f"({len(state.pending_free)} freed and still pending) rebuilt from the segments"]
         self.result.inferred = list(state.notes)
-        exact = self.verify and isinstance(self.allocator, CachingAllocator)
-        if exact and not self.events:
-            self._restore_expandable(state)      # a state-only file: its expandable segments too
         if state.empty:
             self.produced.clear()
             return
+        exact = self.verify and isinstance(self.allocator, CachingAllocator)
         for seg in state.segments:
             stream = self._stream(seg.stream)
             if exact:
@@ -231,34 +230,35 @@ class _DeviceReplayer:
                 self.live.update(restore_segment(self.allocator, seg.address, seg.size, stream,
                                                  seg.live_blocks, small=seg.small,
                                                  pool_id=self.pools.pool_of({"addr": seg.address})))
-        if not exact:
+        if exact:
+            self._restore_expandable(state)
+        else:
             # Another design cannot have PyTorch's layout: ask it for the same live blocks instead.
             for seg in state.segments:
                 for addr, size, requested in seg.live_blocks:
                     self.live[addr] = self.allocator.malloc(requested, self._stream(seg.stream))
+            for seg in state.expandable:
+                for b in seg["blocks"]:
+                    if b["state"] != "inactive":
+                        self.live[b["address"]] = self.allocator.malloc(b["requested_size"],
+                                                                        self._stream(seg["stream"]))
         for addr in state.pending_free:
             if addr in self.live:
                 self._free(addr, deferred=True)
         self.produced.clear()
 
     def _restore_expandable(self, state) -> None:
-        """State only: lay out the expandable segments as the snapshot shows them (rebuild_expandable.py)."""
-        expandable = [s for s in self.finals if s.get("is_expandable")]
-        if not expandable:
+        """The expandable segments mapped at the first event, laid out as inferred (rebuild_expandable.py)."""
+        if not state.expandable:
             return
-        state.notes[:] = [n for n in state.notes if not n.startswith("expandable segments")]
         try:
-            self.live.update(rebuild_expandable(self, expandable))
+            self.live.update(rebuild_expandable(self, state.expandable, self.events))
         except (CannotRebuild, ValueError, RuntimeError, AssertionError) as exc:   # CudaError included
-            # The file shows a layout no allocator could have: the comparison reports it.
+            # The data shows a layout no allocator could have: the comparison reports it.
             state.notes.append(f"expandable segments not rebuilt: {exc}")
         else:
-            state.notes.append(f"{len(expandable)} expandable segment(s) rebuilt from the snapshot alone "
-                               "(one reservation per stream and pool, from its first segment)")
-            for seg in expandable:       # freed before the snapshot, still waiting for a stream
-                for b in seg["blocks"]:
-                    if b["state"] == "active_pending_free":
-                        self._free(b["address"], deferred=True)
+            state.notes.append(f"{len(state.expandable)} expandable segment(s) mapped at the start rebuilt "
+                               "(one reservation per stream and pool, from its lowest mapped address)")
         self.result.inferred = list(state.notes)
 
     # ------------------------------------------------------------ actions
