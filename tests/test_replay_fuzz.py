@@ -57,7 +57,7 @@ def test_random_programs_replay_exactly(seed, config, start):
     if start and "expandable" in config:
         # test_snapshot_formats.py replays a trace recorded after an expandable warm-up; these
         # random programs also give reservations back and make them anew before recording,
-        # and where a reservation began is not in a snapshot (2 of the 5 diverge).
+        # and where a reservation began is not in a snapshot (2 of the 5 still diverge).
         pytest.skip("expandable segments recorded mid-run are rebuilt from a guess of where each "
                     "reservation began: snapshots do not report unmapped address ranges")
     snap = random_program(seed, config, start)

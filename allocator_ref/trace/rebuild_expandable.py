@@ -1,21 +1,24 @@
-"""Rebuild expandable segments from a snapshot alone (a state-only file: no trace events).
+"""Lay out expandable segments as a snapshot shows them (a state-only file), or as they were
+mapped at the first event of a trace recorded mid-run (``rebuild.py`` infers those).
 
 A snapshot reports an expandable segment as one entry per contiguous *mapped* range
 (``DeviceCachingAllocator::snapshot`` starts a segment at each block whose ``prev`` is
-unmapped); where the reservation begins and how far it reaches is not in the file.  Without
-a trace nothing later depends on that, so the ranges of one stream and pool are rebuilt
-in one reservation that starts at the first of them, with the holes between them
-unmapped again -- the layout the snapshot shows, built with the allocator's own steps:
+unmapped); where the reservation begins and how far it reaches is not in the file.  So the
+ranges of one stream and pool are rebuilt in one reservation that starts at the first of
+them (or lower, where the trace later maps that stream's pages below it), with the holes
+between them unmapped again, using the allocator's own steps:
 
-1. ``find_expandable_block`` reserves the range (the replay device places it at the
-   first segment's address);
+1. ``find_expandable_block`` reserves the range (the replay device places it there);
 2. ``map_block`` maps the pages of each range (and of the hole before it);
 3. ``alloc_found_block`` carves every block, live or free, off the front of what is left
    (an expandable segment always splits, ``should_split``);
 4. the hole placeholders are freed and unmapped (``unmap_block``), then the free
    blocks' placeholders are freed.  Pending frees are left to the caller.
 
-Private pools' expandable segments are not rebuilt (a note says so).
+With no trace nothing later depends on where a reservation began.  In a trace it can: a
+reservation given back and made anew before recording may have begun elsewhere, and
+then the replay reports the divergence.  Private pools' expandable segments are not
+rebuilt (a note says so).
 """
 from __future__ import annotations
 
