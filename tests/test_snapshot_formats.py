@@ -423,3 +423,24 @@ def test_a_trace_recorded_after_an_expandable_warm_up_replays_exactly(tmp_path, 
     assert any("expandable segment(s) mapped at the start" in n for n in result.devices[0].inferred)
     code, out = verify_cli(tmp_path, snap, capsys)
     assert code == 0 and ": verified" in out
+
+
+def test_an_expandable_segment_of_an_exabyte_is_a_reported_difference_not_a_hang(tmp_path, capsys):
+    snap = state_only(record_expandable())
+    seg = max(snap["segments"], key=lambda s: s["address"])     # the last: it overlaps nothing
+    assert seg["is_expandable"] and seg["blocks"][-1]["state"] == "inactive"
+    seg["blocks"][-1]["size"] += 2**59
+    seg["total_size"] += 2**59
+    code, out = verify_cli(tmp_path, snap, capsys)
+    assert code == 1 and "NOT verified" in out and "expandable segments not rebuilt" in out
+
+
+def test_many_streams_each_with_a_gpu_of_small_pages_are_refused_before_mapping(tmp_path, capsys):
+    """Each range fits its reservation, but together they would map 800,000 pages."""
+    GiB = 2**30
+    segments = [{"device": 0, "address": 2**40 + i * 100 * GiB, "total_size": 80 * GiB, "stream": i + 1,
+                 "segment_type": "small", "is_expandable": True,
+                 "blocks": [{"address": 2**40 + i * 100 * GiB, "size": 80 * GiB, "state": "inactive"}]}
+                for i in range(20)]
+    code, out = verify_cli(tmp_path, {"segments": segments, "device_traces": []}, capsys)
+    assert code == 1 and "more than a real run's snapshot shows" in out

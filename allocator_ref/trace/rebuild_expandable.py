@@ -45,6 +45,7 @@ def rebuild_expandable(replayer, segments: list, events: list = ()) -> dict:
             raise CannotRebuild("expandable segments of a private pool cannot be rebuilt from a snapshot")
         key = (seg["stream"], seg.get("segment_type") == "small")
         groups.setdefault(key, []).append(seg)
+    _check_page_budget(groups, allocator.config.large_segment_size, len(events))
     live_list, holes, free = [], [], []
     for (handle, small), group in groups.items():
         stream = replayer._stream(handle)
@@ -86,6 +87,20 @@ def rebuild_expandable(replayer, segments: list, events: list = ()) -> dict:
     for allocation in free:
         allocator.free(allocation)
     return {allocation.ptr: allocation for allocation in live_list}
+
+
+PAGE_BUDGET = 2**17      # pages a rebuild may map, plus 64 per trace event (a real file: a few thousand)
+
+
+def _check_page_budget(groups: dict, large_page: int, events: int) -> None:
+    """Refuse to map more pages than any real file needs: a hostile one could name a segment
+    of an exabyte, or thousands of streams each with a GPU's worth of pages."""
+    pages = 0
+    for (_stream, small), group in groups.items():
+        page = kSmallBuffer if small else large_page
+        pages += -(-(group[-1]["address"] + group[-1]["total_size"] - group[0]["address"]) // page)
+    if pages > PAGE_BUDGET + 64 * events:
+        raise CannotRebuild(f"it would map {pages:,} pages, more than a real run's snapshot shows")
 
 
 def _reservation_base(group: list, events, stream: int, small: bool, large_page: int,
