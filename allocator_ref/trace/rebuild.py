@@ -24,6 +24,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from sortedcontainers import SortedDict
+
 from ..caching.config import SIZE_MAX, AllocatorConfig, kSmallBuffer, kSmallSize, round_size
 
 
@@ -207,24 +209,27 @@ class _Run:
 
 
 def _expandable_at_start(events, final_segments, config) -> list:
-    runs = [_Run(s["address"], s["total_size"], s["stream"], s.get("segment_type") == "small",
-                 tuple(s.get("segment_pool_id") or (0, 0)))
-            for s in final_segments if s.get("is_expandable")]
+    runs = SortedDict()              # address -> _Run, never overlapping (each map/unmap: O(log n))
+    for s in final_segments:
+        if s.get("is_expandable"):
+            runs[s["address"]] = _Run(s["address"], s["total_size"], s["stream"],
+                                      s.get("segment_type") == "small",
+                                      tuple(s.get("segment_pool_id") or (0, 0)))
     if not runs and not any(e["action"] in ("segment_map", "segment_unmap") for e in events):
         return []
     for e in reversed(events):
-        if e["action"] == "segment_map":
-            runs = _cut(runs, e["addr"], e["addr"] + e["size"])
-        elif e["action"] == "segment_unmap":
-            runs = _cut(runs, e["addr"], e["addr"] + e["size"])
+        if e["action"] not in ("segment_map", "segment_unmap"):
+            continue
+        start, end = e["addr"], e["addr"] + e["size"]
+        _cut(runs, start, end)
+        if e["action"] == "segment_unmap":
             small = e["size"] % config.large_segment_size != 0
-            for r in runs:           # a range touching a known one is of its kind
-                if r.address + r.size == e["addr"] or e["addr"] + e["size"] == r.address:
-                    small = r.small
-            runs.append(_Run(e["addr"], e["size"], e["stream"], small, tuple(e.get("pool_id") or (0, 0))))
-    runs.sort(key=lambda r: r.address)
+            for neighbour in (_run_ending_at(runs, start), runs.get(end)):
+                if neighbour is not None:          # a range touching a known one is of its kind
+                    small = neighbour.small
+            runs[start] = _Run(start, e["size"], e["stream"], small, tuple(e.get("pool_id") or (0, 0)))
     merged = []
-    for r in runs:                   # neighbours of one stream and pool are one mapped range
+    for r in runs.values():          # neighbours of one stream and pool are one mapped range
         last = merged[-1] if merged else None
         if last and last.address + last.size == r.address and \
                 (last.stream, last.small, last.pool_id) == (r.stream, r.small, r.pool_id):
@@ -234,18 +239,30 @@ def _expandable_at_start(events, final_segments, config) -> list:
     return merged
 
 
-def _cut(runs, start, end) -> list:
-    """``runs`` without the bytes in [start, end)."""
-    out = []
-    for r in runs:
-        if r.address + r.size <= start or end <= r.address:
-            out.append(r)
-            continue
+def _run_ending_at(runs, addr):
+    i = runs.bisect_left(addr) - 1
+    if i < 0:
+        return None
+    run = runs.peekitem(i)[1]
+    return run if run.address + run.size == addr else None
+
+
+def _cut(runs, start, end) -> None:
+    """Take the bytes in [start, end) out of ``runs``."""
+    i = max(runs.bisect_left(start) - 1, 0)
+    hit = []
+    for address in runs.islice(i):
+        if address >= end:
+            break
+        run = runs[address]
+        if run.address + run.size > start:
+            hit.append(run)
+    for r in hit:
+        del runs[r.address]
         if r.address < start:
-            out.append(_Run(r.address, start - r.address, r.stream, r.small, r.pool_id))
+            runs[r.address] = _Run(r.address, start - r.address, r.stream, r.small, r.pool_id)
         if end < r.address + r.size:
-            out.append(_Run(end, r.address + r.size - end, r.stream, r.small, r.pool_id))
-    return out
+            runs[end] = _Run(end, r.address + r.size - end, r.stream, r.small, r.pool_id)
 
 
 def _run_containing(runs, starts, addr):
