@@ -122,8 +122,10 @@ def _print_replay(result, out=None) -> None:
     mode = "verify against PyTorch" if result.verify else "what-if"
     print(f"{result.source}: {mode}, policy {result.policy}, config {result.config or '(default)'!r} "
           "(simulated device)", file=out)
-    for note in j["inferred"]:
-        print(f"  inferred: {note}", file=out)
+    several = len(result.devices) > 1
+    for d in result.devices:
+        for note in d.inferred:
+            print(f"  inferred{f' (device {d.device})' if several else ''}: {note}", file=out)
     if j.get("pools"):
         print(f"  private pools kept: {', '.join(map(str, j['pools']))} "
               f"({j['pool_requests']} requests routed into them)", file=out)
@@ -136,11 +138,29 @@ def _print_replay(result, out=None) -> None:
         div = j["first_divergence"]
         print(f"  first divergence: {'none' if div is None else json.dumps(div)}", file=out)
         print(f"  final state equals the snapshot's segments: {j['final_state_equal']}", file=out)
+        _print_devices(result, out)
     print(f"  peak reserved {_mib(j['peak_reserved'])}, peak allocated {_mib(j['peak_allocated'])}, "
           f"fragmentation at peak {_mib(j['fragmentation_at_peak'])}", file=out)
     print(f"  device calls {j['device_calls']}, simulated time {j['simulated_time_us'] / 1000:.1f} ms", file=out)
     if not result.verify:
         print(f"  out-of-memory errors: {j['ooms_raised']}" + ("" if j["ooms_raised"] else " (it fits)"), file=out)
+
+
+def _print_devices(result, out) -> None:
+    """One line per device: what was checked there and whether it matched (--verify)."""
+    if not result.devices:
+        print("  nothing to verify: the snapshot holds no segments and no trace events", file=out)
+    for d in result.devices:
+        looked = f", {d.snapshot_entries} 'snapshot' entries left out" if d.snapshot_entries else ""
+        if d.state_only:
+            what = (f"state only (no trace events{looked}): {d.segments_compared} segments rebuilt "
+                    "from the snapshot alone and compared")
+        else:
+            what = f"{d.events} events replayed, {d.allocs_exact}/{d.allocs} allocations exact{looked}"
+        verdict = "verified" if d.final_state_equal else "NOT verified"
+        print(f"  device {d.device}: {what}: {verdict}", file=out)
+        for line in (d.final_state_diff.splitlines() if not d.final_state_equal else [])[:5]:
+            print(f"    {line}", file=out)
 
 
 def cmd_replay(args) -> int:

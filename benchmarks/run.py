@@ -86,6 +86,15 @@ def report(results: dict, quick: bool) -> str:
                           f"**{_mark(r['targets']['replay_fullstep_s']['pass'])}**", ""]
         else:
             lines += [f"Skipped: {r['skipped']}", ""]
+        h = r.get("stream_heavy")
+        if h:
+            mark = _mark(r["targets"]["stream_heavy_verify_s"]["pass"])
+            lines += ["Stream-heavy trace (generated, `stream_heavy_snapshot`: a stream per few allocations, "
+                      "every segment given back each round):", "",
+                      f"- {h['events']:,} events over {h['streams']:,} streams: verify {h['verify_s']:.3f} s "
+                      f"({h['verify_events_per_s']:,.0f} events/s), plain {h['plain_s']:.3f} s, exact allocs "
+                      f"{h['allocs_exact']}/{h['allocs']}; target < 5 s for 100,000 events over 10,000 "
+                      f"streams: **{mark}**", ""]
     f = results.get("fragmentation")
     if f:
         names = [d["name"] for d in f["designs"]]

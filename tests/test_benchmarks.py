@@ -58,6 +58,9 @@ def test_warm_path_keys(quick_run):
 def test_replay_keys(quick_run):
     data = _load(quick_run[0] / "replay.json")
     assert "replay_fullstep_s" in data and "traces" in data
+    heavy = data["stream_heavy"]                  # generated: measured with or without real traces
+    assert heavy["events"] >= 10_000 and heavy["streams"] == 1_000 and heavy["perfect"]
+    assert heavy["allocs_exact"] == heavy["allocs"] > 0 and heavy["verify_s"] > 0
     if not TRACES.is_dir():
         pytest.skip(f"no real traces under {TRACES}")
     assert data["replay_fullstep_s"] is not None

@@ -339,3 +339,15 @@ def test_a_run_whose_peak_is_what_was_held_at_the_start_says_so():
     assert rec.peak_at == -1 and rec.peak_reserved == rec.start_held == 240 * MiB == a.memory_reserved()
     assert rec.fragmentation == 200 * MiB                  # held at the start, 40 MiB of it live
     assert "already held in segments when recording began" in report.verdict.text
+
+
+def test_a_trace_of_only_snapshot_looks_is_diagnosed_as_state_only(run, tmp_path, capsys):
+    # PyTorch appends {'action': 'snapshot'} each time someone looks while history is on; a dump whose
+    # trace holds nothing else has no event to replay, so it is the state-only diagnosis, not a replay.
+    a, snap, facts, report = run
+    looks = [{"action": "snapshot", "addr": 0, "size": a.memory_allocated(), "stream": 0, "frames": []}] * 2
+    path = ar.save_snapshot(dict(snap, device_traces=[looks]), tmp_path / "looks.pickle")
+    assert main(["doctor", str(path), "--json"]) == 0
+    j = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert j["state_only"] is True
+    assert j["reserved"] == sum(s["total_size"] for s in snap["segments"] if s.get("device", 0) == 0)

@@ -55,8 +55,11 @@ def random_program(seed: int, config: str, start_history_at: int = 0) -> dict:
 @pytest.mark.parametrize("start", [0, 150], ids=["from-start", "mid-run"])
 def test_random_programs_replay_exactly(seed, config, start):
     if start and "expandable" in config:
-        pytest.skip("expandable segments recorded mid-run cannot be rebuilt: "
-                    "snapshots do not report unmapped address ranges")
+        # test_snapshot_formats.py replays a trace recorded after an expandable warm-up; these
+        # random programs also give reservations back and make them anew before recording,
+        # and where a reservation began is not in a snapshot (2 of the 5 still diverge).
+        pytest.skip("expandable segments recorded mid-run are rebuilt from a guess of where each "
+                    "reservation began: snapshots do not report unmapped address ranges")
     snap = random_program(seed, config, start)
     report = replay(snap, verify=True, progress=False, profile="tiny-1gb").to_json()
     assert report["first_divergence"] is None, report["first_divergence"]

@@ -42,6 +42,7 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     if device_memory is not None and not (isinstance(device_memory, (int, float)) and device_memory > 0):
         raise ValueError(f"device_memory is the GPU's size in GiB, a positive number; got {device_memory!r}")
     from ..trace.snapshot import load_snapshot
+    from ..trace.device_traces import device_events
     from .state import StateReport, diagnose_state, is_state_only
 
     start = time.perf_counter()
@@ -53,7 +54,7 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
         return report
     if device is None:
         # Several devices and none ran out of memory: each device with events is diagnosed.
-        traces = data.get("device_traces") or []
+        traces = [device_events(data, i) for i in range(len(data.get("device_traces") or []))]
         busy = sorted((i for i, t in enumerate(traces) if t), key=lambda i: -len(traces[i]))
         if len(busy) > 1 and not any(e.get("action") == "oom" for t in traces for e in t):
             reports = [doctor(data, device_memory, device=i, profile=profile, remedies=remedies) for i in busy]

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..trace.device_traces import device_events
 from ..trace.replay import replay
 from ..trace.snapshot import load_snapshot
 from ..viz.replay_frames import frames_of_snapshot
@@ -147,7 +148,8 @@ def device_snapshot(snapshot: dict, device: int) -> dict:
 
 def _focus_device(snapshot: dict) -> int:
     """The device the doctor looks at: the one that ran out of memory, else the busiest."""
-    traces = snapshot.get("device_traces", [])
+    # 'snapshot' entries are looks, not events (trace/device_traces.py): a device with only those has none.
+    traces = [device_events(snapshot, i) for i in range(len(snapshot.get("device_traces", [])))]
     for i, events in enumerate(traces):
         if any(e.get("action") == "oom" for e in events):
             return i
@@ -178,7 +180,7 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
         snapshot = load_snapshot(snapshot)
     if device is None:
         device = _focus_device(snapshot)
-    traces = snapshot.get("device_traces", [])
+    traces = [device_events(snapshot, i) for i in range(len(snapshot.get("device_traces", [])))]
     if not 0 <= device < len(traces) or not traces[device]:
         raise ValueError(f"device {device} has no trace events in this snapshot")
     only = device_snapshot(snapshot, device)

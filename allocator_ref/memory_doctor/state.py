@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..trace.device_traces import device_events
 from ..viz.sizes import format_bytes
 from .diagnosis import SegmentHolding, _where_memory_sits
 from .remedies import parse_conf
@@ -47,7 +48,9 @@ class StateDiagnosis:
 
 
 def is_state_only(snapshot: dict) -> bool:
-    return not any(snapshot.get("device_traces") or ()) and bool(snapshot.get("segments"))
+    """Segments but nothing to replay: no device has a trace event ('snapshot' entries are looks, not events)."""
+    devices = range(len(snapshot.get("device_traces") or ()))
+    return not any(device_events(snapshot, i) for i in devices) and bool(snapshot.get("segments"))
 
 
 def diagnose_state(snapshot: dict, source: str, device: Optional[int] = None) -> StateDiagnosis:

@@ -4,9 +4,12 @@
 snapshot.py  safe loading and saving of torch memory snapshots (file checks, size limit)
 safe_pickle.py  the pickle's opcodes checked before anything is built (no code, bounded shape)
 validate.py  every field of a snapshot checked, one clear line saying where it is wrong
+formats.py   PyTorch's older snapshot shapes (blocks without address, 2.0's history) made current
+device_traces.py  one device's events (without 'snapshot' entries) and segments; which devices there are
 trace_index.py  O(1) "what comes next" lookups that keep the replay linear
 rmm_csv.py   RMM's logging_resource_adaptor CSV
 rebuild.py   the allocator state at the start of a mid-run trace
+rebuild_expandable.py  expandable segments laid out from a snapshot alone (state-only files)
 replay.py    replay a trace, verify it against PyTorch, or ask "what if"
 replay_device.py  the simulated GPU a --verify replay runs on (follows the trace's script)
 replay_report.py  what a replay reports

@@ -24,6 +24,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from sortedcontainers import SortedDict
+
 from ..caching.config import SIZE_MAX, AllocatorConfig, kSmallBuffer, kSmallSize, round_size
 
 
@@ -42,19 +44,22 @@ class InitialState:
     segments: list = field(default_factory=list)         # SegmentAtStart, by address
     pending_free: list = field(default_factory=list)     # addresses freed before recording, completed during it
     notes: list = field(default_factory=list)
+    expandable: list = field(default_factory=list)       # mapped ranges at the start, as snapshot segments
 
     @property
     def empty(self) -> bool:
-        return not self.segments
+        return not self.segments and not self.expandable
 
 
 def infer_initial_state(events: list[dict], final_segments: list[dict],
                         config: AllocatorConfig) -> InitialState:
     state = InitialState()
     segments = _segments_at_start(events, final_segments, state)
-    if not segments:
+    runs = _expandable_at_start(events, final_segments, config)
+    if not segments and not runs:
         return state
     starts = sorted(segments)
+    run_starts = [r.address for r in runs]
     pre_live, pending = _blocks_live_at_start(events, final_segments)
     evidence = _alloc_addresses_by_time(events)
     live_starts = sorted(pre_live)
@@ -62,6 +67,11 @@ def infer_initial_state(events: list[dict], final_segments: list[dict],
     for addr, info in sorted(pre_live.items()):
         seg = _segment_containing(segments, starts, addr)
         if seg is None:
+            run = _run_containing(runs, run_starts, addr)
+            if run is not None:      # an expandable segment always splits: the block is round_size(request)
+                size = info.get("exact_size") or round_size(info["requested"], config)
+                run.live_blocks.append((addr, size, info["requested"]))
+                continue
             state.notes.append(f"block {addr:#x} freed during the trace lies in no known segment; ignored")
             continue
         size = info.get("exact_size")
@@ -72,6 +82,7 @@ def infer_initial_state(events: list[dict], final_segments: list[dict],
         seg.live_blocks.append((addr, size, info["requested"]))
     state.pending_free = sorted(pending)
     state.segments = [segments[a] for a in starts]
+    state.expandable = [_as_snapshot_segment(r) for r in runs]
     if pre_live:
         state.notes.append(
             f"{len(state.segments)} segment(s) existed before recording; {len(pre_live)} block(s) were "
@@ -87,7 +98,7 @@ def _segments_at_start(events, final_segments, state) -> dict:
     segments = {}
     for s in final_segments:
         if s.get("is_expandable"):
-            continue
+            continue                 # _expandable_at_start
         segments[s["address"]] = SegmentAtStart(s["address"], s["total_size"], s["stream"],
                                                 s.get("segment_type") == "small")
     for e in reversed(events):
@@ -96,10 +107,6 @@ def _segments_at_start(events, final_segments, state) -> dict:
             segments.pop(e["addr"], None)
         elif action == "segment_free":
             segments[e["addr"]] = SegmentAtStart(e["addr"], e["size"], e["stream"], e["size"] == kSmallBuffer)
-    if any(s.get("is_expandable") for s in final_segments) and not any(
-            e["action"] == "segment_map" for e in events[:1]):
-        state.notes.append("expandable segments that existed before recording cannot be rebuilt "
-                           "from a snapshot (unmapped ranges are not reported); they are left out")
     return segments
 
 
@@ -126,14 +133,15 @@ def _blocks_live_at_start(events, final_segments):
                 pre_live[addr] = {"requested": e["size"], "stream": e["stream"], "until": index}
                 pending.add(addr)
     for s in final_segments:
-        if s.get("is_expandable"):
-            continue
         for b in s["blocks"]:
             if b["state"].startswith("active") and b["address"] not in owned \
                     and b["address"] not in pre_live:
                 pre_live[b["address"]] = {"requested": b.get("requested_size", b["size"]),
                                           "stream": s["stream"], "until": len(events),
                                           "exact_size": b["size"]}
+                if b["state"] == "active_pending_free":
+                    # Freed before the trace and still waiting at its end: it starts pending.
+                    pending.add(b["address"])
     return pre_live, pending
 
 
@@ -182,3 +190,98 @@ def _infer_block_size(addr, info, seg, live_starts, evidence, config) -> int:
     if boundary - end_min <= slack:
         return boundary - addr    # the remainder was too small to split off: the block took it all
     return rounded
+
+
+# ---------------------------------------------------------------- expandable segments
+# The pages mapped at the first event: the final mapped ranges, minus what the trace mapped,
+# plus what it unmapped (walked backwards).  Where each reservation began is not in the data:
+# rebuild_expandable.py starts one per stream and pool at its lowest mapped (or later mapped)
+# address, which is where a segment that grew from its base has it.
+
+@dataclass
+class _Run:
+    address: int
+    size: int
+    stream: int
+    small: bool
+    pool_id: tuple = (0, 0)
+    live_blocks: list = field(default_factory=list)
+
+
+def _expandable_at_start(events, final_segments, config) -> list:
+    runs = SortedDict()              # address -> _Run, never overlapping (each map/unmap: O(log n))
+    for s in final_segments:
+        if s.get("is_expandable"):
+            runs[s["address"]] = _Run(s["address"], s["total_size"], s["stream"],
+                                      s.get("segment_type") == "small",
+                                      tuple(s.get("segment_pool_id") or (0, 0)))
+    if not runs and not any(e["action"] in ("segment_map", "segment_unmap") for e in events):
+        return []
+    for e in reversed(events):
+        if e["action"] not in ("segment_map", "segment_unmap"):
+            continue
+        start, end = e["addr"], e["addr"] + e["size"]
+        _cut(runs, start, end)
+        if e["action"] == "segment_unmap":
+            small = e["size"] % config.large_segment_size != 0
+            for neighbour in (_run_ending_at(runs, start), runs.get(end)):
+                if neighbour is not None:          # a range touching a known one is of its kind
+                    small = neighbour.small
+            runs[start] = _Run(start, e["size"], e["stream"], small, tuple(e.get("pool_id") or (0, 0)))
+    merged = []
+    for r in runs.values():          # neighbours of one stream and pool are one mapped range
+        last = merged[-1] if merged else None
+        if last and last.address + last.size == r.address and \
+                (last.stream, last.small, last.pool_id) == (r.stream, r.small, r.pool_id):
+            last.size += r.size
+        else:
+            merged.append(r)
+    return merged
+
+
+def _run_ending_at(runs, addr):
+    i = runs.bisect_left(addr) - 1
+    if i < 0:
+        return None
+    run = runs.peekitem(i)[1]
+    return run if run.address + run.size == addr else None
+
+
+def _cut(runs, start, end) -> None:
+    """Take the bytes in [start, end) out of ``runs``."""
+    i = max(runs.bisect_left(start) - 1, 0)
+    hit = []
+    for address in runs.islice(i):
+        if address >= end:
+            break
+        run = runs[address]
+        if run.address + run.size > start:
+            hit.append(run)
+    for r in hit:
+        del runs[r.address]
+        if r.address < start:
+            runs[r.address] = _Run(r.address, start - r.address, r.stream, r.small, r.pool_id)
+        if end < r.address + r.size:
+            runs[end] = _Run(end, r.address + r.size - end, r.stream, r.small, r.pool_id)
+
+
+def _run_containing(runs, starts, addr):
+    i = bisect.bisect_right(starts, addr) - 1
+    if i < 0:
+        return None
+    run = runs[i]
+    return run if addr < run.address + run.size else None
+
+
+def _as_snapshot_segment(run) -> dict:
+    """A run as the snapshot segment rebuild_expandable lays out (live blocks, free gaps)."""
+    blocks, cursor = [], run.address
+    for addr, size, requested in sorted(run.live_blocks):
+        if addr > cursor:
+            blocks.append({"address": cursor, "size": addr - cursor, "state": "inactive"})
+        blocks.append({"address": addr, "size": size, "requested_size": requested, "state": "active_allocated"})
+        cursor = addr + size
+    if cursor < run.address + run.size:
+        blocks.append({"address": cursor, "size": run.address + run.size - cursor, "state": "inactive"})
+    return {"address": run.address, "total_size": run.size, "stream": run.stream, "is_expandable": True,
+            "segment_type": "small" if run.small else "large", "segment_pool_id": run.pool_id, "blocks": blocks}

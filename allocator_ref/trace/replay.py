@@ -34,9 +34,10 @@ from ..caching.config import AllocatorConfig
 from ..caching.oom import OutOfMemoryError
 from ..caching.restore import restore_segment
 from ..device.errors import CudaError
-from ..device.sim import SimDevice
+from .device_traces import devices_of, device_segments, raw_trace, replayable_events, replayable_positions
 from .rebuild import infer_initial_state
-from .replay_device import ReplayDevice
+from .rebuild_expandable import CannotRebuild, rebuild_expandable
+from .replay_device import ManyStreamsDevice, ReplayDevice
 from .replay_pools import PoolRouter
 from .replay_report import DeviceReplay, Divergence, ReplayResult
 from .snapshot import load_snapshot
@@ -45,6 +46,7 @@ from .validate import SnapshotError, validate_snapshot
 
 USER_ACTIONS = ("alloc", "free_requested")
 RELEASES = ("segment_free", "segment_unmap")
+GUARD_HANDLES = 2**64     # stream handles of the replay's own guard streams (_guard_stream)
 REORDER_WINDOW = 64       # how far ahead _take_produced looks for an event emitted out of order
 
 
@@ -84,17 +86,23 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
         raise ValueError("--verify compares against PyTorch's own decisions: it needs the caching "
                          "policy and the snapshot's own config")
     devices = []
-    for index, events in enumerate(snapshot.get("device_traces", [])):
-        if not events:
-            continue
-        finals = [s for s in snapshot["segments"] if s.get("device", 0) == index]
+    # Every device with trace events or segments (device_traces may be shorter than the
+    # devices the segments name); ``snapshot`` entries are left out (device_traces.py).
+    for index in devices_of(snapshot):
+        raw = raw_trace(snapshot, index)
+        events = replayable_events(raw)
+        if not events and not verify:
+            continue                     # a what-if has no requests to replay on this device
         try:
-            devices.append(_DeviceReplayer(index=index, events=events, finals=finals, config=config,
-                                           policy=policy, verify=verify, profile=profile,
-                                           factory=allocator_factory, progress=progress,
-                                           device_memory=device_memory).run())
+            replayer = _DeviceReplayer(index=index, events=events, finals=device_segments(snapshot, index),
+                                       config=config, policy=policy, verify=verify, profile=profile,
+                                       factory=allocator_factory, progress=progress,
+                                       device_memory=device_memory, positions=replayable_positions(raw))
+            result = replayer.run()
         except SnapshotError as exc:
             raise SnapshotError(f"{source}: {exc}") from None
+        result.snapshot_entries = len(raw) - len(events)
+        devices.append(result)
     return ReplayResult(source, policy, config, verify, devices)
 
 
@@ -122,15 +130,17 @@ class _DeviceReplayer:
 
     def __init__(self, *, index: int, events: list, finals: list, config: str, policy: str = "caching",
                  verify: bool, profile: str, factory: Optional[Callable] = None,
-                 progress: Optional[bool] = None, device_memory: Optional[int] = None):
+                 progress: Optional[bool] = None, device_memory: Optional[int] = None,
+                 positions: Optional[list] = None):
         self.index, self.events, self.finals = index, events, finals
+        self.positions = positions    # index in the raw trace of each event (None: the same)
         self.verify, self.policy = verify, policy
-        self.device = ReplayDevice(profile, index=index) if verify else SimDevice(profile, index=index)
+        self.device = ReplayDevice(profile, index=index) if verify else ManyStreamsDevice(profile, index=index)
         if device_memory is not None:
             # A GPU of this size (the profile's context reserve still comes off the top).
             self.device.info = dataclasses.replace(self.device.info, total_memory=int(device_memory))
         self.allocator = factory(self.device, config) if factory else make_allocator(policy, self.device, config)
-        self.result = DeviceReplay(index, len(events))
+        self.result = DeviceReplay(index, len(events), state_only=not events)
         self.pools = PoolRouter(events, finals)      # MemPool / CUDA graph pools (replay_pools.py)
         self.live: dict = {}          # trace address -> our Allocation
         self.streams: dict = {0: self.device.default_stream}
@@ -175,7 +185,9 @@ class _DeviceReplayer:
         for stream in self._guards:
             if stream.handle not in busy:
                 return stream
-        handle = max(self.streams) + 0x1000 + len(self._guards)
+        # Above every cudaStream_t a trace can name (the loader keeps those below 2**64), so a
+        # stream the trace meets later never finds its handle taken.
+        handle = GUARD_HANDLES + len(self._guards)
         stream = self.device.create_stream(handle=handle)
         self._guards.append(stream)
         return stream
@@ -183,12 +195,14 @@ class _DeviceReplayer:
     def _diverge(self, pos: int, got) -> None:
         if self.result.first_divergence is not None:
             return
-        expected = self.events[pos]
+        expected = self.events[pos] if pos < len(self.events) else {"action": "end of trace"}
         addr = expected.get("addr", 0)
         segs = [s for s in self.allocator.segments() if s["address"] <= addr < s["address"] + s["total_size"]] \
             if hasattr(self.allocator, "segments") else []
+        # The index is the event's place in the file's trace ('snapshot' entries counted).
+        where = self.positions[pos] if self.positions and pos < len(self.positions) else pos
         self.result.first_divergence = Divergence(
-            index=pos, expected=_brief(expected), got=_brief(got.to_dict()) if got is not None else None,
+            index=where, expected=_brief(expected), got=_brief(got.to_dict()) if got is not None else None,
             context=[_brief(e) for e in self.events[max(0, pos - 3):pos + 3]],
             state=[{"address": s["address"], "total_size": s["total_size"],
                     "blocks": [(b["address"], b["size"], b["state"]) for b in s["blocks"]]} for s in segs])
@@ -197,8 +211,16 @@ class _DeviceReplayer:
     def _restore_start(self) -> None:
         config = getattr(self.allocator, "config", None) or AllocatorConfig()
         state = infer_initial_state(self.events, self.finals, config)
+        if not self.events and (state.segments or state.expandable):
+            # No trace: nothing "existed before recording"; say what was rebuilt instead.
+            segments = state.segments + state.expandable
+            live = sum(len(seg.live_blocks) for seg in state.segments) + sum(
+                1 for seg in state.expandable for b in seg["blocks"] if b["state"] != "inactive")
+            state.notes[:] = [f"state only: {len(segments)} segment(s) with {live} live block(s) "
+                              f"({len(state.pending_free)} freed and still pending) rebuilt from the segments"]
         self.result.inferred = list(state.notes)
         if state.empty:
+            self.produced.clear()
             return
         exact = self.verify and isinstance(self.allocator, CachingAllocator)
         for seg in state.segments:
@@ -208,15 +230,36 @@ class _DeviceReplayer:
                 self.live.update(restore_segment(self.allocator, seg.address, seg.size, stream,
                                                  seg.live_blocks, small=seg.small,
                                                  pool_id=self.pools.pool_of({"addr": seg.address})))
-        if not exact:
+        if exact:
+            self._restore_expandable(state)
+        else:
             # Another design cannot have PyTorch's layout: ask it for the same live blocks instead.
             for seg in state.segments:
                 for addr, size, requested in seg.live_blocks:
                     self.live[addr] = self.allocator.malloc(requested, self._stream(seg.stream))
+            for seg in state.expandable:
+                for b in seg["blocks"]:
+                    if b["state"] != "inactive":
+                        self.live[b["address"]] = self.allocator.malloc(b["requested_size"],
+                                                                        self._stream(seg["stream"]))
         for addr in state.pending_free:
             if addr in self.live:
                 self._free(addr, deferred=True)
         self.produced.clear()
+
+    def _restore_expandable(self, state) -> None:
+        """The expandable segments mapped at the first event, laid out as inferred (rebuild_expandable.py)."""
+        if not state.expandable:
+            return
+        try:
+            self.live.update(rebuild_expandable(self, state.expandable, self.events))
+        except (CannotRebuild, ValueError, RuntimeError, AssertionError) as exc:   # CudaError included
+            # The data shows a layout no allocator could have: the comparison reports it.
+            state.notes.append(f"expandable segments not rebuilt: {exc}")
+        else:
+            state.notes.append(f"{len(state.expandable)} expandable segment(s) mapped at the start rebuilt "
+                               "(one reservation per stream and pool, from its lowest mapped address)")
+        self.result.inferred = list(state.notes)
 
     # ------------------------------------------------------------ actions
     def _malloc(self, pos: int) -> None:
@@ -471,6 +514,11 @@ class _DeviceReplayer:
         j = self._next_malloc(pos + 2)
         if j < 0:
             return False
+        if self.events[j]["stream"] != self.events[pos]["stream"]:
+            # The freed block cannot serve a malloc on another stream (get_free_block looks
+            # only at the malloc's stream), so both readings make the same events: no trial.
+            # (A trial copies the whole state; on a trace with 10,000 streams it cost seconds.)
+            return False
         return any(g["action"] in RELEASES + ("oom",) for g in self.events[pos + 2:j + 1])
 
     def _free_reproduces(self, pos: int, deferred: bool) -> bool:
@@ -592,6 +640,12 @@ class _DeviceReplayer:
         self.result.simulated_time_us = float(self.device.now_us())
         self.result.peak_reserved = max(self.result.peak_reserved, self.allocator.max_memory_reserved())
         self.result.peak_allocated = max(self.result.peak_allocated, self.allocator.max_memory_allocated())
+        if self.result.state_only:
+            # No run to take peaks over: the snapshot's own moment (the rebuild's placeholders
+            # for free blocks would otherwise count as allocated).
+            reserved, allocated = self.allocator.memory_reserved(), self.allocator.memory_allocated()
+            self.result.peak_reserved, self.result.peak_allocated = reserved, allocated
+            self.result.fragmentation_at_peak = reserved - allocated
         self.result.pools = sorted(self.pools.pools_seen)
         if not self.verify:
             # What-if: nothing is compared event by event, so count what this allocator did the
@@ -601,9 +655,13 @@ class _DeviceReplayer:
             self.result.segment_allocs_made = int(stats.get("num_device_alloc", 0))
             self.result.segment_frees_made = int(stats.get("num_device_free", 0))
         if self.verify:
-            # The trace's snapshot() events recorded nothing that changes state; ignore them.
-            ours = _layout(self.allocator.segments(record=False))
-            theirs = _layout(self.finals)
+            # Requested sizes are compared where the file has them (PyTorch 2.0's blocks do not).
+            requested = all("requested_size" in b for s in self.finals for b in s["blocks"]
+                            if b["state"] != "inactive")
+            totals = tuple(k for k in SEGMENT_TOTALS if all(k in s for s in self.finals))
+            ours = _layout(self.allocator.segments(record=False), requested, totals)
+            theirs = _layout(self.finals, requested, totals)
+            self.result.segments_compared = len(self.finals)
             self.result.final_state_equal = ours == theirs
             if ours != theirs:
                 self.result.final_state_diff = _diff(ours, theirs)
@@ -616,11 +674,23 @@ def _same_event(expected: dict, got) -> bool:
     return got.action == "oom" or (got.addr == expected.get("addr") and got.size == expected["size"])
 
 
-def _layout(segments: list[dict]) -> list:
+# Per segment, compared when every segment of the file has them (older files lack some).
+SEGMENT_TOTALS = ("segment_type", "allocated_size", "active_size", "requested_size")
+
+
+def _layout(segments: list[dict], requested: bool = True, totals: tuple = ()) -> list:
+    """What must be equal at the end: every segment and block, down to its state and request.
+
+    A free block keeps the request of its last user in PyTorch's snapshot (a leftover,
+    not state), so requested sizes are compared for active blocks only.  A segment's
+    totals (``totals``: those the file has) must agree with its blocks as ours do.
+    """
     return sorted((s["address"], s["total_size"], s["stream"], bool(s.get("is_expandable")),
-                   tuple((b["address"] if "address" in b else None, b["size"], b["state"])
+                   tuple((b["address"], b["size"], b["state"],
+                          b.get("requested_size") if requested and b["state"] != "inactive" else None)
                          for b in s["blocks"]),
-                   tuple(s.get("segment_pool_id") or (0, 0))) for s in segments)
+                   tuple(s.get("segment_pool_id") or (0, 0)),
+                   tuple(s[k] for k in totals)) for s in segments)
 
 
 def _diff(ours: list, theirs: list) -> str:
@@ -637,7 +707,7 @@ def _diff(ours: list, theirs: list) -> str:
 def _short(seg) -> str:
     if seg is None:
         return "absent"
-    return f"{seg[1]} B, blocks {[(hex(x[0]) if x[0] else None, x[1], x[2]) for x in seg[4]][:6]}"
+    return f"{seg[1]} B, blocks {[(hex(x[0]), x[1], x[2], x[3]) for x in seg[4]][:6]}"
 
 
 def _brief(e: dict) -> dict:
@@ -671,17 +741,17 @@ class TraceStepper:
 
     def __init__(self, snapshot: Any, device: Optional[int] = None, profile: str = "h100-80gb") -> None:
         data = _checked(snapshot) if isinstance(snapshot, dict) else load_snapshot(snapshot)
-        traces = data.get("device_traces", [])
         if device is None:
-            device = next((i for i, t in enumerate(traces) if t), None)
-        if device is None or device >= len(traces) or not traces[device]:
+            device = next((d for d in devices_of(data) if replayable_events(raw_trace(data, d))), None)
+        raw = raw_trace(data, device) if isinstance(device, int) else []
+        events = replayable_events(raw)            # snapshot entries changed nothing: left out
+        if not events:
             raise ValueError(f"the snapshot has no trace events for device {device!r}")
-        finals = [s for s in data["segments"] if s.get("device", 0) == device]
-        self._replayer = _DeviceReplayer(index=device, events=traces[device], finals=finals,
+        self._replayer = _DeviceReplayer(index=device, events=events, finals=device_segments(data, device),
                                          config=_config_text(data), verify=True, profile=profile,
-                                         progress=False)
+                                         progress=False, positions=replayable_positions(raw))
         self._replayer._restore_start()
-        self.events = traces[device]
+        self.events = events
 
     @property
     def allocator(self) -> CachingAllocator:

@@ -36,7 +36,40 @@ class _ManualEvent:
         self.ready = True
 
 
-class ReplayDevice(SimDevice):
+class ManyStreamsDevice(SimDevice):
+    """A SimDevice whose cudaFree waits for every stream in O(1), however many there are.
+
+    cudaFree waits for every stream (SimDevice._implicit_sync asks _drain_time).  A trace
+    may name tens of thousands of streams and free a segment thousands of times: scanning
+    them all each time made the replay quadratic (223 s for 100,000 events with a stream
+    per allocation).  A stream's tail only grows, so the running maximum of every tail
+    ever set, destroyed streams' included, is the same answer.  The decisions and the
+    simulated clock are exactly SimDevice's.
+    """
+
+    def __init__(self, profile: str, index: int = 0) -> None:
+        self._latest_tail = 0.0                   # the latest any stream's queued work ends
+        super().__init__(profile, index=index)
+
+    def _drain_time(self) -> float:
+        return max(self._latest_tail, self._destroyed_tail)
+
+    def create_stream(self, handle: Optional[int] = None):
+        stream = super().create_stream(handle)
+        self._latest_tail = max(self._latest_tail, stream.tail_us)
+        return stream
+
+    def wait_event(self, stream, event) -> None:
+        super().wait_event(stream, event)
+        self._latest_tail = max(self._latest_tail, self._check_stream(stream).tail_us)
+
+    def _launch(self, stream, duration_us: float, effect=None):
+        start, end = super()._launch(stream, duration_us, effect)
+        self._latest_tail = max(self._latest_tail, end)
+        return start, end
+
+
+class ReplayDevice(ManyStreamsDevice):
     """A SimDevice the replay steers: planned addresses, planned failures, manual events."""
 
     def __init__(self, profile: str, index: int = 0) -> None:

@@ -44,6 +44,9 @@ class DeviceReplay:
     # and where the user called empty_cache().
     readings: dict = field(default_factory=dict)
     user_empty_caches: list = field(default_factory=list)
+    state_only: bool = False   # no trace events: the segments were rebuilt and compared alone
+    snapshot_entries: int = 0  # 'snapshot' entries in the trace (someone looked; left out of the replay)
+    segments_compared: int = 0  # the snapshot's segments the final state was compared with (verify)
 
     @property
     def allocs_exact_pct(self) -> float:
@@ -77,8 +80,13 @@ class ReplayResult:
 
     @property
     def perfect(self) -> bool:
-        return (self.first_divergence is None and self._sum("allocs_exact") == self._sum("allocs")
-                and self.final_state_equal is not False)
+        """Everything matched: no divergence, every allocation exact and, when verifying,
+        every device's final state equal (a device left unchecked is not a match)."""
+        if self.first_divergence is not None or self._sum("allocs_exact") != self._sum("allocs"):
+            return False
+        if self.verify:
+            return all(d.final_state_equal is True for d in self.devices)
+        return self.final_state_equal is not False
 
     def to_json(self) -> dict:
         div = self.first_divergence

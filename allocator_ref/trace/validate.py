@@ -17,7 +17,9 @@ What is checked:
   them, and a file that names one record many times (pickle's memo makes that
   cheap) only multiplies the work of whoever reads it.
 
-Fields the course does not use are left alone, so newer PyTorch versions load.
+Fields the course does not use are left alone, so newer PyTorch versions load; files from
+older versions (blocks without ``address``, PyTorch 2.0's ``history``) are brought to the
+current shape once checked (``formats.py``).
 """
 from __future__ import annotations
 
@@ -181,6 +183,13 @@ class _Checker:
                                 f"total_size {total}")
 
     def entry(self, d: int, k: int, e: Any) -> None:
+        if type(e) is dict and _plain_entry(e):
+            # The common case, checked without building messages (a trace has 100,000s of
+            # entries); anything unusual takes the field-by-field path below for its message.
+            self.once(e, f"device {d} trace entry {k}")
+            if "frames" in e:
+                self.frames(e, f"device {d} trace entry {k} ({e['action']})")
+            return
         where = f"device {d} trace entry {k}"
         e = self.record(e, where)
         action = _str(e, "action", where, ACTIONS, required=True)
@@ -201,6 +210,39 @@ class _Checker:
         _str(e, "user_metadata", where)
         _pair(e, "pool_id", where)
         self.frames(e, where)
+
+
+_ACTION_SET = frozenset(ACTIONS)
+_SIZED_SET = frozenset(SIZED_ACTIONS)
+
+
+def _plain_entry(e: dict) -> bool:
+    """True when ``e`` passes every check of ``_Checker.entry`` but the frames' (same rules)."""
+    action, size = e.get("action"), e.get("size")
+    if type(action) is not str or action not in _ACTION_SET or type(size) is not int:
+        return False
+    if not (1 if action in _SIZED_SET else 0) <= size < SIZE_LIMIT:
+        return False
+    if action == "oom":
+        free = e.get("device_free", 0)
+        if type(free) is not int or not 0 <= free < ADDRESS_LIMIT:
+            return False
+    else:
+        addr = e.get("addr")
+        if type(addr) is not int or not 0 <= addr < ADDRESS_LIMIT or addr + size > ADDRESS_LIMIT:
+            return False
+    stream = e.get("stream", 0 if action == "snapshot" else None)
+    if type(stream) is not int or not 0 <= stream < ADDRESS_LIMIT:
+        return False
+    time_us = e.get("time_us")
+    if time_us is not None and (type(time_us) is not int or not 0 <= time_us < 2**63):
+        return False
+    for key in ("compile_context", "user_metadata"):
+        if key in e and type(e[key]) is not str:
+            return False
+    pool_id = e.get("pool_id", (0, 0))
+    return (type(pool_id) in (tuple, list) and len(pool_id) == 2
+            and type(pool_id[0]) is int and type(pool_id[1]) is int)
 
 
 def validate_snapshot(obj: Any, distinct_records: bool = False) -> dict:
@@ -243,4 +285,5 @@ def validate_snapshot(obj: Any, distinct_records: bool = False) -> dict:
         _str(settings, "PYTORCH_CUDA_ALLOC_CONF", "allocator_settings")
     if obj.get("external_annotations") is not None:
         _list(obj, "external_annotations", "the snapshot")
-    return obj
+    from .formats import upgrade           # older PyTorch versions' shapes, made current (formats.py)
+    return upgrade(obj)
