@@ -7,7 +7,7 @@ A ``ReplayDevice`` is a ``SimDevice`` that knows the trace being replayed:
 * a device allocation succeeds exactly when the trace shows the segment it made
   next, and fails when the trace shows a release or an ``oom`` next -- so the
   allocator walks the same retry ladder it walked on the GPU;
-* events are ``_ManualEvent``s that the replay completes where the trace says
+* events are ``ManualEvent``s that the replay completes where the trace says
   ``free_completed``.
 """
 from __future__ import annotations
@@ -19,10 +19,11 @@ from ..device.errors import cuda_error
 from ..device.sim import SimDevice
 
 
-class _ManualEvent:
-    """An event the replay completes where the trace says (``free_completed``)."""
+class ManualEvent:
+    """An event the replay completes where the trace says (``free_completed``), or, in a what-if,
+    where the program's stream work completed (whatif.py)."""
 
-    def __init__(self, device) -> None:
+    def __init__(self, device=None) -> None:
         self.device = device
         self.ready = False
 
@@ -175,7 +176,7 @@ class ReplayDevice(ManyStreamsDevice):
                 self._extent[start] = max(self._extent.get(start, start), ptr + size)
 
     def create_event(self, timing: bool = True):
-        event = _ManualEvent(self)
+        event = ManualEvent(self)
         if self.freeing_addr is not None:
             self.events_by_addr.setdefault(self.freeing_addr, []).append(event)
         return event

@@ -46,6 +46,7 @@ from ..device.errors import CudaError
 from ..device.sim import SimDevice
 from .rebuild import infer_initial_state
 from .replay import make_allocator
+from .replay_device import ManualEvent
 from .replay_pools import PoolRouter
 
 UNCAPPED = 1 << 40        # "no capacity known": a 1 TiB GPU, far above any real one
@@ -185,22 +186,6 @@ def _standalone_completion(events: list, i: int) -> bool:
 
 # ---------------------------------------------------------------- the device
 
-class _ProgramEvent:
-    """The event a deferred free waits on: it completes where the program's stream work did."""
-
-    def __init__(self) -> None:
-        self.ready = False
-
-    def record(self, stream=None) -> None:
-        pass
-
-    def query(self) -> bool:
-        return self.ready
-
-    def synchronize(self) -> None:
-        self.ready = True
-
-
 class WhatIfDevice(SimDevice):
     """A simulated GPU of a given usable capacity that puts segments where PyTorch did when it can."""
 
@@ -226,7 +211,7 @@ class WhatIfDevice(SimDevice):
     def create_event(self, timing: bool = True):
         if self.freeing_addr is None:
             return super().create_event(timing)
-        event = _ProgramEvent()
+        event = ManualEvent()
         self.events_by_addr.setdefault(self.freeing_addr, []).append(event)
         return event
 
