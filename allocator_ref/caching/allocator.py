@@ -34,6 +34,7 @@ from .backend import backend_mismatch_error, force_uncached_from_env, get_alloca
 from .capture_rules import update_visited
 from .checkpoint import CheckpointDelta, PrivatePoolState, SegmentState
 from .expandable import ExpandableSegment, allocatable, expandable_size
+from .mempool import use_mem_pool
 from .oom import EXABYTE_MESSAGE, OutOfMemoryError, format_size, oom_message
 from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
 from .private_pool import PrivatePool
@@ -160,7 +161,7 @@ class CachingAllocator:
     def malloc(self, nbytes: int, stream: Any = None) -> Allocation:
         """``NativeCachingAllocator::allocate`` then ``DeviceCachingAllocator::malloc``."""
         stream = self._check_stream(stream)
-        if getattr(stream, "destroyed", False):     # the one error every allocator raises for it
+        if getattr(stream, "destroyed", False):     # protocol.DestroyableStream; the one error every allocator raises
             raise destroyed_stream_error("malloc", stream)
         if isinstance(nbytes, bool) or not isinstance(nbytes, int):
             raise TypeError(f"Invalid memory size: expected a number of bytes (int), got {type(nbytes).__name__}")
@@ -1034,7 +1035,7 @@ class CachingAllocator:
     # the five rules are listed in capture_rules.py).
     # ----------------------------------------------------------- device calls
     def _capture_info(self, stream: Any):
-        """``stream_get_capture_info`` (None on a device that cannot capture)."""
+        """``stream_get_capture_info`` (None on a device that cannot capture: protocol.CaptureDevice)."""
         info = getattr(self.device, "capture_info", None)
         return info(stream) if info is not None else None
 
@@ -1393,7 +1394,6 @@ class CachingAllocator:
 
     def use_mem_pool(self, pool: Any):
         """``torch.cuda.use_mem_pool(pool)`` as a method: ``with a.use_mem_pool(pool): ...`` (mempool.py)."""
-        from .mempool import use_mem_pool
         if getattr(pool, "allocator", None) is not self:
             raise ValueError("this MemPool belongs to another allocator; use it with that one")
         return use_mem_pool(pool)
