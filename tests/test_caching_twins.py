@@ -59,6 +59,19 @@ TWINS = {
     "insert_events_deferred_until_no_capture": {"process_events", "get_checkpoint_state"},
     "free_blocks_allocated_to_pool": {"set_checkpoint_pool_state"},
     "set_segment_state_to_checkpoint": {"set_checkpoint_pool_state"},
+    # history and the snapshot (record_trace's callers: every function that writes a TraceEntry;
+    # segments() is DeviceCachingAllocator::snapshot, snapshot() the torch.cuda dict above it)
+    "record_trace": {"malloc", "alloc_found_block", "alloc_block", "free", "free_block", "release_block",
+                     "map_block", "unmap_block", "segments"},
+    "maybe_gather_context": {"malloc", "free", "empty_cache", "get_checkpoint_state", "set_checkpoint_pool_state"},
+    "get_all_blocks": {"segments"},
+    # the stats and the memory fraction: torch.cuda's functions reach DeviceCachingAllocator's
+    "get_stats": {"memory_stats"},
+    "reset_accumulated_stats": {"reset_accumulated_memory_stats"},
+    "reset_peak_stats": {"reset_peak_memory_stats"},
+    "set_memory_fraction": {"set_per_process_memory_fraction"},
+    "get_memory_fraction": {"get_per_process_memory_fraction"},
+    "get_private_pool_head_blocks": {"get_checkpoint_state", "free_blocks_allocated_to_pool"},
 }
 # Block and BlockPool members PyTorch calls by name.
 BLOCK_TWINS = {
@@ -95,8 +108,9 @@ def _workloads(seen: set) -> None:
         _watch(a, seen)
         return a
 
-    # split, merge, free callbacks on a miss
+    # split, merge, free callbacks on a miss (history on: each step writes its TraceEntry)
     a = new()
+    a.record_memory_history()
     a.free_memory_callbacks.append(lambda: False)
     x, y, z = a.malloc(1000), a.malloc(3000), a.malloc(5 * MiB)
     a.free(y), a.free(x), a.free(z)
@@ -113,6 +127,16 @@ def _workloads(seen: set) -> None:
     a.record_stream(x, side)
     a.free(x)
     a.empty_cache()
+    a.snapshot()
+    a.memory_stats()
+    a.reset_peak_memory_stats(), a.reset_accumulated_memory_stats()
+    a.close()
+
+    # out of memory, with history on: malloc writes the oom entry itself
+    a = new()
+    a.record_memory_history()
+    with pytest.raises(ar.OutOfMemoryError):
+        a.malloc(2 << 30)
     a.close()
 
     # max_split_size: the ladder frees oversize blocks, then empties the cache, on a miss
@@ -130,6 +154,7 @@ def _workloads(seen: set) -> None:
     # garbage collection under a memory fraction
     a = new("garbage_collection_threshold:0.5")
     a.set_per_process_memory_fraction(0.5)
+    assert a.get_per_process_memory_fraction() == 0.5
     for size in (100, 200, 150):
         a.free(a.malloc(size * MiB))
     a.free(a.malloc(300 * MiB))
@@ -137,6 +162,7 @@ def _workloads(seen: set) -> None:
 
     # expandable segments: map pages, unmap them on empty_cache, give the reservation back
     a = new("expandable_segments:True")
+    a.record_memory_history()
     x, y, z = a.malloc(10 * MiB), a.malloc(35 * MiB), a.malloc(10 * MiB)
     a.free(y)          # [10, 45) MiB free: unmap_block keeps the partial pages either side
     a.empty_cache()
@@ -159,6 +185,7 @@ def _workloads(seen: set) -> None:
 
     # a cross-stream free under an open MemPool is deferred; the next malloc outside processes it
     a = new()
+    a.record_memory_history()
     pool = ar.MemPool(a)
     side = a.device.create_stream()
     with a.use_mem_pool(pool):

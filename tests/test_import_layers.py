@@ -15,8 +15,8 @@ LAYERS = {"settings": 0, "device": 1, "allocation": 2, "events": 2, "vmm": 2, "c
           "policies": 4, "sharing": 4, "trace": 5, "viz": 6, "memory_doctor": 7, "labs": 8,
           "integrations": 8, "__main__": 9}
 # The one deliberate exception: make_allocator picks the cudaMallocAsync backend lazily, as
-# PyTorch's allocator selection does (caching/backend.py imports it inside the function).
-ALLOWED = {("caching/backend.py", "policies")}
+# PyTorch's allocator selection does (caching/factory.py imports it inside the function).
+ALLOWED = {("caching/factory.py", "policies")}
 
 
 def _unit(dotted: str) -> str:

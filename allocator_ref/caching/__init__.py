@@ -19,7 +19,8 @@ capture_rules.py the capture rules, listed (the code is in allocator.py) and upd
 graph.py       CUDAGraph and the graph() context manager
 """
 from .allocator import CachingAllocator
-from .backend import get_allocator_backend, make_allocator
+from .backend import get_allocator_backend
+from .factory import make_allocator
 from .config import (AllocatorConfig, get_allocation_size, kMinBlockSize, kMinLargeAlloc,
                      kRoundLarge, kSmallBuffer, kSmallSize, round_size,
                      roundup_power2_next_division)

@@ -34,6 +34,7 @@ from .backend import backend_mismatch_error, force_uncached_from_env, get_alloca
 from .capture_rules import update_visited
 from .checkpoint import CheckpointDelta, PrivatePoolState, SegmentState
 from .expandable import ExpandableSegment, allocatable, expandable_size
+from .mempool import use_mem_pool
 from .oom import EXABYTE_MESSAGE, OutOfMemoryError, format_size, oom_message
 from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
 from .private_pool import PrivatePool
@@ -143,11 +144,19 @@ class CachingAllocator:
             raise TypeError("Invalid type for fraction argument, must be `float`")
         if not 0 <= fraction <= 1:
             raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        self.set_memory_fraction(fraction)
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """``DeviceCachingAllocator::setMemoryFraction`` (the checks above are the caller's)."""
         total = self.device.info.total_memory
-        # 2.11: the limit only exists for fractions below 1 (setMemoryFraction).
+        # 2.11: the limit only exists for fractions below 1.
         self.allowed_memory_maximum = int(fraction * total) if fraction < 1.0 else None
 
     def get_per_process_memory_fraction(self) -> float:
+        """``torch.cuda.get_per_process_memory_fraction``."""
+        return self.get_memory_fraction()
+
+    def get_memory_fraction(self) -> float:
         """``getMemoryFraction``: allowed / total as PyTorch computes it (not the number set)."""
         if self.allowed_memory_maximum is None:
             return 1.0
@@ -160,7 +169,7 @@ class CachingAllocator:
     def malloc(self, nbytes: int, stream: Any = None) -> Allocation:
         """``NativeCachingAllocator::allocate`` then ``DeviceCachingAllocator::malloc``."""
         stream = self._check_stream(stream)
-        if getattr(stream, "destroyed", False):     # the one error every allocator raises for it
+        if getattr(stream, "destroyed", False):     # protocol.DestroyableStream; the one error every allocator raises
             raise destroyed_stream_error("malloc", stream)
         if isinstance(nbytes, bool) or not isinstance(nbytes, int):
             raise TypeError(f"Invalid memory size: expected a number of bytes (int), got {type(nbytes).__name__}")
@@ -174,7 +183,7 @@ class CachingAllocator:
             return self._uncached_malloc(nbytes, stream)
         # maybeGatherContext(RecordContext::STATE): the caller's stack, passed down to every
         # function that records a trace entry or stamps a block (None when history is off).
-        context = self._gather_context(("state", "alloc", "all")) if self.trace.enabled is not None else None
+        context = self.maybe_gather_context(("state", "alloc", "all")) if self.trace.enabled is not None else None
         if self.captures_underway:                 # a MemPool context or a CUDA graph capture
             self.before_malloc_in_capture(stream, context)  # (no event queries while capturing)
         elif self.cuda_events or self.deferred_blocks:     # (process_events has nothing to do otherwise)
@@ -205,8 +214,22 @@ class CachingAllocator:
                          and self.release_cached_blocks(context)
                          and self.alloc_block(params, True, context)))
         if not found:
-            # Out of rungs: count the OOM, tell the observers, raise with the figures.
-            self._raise_oom(params, context)
+            # Out of rungs: count the OOM, trace it, tell the observers, raise with the figures
+            # (inline, as at the end of PyTorch's malloc).
+            free, total = self.device.mem_get_info()
+            self.record_trace("oom", free, params.size, params.stream_key, context, params.pool)
+            stats = self.stats
+            stats.num_ooms += 1
+            limit = self.allowed_memory_maximum if self.allowed_memory_maximum is not None else total
+            for observer in self.oom_observers:
+                observer(self.device.info.index, params.alloc_size, limit, free)
+            raise OutOfMemoryError(oom_message(
+                device_index=self.device.info.index, alloc_size=params.alloc_size, total=total, free=free,
+                allocated=stats.allocated_bytes[AGGREGATE].current,
+                reserved=stats.reserved_bytes[AGGREGATE].current,
+                allowed=self.allowed_memory_maximum,
+                process_in_use=(total - free) if self.device.info.simulated else None,
+                private_pools=self.allocated_in_private_pools()))
         # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
         split = self.should_split(params.block, size, params.expandable)
         block = self.alloc_found_block(params, nbytes, split, context)
@@ -235,48 +258,68 @@ class CachingAllocator:
         return self.small_blocks if size <= kSmallSize else self.large_blocks
 
     def get_free_block(self, p: AllocParams) -> bool:
-        """``get_free_block``: best fit = lower bound of (stream, size, 0) in the pool."""
+        """``get_free_block``: best fit = lower bound of (stream, size, 0) in the pool.
+
+        One function, in PyTorch's order: tick the GC clock, lower_bound, the expandable walk
+        (``p.expandable`` is ``p.is_expandable_segments_active``, false in ``try_mempool_fallback``),
+        the two oversize refusals, then take the block out at the position found."""
         pool = p.pool
-        if self._gc_enabled():
+        if self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold > 0:
             pool.get_free_blocks_call_count += 1      # the GC clock ticks on every search
-        it = self._find_free_block(pool, p.stream_key, p.size, p.expandable)
-        if it is None:
-            return False
-        p.block = pool.at(it)
-        pool.erase(it)
-        return True
-
-    def _find_free_block(self, pool: BlockPool, stream_key: int, size: int,
-                         expandable_active: bool) -> Optional[tuple]:
-        """Where the block ``get_free_block`` would take sits in the pool (None: nothing fits).
-
-        ``expandable_active`` is the request's ``p.is_expandable_segments_active`` (not the global
-        setting: ``try_mempool_fallback`` searches with it false)."""
-        it = pool.lower_bound(stream_key, size)
+        stream_key = p.stream_key
+        it = pool.lower_bound(stream_key, p.size)
         block = pool.at(it)
         if block is None or block.stream_key != stream_key:
-            return None
+            return False
         if block.expandable_segment is not None:
-            it = self._pick_expandable_candidate(pool, it, stream_key, expandable_active)
-            block = pool.at(it)
-            if block is None:
-                return None
+            if p.expandable:
+                # Best fit counts a segment's growable tail as room it can expand into, so a block
+                # that is not the tail may fit as well: walk on while the next one is smaller so.
+                while block.expandable_segment is not None:
+                    nxt_it = pool.next_position(it)
+                    nxt = pool.at(nxt_it)
+                    if nxt is None or nxt.stream_key != stream_key or \
+                            not expandable_size(nxt) < expandable_size(block):
+                        break
+                    it, block = nxt_it, nxt
+            else:
+                # Expandable segments were switched off: only non-expandable blocks may be used.
+                while True:
+                    it = pool.next_position(it)
+                    block = pool.at(it)
+                    if block is None or block.stream_key != stream_key:
+                        return False
+                    if block.expandable_segment is None:
+                        break
         max_split = self.config.max_split_size
         # Never hand an oversize block to a normal request ...
-        if size < max_split and block.size >= max_split:
-            return None
+        if p.size < max_split and block.size >= max_split:
+            return False
         # ... and an oversize request may take a cached block only a little bigger than it.
-        if size >= max_split and block.size >= size + self.config.max_non_split_rounding_size:
-            return None
-        return it
+        if p.size >= max_split and block.size >= p.size + self.config.max_non_split_rounding_size:
+            return False
+        p.block = block
+        pool.erase(it)                                  # pool.blocks.erase(it)
+        return True
 
     def can_serve_from_cache(self, nbytes: int, stream: Any = None) -> bool:
-        """Would ``malloc(nbytes, stream)`` find a cached block right now?  Changes nothing."""
+        """Would ``malloc(nbytes, stream)`` find a cached block right now?  Changes nothing.
+
+        Not a PyTorch function (replay asks it): it runs ``get_free_block`` and puts back what
+        that changed -- the block, its GC age and the pool's GC clock."""
         stream = self._check_stream(stream)
         size = self.round_size(nbytes)
         pool = self.get_pool(size, stream)
-        expandable = self.config.expandable_segments and self._expandable_for(pool)
-        return self._find_free_block(pool, stream.handle, size, expandable) is not None
+        p = AllocParams(size, 0, pool, stream)
+        p.expandable = self.config.expandable_segments and self._expandable_for(pool)
+        clock = pool.get_free_blocks_call_count
+        found = self.get_free_block(p)
+        if found:
+            age = p.block.gc_count_base
+            pool.insert_into_blocks(p.block)
+            p.block.gc_count_base = age
+        pool.get_free_blocks_call_count = clock
+        return found
 
     def trigger_free_memory_callbacks(self) -> bool:
         """``trigger_free_memory_callbacks``: True if any registered callback freed memory."""
@@ -348,7 +391,7 @@ class CachingAllocator:
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
         p.block.segment_frames = context or []        # context_when_segment_allocated
-        self._record("segment_alloc", ptr, size, p.stream_key, context, p.pool)
+        self.record_trace("segment_alloc", ptr, size, p.stream_key, context, p.pool)
         return True
 
     def release_available_cached_blocks(self, p: AllocParams, context: Optional[list] = None) -> bool:
@@ -431,7 +474,7 @@ class CachingAllocator:
         if block.is_split():
             raise split_segment_release_error(block, self.config.max_split_size)
         self.stats.num_device_free += 1
-        self._record("segment_free", block.ptr, block.size, block.stream_key,
+        self.record_trace("segment_free", block.ptr, block.size, block.stream_key,
                      context or block.segment_frames, block.pool)
         self.cuda_free(block.ptr, block.pool)                 # or the pool's custom allocator
         self.total_allocated_memory -= block.size
@@ -487,30 +530,12 @@ class CachingAllocator:
         block.frames = context or []       # context_when_allocated
         self.active_blocks[block.ptr] = block
         if self.trace.active:
-            self._record("alloc", block.ptr, orig_size, block.stream_key, context, pool)
+            self.record_trace("alloc", block.ptr, orig_size, block.stream_key, context, pool)
         self.stats.on_alloc_found_block(stat_types, block.size, orig_size)
         if block.size >= self.config.max_split_size:
             self._oversize_blocks.add(block.ptr)       # decreased by what was counted (see _free)
             self.stats.oversize_allocations.increase(1)
         return block
-
-    def _raise_oom(self, p: AllocParams, context: Optional[list] = None) -> None:
-        """The end of ``malloc``: count it, trace it, tell the observers, raise."""
-        free, total = self.device.mem_get_info()
-        self._record("oom", free, p.size, p.stream_key, context, p.pool)
-        self.stats.num_ooms += 1
-        limit = self.allowed_memory_maximum if self.allowed_memory_maximum is not None else total
-        for observer in self.oom_observers:
-            observer(self.device.info.index, p.alloc_size, limit, free)
-        stats = self.stats
-        message = oom_message(
-            device_index=self.device.info.index, alloc_size=p.alloc_size, total=total, free=free,
-            allocated=stats.allocated_bytes[AGGREGATE].current,
-            reserved=stats.reserved_bytes[AGGREGATE].current,
-            allowed=self.allowed_memory_maximum,
-            process_in_use=(total - free) if self.device.info.simulated else None,
-            private_pools=self.allocated_in_private_pools())
-        raise OutOfMemoryError(message)
 
     # -------------------------------------------------------------------- free
     def free(self, allocation: "Allocation | int") -> None:
@@ -524,12 +549,12 @@ class CachingAllocator:
             return
         allocation.freed = True
         # maybeGatherContext(RecordContext::ALL): only context="all" records the stack of a free.
-        context = self._gather_context(("all",)) if self.trace.enabled is not None else None
+        context = self.maybe_gather_context(("all",)) if self.trace.enabled is not None else None
         del self._live[block.ptr]
         block.allocated = False
         self.stats.on_free(block.pool.stat_types, block.size)
         if self.trace.active:
-            self._record("free_requested", block.ptr, block.requested_size, block.stream_key,
+            self.record_trace("free_requested", block.ptr, block.requested_size, block.stream_key,
                          context or block.frames, block.pool)
         if self._oversize_blocks and block.ptr in self._oversize_blocks:
             # PyTorch's free re-reads max_split_size; a threshold lowered since the malloc
@@ -548,7 +573,7 @@ class CachingAllocator:
     def free_block(self, block: Block, context: Optional[list] = None) -> None:
         """``free_block``: back into the pool, merged with free neighbours."""
         if self.trace.active:
-            self._record("free_completed", block.ptr, block.requested_size, block.stream_key,
+            self.record_trace("free_completed", block.ptr, block.requested_size, block.stream_key,
                          context or block.frames, block.pool)
         block.frames = []
         original_size, requested = block.size, block.requested_size
@@ -601,29 +626,6 @@ class CachingAllocator:
     # ExpandableSegment (expandable.py) maps and unmaps its pages, these functions keep the
     # blocks, pools and stats in step with it.
 
-    def _pick_expandable_candidate(self, pool: BlockPool, it: tuple, stream_key: int,
-                                   expandable_active: bool) -> Optional[tuple]:
-        """The expandable part of ``get_free_block``: where to take from, starting at ``it``."""
-        block = pool.at(it)
-        if expandable_active:                   # p.is_expandable_segments_active
-            # Prefer a block that is not the growable tail of a segment when it fits as well.
-            while block.expandable_segment is not None:
-                nxt_it = pool.next_position(it)
-                nxt = pool.at(nxt_it)
-                if nxt is None or nxt.stream_key != stream_key or \
-                        not expandable_size(nxt) < expandable_size(block):
-                    break
-                it, block = nxt_it, nxt
-            return it
-        # Expandable segments were switched off: only non-expandable blocks may be used.
-        while True:
-            it = pool.next_position(it)
-            block = pool.at(it)
-            if block is None or block.stream_key != stream_key:
-                return None
-            if block.expandable_segment is None:
-                return it
-
     def find_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Block:
         """``find_expandable_block``: lowest address with ``size`` free-or-unmapped bytes, else a new segment."""
         def has_room(block: Optional[Block]) -> bool:
@@ -674,7 +676,7 @@ class CachingAllocator:
         self.stats.num_device_alloc += 1
         if to_map.prev is None and not to_map.segment_frames:
             to_map.segment_frames = context or []
-        self._record("segment_map", mapped_ptr, mapped, to_map.stream_key, context, pool)
+        self.record_trace("segment_map", mapped_ptr, mapped, to_map.stream_key, context, pool)
         return True
 
     def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int,
@@ -725,7 +727,7 @@ class CachingAllocator:
         self.stats.decrease("reserved_bytes", pool.stat_types, unmapped)
         self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count
         self.stats.num_device_free += 1
-        self._record("segment_unmap", start, unmapped, block.stream_key,
+        self.record_trace("segment_unmap", start, unmapped, block.stream_key,
                      context or block.segment_frames, pool)   # context_when_segment_allocated
 
     def release_unmapped_segments(self) -> None:
@@ -836,13 +838,17 @@ class CachingAllocator:
         give memory back only once freeable (``use_count`` 0); ``mempool_id`` limits the call to
         that one pool, as ``MemPool``'s destructor does.
         """
-        context = self._gather_context(("all",)) if self.trace.enabled is not None else None
+        context = self.maybe_gather_context(("all",)) if self.trace.enabled is not None else None
         self.release_cached_blocks(context, tuple(mempool_id))
 
     # ------------------------------------------------------------------ stats
     def memory_stats(self) -> dict:
-        """``torch.cuda.memory_stats()``: 122 keys, sorted."""
-        return self.stats.as_flat_dict()
+        """``torch.cuda.memory_stats()``: 122 keys, sorted (``getStats``, flattened as memory.py does)."""
+        return self.get_stats().as_flat_dict()
+
+    def get_stats(self) -> DeviceStats:
+        """``getStats``: the DeviceStats themselves (PyTorch returns a copy under the lock)."""
+        return self.stats
 
     def memory_allocated(self) -> int:
         return self.stats.allocated_bytes[AGGREGATE].current
@@ -857,10 +863,20 @@ class CachingAllocator:
         return self.stats.reserved_bytes[AGGREGATE].peak
 
     def reset_peak_memory_stats(self) -> None:
-        self.stats.reset_peak()
+        """``torch.cuda.reset_peak_memory_stats``."""
+        self.reset_peak_stats()
 
     def reset_accumulated_memory_stats(self) -> None:
+        """``torch.cuda.reset_accumulated_memory_stats``."""
+        self.reset_accumulated_stats()
+
+    def reset_accumulated_stats(self) -> None:
+        """``resetAccumulatedStats``: allocated/freed counters and the event counts to 0."""
         self.stats.reset_accumulated()
+
+    def reset_peak_stats(self) -> None:
+        """``resetPeakStats``: every peak back to its current value."""
+        self.stats.reset_peak()
 
     def memory_summary(self, abbreviated: bool = False) -> str:
         """``torch.cuda.memory_summary()``: the same 75-column table."""
@@ -1018,7 +1034,7 @@ class CachingAllocator:
             yield from pool.small_blocks
             yield from pool.large_blocks
 
-    def _private_pool_head_blocks(self, pool_id: tuple):
+    def get_private_pool_head_blocks(self, pool_id: tuple):
         """``get_private_pool_head_blocks``: the first block of each of the pool's segments."""
         pool = self.graph_pools.get(pool_id)
         if pool is None:
@@ -1034,7 +1050,7 @@ class CachingAllocator:
     # the five rules are listed in capture_rules.py).
     # ----------------------------------------------------------- device calls
     def _capture_info(self, stream: Any):
-        """``stream_get_capture_info`` (None on a device that cannot capture)."""
+        """``stream_get_capture_info`` (None on a device that cannot capture: protocol.CaptureDevice)."""
         info = getattr(self.device, "capture_info", None)
         return info(stream) if info is not None else None
 
@@ -1156,13 +1172,13 @@ class CachingAllocator:
     # it had after a recording, so a new recording sees the live tensors (checkpoint.py).
     def get_checkpoint_state(self, pool_id: tuple) -> PrivatePoolState:
         """``getCheckpointState``: the pool's segments and blocks, after the deferred frees got events."""
-        context = self._gather_context(("all",)) if self.trace.enabled is not None else None
+        context = self.maybe_gather_context(("all",)) if self.trace.enabled is not None else None
         self.insert_events_deferred_until_no_capture(context)
         pool = self.graph_pools.get(check_pool_id(pool_id))
         if pool is None:
             raise RuntimeError(f"Could not find pool of id {pool_id}")
         # (PyTorch tests graph_pools first, so a freeable pool still listed there is checkpointed too)
-        heads = self._private_pool_head_blocks(pool.id)
+        heads = self.get_private_pool_head_blocks(pool.id)
         return PrivatePoolState(pool.id, tuple(SegmentState.of(head) for head in heads))
 
     def set_checkpoint_pool_state(self, state: PrivatePoolState) -> CheckpointDelta:
@@ -1170,7 +1186,7 @@ class CachingAllocator:
         checkpointed segment block by block (splitting as it was) and free the blocks that were free."""
         if not isinstance(state, PrivatePoolState):
             raise TypeError(f"Expected PrivatePoolState (from get_checkpoint_state), got {type(state).__name__}")
-        context = self._gather_context(("state", "alloc", "all")) if self.trace.enabled is not None else None
+        context = self.maybe_gather_context(("state", "alloc", "all")) if self.trace.enabled is not None else None
         if state.owner_id in self.graph_pools_freeable:
             raise RuntimeError("Not expected to checkpoint freeable graph")
         private = self.graph_pools.get(state.owner_id)
@@ -1188,7 +1204,7 @@ class CachingAllocator:
 
     def free_blocks_allocated_to_pool(self, private: PrivatePool, delta: CheckpointDelta) -> None:
         """``freeBlocksAllocatedToPool``: free every allocated block of the pool, segment by segment."""
-        for head in self._private_pool_head_blocks(private.id):
+        for head in self.get_private_pool_head_blocks(private.id):
             block = head
             while block is not None:
                 # A free merges free neighbours *into* block (its ptr never changes), so block.next
@@ -1228,11 +1244,11 @@ class CachingAllocator:
                 self.free(allocation)
 
     # ---------------------------------------------------------------- snapshot
-    def _all_blocks(self, mempool_id: tuple = (0, 0)):
+    def get_all_blocks(self, mempool_id: tuple = (0, 0)):
         """``get_all_blocks``: free blocks of every pool and every active block (all mapped);
         for a private pool's id, only that pool's segment heads (``get_private_pool_head_blocks``)."""
         if mempool_id != (0, 0):
-            yield from self._private_pool_head_blocks(mempool_id)
+            yield from self.get_private_pool_head_blocks(mempool_id)
             return
         yield from self.small_blocks
         yield from self.large_blocks
@@ -1247,7 +1263,7 @@ class CachingAllocator:
         """
         result = []
         total_active = 0
-        for head in self._all_blocks(tuple(mempool_id)):
+        for head in self.get_all_blocks(tuple(mempool_id)):
             if head.prev is not None and head.prev.mapped:
                 continue
             segment = {
@@ -1276,7 +1292,7 @@ class CachingAllocator:
             result.append(segment)
         result.sort(key=lambda s: s["address"])
         if record:
-            self._record("snapshot", 0, total_active, 0)
+            self.record_trace("snapshot", 0, total_active, 0)
         return result
 
     def snapshot(self) -> dict:
@@ -1338,8 +1354,9 @@ class CachingAllocator:
         return True
 
     # ---------------------------------------------------------------- helpers
-    def _record(self, action: str, addr: int, size: int, stream_key: int,
-                frames: Optional[list] = None, pool: Optional[BlockPool] = None) -> None:
+    def record_trace(self, action: str, addr: int, size: int, stream_key: int,
+                     frames: Optional[list] = None, pool: Optional[BlockPool] = None) -> None:
+        """``record_trace``: one TraceEntry into the history ring buffer (and its listeners)."""
         if not self.trace.active:
             return                    # nobody is listening: do not even build the entry
         # Trace entries carry a stack only from context "alloc" up (record_trace's RecordContext::ALLOC).
@@ -1350,8 +1367,9 @@ class CachingAllocator:
             entry.pool_id = pool.owner_id          # record_trace's mempool_id
         self.trace.record(entry)
 
-    def _gather_context(self, levels: tuple) -> Optional[list]:
-        """The caller's Python stack, when history is on with a context level in ``levels``."""
+    def maybe_gather_context(self, levels: tuple) -> Optional[list]:
+        """``maybeGatherContext``: the caller's Python stack, when history is on with a context
+        level in ``levels`` (PyTorch passes the lowest level; here the levels that include it)."""
         if self.trace.enabled is None or self.trace.context not in levels:
             return None
         return python_frames()
@@ -1393,7 +1411,6 @@ class CachingAllocator:
 
     def use_mem_pool(self, pool: Any):
         """``torch.cuda.use_mem_pool(pool)`` as a method: ``with a.use_mem_pool(pool): ...`` (mempool.py)."""
-        from .mempool import use_mem_pool
         if getattr(pool, "allocator", None) is not self:
             raise ValueError("this MemPool belongs to another allocator; use it with that one")
         return use_mem_pool(pool)

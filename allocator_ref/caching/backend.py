@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from typing import Any
 
 from .config import env_config_string
 from .tokenizer import ConfigAssertError, ConfigTokenizer
@@ -57,22 +56,6 @@ def _loaded_backend() -> str:
 def get_allocator_backend() -> str:
     """``torch.cuda.get_allocator_backend()``: "native" or "cudaMallocAsync", from the environment."""
     return _loaded_backend()
-
-
-def make_allocator(device: Any = None) -> Any:
-    """The allocator the environment selects, built the way PyTorch would build it.
-
-    "native": a CachingAllocator reading PYTORCH_CUDA_ALLOC_CONF (every key validated);
-    "cudaMallocAsync": the stream-ordered policy (no other key is read).
-    """
-    if device is None:
-        from ..device import open_device
-        device = open_device()
-    if get_allocator_backend() == "cudaMallocAsync":
-        from ..policies.stream_ordered import StreamOrderedAllocator
-        return StreamOrderedAllocator(device)
-    from .allocator import CachingAllocator
-    return CachingAllocator(device, read_env=True)
 
 
 def backend_mismatch_error(runtime: str, loaded: str) -> RuntimeError:

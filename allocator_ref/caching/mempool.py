@@ -39,8 +39,9 @@ class MemPool:
 
     def __init__(self, allocator: Any, *, custom: Optional[Any] = None,
                  use_on_oom: bool = False, no_split: bool = False) -> None:
-        from .allocator import CachingAllocator
-        if not isinstance(allocator, CachingAllocator):
+        # Asked by capability, not isinstance: allocator.py imports this file (use_mem_pool),
+        # so importing CachingAllocator here would close an import circle.
+        if not callable(getattr(allocator, "create_or_incref_pool", None)):
             raise TypeError(f"MemPool(allocator): give the CachingAllocator the pool belongs to, "
                             f"got {type(allocator).__name__}")
         if custom is not None and not (hasattr(custom, "raw_alloc") and hasattr(custom, "raw_delete")):

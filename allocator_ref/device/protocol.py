@@ -186,3 +186,41 @@ class Device(Protocol):
 
     def close(self) -> None:
         """Release everything this device object still holds (end of a notebook or test)."""
+
+
+# --------------------------------------------------------------------------- optional capabilities
+# Not every device has these, so an allocator asks for them with getattr / hasattr instead of
+# calling them blindly.  Each one the allocators probe is declared here (tests/test_device_capabilities.py
+# checks that every probe in caching/ names a member declared below or in Device / Stream).
+
+@runtime_checkable
+class DestroyableStream(Protocol):
+    """A stream that knows it was destroyed (``cudaStreamDestroy``).
+
+    The caching allocator refuses to order work on such a stream (``malloc``, ``recordStream``,
+    ``insert_events``) with ``errors.destroyed_stream_error``; a stream without the attribute is
+    taken to be alive.  The SimStream has it; CUDA's own handles cannot be asked."""
+
+    destroyed: bool
+
+
+@runtime_checkable
+class CaptureDevice(Protocol):
+    """A device that can capture a CUDA graph (``torch.cuda.CUDAGraph`` needs one).
+
+    The allocator asks ``capture_info`` (``cudaStreamGetCaptureInfo``, the capture rules) and
+    ``is_capturing`` + ``capture_mode`` (``cudaMallocMaybeCapturing``'s relaxed guard); without
+    them it takes no stream to be capturing."""
+
+    def begin_capture(self, stream: Stream, mode: str = "global") -> None: ...   # cudaStreamBeginCapture
+    def end_capture(self, stream: Stream) -> object: ...                         # cudaStreamEndCapture -> graph
+    def instantiate(self, graph: object) -> object: ...                          # cudaGraphInstantiate
+    def capture_info(self, stream: Stream) -> object: ...                        # cudaStreamGetCaptureInfo
+    def is_capturing(self, stream: Optional[Stream] = None) -> bool: ...         # cudaStreamIsCapturing
+    def capture_mode(self, mode: str) -> object: ...                             # cudaThreadExchangeStreamCaptureMode (a context manager)
+
+
+# The VMM calls expandable segments need (declared in Device above): a device without them
+# cannot run expandable_segments:True.
+VMM_CALLS = ("vmm_granularity", "address_reserve", "address_free", "mem_create", "mem_release",
+             "mem_map", "mem_unmap", "mem_set_access")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
 from .blockmap import segments_of
+from .segment_reader import SegmentFollower, can_follow, fresh_segment
 from .sizes import format_bytes, format_offset
 
 
@@ -378,7 +379,6 @@ def record_frames(allocator: Any, keyframe_every: int = 200,
     20,000-event training step records in seconds; other designs are
     snapshotted whole after each event.
     """
-    from .segment_reader import SegmentFollower, can_follow
     follower = SegmentFollower(allocator) if can_follow(allocator) else None
     initial = follower.segments.values() if follower else segments_of(allocator)
     source = FrameSource(initial, keyframe_every)
@@ -423,9 +423,6 @@ class _Muted:
 
 # ---------------------------------------------------------------- the state right after an event
 
-SMALL_SEGMENT = 2 * 2**20     # kSmallBuffer: every small-pool segment is exactly 2 MiB, no large one is
-
-
 def settle(event: dict, segments: list) -> list:
     """The state just *after* ``event``, from a snapshot taken while the allocator reports it.
 
@@ -438,22 +435,12 @@ def settle(event: dict, segments: list) -> list:
     """
     action, addr = event.get("action"), event.get("addr")
     if action == "segment_alloc" and _segment_at(segments, addr) is None:
-        return sorted(segments + [_fresh_segment(event)], key=lambda s: s["address"])
+        return sorted(segments + [fresh_segment(event)], key=lambda s: s["address"])
     if action == "segment_free":
         return [s for s in segments if s["address"] != addr]
     if action == "free_completed":
         return [_merged(s, addr) if s is _segment_at(segments, addr) else s for s in segments]
     return segments
-
-
-def _fresh_segment(event: dict) -> dict:
-    size = event.get("size", 0)
-    return {"device": event.get("device", 0), "address": event["addr"], "total_size": size,
-            "allocated_size": 0, "active_size": 0, "requested_size": 0, "stream": event.get("stream", 0),
-            "segment_type": "small" if size == SMALL_SEGMENT else "large",
-            "segment_pool_id": tuple(event.get("pool_id", (0, 0))), "is_expandable": False, "frames": [],
-            "blocks": [{"address": event["addr"], "size": size, "requested_size": 0,
-                        "state": "inactive", "frames": []}]}
 
 
 def _merged(segment: dict, addr: int) -> dict:

@@ -26,6 +26,19 @@ from ..caching.snapshot import block_state
 from .blockmap import segments_of
 
 _READ_AGAIN = ("segment_map", "segment_unmap")     # reported after the change: re-read all
+SMALL_SEGMENT = 2 * 2**20     # kSmallBuffer: every small-pool segment is exactly 2 MiB, no large one is
+
+
+def fresh_segment(event: dict) -> dict:
+    """The segment a ``segment_alloc`` event adds: one inactive block as big as the segment
+    (what ``alloc_block`` creates; ``frames.settle`` and the follower both apply it)."""
+    size = event.get("size", 0)
+    return {"device": event.get("device", 0), "address": event["addr"], "total_size": size,
+            "allocated_size": 0, "active_size": 0, "requested_size": 0, "stream": event.get("stream", 0),
+            "segment_type": "small" if size == SMALL_SEGMENT else "large",
+            "segment_pool_id": tuple(event.get("pool_id", (0, 0))), "is_expandable": False, "frames": [],
+            "blocks": [{"address": event["addr"], "size": size, "requested_size": 0,
+                        "state": "inactive", "frames": []}]}
 
 
 def can_follow(allocator: Any) -> bool:
@@ -114,10 +127,9 @@ class SegmentFollower:
 
     def _settle(self, event: dict, changed: dict, gone: tuple) -> tuple:
         """Apply the change of an event reported before it happens (see ``frames.settle``)."""
-        from .frames import _fresh_segment
         action, addr = event.get("action"), event.get("addr")
         if action == "segment_alloc" and self._segment_of(addr) is None:
-            changed[addr] = self.segments[addr] = _fresh_segment(event)
+            changed[addr] = self.segments[addr] = fresh_segment(event)
             self.starts.add(addr)
         elif action == "segment_free" and addr in self.segments:
             del self.segments[addr]

@@ -37,6 +37,7 @@ from .address_space import AddressSpace, round_up
 from .backing import LazyPages
 from .checks import check_count, check_ptr, check_size
 from .clock import SimEvent, SimStream, Timeline
+from .device_allocation import DeviceAllocation
 from .graphs import GraphCalls
 from .ipc import IpcCalls
 from .pagetable import Mapping, PageTable
@@ -62,18 +63,6 @@ class SimCounters(DeviceCounters):
     host_alloc_calls: int = 0      # cudaHostAlloc + cudaHostRegister
     ipc_calls: int = 0             # cudaIpc* and shareable-handle export/import
     api_time_us: float = field(default=0.0)   # host time spent inside API calls (waits excluded)
-
-
-@dataclass
-class DeviceAllocation:
-    """What the device remembers about one cudaMalloc / cudaMallocAsync range."""
-
-    base: int
-    size: int            # bytes asked for
-    charged: int         # bytes counted against capacity (rounded)
-    kind: str            # "malloc" or "pool"
-    storage: object
-    ipc_segment: object = None     # set once exported with ipc_get_mem_handle
 
 
 class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls, GraphCalls):

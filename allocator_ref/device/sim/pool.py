@@ -27,6 +27,7 @@ from ..errors import cuda_error
 from .address_space import round_up
 from .backing import LazyPages
 from .checks import check_size
+from .device_allocation import DeviceAllocation
 
 POOL_GRANULE = 2 << 20
 
@@ -51,7 +52,6 @@ class PoolCalls:
     # --- the calls --------------------------------------------------------
     def malloc_async(self, nbytes: int, stream=None) -> int:
         """cudaMallocAsync: usable by work queued on ``stream`` after this call."""
-        from .device import DeviceAllocation
         check_size(nbytes, "malloc_async")
         s = self._check_stream(stream)
         self.counters.malloc_async_calls += 1
@@ -79,7 +79,6 @@ class PoolCalls:
 
     def _pool_grow(self, nbytes: int, size: int) -> int:
         """A miss: the pool asks the device for another block (like cudaMalloc, no sync)."""
-        from .device import DeviceAllocation
         self.counters.pool_misses += 1
         self._spend(self.costs.pool_miss_us(size))
         free, _ = self._free_total()
