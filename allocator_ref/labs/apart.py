@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .guard import CaseTimeout, run_guarded, safe_str
+from .results import CaseResult, CheckResult
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])     # the folder that holds allocator_ref/
 MAX_DEPTH = 64
@@ -123,7 +124,6 @@ def receive(stream) -> Optional[dict]:
 # ---------------------------------------------------------------- the notebook's side
 def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: float):
     """Run ``ex``'s cases in a clean process, calling ``submission`` here; return the CheckResult."""
-    from .check import CaseResult, CheckResult
     cmd = [sys.executable, "-I", "-c",
            "import sys; sys.path.insert(0, sys.argv[1]); from allocator_ref.labs.apart import main; main()",
            PACKAGE_ROOT]

@@ -34,7 +34,7 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     was free).  ``device`` picks a GPU of a multi-GPU snapshot (default: the one that ran
     out of memory, else the busiest).
     """
-    from .capacity import infer_capacity
+    from .capacity import capacity_words, infer_capacity
     from .diagnosis import diagnose, whatif_run
     from .remedies import context_reserve, prescribe
     from .report import DoctorReport
@@ -161,25 +161,6 @@ def _replay_recorded(run, config: str, usable):
     from ..trace.whatif import anchored_replay
     return anchored_replay(run.events, run.finals, run.program, config=config, usable=usable,
                            profile=run.profile, index=run.device)
-
-
-def capacity_words(cap) -> str:
-    """The capacity the run told, in one sentence."""
-    from ..viz.sizes import format_bytes
-    if cap.known:
-        # Two decimals: the whole point is how narrow the range is (format_bytes keeps one).
-        span = (f"{cap.low / GiB:.2f} GiB" if cap.low == cap.high else
-                f"{cap.low / GiB:.2f}-{cap.high / GiB:.2f} GiB")
-        text = (f"this run behaved like a GPU with {span} usable: the \"as recorded\" replay reproduces its "
-                f"{cap.evidence[:-len(' in the trace')]} on any of those ({cap.replays} replays)")
-        if cap.driver is not None and cap.target == cap.driver:
-            text += f"; the target is {format_bytes(cap.driver)}, what cudaMemGetInfo said at the OOM (reserved + free)"
-        elif cap.target is not None:
-            text += f"; the target is the smallest, {format_bytes(cap.target)}"
-        return text
-    if cap.contradiction:
-        return f"capacity unknown ({cap.contradiction}); the replays are uncapped"
-    return f"capacity unknown: {cap.evidence}, so nothing tells the GPU's size; the replays are uncapped"
 
 
 __all__ = ["doctor", "what_if", "DevicesReport"]

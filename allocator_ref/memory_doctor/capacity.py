@@ -27,6 +27,9 @@ from typing import Callable, Optional
 from ..caching.config import AllocatorConfig, get_allocation_size, round_size
 from ..device.errors import CudaError
 from ..trace.whatif import RELEASES, Anchored, Program, first_mismatch
+from ..viz.sizes import format_bytes
+
+GiB = 2**30
 
 MiB = 2**20
 
@@ -135,3 +138,21 @@ def infer_capacity(events: list, reserved: list, program: Program, config: str,
     cap.low, cap.high = min(good), max(good)
     cap.target = driver if driver in good else cap.low
     return cap
+
+
+def capacity_words(cap) -> str:
+    """The capacity the run told, in one sentence."""
+    if cap.known:
+        # Two decimals: the whole point is how narrow the range is (format_bytes keeps one).
+        span = (f"{cap.low / GiB:.2f} GiB" if cap.low == cap.high else
+                f"{cap.low / GiB:.2f}-{cap.high / GiB:.2f} GiB")
+        text = (f"this run behaved like a GPU with {span} usable: the \"as recorded\" replay reproduces its "
+                f"{cap.evidence[:-len(' in the trace')]} on any of those ({cap.replays} replays)")
+        if cap.driver is not None and cap.target == cap.driver:
+            text += f"; the target is {format_bytes(cap.driver)}, what cudaMemGetInfo said at the OOM (reserved + free)"
+        elif cap.target is not None:
+            text += f"; the target is the smallest, {format_bytes(cap.target)}"
+        return text
+    if cap.contradiction:
+        return f"capacity unknown ({cap.contradiction}); the replays are uncapped"
+    return f"capacity unknown: {cap.evidence}, so nothing tells the GPU's size; the replays are uncapped"

@@ -19,7 +19,7 @@ from typing import Optional
 
 from ..viz.sizes import format_bytes
 from .diagnosis import Diagnosis
-from .capacity import Capacity
+from .capacity import Capacity, capacity_words
 from .remedies import ASYNC_COSTS, ASYNC_PREDICTION, Remedies, Trial
 
 
@@ -298,7 +298,6 @@ class DoctorReport:
 
 
 def capacity_line(cap: Capacity) -> str:
-    from . import capacity_words
     return capacity_words(cap)
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import copy
 
-from .validate import SnapshotError, show
+from .snapshot_error import SnapshotError, show
 
 GENERATIONS = ("current", "no-address", "history", "list")
 

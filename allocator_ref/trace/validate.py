@@ -26,6 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..events import ACTIONS
+from .formats import upgrade       # older PyTorch versions' shapes, made current (formats.py)
+from .snapshot_error import SnapshotError, show
 
 ADDRESS_LIMIT = 2**64            # CUDA device pointers are 64-bit
 SIZE_LIMIT = 2**60               # 1 EiB: far beyond any GPU, and round_size cannot overflow below it
@@ -34,23 +36,6 @@ SEGMENT_TYPES = ("small", "large")
 # Actions whose size is a real, non-zero amount of memory (PyTorch's malloc returns nullptr
 # for a size-0 request without recording anything: CUDACachingAllocator's allocate()).
 SIZED_ACTIONS = ("alloc", "segment_alloc", "segment_free", "segment_map", "segment_unmap")
-
-
-class SnapshotError(ValueError):
-    """A snapshot file that cannot be used; the message names the file and the problem."""
-
-
-def show(value: Any) -> str:
-    """A value for an error message, short and safe whatever it is (a huge int, a long string)."""
-    if isinstance(value, bool) or value is None:
-        return repr(value)
-    if isinstance(value, int):
-        return str(value) if value.bit_length() <= 128 else f"an integer of {value.bit_length()} bits"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        return repr(value[:40] + "...") if len(value) > 40 else repr(value)
-    return f"a {type(value).__name__}"
 
 
 def _int(record: dict, key: str, where: str, low: int, high: int, required: bool = True):
@@ -285,5 +270,4 @@ def validate_snapshot(obj: Any, distinct_records: bool = False) -> dict:
         _str(settings, "PYTORCH_CUDA_ALLOC_CONF", "allocator_settings")
     if obj.get("external_annotations") is not None:
         _list(obj, "external_annotations", "the snapshot")
-    from .formats import upgrade           # older PyTorch versions' shapes, made current (formats.py)
     return upgrade(obj)
