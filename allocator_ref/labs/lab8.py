@@ -122,7 +122,7 @@ def _route_case(scenario: Scenario, label: str) -> Case:
             raise Fail(f"{scenario}: a rounded size of {size} bytes goes to the {want[1]} list "
                        f"(small means <= {kSmallSize} bytes); yours said {got[1]!r}",
                        "your small/large choice differs from get_pool's")
-    return Case(label, judge, data=repr(scenario))
+    return Case(label, judge, data=(tuple(frozenset(h) for h in scenario.accepts), scenario.size, scenario.stream))
 
 
 def _route_public() -> list:
@@ -159,7 +159,12 @@ def _route_hidden(rng: random.Random) -> list:
             if not any(stream in h for h in accepts):
                 accepts[rng.randrange(n)].add(stream)
             accepts[rng.randrange(n)].add(stream)      # usually more than one entry matches
-            size = rng.choice([512 * rng.randint(1, 2048), rng.randint(2, 64) * MiB])
+            if k == 2:                                 # both entries accept, and one step below 1 MiB: small
+                accepts[-1].add(stream)
+                accepts[0].add(stream)
+                size = kSmallSize - 512
+            else:
+                size = rng.choice([512 * rng.randint(1, 2048), rng.randint(2, 64) * MiB])
             label = "nested contexts, several accepting"
         cases.append(_route_case(Scenario(n, accepts, size, stream), label))
     return cases
@@ -191,6 +196,8 @@ def _order_hidden(rng: random.Random) -> list:
     for _ in range(2 if _quick() else 4):
         layers, mib = rng.randint(2, 5), rng.choice([3, 5, 6, 8])
         sizes = rng.sample(range(1, 9), rng.randint(3, 5))
+        if not cases:                                  # a batch size captured twice (a plan must keep both)
+            sizes.append(rng.choice(sizes))
         # draw an order in which capturing as given costs more than the best order
         # (so keeping the given order is never right by luck)
         best = reserved_after_captures(sorted(sizes, reverse=True), layers, mib)
@@ -308,3 +315,18 @@ edges("lab8.cross_stream_free",
       Edge("stream uses while a pool is open elsewhere: deferred, not reused", lambda d: d[0] > 0 and d[1] > 0),
       Edge("stream uses, no pool open: events inserted, reused after a synchronize", lambda d: d[0] > 0 and d[1] == 0),
       Edge("no stream uses while a pool is open: freed at once", lambda d: d[0] == 0 and d[1] > 0))
+
+edges("lab8.get_pool",
+      Edge("exactly 1 MiB (kSmallSize): the small list", lambda d: d[1] == kSmallSize),
+      Edge("512 B past 1 MiB: the large list", lambda d: d[1] == kSmallSize + 512),
+      Edge("512 B below 1 MiB: the small list", lambda d: d[1] == kSmallSize - 512),
+      Edge("an older entry accepts the stream, the newest does not",
+           lambda d: d[0] and d[2] not in d[0][-1] and any(d[2] in h for h in d[0][:-1])),
+      Edge("no entry accepts the stream: the default pools", lambda d: d[0] and not any(d[2] in h for h in d[0])),
+      Edge("several entries accept: the newest wins", lambda d: sum(d[2] in h for h in d[0]) >= 2))
+
+edges("lab8.capture_order",
+      Edge("a batch size captured twice", lambda d: len(set(d[0])) < len(d[0])),
+      Edge("the order as given reserves more than the best order",
+           lambda d: reserved_after_captures(list(d[0]), d[1], d[2])
+           > reserved_after_captures(sorted(d[0], reverse=True), d[1], d[2])))
