@@ -415,11 +415,15 @@ def lab_device(profile: str = "h100-80gb"):
 
 
 def fmt(n: int) -> str:
-    """Bytes in the unit a learner reads best: '19.5 MiB', '1000 B', '2 MiB'."""
+    """Bytes in the unit a learner reads best: '19.5 MiB', '1000 B', '2 MiB'.
+
+    Where the rounded text is not the exact size, the bytes follow it: near an edge
+    '10 MiB - 512 B' must not read as '10 MiB' ("10 MiB is between 1 MiB and 10 MiB")."""
     for unit, size in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", KiB)):
         if n >= size:
             text = f"{n / size:.2f}".rstrip("0").rstrip(".")
-            return f"{text} {unit}"
+            exact = float(text) * size == n
+            return f"{text} {unit}" if exact else f"{text} {unit} ({n:,} bytes)"
     return f"{n} B"
 
 
