@@ -55,7 +55,7 @@ GC_THRESHOLD = 0.8
 RANKS = {"expandable": 0, "max_split": 1, "roundup": 2, "gc": 3, "async": 4}
 
 # What PyTorch's backend:cudaMallocAsync gives up (c10/cuda/CUDAMallocAsyncAllocator.cpp: these
-# calls raise "cudaMallocAsync does not yet support ..."; spec/peer-allocators.md section 4.5).
+# calls raise "cudaMallocAsync does not yet support ..."; chapter 3 teaches the backend).
 ASYNC_COSTS = ("no memory history or snapshots (_record_memory_history, _snapshot)",
                "no OOM observers", "no IPC of its memory (getIpcDevPtr)", "no expandable segments",
                "one driver pool (the device's default) shared with every library in the process")
