@@ -120,7 +120,8 @@ def test_no_token_files_left_after_unshare(dev):
 
 
 def test_a_stream_ordered_block_cannot_be_shared(dev):
-    # PyTorch's backend:cudaMallocAsync has no IPC (spec section 10): a clear error, not an AttributeError.
+    # PyTorch's backend:cudaMallocAsync has no IPC (its shareIpcHandle throws, CUDAMallocAsyncAllocator.cpp):
+    # a clear error, not an AttributeError.
     from allocator_ref.policies import StreamOrderedAllocator
     a = StreamOrderedAllocator(dev)
     x = a.malloc(MiB)
