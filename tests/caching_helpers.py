@@ -1,16 +1,17 @@
 """Shared fixtures and independent checks for the caching-allocator tests.
 
-Everything here is restated from ``shared/spec/pytorch-allocator.md``; none of
-it calls the allocator's own helpers to compute an expected value.
+Everything here is restated from PyTorch (each item names what); none of it
+calls the allocator's own helpers to compute an expected value.
 
 * ``make_alloc(conf, profile)`` -- a fresh ``CachingAllocator`` on a fresh
   ``SimDevice``; every allocator made is checked for stats/snapshot
   consistency when the test ends.
-* ``assert_consistent(a)`` -- spec 6.3 (``_check_memory_stat_consistency``)
-  restated from the ``segments`` list, plus the structural invariants (blocks
+* ``assert_consistent(a)`` -- ``TestCudaMultiGPU._check_memory_stat_consistency``
+  (test/test_cuda_multigpu.py) restated from the ``segments`` list, plus the structural invariants (blocks
   tile each segment exactly, no two free neighbours in a non-expandable
   segment, segments never overlap).
-* ``fmt_size`` -- spec 1.4 ``format_size``, restated.
+* ``fmt_size`` -- ``format_size``, the size printer of CUDACachingAllocator.cpp's
+  messages, restated.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def stat_delta(before: dict, after: dict) -> dict:
 
 
 def fmt_size(size: int) -> str:
-    """Spec 1.4 format_size: <=1024 bytes; <=1 MiB KiB; <=1 GiB MiB; else GiB (2 decimals)."""
+    """PyTorch's format_size: <=1024 bytes; <=1 MiB KiB; <=1 GiB MiB; else GiB (2 decimals)."""
     if size <= 1024:
         return f"{size} bytes"
     if size <= MiB:
@@ -82,8 +83,9 @@ def round_up(n: int, m: int) -> int:
 
 
 def check_segments(segments: list[dict], stats_dict: dict) -> None:
-    """Spec 6.3 restated (independently of allocator_ref.caching.check_stats_consistency)
-    plus the structural invariants of spec 2/4."""
+    """_check_memory_stat_consistency (test/test_cuda_multigpu.py) restated, independently of
+    allocator_ref.caching.check_stats_consistency, plus the invariants of Block's prev/next
+    links in CUDACachingAllocator.cpp (blocks tile a segment; split, free and merge keep it so)."""
     expected = {f"{n}.{p}.current": 0 for n in CURRENT_KEYS for p in POOLS}
     ranges = []
     for seg in segments:

@@ -1,4 +1,8 @@
-"""Bad input: a clear error and nothing changed (spec 3 entry, 11.2; issue 3 'Bad input')."""
+"""Bad input: a clear error and nothing changed (issue 3 'Bad input').
+
+PyTorch checks a request before it touches the pools (DeviceCachingAllocator::malloc,
+NativeCachingAllocator::allocate and free in c10/cuda/CUDACachingAllocator.cpp; test/test_cuda.py's
+test_caching_allocator_alloc_negative_size and test_set_per_process_memory_fraction)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,6 @@
-"""PYTORCH_CUDA_ALLOC_CONF parsing and validation (spec 7), restated from the spec."""
+"""PYTORCH_CUDA_ALLOC_CONF parsing and validation, restated from PyTorch's parsers:
+AcceleratorAllocatorConfig::parseArgs (c10/core/AllocatorConfig.cpp), then
+CUDAAllocatorConfig::parseArgs (c10/cuda/CUDAAllocatorConfig.cpp)."""
 from __future__ import annotations
 
 import re
@@ -16,7 +18,7 @@ def settings(a):
     return a.snapshot()["allocator_settings"]
 
 
-# ------------------------------------------------------------------ errors (spec 7.1, 7.2, 11.1)
+# ---------------------------------------- errors (parseArgs; test_allocator_settings' ValueErrors)
 BAD = [
     # (config, regex the message must match)
     ("foo:1,bar:2", r"^Unrecognized key 'foo' in Accelerator allocator config\.$"),
@@ -164,7 +166,7 @@ def test_per_process_memory_fraction_key(make_alloc):
     assert b.get_per_process_memory_fraction() == 1.0
 
 
-# ------------------------------------------------------------------ what a parse resets (spec 7.1)
+# ------------------------------------- what a parse resets (AcceleratorAllocatorConfig::parseArgs)
 def test_every_parse_resets_split_divisions_and_gc(make_alloc):
     a = make_alloc("max_split_size_mb:40,roundup_power2_divisions:4,garbage_collection_threshold:0.5,"
                    "expandable_segments:True,large_segment_size_mb:32")
@@ -188,7 +190,9 @@ def test_large_segment_size_survives_a_new_parse(make_alloc):
 
 
 def test_parse_resets_max_non_split_rounding(make_alloc):
-    """Spec 7.1 / 13.5: a new parse sets max_non_split_rounding back to large_segment_size."""
+    """A new parse sets max_non_split_rounding back to large_segment_size, read first by
+    AcceleratorAllocatorConfig::parseArgs (older AllocatorConfig::parseArgs left it alone);
+    still to be confirmed on a 2.11 GPU."""
     a = make_alloc("max_split_size_mb:20,max_non_split_rounding_mb:100")
     x = a.malloc(100 * MiB)
     a.free(x)                                  # cached oversize 100 MiB block

@@ -1,5 +1,6 @@
-"""Expandable segments (spec 8): layouts, map/unmap events, release, stats, runtime toggle,
-PyTorch's two budget tests and the fragmentation comparison.  Numbers by hand in comments."""
+"""Expandable segments (ExpandableSegment, find_expandable_block, map_block in
+CUDACachingAllocator.cpp): layouts, map/unmap events, release, stats, runtime toggle, PyTorch's two
+budget tests and the fragmentation comparison.  Numbers by hand in comments."""
 from __future__ import annotations
 
 import pytest

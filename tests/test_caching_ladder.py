@@ -1,7 +1,8 @@
-"""The malloc ladder (spec 3): best fit with the max_split_size rules, garbage collection,
-alloc_block and the fraction limit, release_available_cached_blocks, the full release +
-retry, and the OOM error.  Budgets are set with set_per_process_memory_fraction on the
-1 GiB teaching device, so every figure below is computed by hand in the comments.
+"""The malloc ladder (DeviceCachingAllocator::malloc, CUDACachingAllocator.cpp): best fit with the
+max_split_size rules, garbage collection, alloc_block and the fraction limit,
+release_available_cached_blocks, the full release + retry, and the OOM error.  Budgets are set with
+set_per_process_memory_fraction on the 1 GiB teaching device, so every figure below is computed by
+hand in the comments.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def segment_frees(rec):
     return [(addr, size) for (act, addr, size) in rec.simple() if act == "segment_free"]
 
 
-# ------------------------------------------------------------------ spec 3.1 max_split_size rules
+# -------------------------------------------------------- get_free_block: the max_split_size rules
 def test_oversize_block_never_serves_a_normal_request(make_alloc):
     a = make_alloc("max_split_size_mb:40")
     x = a.malloc(50 * MiB)                  # oversize: 50 MiB segment, never split
@@ -102,7 +103,7 @@ def test_max_split_blocks_never_split(make_alloc):
     a.free(z)
 
 
-# ------------------------------------------------------------------ spec 3.5 release_available_cached_blocks
+# ----------------------------------------------------------------- release_available_cached_blocks
 def test_release_available_frees_one_big_enough_block(make_alloc):
     a = make_alloc("max_split_size_mb:40", profile="tiny-1gb")
     budget(a, 180)
@@ -183,7 +184,7 @@ def test_full_release_keeps_split_segments(make_alloc):
     a.free(keep), a.free(B)
 
 
-# ------------------------------------------------------------------ spec 3.3 garbage collection
+# ------------------------------------------------------------------- garbage_collect_cached_blocks
 def test_gc_frees_every_block_at_least_average_age(make_alloc):
     a = make_alloc("garbage_collection_threshold:0.5", profile="tiny-1gb")
     budget(a, 120)                          # gc threshold = 60 MiB
@@ -255,7 +256,7 @@ def test_gc_skips_split_blocks(make_alloc):
     a.free(x), a.free(z)
 
 
-# ------------------------------------------------------------------ spec 3.4 the fraction limit
+# ----------------------------------------------------------------- alloc_block: the fraction limit
 def test_fraction_limit_blocks_cudamalloc(make_alloc):
     a = make_alloc(profile="tiny-1gb")
     a.set_per_process_memory_fraction(0.5)           # 512 MiB allowed
@@ -314,7 +315,7 @@ def test_set_and_get_fraction_errors_and_round_trip(make_alloc):
         assert abs(expected - f) * total < 1
 
 
-# ------------------------------------------------------------------ spec 3.7 OOM
+# ------------------------------------------------------------------ OOM: malloc's OutOfMemoryError
 def oom_regex(tried, total, free, allocated, unallocated, allowed=None):
     proc = r"(?:Including non-PyTorch memory, this process has (?P<proc>\d+\.\d\d [KMG]iB|\d+ bytes) " \
            r"memory in use\. )?"

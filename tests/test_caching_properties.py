@@ -1,4 +1,5 @@
-"""Invariants under long random workloads (spec 6.3 and issue 3's property list).
+"""Invariants under long random workloads (_check_memory_stat_consistency of
+test/test_cuda_multigpu.py, and issue 3's property list).
 
 * test_allocator_fuzz restated: random.seed(123), 10,000 actions with weights
   alloc 1 : free 1 (0 when nothing is live) : empty_cache 0.1, int32 tensors of

@@ -1,7 +1,11 @@
-"""Rounding, pools, segment sizes and the exact-number cases of spec 1, 4.6 and 11.1.
+"""Rounding, pools, segment sizes, and the exact numbers PyTorch's own tests assert.
 
-Every expected number is computed by hand from the spec's rules (shown in the
-comments), never by calling the allocator's own helpers.
+The rules are those of c10/cuda/CUDACachingAllocator.cpp (``round_size`` with
+``roundup_power2_next_division``, ``get_allocation_size``, ``should_split``, the 1 EB guard
+of ``NativeCachingAllocator::allocate``); the exact-number cases restate
+``TestCuda.test_memory_stats`` and ``TestCudaAllocator.test_allocator_settings`` of
+test/test_cuda.py.  Every expected number is computed by hand from those rules (shown in
+the comments), never by calling the allocator's own helpers.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ def cfg(text=""):
     return AllocatorConfig.parse(text)
 
 
-# --------------------------------------------------------------- spec 1.2 round_size
+# ----------------------------------------------------------- round_size (CUDACachingAllocator.cpp)
 @pytest.mark.parametrize("size,expected", [
     (1, 512), (4, 512), (511, 512), (512, 512), (513, 1024), (1000, 1024), (1024, 1024),
     (1025, 1536), (MiB - 1, MiB), (MiB, MiB), (MiB + 1, MiB + 512),
@@ -32,7 +36,7 @@ def test_round_size_default_is_512_multiples(size, expected):
 
 
 def power2_div(size: int, k: int) -> int:
-    """PyTorch test_allocator_settings' helper (spec 11.1): next power of two p >= size;
+    """The helper of test_allocator_settings (test/test_cuda.py): next power of two p >= size;
     p if equal, else step p/2/k from p/2 upward until >= size."""
     p = 1
     while p < size:
@@ -74,7 +78,8 @@ def test_roundup_power2_400mib_with_2_divisions():
 
 
 def test_roundup_power2_only_above_512_times_divisions():
-    # spec 1.2 note: 1200 with 4 divisions is <= 512*4 so it is a 512 multiple: 1536
+    # roundup_power2_next_division's comment rounds 1200 (4 divisions) to 1280, but round_size
+    # only calls it above 512 * divisions: 1200 <= 2048 stays a 512 multiple, 1536
     assert round_size(1200, cfg("roundup_power2_divisions:4")) == 1536
     # 9000 > 2048: floor 8192, step 2048 -> 10240 (a 512 multiple would be 9216)
     assert round_size(9000, cfg("roundup_power2_divisions:4")) == 10240
@@ -91,7 +96,7 @@ def test_roundup_power2_matches_pytorch_helper(size, k):
     assert round_size(size, cfg(f"roundup_power2_divisions:{k}")) == expected
 
 
-# --------------------------------------------------------------- spec 1.3 segment sizes
+# -------------------------------------------------------------- get_allocation_size: segment sizes
 @pytest.mark.parametrize("rounded,expected", [
     (512, 2 * MiB), (MiB, 2 * MiB), (MiB + 512, 20 * MiB), (10 * MiB - 512, 20 * MiB),
     (10 * MiB, 10 * MiB), (10 * MiB + 512, 12 * MiB), (12_583_424, 14 * MiB), (100 * MiB, 100 * MiB),
@@ -128,7 +133,7 @@ def test_large_segment_size_mb_changes_segment_of_mid_requests(make_alloc):
     assert cur(a, "inactive_split_bytes") == 27 * MiB
 
 
-# --------------------------------------------------------------- spec 1.1 the 1 EB guard
+# ----------------------------------------------- the 1 EB guard (NativeCachingAllocator::allocate)
 def test_one_exabyte_guard(make_alloc):
     a = make_alloc()
     before = a.memory_stats()
@@ -155,7 +160,7 @@ def test_just_below_one_exabyte_goes_down_the_ladder(make_alloc):
     a.free(x)
 
 
-# --------------------------------------------------------------- spec 4.6 worked examples
+# ------------------------------------------- first requests worked by hand (round, segment, split)
 def test_four_byte_request(make_alloc):
     a = make_alloc()
     x = a.malloc(4)
@@ -284,7 +289,8 @@ def test_small_pool_splits_down_to_512(make_alloc):
 
 
 def test_requested_size_rules_of_split_and_merge(make_alloc):
-    """Spec 2 / 4.2 / 4.5: requested_size is never reset on free; the freed block keeps its own."""
+    """requested_size is never reset on free, and in try_merge_blocks the surviving block keeps its own
+    (Block::requested_size, set by alloc_found_block; CUDACachingAllocator.cpp)."""
     a = make_alloc()
     x = a.malloc(4)            # [0, 512)
     y = a.malloc(1000)         # [512, 1536)
@@ -310,7 +316,7 @@ def test_best_fit_lowest_address_among_equal_sizes(make_alloc):
     a.free(z), a.free(xs[1]), a.free(keep)
 
 
-# --------------------------------------------------------------- spec 11.1 test_memory_stats
+# -------------------------------------------------- TestCuda.test_memory_stats (test/test_cuda.py)
 def test_memory_stats_randn_256(make_alloc):
     a = make_alloc()
     base = a.malloc(3 * MiB)                       # something live before the test
@@ -383,7 +389,7 @@ def test_max_split_size_stat_frozen_at_construction(make_alloc):
     assert b.memory_stats()["max_split_size"] == -1
 
 
-# --------------------------------------------------------------- spec 11.1 test_allocator_settings
+# ------------------------------------------------------- TestCudaAllocator.test_allocator_settings
 def test_allocator_settings_deltas(make_alloc):
     a = make_alloc()
     nbytes = 88_080_384          # 21 * 2**20 float32

@@ -1,4 +1,5 @@
-"""snapshot(): the dict shape of torch.cuda.memory._snapshot() and the trace rules (spec 9.1)."""
+"""snapshot(): the dict shape of torch.cuda.memory._snapshot() and the trace rules
+(THCPModule_memorySnapshot in torch/csrc/cuda/Module.cpp; record_trace in CUDACachingAllocator.cpp)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,6 @@
-"""Streams (spec 5 and the behavioural cases of 11.2): ownership, record_stream, events."""
+"""Streams: ownership, record_stream, events (recordStream, insert_events, process_events in
+CUDACachingAllocator.cpp; test_record_stream, test_record_stream_on_shifted_view and
+test_caching_allocator_record_stream_oom in test/test_cuda.py)."""
 from __future__ import annotations
 
 import pytest
@@ -84,7 +86,7 @@ def test_pending_free_state_and_stats(make_alloc):
     a.record_stream(x, side)
     a.free(x)
     s = a.memory_stats()
-    # free request done: allocated dropped, active not (spec 4.3 / 4.4)
+    # free request done: allocated dropped (free), active not (free_block waits for the events)
     assert s["allocated_bytes.all.current"] == 0 and s["allocation.all.current"] == 0
     assert s["active_bytes.all.current"] == 5 * MiB and s["active.all.current"] == 1
     assert s["requested_bytes.all.current"] == 5 * MiB

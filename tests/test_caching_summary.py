@@ -1,4 +1,4 @@
-"""memory_summary(): the 75-column table of torch.cuda.memory_summary (spec 6.4)."""
+"""memory_summary(): the 75-column table of torch.cuda.memory_summary (torch/cuda/memory.py)."""
 from __future__ import annotations
 
 import pytest
@@ -48,7 +48,8 @@ def test_layout_after_a_four_byte_request(make_alloc):
         "Non-releasable allocs", "Oversize allocations", "Oversize GPU segments"]
 
 
-def test_spec_verified_rows(make_alloc):
+def test_rows_of_one_four_byte_request(make_alloc):
+    """One 4-byte request: a 512 B block in a new 2 MiB (2048 KiB) small segment, nothing large."""
     a = make_alloc()
     a.malloc(4)
     text = a.memory_summary()

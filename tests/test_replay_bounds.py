@@ -98,7 +98,7 @@ def test_huge_but_legal_request_replays_as_an_oom():
 def random_trace(seed: int) -> dict:
     """Well-typed nonsense: every action, addresses and sizes that overlap, two streams."""
     import random
-    from allocator_ref.trace.events import ACTIONS
+    from allocator_ref.events import ACTIONS
     rnd = random.Random(seed)
     addrs = [2**40 + i * 2**21 for i in range(8)] + [2**40 + 512 * i for i in range(8)]
     events = []

@@ -5,6 +5,7 @@ import pytest
 
 from allocator_ref import CachingAllocator
 from allocator_ref import sharing as S
+from allocator_ref.sharing import tokens
 from allocator_ref.device.sim import SimDevice
 
 MiB = 1 << 20
@@ -32,7 +33,7 @@ def dev():
 
 
 def _tokens():
-    return {f for f in os.listdir(S._TOKEN_DIR) if f.startswith(f"allocator_ref_share_{os.getpid()}_")}
+    return {f for f in os.listdir(tokens._TOKEN_DIR) if f.startswith(f"allocator_ref_share_{os.getpid()}_")}
 
 
 @pytest.mark.parametrize("config,kind", [("", "c"), ("expandable_segments:True", "e")])
@@ -119,7 +120,8 @@ def test_no_token_files_left_after_unshare(dev):
 
 
 def test_a_stream_ordered_block_cannot_be_shared(dev):
-    # PyTorch's backend:cudaMallocAsync has no IPC (spec section 10): a clear error, not an AttributeError.
+    # PyTorch's backend:cudaMallocAsync has no IPC (its shareIpcHandle throws, CUDAMallocAsyncAllocator.cpp):
+    # a clear error, not an AttributeError.
     from allocator_ref.policies import StreamOrderedAllocator
     a = StreamOrderedAllocator(dev)
     x = a.malloc(MiB)

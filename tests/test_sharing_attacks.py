@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import allocator_ref.sharing as S
+from allocator_ref.sharing import tokens
 from allocator_ref.caching import CachingAllocator
 from allocator_ref.device import SimDevice
 from allocator_ref.device.sim.shared_segment import PREFIX, shm_dir, sweep_dead_files
@@ -132,7 +133,7 @@ def test_forged_legacy_offsets_cannot_reach_past_the_segment(dev, sender_dev):
     h = S.share_block(a, x)
     for change in (dict(offset=h.segment_size), dict(size=h.segment_size + 1),
                    dict(segment_size=2**40, offset=2**39), dict(ipc_handle=b"nope"),
-                   dict(token=S._TOKEN_DIR + "/allocator_ref_share_1_0000000000000000")):
+                   dict(token=tokens._TOKEN_DIR + "/allocator_ref_share_1_0000000000000000")):
         with pytest.raises(S.SharingError):
             S.open_block(dev, dataclasses.replace(h, **change))
     with S.open_block(dev, h) as blk:                         # the genuine one still works
@@ -142,7 +143,7 @@ def test_forged_legacy_offsets_cannot_reach_past_the_segment(dev, sender_dev):
 
 def test_a_fifo_at_the_token_path_does_not_block(dev, e_share):
     _, _, h = e_share
-    fifo = os.path.join(S._TOKEN_DIR, f"allocator_ref_share_{os.getpid()}_{'f' * 16}")
+    fifo = os.path.join(tokens._TOKEN_DIR, f"allocator_ref_share_{os.getpid()}_{'f' * 16}")
     os.mkfifo(fifo)
     old = signal.signal(signal.SIGALRM, lambda *a: pytest.fail("open_block blocked on a FIFO"))
     signal.alarm(20)
@@ -159,12 +160,12 @@ def test_a_fifo_at_the_token_path_does_not_block(dev, e_share):
 def test_freed_shares_leave_no_token_files(sender_dev):
     a = CachingAllocator(sender_dev, "")
     mine = f"allocator_ref_share_{os.getpid()}_"
-    before = {f for f in os.listdir(S._TOKEN_DIR) if f.startswith(mine)}
+    before = {f for f in os.listdir(tokens._TOKEN_DIR) if f.startswith(mine)}
     for _ in range(300):
         x = a.malloc(MiB)
         S.share_block(a, x)
         a.free(x)
-    after = {f for f in os.listdir(S._TOKEN_DIR) if f.startswith(mine)}
+    after = {f for f in os.listdir(tokens._TOKEN_DIR) if f.startswith(mine)}
     assert after == before and S.active_shares() == 0
 
 
@@ -238,12 +239,12 @@ def test_real_tokens_and_segments_record_their_makers_start_time(dev):
     from allocator_ref.device.sim import shared_segment as SS
     if not sys.platform.startswith("linux"):
         pytest.skip("process start times are read from Linux's /proc")
-    token = Path(S._new_token())
+    token = Path(tokens._new_token())
     try:
         assert SS.recorded_start_ticks(token) == SS.process_start_ticks(os.getpid()) > 0
-        assert S._token_state(str(token)) == "alive"
+        assert tokens._token_state(str(token)) == "alive"
     finally:
-        S._remove_token(str(token))
+        tokens._remove_token(str(token))
     seg = SS.SharedSegment.create(os.getpid(), 99, 0x1234, 4096)
     try:
         assert SS.recorded_start_ticks(seg.path) == SS.process_start_ticks(os.getpid())

@@ -15,6 +15,7 @@ import secrets
 import pytest
 
 import allocator_ref.sharing as S
+from allocator_ref.sharing import tokens
 from allocator_ref.device import SimDevice
 from allocator_ref.device.sim.shared_segment import process_start_ticks
 
@@ -74,7 +75,7 @@ def test_recreating_a_freed_shares_token_does_not_revive_it(dev, config, owner):
 def test_a_handle_relabelled_as_pid_1_with_a_planted_token_is_refused(dev, config):
     with S.RemoteSender(4 * MiB, b"from the sender", config=config, kind="sim") as sender:
         handle = sender.share()
-        token = os.path.join(S._TOKEN_DIR, f"allocator_ref_share_1_{secrets.token_hex(8)}")
+        token = os.path.join(tokens._TOKEN_DIR, f"allocator_ref_share_1_{secrets.token_hex(8)}")
         plant(token, 1, uid=os.stat("/proc/1").st_uid)     # as pid 1's user would, if it could
         try:
             relabelled = own_copy(dataclasses.replace(handle, sender_pid=1, token=token))
@@ -90,7 +91,7 @@ def test_a_handle_relabelled_as_pid_1_with_a_planted_token_is_refused(dev, confi
 def test_a_token_planted_by_another_user_in_the_senders_name_is_refused(dev, config):
     with S.RemoteSender(4 * MiB, b"from the sender", config=config, kind="sim") as sender:
         handle = sender.share()
-        token = os.path.join(S._TOKEN_DIR, f"allocator_ref_share_{sender.pid}_{secrets.token_hex(8)}")
+        token = os.path.join(tokens._TOKEN_DIR, f"allocator_ref_share_{sender.pid}_{secrets.token_hex(8)}")
         plant(token, sender.pid, uid=NOBODY)
         try:
             with pytest.raises(S.SharingError, match="planted token"):
@@ -103,12 +104,12 @@ def test_a_token_planted_by_another_user_in_the_senders_name_is_refused(dev, con
 def test_share_block_never_writes_through_a_file_planted_at_its_token_name(monkeypatch, tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious")
-    monkeypatch.setattr(S.secrets, "token_hex", lambda n: "ab" * n)
-    link = os.path.join(S._TOKEN_DIR, f"allocator_ref_share_{os.getpid()}_{'ab' * 8}")
+    monkeypatch.setattr(tokens.secrets, "token_hex", lambda n: "ab" * n)
+    link = os.path.join(tokens._TOKEN_DIR, f"allocator_ref_share_{os.getpid()}_{'ab' * 8}")
     os.symlink(victim, link)
     try:
         with pytest.raises(FileExistsError):
-            S._new_token()
+            tokens._new_token()
         assert victim.read_text() == "precious"
     finally:
         os.unlink(link)

@@ -42,7 +42,7 @@ def segment_path(pid: int, seq: int, token: int) -> Path:
 
 
 # The files the course leaves in shm_dir(): legacy IPC segments (this module) and the
-# liveness tokens of allocator_ref.sharing.  Both name the process that made them.
+# liveness tokens of allocator_ref/sharing/tokens.py.  Both name the process that made them.
 _OUR_FILES = re.compile(r"^(?:allocator_ref-(\d+)-\d+-[0-9a-f]{16}|allocator_ref_share_(\d+)_[0-9a-f]{16})$")
 _swept = False
 

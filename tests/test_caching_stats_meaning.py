@@ -1,8 +1,10 @@
-"""What the stats say about expandable segments (maps are device calls, never segments; empty_cache
-unmaps free pages between live blocks) and reserved memory now vs. its peak (chapters 2, 4, 5, 7).
+"""What a memory stat counts, where a learner could read it two ways (chapters 2, 4, 5, 7).
 
-Every expected value comes from the rule named in the test's docstring (moved from the expert
-review's grab bag, issue 22).
+An expandable segment's maps are device calls but never segments, and empty_cache unmaps its
+free pages even between live blocks; memory_reserved is what is held now and
+max_memory_reserved its peak.  (How each stat moves, current/peak/allocated/freed, is
+test_caching_stats_rule.py's subject.)  Every expected value comes from the rule named in the
+test's docstring or comments.
 """
 from __future__ import annotations
 

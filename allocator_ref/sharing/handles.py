@@ -1,6 +1,11 @@
 """Share a caching-allocator block with another process, as PyTorch does (``torch.multiprocessing``'s CUDA IPC).
 
-Two handle kinds, after PyTorch's ``shareIpcHandle`` type byte:
+One of the three ideas of ``allocator_ref/sharing/``: what a handle is, how the sender makes one
+(:func:`share_block`), how it travels (:func:`send_shared` / :func:`recv_shared`) and how the
+receiver opens it (:class:`SharedBlock`).  Each share's liveness is the token's idea (tokens.py,
+below this file); a second process to try all this with is harness.py's (above it).
+
+Two handle kinds, after the type byte of PyTorch's ``shareIpcHandle`` (CUDACachingAllocator.cpp):
 
 * ``'c'`` -- :class:`LegacyBlockHandle`: the block lives in a ``cudaMalloc``
   segment.  A legacy ``cudaIpcMemHandle`` can only name a whole allocation,
@@ -15,56 +20,26 @@ Two handle kinds, after PyTorch's ``shareIpcHandle`` type byte:
   ``SCM_RIGHTS`` (:func:`send_shared` / :func:`recv_shared`).  The receiver
   imports them, reserves a fresh virtual range and maps them there.
 
-Lifetime rule (the one PyTorch enforces with reference counts and "limbo"
-blocks): **the sender must keep the block alive while a receiver uses it.**
-Freeing the block returns it to the sender's cache, where the next ``malloc``
-may hand the same bytes to another tensor: on a GPU the receiver would read
-silent garbage.  Here every share has a liveness token (a small file in
-``/dev/shm``: an alive byte and the sender's start time); the sender's
-allocator removes it when the block is freed, and the receiver's
-:class:`SharedBlock` checks it on every access, raising
-:class:`SenderFreedError` instead of returning stale bytes.  A sender that
-exits removes its tokens (and the device retires exported segments), so a
-receiver that outlives its sender gets the same clear error.  A sender killed
-with SIGKILL cannot clean up: the next process that starts sharing sweeps the
-files of dead processes (``shared_segment.sweep_dead_files``), including those
-whose pid the kernel has since given to a newer process (its start time differs).
-
 A receiver trusts nothing in a handle: every field is checked, the token must be
 a regular file with the sender's name, and each file descriptor of an ``'e'``
 handle must be the very memfd the sender exported (same device and inode) before
-anything is mapped -- an fd number, once closed, may name another file.
-
-Nor does it trust the token's *name*: ``/dev/shm`` is writable by every user, so
-after the sender removes a token anyone can create a file of the same name, and
-a handle relayed by someone else can name any pid and a token planted for it.
-So, when a block is opened, the token must be owned by the user the sender
-process runs as and record that process's start time, and the handle must be the
-claimed sender's own (a legacy handle's ``cudaIpcMemHandle`` names its exporter;
-an ``'e'`` handle's page memfds must be held open by that process, as the
-sender holds them while it shares).  The receiver then remembers *which* file
-the token is (device and inode): a file re-created at the name later is another
-file, and the share stays ended (:class:`SenderFreedError`) for good.
+anything is mapped -- an fd number, once closed, may name another file.  A handle
+relayed by someone else can name any pid and a token planted for it, so the handle
+must also be the claimed sender's own (:func:`_check_sender_owns`: a legacy handle's
+``cudaIpcMemHandle`` names its exporter; an ``'e'`` handle's page memfds must be held
+open by that process, as the sender holds them while it shares).
 """
 from __future__ import annotations
 
-import atexit
 import os
-import re
-import secrets
 import stat
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from . import vmm
-from .device.sim.shared_segment import process_start_ticks, shm_dir, sweep_once
-
-__all__ = [
-    "SharingError", "SenderFreedError", "LegacyBlockHandle", "ExpandableBlockHandle", "share_block",
-    "unshare", "open_block", "SharedBlock", "send_shared", "recv_shared", "EXPANDABLE_LEGACY_MESSAGE",
-    "active_shares", "RemoteReceiver", "RemoteSender",
-]
+from .. import vmm
+from .tokens import (_TOKEN_DIR, _TOKEN_NAME, SenderFreedError, SharingError, _bind_token,
+                     _new_token, _pid_alive, _remove_token, _token_state)
 
 # The idea of PyTorch's refusal in getBaseAllocation (CUDACachingAllocator.cpp).
 EXPANDABLE_LEGACY_MESSAGE = (
@@ -72,139 +47,6 @@ EXPANDABLE_LEGACY_MESSAGE = (
     "cudaIpcMemHandle (their memory comes from cuMemCreate, which cudaIpcGetMemHandle cannot export). "
     "Share them with kind='expandable' (one POSIX fd per page, PyTorch's 'e' handle), or allocate the "
     "tensors to share with expandable_segments:False.")
-
-
-class SharingError(RuntimeError):
-    """A block cannot be shared, or a shared block cannot be used."""
-
-
-class SenderFreedError(SharingError):
-    """The sender freed the shared block (or exited): its bytes may already belong to another tensor."""
-
-
-_TOKEN_DIR = str(shm_dir())
-_TOKEN_NAME = re.compile(r"^allocator_ref_share_(\d+)_[0-9a-f]{16}$")
-_MY_TOKENS: set = set()
-
-
-def _cleanup_tokens() -> None:
-    for path in list(_MY_TOKENS):
-        _remove_token(path)
-
-
-atexit.register(_cleanup_tokens)
-
-
-def _new_token() -> str:
-    sweep_once()                       # files left by senders killed without cleaning up
-    path = os.path.join(_TOKEN_DIR, f"allocator_ref_share_{os.getpid()}_{secrets.token_hex(8)}")
-    # A new file or nothing: never write through a planted file or link at the name.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        # The alive byte, then this process's start time: the sweep tells a reused pid by it,
-        # and a receiver checks it against the sender's.
-        f.write(b"\x01" + f"{process_start_ticks(os.getpid())}\n".encode())
-    _MY_TOKENS.add(path)
-    return path
-
-
-def _remove_token(path: str) -> None:
-    _MY_TOKENS.discard(path)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _token_state(path: str, bound: Optional[tuple] = None) -> str:
-    """"alive" while the sender holds the block, "gone" once it freed it or exited.
-    ``bound``: the (st_dev, st_ino) the token had when the block was opened; another file at
-    the name now means the share ended and someone re-created the name ("gone")."""
-    try:
-        # A FIFO planted at the path must not block us, nor a link lead elsewhere.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return "gone"
-    except OSError:
-        return "bad" if bound is None else "gone"
-    try:
-        info = os.fstat(fd)
-        if bound is not None and (info.st_dev, info.st_ino) != bound:
-            return "gone"
-        if not stat.S_ISREG(info.st_mode):
-            return "bad"
-        return "alive" if os.read(fd, 1) == b"\x01" else "bad"
-    finally:
-        os.close(fd)
-
-
-def _process_uid(pid: int) -> Optional[int]:
-    """The user process ``pid`` runs as (None where /proc cannot say)."""
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-
-
-def _bind_token(handle: Any) -> tuple:
-    """Check that the token is the claimed sender's and return its (st_dev, st_ino)."""
-    path, pid = handle.token, handle.sender_pid
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        raise SenderFreedError(f"process {pid} freed the shared block (or unshared it) before it was "
-                               "opened: its memory may already hold another tensor") from None
-    except OSError:
-        raise SharingError(f"the handle's token {path!r} is not a liveness token made by share_block "
-                           "(a forged handle?)") from None
-    try:
-        info = os.fstat(fd)
-        head = os.read(fd, 64) if stat.S_ISREG(info.st_mode) else b""
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(info.st_mode) or head[:1] != b"\x01":
-        raise SharingError(f"the handle's token {path!r} is not a liveness token made by share_block "
-                           "(a forged handle?)")
-    owner = _process_uid(pid)
-    if owner is not None and info.st_uid != owner:
-        raise SharingError(f"the handle's token {path!r} belongs to user {info.st_uid}, not to user {owner} "
-                           f"that process {pid} runs as: someone else made it (a planted token); "
-                           "nothing was opened")
-    recorded = head[1:].split(b"\n", 1)[0]
-    started = process_start_ticks(pid)
-    if recorded.isdigit() and int(recorded) and started and int(recorded) != started:
-        raise SharingError(f"the handle's token {path!r} records another process than the one now "
-                           f"running as pid {pid} (its start time differs): a stale or planted token")
-    return info.st_dev, info.st_ino
-
-
-def _check_sender_owns(handle: Any) -> None:
-    """The handle must be the claimed sender's own, not one relayed under another pid."""
-    pid = handle.sender_pid
-    if isinstance(handle, LegacyBlockHandle):
-        from .device.sim.ipc import handle_exporter_pid
-        exporter = handle_exporter_pid(handle.ipc_handle)      # None: a real GPU's opaque handle
-        if exporter is not None and exporter != pid:
-            raise SharingError(f"the handle says process {pid} shares this block, but its cudaIpcMemHandle "
-                               f"was exported by process {exporter} (a relabelled handle); nothing was opened")
-        return
-    if not os.path.isdir("/proc/self/fd"):
-        return                                  # no /proc (not Linux): nothing to compare with
-    held = set()
-    try:
-        for name in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                st = os.stat(f"/proc/{pid}/fd/{name}")
-            except OSError:
-                continue
-            held.add((st.st_dev, st.st_ino))
-    except OSError:
-        raise SharingError(f"cannot check that process {pid} exported these pages (its open files are "
-                           "not readable from here): a handle relabelled with another pid?  Nothing "
-                           "was mapped") from None
-    if not all(tuple(identity) in held for identity in handle.identities):
-        raise SharingError(f"process {pid} does not hold the pages this handle names: it did not share "
-                           "them (a relabelled handle) or has ended the share; nothing was mapped")
 
 
 # ------------------------------------------------------------------ handles
@@ -602,189 +444,36 @@ def _own_fds(handle: ExpandableBlockHandle) -> list:
     return ours
 
 
+def _check_sender_owns(handle: Any) -> None:
+    """The handle must be the claimed sender's own, not one relayed under another pid."""
+    pid = handle.sender_pid
+    if isinstance(handle, LegacyBlockHandle):
+        from ..device.sim.ipc import handle_exporter_pid
+        exporter = handle_exporter_pid(handle.ipc_handle)      # None: a real GPU's opaque handle
+        if exporter is not None and exporter != pid:
+            raise SharingError(f"the handle says process {pid} shares this block, but its cudaIpcMemHandle "
+                               f"was exported by process {exporter} (a relabelled handle); nothing was opened")
+        return
+    if not os.path.isdir("/proc/self/fd"):
+        return                                  # no /proc (not Linux): nothing to compare with
+    held = set()
+    try:
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{name}")
+            except OSError:
+                continue
+            held.add((st.st_dev, st.st_ino))
+    except OSError:
+        raise SharingError(f"cannot check that process {pid} exported these pages (its open files are "
+                           "not readable from here): a handle relabelled with another pid?  Nothing "
+                           "was mapped") from None
+    if not all(tuple(identity) in held for identity in handle.identities):
+        raise SharingError(f"process {pid} does not hold the pages this handle names: it did not share "
+                           "them (a relabelled handle) or has ended the share; nothing was mapped")
+
+
 def open_block(dev: Any, handle: Any) -> SharedBlock:
     """Receiver side: map a shared block on ``dev`` (a device of *this* process)."""
     return SharedBlock(dev, handle)
 
-
-# ------------------------------------------------------------------ a second process, for chapters and tests
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _open_child_device(kind: Optional[str], profile: Optional[str]):
-    import contextlib
-    import io
-    from .device import open_device
-    with contextlib.redirect_stdout(io.StringIO()):
-        return open_device(kind, profile)
-
-
-def _leaks(dev: Any) -> dict:
-    """What a device still holds that sharing could have left behind (sim: exact; GPU: best effort)."""
-    return {"imports": len(getattr(dev, "_imports", {})), "handles": len(getattr(dev, "_handles", {})),
-            "reservations": len(getattr(dev, "_reservations", {})),
-            "exports": len(getattr(dev, "_exports", {})), "shares": active_shares()}
-
-
-def _reply(conn: Any, fn) -> None:
-    try:
-        conn.send(("ok", fn()))
-    except Exception as e:              # the parent re-raises it with the same meaning
-        conn.send(("error", type(e).__name__, str(e)))
-
-
-def _receiver_main(conn: Any, kind: Optional[str], profile: Optional[str]) -> None:
-    dev = _open_child_device(kind, profile)
-    blocks: dict[int, SharedBlock] = {}
-    while True:
-        cmd, *args = conn.recv()
-        if cmd == "open":
-            handle = recv_shared(conn)
-            def do_open():
-                b = open_block(dev, handle)
-                blocks[id(b)] = b
-                return id(b), b.ptr
-            _reply(conn, do_open)
-        elif cmd == "read":
-            _reply(conn, lambda: blocks[args[0]].read(args[1], args[2]))
-        elif cmd == "write":
-            _reply(conn, lambda: blocks[args[0]].write(args[1], args[2]))
-        elif cmd == "close":
-            _reply(conn, lambda: blocks.pop(args[0]).close())
-        elif cmd == "leaks":
-            _reply(conn, lambda: _leaks(dev))
-        elif cmd == "exit":
-            for b in blocks.values():
-                b.close()
-            dev.close()
-            conn.send(("ok", None))
-            return
-
-
-def _sender_main(conn: Any, kind: Optional[str], profile: Optional[str], config: str, nbytes: int,
-                 share_kind: str, payload: bytes) -> None:
-    from .caching import CachingAllocator
-    dev = _open_child_device(kind, profile)
-    alloc = CachingAllocator(dev, config)
-    held = {}
-    while True:
-        cmd, *args = conn.recv()
-        if cmd == "share":
-            def do_share():
-                a = alloc.malloc(nbytes)
-                dev.write(a.ptr, payload)
-                dev.synchronize()
-                held["a"] = a
-                return share_block(alloc, a, share_kind)
-            try:
-                handle = do_share()
-            except Exception as e:
-                conn.send(("error", type(e).__name__, str(e)))
-                continue
-            conn.send(("ok", None))
-            send_shared(conn, handle)
-        elif cmd == "free":
-            _reply(conn, lambda: alloc.free(held.pop("a")))
-        elif cmd == "exit":
-            conn.send(("ok", None))
-            return                       # exits without cleaning up: atexit retires tokens and segments
-
-
-def _raise_remote(reply: tuple) -> Any:
-    if reply[0] == "ok":
-        return reply[1]
-    _, name, text = reply
-    cls = {"SenderFreedError": SenderFreedError, "SharingError": SharingError}.get(name, SharingError)
-    err = cls(text if cls is not SharingError or name == "SharingError" else f"in the other process: {name}: {text}")
-    err.remote_type = name
-    raise err
-
-
-class _Peer:
-    def __init__(self, target, *args) -> None:
-        import multiprocessing as mp
-        ctx = mp.get_context("spawn")        # never fork after CUDA was initialised (learner question Q22)
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=target, args=(child,) + args, daemon=True)
-        self.process.start()
-        child.close()
-
-    def call(self, *msg) -> Any:
-        self.conn.send(msg)
-        return _raise_remote(self.conn.recv())
-
-    def close(self) -> None:
-        if self.process.is_alive():
-            try:
-                self.call("exit")
-            except (EOFError, OSError):
-                pass
-        self.process.join(30)
-        self.conn.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-
-class RemoteReceiver(_Peer):
-    """A second OS process (spawn) with its own device that opens blocks this process shares.
-
-        with RemoteReceiver() as peer:
-            ref = peer.open(share_block(a, x))     # the receiver maps the block
-            peer.read(ref, 0, 8)                   # bytes the sender wrote, read over there
-    """
-
-    def __init__(self, kind: Optional[str] = None, profile: Optional[str] = None) -> None:
-        super().__init__(_receiver_main, kind, profile)
-
-    def open(self, handle: Any) -> int:
-        self.conn.send(("open",))
-        send_shared(self.conn, handle)
-        ref, self.last_ptr = _raise_remote(self.conn.recv())
-        return ref
-
-    def read(self, ref: int, offset: int = 0, nbytes: Optional[int] = None) -> bytes:
-        return self.call("read", ref, offset, nbytes)
-
-    def write(self, ref: int, data: bytes, offset: int = 0) -> None:
-        self.call("write", ref, bytes(data), offset)
-
-    def close_block(self, ref: int) -> None:
-        self.call("close", ref)
-
-    def leaks(self) -> dict:
-        return self.call("leaks")
-
-
-class RemoteSender(_Peer):
-    """A second OS process that allocates a block with its own caching allocator and shares it here."""
-
-    def __init__(self, nbytes: int, payload: bytes, config: str = "", share_kind: str = "auto",
-                 kind: Optional[str] = None, profile: Optional[str] = None) -> None:
-        super().__init__(_sender_main, kind, profile, config, nbytes, share_kind, bytes(payload))
-
-    def share(self) -> Any:
-        self.call("share")
-        return recv_shared(self.conn)
-
-    def free(self) -> None:
-        self.call("free")
-
-    def exit(self) -> None:
-        """The sender process exits (its device and tokens go with it)."""
-        self.close()
