@@ -313,8 +313,7 @@ def test_the_tour_names_every_chapter():
 SOURCE_REF = re.compile(r"\[[^\]]*#\d+\]\(https://github\.com/[^)]+\)|\b[\w.-]+/[\w.-]+#\d+\b")
 WALL_WORDS = 110           # a paragraph longer than this is a wall: break it where the idea changes
 # Chapters (or checks) whose text is being rewritten in other branches: reported, not failed, until then.
-READING_NOT_YET = {"03_streams.md": {"sources", "walls"}, "04_oom_and_fragmentation.md": {"sources", "walls"},
-                   "08_pools_you_own.md": {"sources", "walls"}, "07_diagnostics.md": {"walls"}}
+READING_NOT_YET = {"08_pools_you_own.md": {"sources", "walls"}, "07_diagnostics.md": {"walls"}}
 
 
 def reading_problems(markdown_cells) -> dict:
