@@ -312,8 +312,6 @@ def test_the_tour_names_every_chapter():
 # ------------------------------------------------------------------ reading
 SOURCE_REF = re.compile(r"\[[^\]]*#\d+\]\(https://github\.com/[^)]+\)|\b[\w.-]+/[\w.-]+#\d+\b")
 WALL_WORDS = 110           # a paragraph longer than this is a wall: break it where the idea changes
-# Chapters (or checks) whose text is being rewritten in other branches: reported, not failed, until then.
-READING_NOT_YET = {"08_pools_you_own.md": {"sources", "walls"}}
 
 
 def reading_problems(markdown_cells) -> dict:
@@ -352,11 +350,6 @@ def test_sources_are_listed_and_paragraphs_are_short(path):
     md = path.with_suffix(".md")
     cells = [c.source for c in jupytext.read(md).cells if c.cell_type == "markdown"]
     found = reading_problems(cells)
-    pending = READING_NOT_YET.get(md.name, set())
-    for kind in pending:
-        if found[kind]:
-            import warnings
-            warnings.warn(f"{md.name}: {kind} still to fix (being rewritten elsewhere): {found[kind]}")
-    problems = {k: v for k, v in found.items() if v and k not in pending}
+    problems = {k: v for k, v in found.items() if v}
     assert not problems, (f"{md.name}: move issue/PR references into the section's **Sources** list and break "
                           f"paragraphs over {WALL_WORDS} words: {problems}")
