@@ -261,6 +261,19 @@ def result_words(condition: bool, yes: str, no: str) -> str:
     return yes if condition else no
 
 
+def course_made(report_text: str) -> str:
+    """A tool's report on a COURSE-MADE snapshot, its words about PyTorch made true.
+
+    The doctor and the replay tools take a snapshot for PyTorch's record ("allocations at PyTorch's
+    address"); when the chapter fell back to a trace the reference allocator recorded itself,
+    agreeing with it proves nothing about PyTorch, and the report says whose run it is instead.
+    """
+    for pytorch_words, ours in (("at PyTorch's address", "at the course-made run's address"),
+                                ("PyTorch's recorded decisions", "the course-made run's recorded decisions")):
+        report_text = report_text.replace(pytorch_words, ours)
+    return report_text
+
+
 def close_all() -> None:
     for dev in _DEVICES:
         dev.close()

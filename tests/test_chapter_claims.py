@@ -160,12 +160,6 @@ RESULT_WORDS = re.compile(r"\b(failed|fails|succeeded|succeeds|identical|fits|fi
                           r"every \w+ (?:failed|fails|succeeded|passed|matched|fit|fits))\b", re.I)
 READS_OUTPUT = re.compile(r"\b(above|below|printed|prints|shows|showed|this run|"
                           r"the (?:table|output|figure|picture|plot))\b", re.I)
-# Chapters whose result sentences are being rewritten in other branches (the doctor and what-if
-# cells of chapter 7, chapter 8's pools): reported as a warning until their rewrite lands.
-NOT_YET = {"07_diagnostics.md": "the doctor and what-if prose (being rewritten)",
-           "08_pools_you_own.md": "chapter 8 (being rewritten)"}
-
-
 def _sentences(markdown: str):
     """(paragraph number, sentence) of a markdown cell, code fences left out."""
     text = re.sub(r"```.*?```", "", markdown, flags=re.S)
@@ -203,9 +197,6 @@ MARKDOWN_CHAPTERS = sorted(p.with_suffix(".md") for p in NOTEBOOKS if p.with_suf
 def test_a_sentence_that_states_a_result_carries_a_claim(md: Path):
     import jupytext
     found = unclaimed_results(jupytext.read(md).cells)
-    if found and md.name in NOT_YET:
-        warnings.warn(f"{md.name} ({NOT_YET[md.name]}): result sentences without a claim: {found}")
-        return
     assert not found, (f"{md.name}: these sentences state a result of a cell in words but carry no claim; "
                        f"make the cell produce the words (claim(name, course.result_words(...))) and mark them "
                        f"**...**<!-- claim: name -->, or say it without a result word: {found}")
