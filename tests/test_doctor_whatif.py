@@ -351,3 +351,19 @@ def test_a_trace_of_only_snapshot_looks_is_diagnosed_as_state_only(run, tmp_path
     j = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert j["state_only"] is True
     assert j["reserved"] == sum(s["total_size"] for s in snap["segments"] if s.get("device", 0) == 0)
+
+
+
+def test_the_retry_count_reads_as_the_flushes_the_capacity_line_names(run):
+    """PEAKS says num_alloc_retries (2 here: the flush that served 260 MiB and the OOM's own); the
+    capacity line names 1 flush on retry and 1 OOM.  The report must make the two add up."""
+    import re
+    a, snap, facts, report = run
+    text = report.text()
+    retries = a.memory_stats()["num_alloc_retries"]
+    line = next(l for l in text.splitlines() if "num_alloc_retries" in l)
+    said = re.search(r"reproduces its (\d+) flush(?:es)? on retry and (\d+) out-of-memory error", text)
+    assert said, text
+    flushes, ooms = map(int, said.groups())
+    assert flushes + ooms == retries == 2
+    assert f"(num_alloc_retries): {retries} (counting the {ooms} request that still ran out of memory" in line

@@ -162,8 +162,17 @@ class DoctorReport:
                 out.append(f"  the program called torch.cuda.empty_cache() {_times(n)} (releases that no malloc needed: "
                            "cudaMalloc could not have failed there, or the stack names empty_cache); replayed as calls")
             if base.alloc_retries:
-                out.append(f"  flushes on retry (num_alloc_retries): {base.alloc_retries:,}, each a release of every "
-                           "cached segment it can plus a device-wide synchronize")
+                # PyTorch counts a retry in alloc_block(is_retry=True), so a request that still fails after its
+                # flush counts too: say so, or "2" reads against the capacity line's "1 flush ... and 1 OOM".
+                # Said only where the sum holds (an OOM inside a capture has no flush rung to count).
+                failed = base.ooms
+                served = (len(set(program.ladder_flushes) - set(program.ooms)) if program is not None
+                          else None)
+                counted = (f" (counting the {failed:,} request{'s' if failed != 1 else ''} that still ran out of "
+                           f"memory after {'its' if failed == 1 else 'their'} flush)"
+                           if failed and served is not None and served + failed == base.alloc_retries else "")
+                out.append(f"  flushes on retry (num_alloc_retries): {base.alloc_retries:,}{counted}, each a release "
+                           "of every cached segment it can plus a device-wide synchronize")
         out += ["", "WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS AT THE PEAK"]
         out.append(f"  by pool: large {format_bytes(d.by_pool.get('large', 0))}, small "
                    f"{format_bytes(d.by_pool.get('small', 0))}")
