@@ -33,7 +33,8 @@ lab: $(STAMP)
 
 # Every test.  Passes on a 2-core machine without a GPU (GPU tests skip and say why).
 # Optional extras the tests use when they can have them cheaply (else those tests skip and say why):
-# a CPU torch wheel already on this machine (for torch.cuda._memory_viz), and Debian's chromium.
+# a CPU torch wheel already on this machine (for torch.cuda._memory_viz), Debian's chromium, and
+# Debian's buildah with a debootstrapped Debian 12 to build the course image FROM (tools/install_image_builder.sh).
 TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-*cpu*.whl))
 test: $(STAMP)
 	@if [ -n "$(TORCH_WHEEL)" ]; then $(PIP) install -q "$(TORCH_WHEEL)" >/dev/null 2>&1 || echo "(torch CPU wheel did not install: the _memory_viz tests will skip)"; \
@@ -41,6 +42,7 @@ test: $(STAMP)
 	@test -x /usr/bin/chromium || bash tools/install_browser.sh >/dev/null 2>&1 || echo "(chromium not installed: the browser test will skip)"
 	@sh tools/install_node.sh >/dev/null 2>&1 || echo "(Node.js not installed: the workshop hub test will skip)"
 	@$(MAKE) -s $(PROXY) || echo "(npm missing: the workshop hub test will skip)"
+	@sh tools/install_image_builder.sh >/dev/null 2>&1 || echo "(buildah or the image's base not installed: the image test will skip)"
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)
