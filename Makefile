@@ -33,7 +33,8 @@ lab: $(STAMP)
 
 # Every test.  Passes on a 2-core machine without a GPU (GPU tests skip and say why).
 # Optional extras the tests use when they can have them cheaply (else those tests skip and say why):
-# a CPU torch wheel already on this machine (for torch.cuda._memory_viz), and Debian's chromium.
+# a CPU torch wheel already on this machine (for torch.cuda._memory_viz), Debian's chromium, and
+# Debian's buildah with a debootstrapped Debian 12 to build the course image FROM (tools/install_image_builder.sh).
 TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-*cpu*.whl))
 test: $(STAMP)
 	@if [ -n "$(TORCH_WHEEL)" ]; then $(PIP) install -q "$(TORCH_WHEEL)" >/dev/null 2>&1 || echo "(torch CPU wheel did not install: the _memory_viz tests will skip)"; \
@@ -41,6 +42,7 @@ test: $(STAMP)
 	@test -x /usr/bin/chromium || bash tools/install_browser.sh >/dev/null 2>&1 || echo "(chromium not installed: the browser test will skip)"
 	@sh tools/install_node.sh >/dev/null 2>&1 || echo "(Node.js not installed: the workshop hub test will skip)"
 	@$(MAKE) -s $(PROXY) || echo "(npm missing: the workshop hub test will skip)"
+	@sh tools/install_image_builder.sh >/dev/null 2>&1 || echo "(buildah or the image's base not installed: the image test will skip)"
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)
@@ -115,13 +117,23 @@ $(PROXY): workshop/package.json workshop/package-lock.json
 workshop: $(STAMP) $(PROXY)
 	$(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py
 
-# The course image for Zero to JupyterHub (workshop/z2jh-values.yaml): repo2docker builds it from
-# environment.yml and ./start, as Binder does; it needs a running Docker engine.
-#   make image IMAGE=REGISTRY/allocator-course:2026.11
+# The course image for Zero to JupyterHub (workshop/z2jh-values.yaml): workshop/Dockerfile, built from
+# Debian's archive and PyPI by `docker build` where a Docker engine runs, else by buildah (no daemon:
+# apt-get install buildah), else by podman.
+#   make image IMAGE=REGISTRY/allocator-course:2026.11      then docker push (or buildah push) it
+# IMAGE_BASE=NAME builds FROM another Debian 12 image than Docker Hub's debian:bookworm-slim (the test
+# uses a debootstrapped one: tests/test_workshop_image.py); IMAGE_TOOL=docker|buildah|podman picks the tool.
 IMAGE ?= allocator-course:latest
-REPO2DOCKER_ARGS := --no-run --user-id 1000 --user-name jovyan --target-repo-dir /srv/allocator-course
-image: $(STAMP)
-	$(VENV)/bin/repo2docker $(REPO2DOCKER_ARGS) --image-name $(IMAGE) .
+IMAGE_BASE ?=
+IMAGE_TOOL ?= $(shell if docker info >/dev/null 2>&1; then echo docker; \
+	elif command -v buildah >/dev/null 2>&1; then echo buildah; \
+	elif command -v podman >/dev/null 2>&1; then echo podman; fi)
+IMAGE_BUILD_ARGS = $(strip -f workshop/Dockerfile -t $(IMAGE) $(if $(IMAGE_BASE),--build-arg BASE=$(IMAGE_BASE)))
+# buildah's chroot isolation needs no runc and no namespaces of its own (CI containers, VMs)
+export BUILDAH_ISOLATION ?= chroot
+image:
+	@test -n "$(IMAGE_TOOL)" || { echo "make image needs a running Docker engine, or buildah or podman (Debian: apt-get install buildah)"; exit 1; }
+	$(if $(filter buildah,$(IMAGE_TOOL)),buildah bud --layers,$(IMAGE_TOOL) build) $(IMAGE_BUILD_ARGS) .
 
 # The course website (Jupyter Book 1, all from PyPI): every chapter executed on the simulated
 # device, the labs, the FAQ, the guides -> _build/html/index.html (tools/build_site.py).

@@ -1,21 +1,21 @@
-"""The recipes for rooms this machine cannot host: the container image and Zero to JupyterHub.
+"""The recipes for rooms this machine cannot host: Binder's image and Zero to JupyterHub.
 
 There is no Docker daemon and no Kubernetes cluster on the CI machine, so this checks what can
 be checked without them:
 
-* repo2docker (what Binder runs) plans the image from the repository as it is: its
+* repo2docker (what Binder runs) plans Binder's image from the repository as it is: its
   ``--no-build`` Dockerfile installs the root ``environment.yml`` (nothing overrides it) with
   the Python it names, and runs ``./start`` before every command;
 * ``./start`` gives a hosted learner the room's settings and their hub user name as the seed;
-* ``make image`` is one repo2docker command, and the build plan above is that command's;
 * ``workshop/z2jh-values.yaml`` validates against the pinned chart's (4.4.0) own values schema,
   merged over the chart's defaults as helm does (``../shared/z2jh``, skipped with the reason when
   absent); its hub settings are real JupyterHub settings, its pull lands in the persistent home and
   is the local hub's pull, and its memory sizes cover what ``tools/measure_chapter_memory.py``
   measured.
 
-Not tested here, because nothing here can run it: the image build itself (no Docker engine) and a
-cluster deployment.
+The Zero to JupyterHub image (``make image``, workshop/Dockerfile) is built and run by
+tests/test_workshop_image.py.  Not tested anywhere here, because nothing here can run it:
+repo2docker's build to the end (no Docker engine, no conda channel) and a cluster deployment.
 """
 from __future__ import annotations
 
@@ -158,11 +158,11 @@ def test_the_pull_and_environment_match_the_local_hub():
     single = VALUES["singleuser"]
     command = single["lifecycleHooks"]["postStart"]["exec"]["command"]
     home = single["storage"]["homeMountPath"]
-    # into the persistent home, by an absolute path: the container starts in the image's working
-    # directory, which a culled server does not keep
+    # into the persistent home, by an absolute path: the home is the chart's volume, kept when an
+    # idle server is culled (and the image's working directory: tests/test_workshop_image.py)
     assert command == ["gitpuller", REPO, "main", f"{home}/{COURSE_FOLDER}"]
     assert single["extraEnv"]["PYTHONPATH"] == f"{home}/{COURSE_FOLDER}"
-    # the image's copy (repo2docker --target-repo-dir), there before the postStart pull has run
+    # the image's copy (workshop/Dockerfile), there before the postStart pull has run
     assert single["extraEnv"]["JUPYTER_CONFIG_PATH"] == "/srv/allocator-course/.jupyter-course"
     assert (ROOT / ".jupyter-course" / "jupyter_server_config.json").is_file()
     settings = single["extraEnv"]["ALLOCATOR_REF_SETTINGS"]
@@ -204,37 +204,14 @@ def _environment_python() -> str:
     return re.search(r"^\s*-\s*python=(\S+)", text, re.M).group(1)
 
 
-def _make_image_command(image: str) -> list[str]:
-    """The command `make image IMAGE=...` runs (make -n prints it without running anything)."""
-    if shutil.which("make") is None:
-        pytest.skip("make is needed to read the Makefile's image command")
-    out = subprocess.run(["make", "-n", "-s", "image", f"IMAGE={image}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    lines = [ln for ln in out.stdout.splitlines() if "repo2docker " in ln]
-    assert len(lines) == 1, out.stdout
-    return lines[0].split()
-
-
-def test_make_image_is_one_repo2docker_command_for_the_values_file():
-    command = _make_image_command("registry.example/allocator-course:2026.11")
-    assert Path(command[0]).name == "repo2docker" and command[-1] == "."
-    assert "--image-name" in command and "registry.example/allocator-course:2026.11" in command
-    assert command[command.index("--target-repo-dir") + 1] == "/srv/allocator-course"
-    assert command[command.index("--user-name") + 1] == "jovyan"          # the chart's user
-    assert VALUES["singleuser"]["extraEnv"]["ALLOCATOR_REF_SETTINGS"].startswith("/srv/allocator-course/")
-    assert "make image IMAGE=" in (WORKSHOP / "z2jh-values.yaml").read_text()
-
-
 @pytest.mark.slow
 def test_repo2docker_plans_the_image_from_environment_yml_and_start():
     exe = Path(sys.executable).parent / "repo2docker"
     if not exe.exists():
         pytest.skip("pip install '.[publish]' for repo2docker (make test installs it)")
-    # No Docker engine here (and conda-forge is out of reach), so `make image`'s own command is
-    # asked for its plan only: the Dockerfile it would build.
-    command = _make_image_command("allocator-course:test")
-    command = [str(exe), "--no-build", "--debug", *command[1:-1], str(ROOT)]
+    # No Docker engine here (and conda-forge is out of reach), so repo2docker, run as Binder runs
+    # it, is asked for its plan only: the Dockerfile it would build.
+    command = [str(exe), "--no-build", "--debug", str(ROOT)]
     out = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     dockerfile, log = out.stdout, out.stderr
