@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "Installing the course into $(VENV) (first time: a few minutes)..."
-	@set -o pipefail; $(PIP) install -q --upgrade pip $(QUIET_PIP)
+	@set -o pipefail; $(PIP) install -q --upgrade pip "setuptools>=77" $(QUIET_PIP)
 	@set -o pipefail; $(PIP) install -q -e ".[test,workshop,publish]" $(QUIET_PIP)
 	@$(PY) -c "import allocator_ref, jupyterlab, ipywidgets, matplotlib, cupy, cuda.bindings" || (echo "install failed: see the pip output above"; exit 1)
 	@touch $(STAMP)
