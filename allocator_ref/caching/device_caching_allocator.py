@@ -129,7 +129,7 @@ class DeviceCachingAllocator:
         self._oversize_segments: set = set()
 
     # ================================================================ public
-    # ---- history and observers (recordHistory .. maybeGatherContext: the calls that take no lock)
+    # ---- history and observers (recordHistory .. maybeGatherContext)
     def record_history(self, enabled: Optional[str], context: Optional[str], max_entries: int,
                        clear_history: bool = False, skip_actions=None) -> None:
         """``recordHistory``: switch the history ring buffer on or off (``alloc_buffer``,
@@ -397,7 +397,7 @@ class DeviceCachingAllocator:
 
     # ---- snapshot ("Dump a complete snapshot of the memory held by the allocator")
     def snapshot(self, record: bool = True, mempool_id: tuple = (0, 0)) -> list[dict]:
-        """The ``segments`` list: one entry per segment (per contiguous mapped range if expandable).
+        """``snapshot``: the segments, one entry per segment (per contiguous mapped range if expandable).
 
         Like PyTorch, taking a snapshot is itself a trace event (``snapshot``); pictures that
         look at the allocator after every event pass ``record=False`` to leave history alone.
