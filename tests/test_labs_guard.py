@@ -237,6 +237,17 @@ def test_every_pluggable_decision_is_called_and_the_reference_behaviour_plugged_
     assert calls, f"no workload reaches {name}: add one to _hook_workloads"
 
 
+def test_every_plug_point_is_the_device_caching_allocator_member_it_replaces():
+    """A hook's name is a DeviceCachingAllocator member (PyTorch's), and plugging replaces that
+    member on the allocator's device_allocator, nowhere else."""
+    from allocator_ref.device import SimDevice
+    foreign = sorted(n for n in HOOKS if n not in vars(LiveDeviceAllocator))
+    assert not foreign, f"plug points that are not DeviceCachingAllocator members: {foreign}"
+    for name in HOOKS:
+        plugged = PluggedAllocator(SimDevice("tiny-1gb"), plug={name: lambda *args: None})
+        assert name in vars(plugged.device_allocator) and name not in vars(plugged), name
+
+
 def test_plugging_an_unknown_decision_names_the_ones_that_exist():
     from allocator_ref.device import SimDevice
     with pytest.raises(ValueError, match="get_free_block"):

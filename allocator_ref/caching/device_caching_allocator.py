@@ -150,7 +150,8 @@ class DeviceCachingAllocator:
 
     # ---- malloc and free ("All public methods (except the above) acquire the allocator mutex")
     def malloc(self, orig_size: int, stream: Any) -> Block:
-        """``malloc``: a Block of at least ``orig_size`` bytes usable on ``stream`` (the ladder above).
+        """``malloc``: a Block of at least ``orig_size`` bytes usable on ``stream`` (the ladder in
+        this file's docstring).
 
         The caller (``NativeCachingAllocator::malloc``, native.py) has checked the arguments."""
         # maybeGatherContext(RecordContext::STATE): the caller's stack, passed down to every
@@ -166,6 +167,7 @@ class DeviceCachingAllocator:
         size = self.round_size(orig_size)
         pool = self.get_pool(size, stream)
         params = AllocParams(size, self.get_allocation_size(size), pool, stream)
+        # The setting is asked first so the warm path makes no call when it is off.
         params.expandable = self.config.expandable_segments and is_expandable_segments_active(self.config, pool)
 
         # Rung 1: reuse a cached block (best fit on this stream); if none, let the registered

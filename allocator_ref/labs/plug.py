@@ -225,7 +225,8 @@ class PluggedAllocator(CachingAllocator):
             plug["try_merge_blocks"] = merge
         unknown = sorted(set(plug) - set(HOOKS))
         if unknown:
-            raise ValueError(f"cannot plug {unknown}: the decisions that can be plugged are {sorted(HOOKS)} "
+            raise ValueError(f"cannot plug {unknown}: the DeviceCachingAllocator members that can be plugged are "
+                             f"{sorted(HOOKS)} "
                              "(add a method-style one to METHOD_HOOKS in allocator_ref/labs/plug.py)")
         super().__init__(device, config)
         da = self.device_allocator
