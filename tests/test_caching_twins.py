@@ -6,7 +6,7 @@ beside it that each PyTorch member has a twin of the same name.  A twin that exi
 nothing change.  So each twin below is wrapped on a live allocator, workloads that reach every
 rung of PyTorch's ``malloc``/``free``/``emptyCache`` are run, and the test checks that the twin
 was called *by the function PyTorch calls it from* (the caller's name, read from the frame) and,
-inside ``malloc``, ``free``, ``release_cached_blocks`` and ``release_blocks``, in PyTorch's order.
+inside ``malloc``, ``free``, the release and event functions and the checkpoints, in PyTorch's order.
 A caller above DeviceCachingAllocator is named by its own method (NativeCachingAllocator's
 ``malloc`` calls DeviceCachingAllocator's ``malloc``; torch.cuda's ``memory_stats`` calls ``get_stats``).
 
@@ -113,8 +113,8 @@ def _caller() -> str:
     return sys._getframe(2).f_code.co_name
 
 
-# PyTorch's order of the calls each of these makes (a call may be skipped, not reordered):
-# read from DeviceCachingAllocator::malloc, free, release_cached_blocks and release_blocks.
+# PyTorch's order of the calls each of these makes (a call may be skipped or repeated, not
+# reordered), read from the DeviceCachingAllocator member of that name.
 ORDER = {
     "malloc": ["maybe_gather_context", "free_safe_blocks_in_capture", "process_events", "round_size",
                "get_pool", "get_allocation_size", "get_free_block", "trigger_free_memory_callbacks",
@@ -124,6 +124,18 @@ ORDER = {
     "free": ["maybe_gather_context", "record_trace", "record_free_markers", "insert_events", "free_block"],
     "release_cached_blocks": ["synchronize_and_free_events", "release_blocks", "release_blocks"],
     "release_blocks": ["release_block", "unmap_block", "release_expandable_segment"],
+    "process_events": ["insert_events_deferred_until_no_capture", "free_block"],
+    "synchronize_and_free_events": ["insert_events_deferred_until_no_capture", "free_block"],
+    "insert_events_deferred_until_no_capture": ["remove_cudagraph_stream_uses", "insert_events", "free_block"],
+    # (release_expandable_segment is this package's: it gives back a reservation it could not map,
+    # which PyTorch leaks; see try_allocate_expandable_block)
+    "try_allocate_expandable_block": ["find_expandable_block", "map_block", "release_expandable_segment"],
+    "try_mempool_fallback": ["begin_allocate_to_pool", "get_pool", "get_free_block", "end_allocate_to_pool",
+                             "release_pool"],
+    "get_checkpoint_state": ["maybe_gather_context", "insert_events_deferred_until_no_capture",
+                             "get_private_pool_head_blocks"],
+    "set_checkpoint_pool_state": ["maybe_gather_context", "free_blocks_allocated_to_pool",
+                                  "set_segment_state_to_checkpoint"],
 }
 
 
