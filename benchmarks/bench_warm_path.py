@@ -76,7 +76,7 @@ class _Case:
     def __init__(self, n_blocks: int, pairs: int) -> None:
         self.n_blocks, self.pairs = n_blocks, pairs
         self.alloc, self.dev, self._spacers = filled_allocator(n_blocks)
-        pool = self.alloc.large_blocks
+        pool = self.alloc.device_allocator.large_blocks
         self.pool = pool
         self.free_blocks = len(pool)         # n_blocks holes + the tail of the big segment
         # Sizes that hit exactly, spread over the list (so the bisect walks different paths).

@@ -42,10 +42,10 @@ def test_set_checkpoint_puts_the_pool_back_and_reports_the_delta(make_alloc, con
     state = a.get_checkpoint_state(pool)
     before = layout(a, pool)
     a.free(out)                                    # the output died between replays ...
-    a.begin_allocate_to_pool(pool, current_thread_filter())
+    a.device_allocator.begin_allocate_to_pool(pool, current_thread_filter())
     x = a.malloc(10 * MiB, s)                      # ... and something else took the pool's memory
-    a.end_allocate_to_pool(pool)
-    a.release_pool(pool)
+    a.device_allocator.end_allocate_to_pool(pool)
+    a.device_allocator.release_pool(pool)
     assert layout(a, pool) != before
     delta = a.set_checkpoint_pool_state(state)
     assert layout(a, pool) == before

@@ -96,7 +96,7 @@ def test_empty_cache_unmaps_whole_pages_and_releases_the_reservation(make_alloc)
     assert rec2.simple() == [("segment_unmap", x.ptr, 20 * MiB)]
     assert a.segments() == [] and cur(a, "reserved_bytes") == 0
     assert a.device.mem_get_info()[0] == free0
-    assert a.expandable_segments_ == []      # fully unmapped -> reservation released
+    assert a.device_allocator.expandable_segments_ == []      # fully unmapped -> reservation released
 
 
 def test_expandable_stats_never_track_segments_or_inactive_split(make_alloc):
@@ -222,10 +222,10 @@ def test_expandable_stream_gets_its_own_segment(make_alloc):
     y = a.malloc(2 * MiB, stream=side)
     segs = a.segments()
     assert len(segs) == 2 and {s["stream"] for s in segs} == {0, side.handle}
-    assert len(a.expandable_segments_) == 2
+    assert len(a.device_allocator.expandable_segments_) == 2
     a.free(x), a.free(y)
     a.empty_cache()
-    assert a.expandable_segments_ == []
+    assert a.device_allocator.expandable_segments_ == []
 
 
 def test_mapping_oom_leaks_nothing(make_alloc):

@@ -427,9 +427,9 @@ def test_block_gc_count_is_searches_since_the_block_became_free(make_alloc):
     a.set_per_process_memory_fraction(0.5)
     x = a.malloc(30 * MiB)
     a.free(x)
-    (block,) = list(a.large_blocks)
+    (block,) = list(a.device_allocator.large_blocks)
     assert block.gc_count() == 0
     for _ in range(3):
         a.free(a.malloc(40 * MiB))           # each search ticks the large pool's clock
-    assert block.gc_count() == a.large_blocks.get_free_blocks_call_count - block.gc_count_base
+    assert block.gc_count() == a.device_allocator.large_blocks.get_free_blocks_call_count - block.gc_count_base
     assert block.gc_count() >= 3

@@ -123,7 +123,7 @@ def close_and_check_nothing_leaked(w: Workload) -> None:
     a.close()
     assert a.memory_reserved() == 0
     assert dev.mem_get_info()[0] == w.free_at_start, "device memory was not all returned"
-    assert not a.expandable_segments_, "an expandable reservation outlived close()"
+    assert not a.device_allocator.expandable_segments_, "an expandable reservation outlived close()"
     dev.close()
 
 
@@ -144,7 +144,7 @@ def test_the_fuzz_reaches_the_split_segment_release():
 @pytest.mark.parametrize("seed", range(4))
 def test_expandable_with_ooms_and_destroyed_streams(seed):
     w = run_workload(100 + seed, steps=250, start="expandable_segments:True")
-    assert w.a.stats.num_ooms > 0 or seed % 2, "the workload should reach the device's limit"
+    assert w.a.device_allocator.stats.num_ooms > 0 or seed % 2, "the workload should reach the device's limit"
     close_and_check_nothing_leaked(w)
 
 
@@ -248,7 +248,7 @@ def test_expandable_destroyed_stream_empty_cache_and_close_give_everything_back(
     a.empty_cache()
     a.close()
     assert dev.mem_get_info()[0] == free0
-    assert not a.expandable_segments_
+    assert not a.device_allocator.expandable_segments_
 
 
 # ------------------------------------------------------------------- failed expandable mallocs

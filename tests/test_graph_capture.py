@@ -159,14 +159,14 @@ def test_cross_stream_free_during_capture_is_deferred(make_alloc):
     g.capture_begin(cap)
     x = a.malloc(MiB, cap)
     a.record_stream(x, side)                            # a use recorded during capture
-    assert side in a.block_to_cudagraph_stream_uses[x._block]
+    assert side in a.device_allocator.block_to_cudagraph_stream_uses[x._block]
     a.free(x)
-    assert x._block in a.deferred_blocks and a.cuda_events == {}
+    assert x._block in a.device_allocator.deferred_blocks and a.device_allocator.cuda_events == {}
     assert states(a, x.ptr) == "active_pending_free"
     g.capture_end()
     assert states(a, x.ptr) == "active_pending_free"    # still waiting for process_events
     probe = a.malloc(512)                               # the first malloc after capture: process_events
-    assert a.deferred_blocks == {}
+    assert a.device_allocator.deferred_blocks == {}
     assert states(a, x.ptr) == "inactive"               # capture-time use dropped: freed at once
     a.free(probe)
 
@@ -219,7 +219,7 @@ def test_begin_allocate_to_pool_comes_before_cuda_stream_begin_capture(make_allo
     seen = []
     begin = a.device.begin_capture
     def spy(stream, mode):
-        seen.append((list(pid for pid, _ in a.captures_underway), a.get_pool(4 * MiB, stream).owner_id))
+        seen.append((list(pid for pid, _ in a.device_allocator.captures_underway), a.device_allocator.get_pool(4 * MiB, stream).owner_id))
         begin(stream, mode)
     a.device.begin_capture = spy
     g = ar.CUDAGraph(a)
@@ -227,7 +227,7 @@ def test_begin_allocate_to_pool_comes_before_cuda_stream_begin_capture(make_allo
     (routed, pool_then), = seen
     assert routed == [g.mempool_id]           # the pool was routed before the capture existed ...
     assert pool_then == (0, 0)                # ... but no stream was capturing into it yet
-    assert a.get_pool(4 * MiB, s).owner_id == g.mempool_id
+    assert a.device_allocator.get_pool(4 * MiB, s).owner_id == g.mempool_id
     g.capture_end()
     g.reset()
 
@@ -245,23 +245,23 @@ def test_failed_capture_end_leaves_the_pool_in_captures_underway_2_11(make_alloc
     with pytest.raises(CudaError, match="Invalidated") as info:
         g.capture_end()
     assert "pytorch/pytorch#180395" in "".join(getattr(info.value, "__notes__", []))
-    assert [pid for pid, _ in a.captures_underway] == [g.mempool_id]
+    assert [pid for pid, _ in a.device_allocator.captures_underway] == [g.mempool_id]
     # the effects outlive the capture: a cross-stream free waits, empty_cache keeps the default pools
     x = a.malloc(4 * MiB)
-    assert a.get_pool(4 * MiB).owner_id == (0, 0)  # (the filter accepts no stream any more)
+    assert a.device_allocator.get_pool(4 * MiB).owner_id == (0, 0)  # (the filter accepts no stream any more)
     a.record_stream(x, other)
     a.free(x)
-    assert x._block in a.deferred_blocks and a.cuda_events == {}
+    assert x._block in a.device_allocator.deferred_blocks and a.device_allocator.cuda_events == {}
     a.empty_cache()
     assert [seg["segment_pool_id"] for seg in a.segments()] == [(0, 0)]
     g.reset()                                        # capture_ended_ is false: no releasePool
-    assert a.get_pool_use_count(g.mempool_id) == 1
+    assert a.device_allocator.get_pool_use_count(g.mempool_id) == 1
     # the way out a learner has: undo what capture_begin did
-    a.end_allocate_to_pool(g.mempool_id)
-    a.release_pool(g.mempool_id)
+    a.device_allocator.end_allocate_to_pool(g.mempool_id)
+    a.device_allocator.release_pool(g.mempool_id)
     a.device.synchronize()
     a.empty_cache()
-    assert a.graph_pools == {} and a.memory_reserved() == 0
+    assert a.device_allocator.graph_pools == {} and a.memory_reserved() == 0
 
 
 def test_failed_begin_capture_leaves_the_pool_routed_2_11(make_alloc):
@@ -275,14 +275,14 @@ def test_failed_begin_capture_leaves_the_pool_routed_2_11(make_alloc):
     with pytest.raises(CudaError, match="already capturing") as info:
         second.capture_begin(s)
     assert "end_allocate_to_pool" in "".join(getattr(info.value, "__notes__", []))
-    assert [pid for pid, _ in a.captures_underway] == [first.mempool_id, second.mempool_id]
+    assert [pid for pid, _ in a.device_allocator.captures_underway] == [first.mempool_id, second.mempool_id]
     first.capture_end()
-    assert [pid for pid, _ in a.captures_underway] == [second.mempool_id]
-    a.end_allocate_to_pool(second.mempool_id)
-    a.release_pool(second.mempool_id)
+    assert [pid for pid, _ in a.device_allocator.captures_underway] == [second.mempool_id]
+    a.device_allocator.end_allocate_to_pool(second.mempool_id)
+    a.device_allocator.release_pool(second.mempool_id)
     first.reset()
     a.empty_cache()
-    assert a.captures_underway == [] and a.graph_pools == {}
+    assert a.device_allocator.captures_underway == [] and a.device_allocator.graph_pools == {}
 
 
 def test_empty_cache_during_capture_leaves_the_default_pools(make_alloc):
@@ -338,11 +338,11 @@ def test_reset_releases_the_pool_then_empty_cache_frees_it(make_alloc):
     a.free(x)
     pid = g.pool()
     a.empty_cache()
-    assert a.graph_pools[pid].cudaMalloc_count == 1     # the graph still lives: nothing freed
+    assert a.device_allocator.graph_pools[pid].cudaMalloc_count == 1     # the graph still lives: nothing freed
     g.reset()
-    assert pid in a.graph_pools_freeable
+    assert pid in a.device_allocator.graph_pools_freeable
     a.empty_cache()
-    assert pid not in a.graph_pools and a.memory_reserved() == 0
+    assert pid not in a.device_allocator.graph_pools and a.memory_reserved() == 0
 
 
 def test_graph_two_successive_shared_pool_saves_a_small_buffer(make_alloc):
@@ -370,17 +370,17 @@ def test_graph_pool_handle_shared_before_any_capture(make_alloc):
     a = make_alloc()
     s = a.device.create_stream()
     handle = ar.graph_pool_handle()
-    assert handle not in a.graph_pools
+    assert handle not in a.device_allocator.graph_pools
     g1, g2 = ar.CUDAGraph(a), ar.CUDAGraph(a)
     with ar.graph(g1, pool=handle, stream=s):
         pass
     with ar.graph(g2, pool=handle, stream=s):
         pass
-    assert a.get_pool_use_count(handle) == 2
+    assert a.device_allocator.get_pool_use_count(handle) == 2
     g1.reset()
     g2.reset()
     a.empty_cache()
-    assert handle not in a.graph_pools
+    assert handle not in a.device_allocator.graph_pools
 
 
 def test_capture_into_a_mempool(make_alloc):
@@ -405,18 +405,18 @@ def test_same_pool_twice_at_once_is_refused(make_alloc):
     s1, s2 = a.device.create_stream(), a.device.create_stream()
     g1, g2 = ar.CUDAGraph(a), ar.CUDAGraph(a)
     g1.capture_begin(s1, pool=handle)
-    assert a.get_pool_use_count(handle) == 1
+    assert a.device_allocator.get_pool_use_count(handle) == 1
     with pytest.raises(RuntimeError, match="already recording"):
         g2.capture_begin(s2, pool=handle)
     assert not a.device.is_capturing(s2)                # the failed begin left nothing capturing ...
-    assert a.get_pool_use_count(handle) == 2            # ... but the pool counts an owner nobody releases
+    assert a.device_allocator.get_pool_use_count(handle) == 2            # ... but the pool counts an owner nobody releases
     g1.capture_end()
     g1.reset()
     a.empty_cache()
-    assert handle in a.graph_pools and handle not in a.graph_pools_freeable
-    a.release_pool(handle)                              # the note's way out
+    assert handle in a.device_allocator.graph_pools and handle not in a.device_allocator.graph_pools_freeable
+    a.device_allocator.release_pool(handle)                              # the note's way out
     a.empty_cache()
-    assert a.graph_pools == {}
+    assert a.device_allocator.graph_pools == {}
 
 
 # ============================================== graph_capture_record_stream_reuse
@@ -633,16 +633,16 @@ def test_graph_bad_input_says_what_to_do(make_alloc):
     s = a.device.create_stream()
     with pytest.raises(TypeError, match="pair of non-negative ints"):
         g.capture_begin(s, pool="shared")
-    assert not a.device.is_capturing(s) and a.captures_underway == []
+    assert not a.device.is_capturing(s) and a.device_allocator.captures_underway == []
     with pytest.raises(RuntimeError, match="non-default stream"):
         g.capture_begin(a.device.default_stream)      # TORCH_CHECK before any allocator state
     with pytest.raises(ValueError, match="capture_error_mode"):
         g.capture_begin(s, capture_error_mode="strict")
-    assert a.captures_underway == [] and a.graph_pools == {}
+    assert a.device_allocator.captures_underway == [] and a.device_allocator.graph_pools == {}
     g.capture_begin(s)
     with pytest.raises(RuntimeError, match="already owns"):
         g.capture_begin(s)
     g.capture_end()
     g.reset()
     a.empty_cache()
-    assert a.graph_pools == {}
+    assert a.device_allocator.graph_pools == {}

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from allocator_ref.caching import CachingAllocator as LiveAllocator
-from allocator_ref.caching import allocator as allocator_module
+from allocator_ref.caching.device_caching_allocator import DeviceCachingAllocator as LiveDeviceAllocator
+from allocator_ref.caching import device_caching_allocator as allocator_module
 from allocator_ref.labs import check, hint
 from allocator_ref.labs.check import SAY_WHERE_THE_RECIPE_IS_AFTER, exercise, lab_modules
 from allocator_ref.labs.guard import run_guarded, same, show
@@ -126,7 +126,7 @@ def test_a_flood_of_output_is_capped_and_said(capsys):
 def test_patching_the_reference_class_or_module_does_not_make_a_wrong_answer_pass(monkeypatch):
     wrong = importlib.import_module("allocator_ref.labs.verify").load_wrong(
         ROOT / "labs" / "wrong" / "lab2_should_split_ge.py").SUBMISSION
-    monkeypatch.setattr(LiveAllocator, "should_split",
+    monkeypatch.setattr(LiveDeviceAllocator, "should_split",
                         lambda self, block, size, exp: wrong(block, size, exp, self.config))
     assert not check("lab2.should_split", wrong, seed=1, verbose=False).passed
 
@@ -210,8 +210,9 @@ def test_every_pluggable_decision_is_called_and_the_reference_behaviour_plugged_
              "try_merge_blocks": lambda a: lambda dst, src, pool: a.try_merge_blocks(dst, src, pool)}
 
     def make(dev, config):
-        reference = importlib.import_module("allocator_ref.labs.reference").CachingAllocator
-        ref_for_calls = reference(dev, config)    # a second instance, only to borrow the method's body
+        reference = importlib.import_module("allocator_ref.labs.reference")
+        # a second instance, only to borrow the member's body
+        ref_for_calls = reference.CachingAllocator(dev, config).device_allocator
         if name in short:
             inner = short[name](ref_for_calls)
 
@@ -219,7 +220,7 @@ def test_every_pluggable_decision_is_called_and_the_reference_behaviour_plugged_
                 calls.append(args)
                 return inner(*args)
         else:
-            method = getattr(reference, name)
+            method = getattr(reference.DeviceCachingAllocator, name)
 
             def learner(allocator, *args, **kwargs):
                 calls.append(args)
@@ -236,6 +237,17 @@ def test_every_pluggable_decision_is_called_and_the_reference_behaviour_plugged_
     assert calls, f"no workload reaches {name}: add one to _hook_workloads"
 
 
+def test_every_plug_point_is_the_device_caching_allocator_member_it_replaces():
+    """A hook's name is a DeviceCachingAllocator member (PyTorch's), and plugging replaces that
+    member on the allocator's device_allocator, nowhere else."""
+    from allocator_ref.device import SimDevice
+    foreign = sorted(n for n in HOOKS if n not in vars(LiveDeviceAllocator))
+    assert not foreign, f"plug points that are not DeviceCachingAllocator members: {foreign}"
+    for name in HOOKS:
+        plugged = PluggedAllocator(SimDevice("tiny-1gb"), plug={name: lambda *args: None})
+        assert name in vars(plugged.device_allocator) and name not in vars(plugged), name
+
+
 def test_plugging_an_unknown_decision_names_the_ones_that_exist():
     from allocator_ref.device import SimDevice
     with pytest.raises(ValueError, match="get_free_block"):
@@ -244,7 +256,7 @@ def test_plugging_an_unknown_decision_names_the_ones_that_exist():
 
 def test_a_new_decision_can_be_an_exercise_without_touching_the_reference():
     """get_free_block's max_split_size rules, written by a 'learner' that forgets them, are caught."""
-    reference = importlib.import_module("allocator_ref.labs.reference").CachingAllocator
+    reference = importlib.import_module("allocator_ref.labs.reference").DeviceCachingAllocator
 
     def forgets_max_split(allocator, p):
         block = p.pool.best_fit(p.stream_key, p.size)

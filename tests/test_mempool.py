@@ -190,7 +190,7 @@ def test_mempool_empty_cache(make_alloc, mode):
     pid = pool.id
     del pool                                              # MemPool::~MemPool -> emptyCache(id)
     assert pool_ids(a) == [(0, 0)]
-    assert pid not in a.graph_pools                       # cudaMalloc_count 0: the pool is gone
+    assert pid not in a.device_allocator.graph_pools                       # cudaMalloc_count 0: the pool is gone
 
 
 def test_pool_memory_waits_for_freeable(make_alloc, mode):
@@ -205,7 +205,7 @@ def test_pool_memory_waits_for_freeable(make_alloc, mode):
     a.empty_cache()
     assert a.memory_reserved() == reserved and pool_ids(a) == [pool.id]
     pool.close()
-    assert a.memory_reserved() == 0 and a.graph_pools == {}
+    assert a.memory_reserved() == 0 and a.device_allocator.graph_pools == {}
 
 
 def test_mempool_empty_cache_inactive(make_alloc):
@@ -224,7 +224,7 @@ def test_mempool_empty_cache_inactive(make_alloc):
     a.free(x)
     assert custom.free_calls == 0
     a.empty_cache()
-    assert custom.free_calls == 1 and a.graph_pools == {}
+    assert custom.free_calls == 1 and a.device_allocator.graph_pools == {}
 
 
 def test_mempool_with_allocator(make_alloc, mode):
@@ -325,7 +325,7 @@ def test_mempool_limited_memory_with_allocator(make_alloc, mode):
     a.free(e)
     assert pool_use.use_count() == 1                      # the fallback's begin/release balanced
     del pool_use, pool_do_not_use
-    assert a.graph_pools == {} and custom.live == {}
+    assert a.device_allocator.graph_pools == {} and custom.live == {}
 
 
 def test_deleted_mempool_not_used_on_oom(make_alloc, mode):
@@ -340,7 +340,7 @@ def test_deleted_mempool_not_used_on_oom(make_alloc, mode):
             x = a.malloc(40 * MiB)
         a.free(x)
         del p
-    assert a.use_on_oom_pools == {} and a.graph_pools == {}
+    assert a.device_allocator.use_on_oom_pools == {} and a.device_allocator.graph_pools == {}
     live = ar.MemPool(a, custom=custom, use_on_oom=True)
     with a.use_mem_pool(live):
         x = a.malloc(40 * MiB)
@@ -450,16 +450,16 @@ def test_bad_input(make_alloc):
     with pytest.raises(ValueError, match="another allocator"):
         other.use_mem_pool(pool)
     with pytest.raises(TypeError, match="pair of non-negative ints"):
-        a.begin_allocate_to_pool("pool", lambda s: True)
+        a.device_allocator.begin_allocate_to_pool("pool", lambda s: True)
     with pytest.raises(ValueError, match="no private pool"):
-        a.release_pool((0, 999_999))
+        a.device_allocator.release_pool((0, 999_999))
     with pytest.raises(TypeError, match="callables"):
         PluggableAllocator(1, 2)
     pool.close()
     with pytest.raises(ValueError, match="closed"):
         with a.use_mem_pool(pool):
             pass
-    assert a.captures_underway == [] and a.graph_pools == {}   # nothing left half-done
+    assert a.device_allocator.captures_underway == [] and a.device_allocator.graph_pools == {}   # nothing left half-done
     assert_consistent(a)
 
 
@@ -506,7 +506,7 @@ def test_stats_consistent_after_every_step_with_pools_live(make_alloc, conf, see
                 ctx.__enter__()
                 contexts.append(ctx)
             except RuntimeError:            # that pool's context is already open: refused, but 2.11's
-                a.release_pool(pool.id)     # beginAllocateToPool counted one owner first: undo it
+                a.device_allocator.release_pool(pool.id)     # beginAllocateToPool counted one owner first: undo it
         elif op < 0.96 and contexts:
             contexts.pop().__exit__(None, None, None)
         else:
@@ -522,9 +522,9 @@ def test_stats_consistent_after_every_step_with_pools_live(make_alloc, conf, see
     a.empty_cache()
     assert a.memory_reserved() == 0
     if not conf:
-        assert a.graph_pools == {}
+        assert a.device_allocator.graph_pools == {}
     else:   # see test_expandable_pool_count_can_outlive_its_memory: emptied pools may stay listed
-        assert all(p.use_count == 0 and not p.free_bytes() for p in a.graph_pools.values())
+        assert all(p.use_count == 0 and not p.free_bytes() for p in a.device_allocator.graph_pools.values())
     assert_consistent(a)
 
 
@@ -537,15 +537,15 @@ def test_expandable_pool_count_can_outlive_its_memory(make_alloc):
     pool = ar.MemPool(a)
     with a.use_mem_pool(pool):
         x, y = a.malloc(20 * MiB), a.malloc(20 * MiB)
-    assert a.graph_pools[pool.id].cudaMalloc_count == 2
+    assert a.device_allocator.graph_pools[pool.id].cudaMalloc_count == 2
     a.free(x)
     a.free(y)
     pid = pool.id
     pool.close()                                        # releasePool + emptyCache(id): one unmap
     assert a.memory_reserved() == 0
-    assert a.graph_pools[pid].cudaMalloc_count == 1 and pid in a.graph_pools_freeable
+    assert a.device_allocator.graph_pools[pid].cudaMalloc_count == 1 and pid in a.device_allocator.graph_pools_freeable
     a.empty_cache()
-    assert pid in a.graph_pools                         # a zombie: nothing left to release
+    assert pid in a.device_allocator.graph_pools                         # a zombie: nothing left to release
 
 
 @pytest.mark.gpu

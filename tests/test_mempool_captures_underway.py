@@ -64,9 +64,9 @@ def test_process_events_is_skipped_while_any_thread_holds_a_mem_pool(make_alloc)
     a.device.synchronize()                     # the stream's work is done: the block could be reused
     with pool_open_in_another_thread(a):
         y = a.malloc(4 * MiB)                  # this thread, default pool
-        assert y.ptr != x.ptr and a.cuda_events != {}      # not recycled: process_events never ran
+        assert y.ptr != x.ptr and a.device_allocator.cuda_events != {}      # not recycled: process_events never ran
     z = a.malloc(4 * MiB)                      # the context is closed: process_events runs
-    assert z.ptr == x.ptr and a.cuda_events == {}
+    assert z.ptr == x.ptr and a.device_allocator.cuda_events == {}
     a.free(y), a.free(z)
     assert_consistent(a)
 
@@ -80,9 +80,9 @@ def test_record_stream_free_is_deferred_under_a_mem_pool(make_alloc):
         x = a.malloc(4 * MiB)
         a.record_stream(x, s2)
         a.free(x)
-        assert x._block in a.deferred_blocks and a.cuda_events == {}     # no event was recorded
+        assert x._block in a.device_allocator.deferred_blocks and a.device_allocator.cuda_events == {}     # no event was recorded
     a.free(a.malloc(512))                      # next malloc without a context: insert_events_deferred...
-    assert a.deferred_blocks == {}
+    assert a.device_allocator.deferred_blocks == {}
 
 
 def test_uses_recorded_under_a_mem_pool_are_dropped_when_the_deferred_free_runs(make_alloc):
@@ -210,4 +210,4 @@ def test_destroying_a_pool_while_another_is_open_hits_the_sync_assert(make_alloc
             doomed.close()
         assert str(other.id) in "".join(getattr(info.value, "__notes__", []))
     a.empty_cache()                            # nothing open any more: the released pool goes
-    assert doomed.id not in a.graph_pools
+    assert doomed.id not in a.device_allocator.graph_pools

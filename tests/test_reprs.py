@@ -27,9 +27,9 @@ def test_caching_allocator_repr_counts_segments_bytes_and_free_blocks():
 def test_block_pool_and_expandable_segment_reprs():
     a = ar.CachingAllocator(SimDevice("tiny-1gb"), "expandable_segments:True")
     x = a.malloc(5 * MiB)
-    assert repr(a.large_blocks) == "BlockPool(large: 1 free block, 15.00 MiB free, 1 unmapped range)"
-    assert repr(a.small_blocks) == "BlockPool(small: 0 free blocks, 0 bytes free, 0 unmapped ranges)"
-    segment = a.expandable_segments_[0]
+    assert repr(a.device_allocator.large_blocks) == "BlockPool(large: 1 free block, 15.00 MiB free, 1 unmapped range)"
+    assert repr(a.device_allocator.small_blocks) == "BlockPool(small: 0 free blocks, 0 bytes free, 0 unmapped ranges)"
+    segment = a.device_allocator.expandable_segments_[0]
     assert repr(segment) == (f"ExpandableSegment(ptr={segment.ptr:#x}, 1 of {segment.max_handles} pages "
                              "of 20 MiB mapped, stream=0)")
     a.free(x)

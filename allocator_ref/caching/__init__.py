@@ -2,7 +2,10 @@
 
 config.py      PYTORCH_CUDA_ALLOC_CONF, rounding and segment sizes
 block.py       Block and BlockPool (the ordered free lists)
-allocator.py   CachingAllocator: every DeviceCachingAllocator function, in one class
+device_caching_allocator.py  DeviceCachingAllocator: one device's pools, blocks, stats (PyTorch's members only)
+native.py      NativeCachingAllocator: pointer -> Block map, argument checks, caching switched off
+allocator.py   CachingAllocator: the torch.cuda functions above them, the object a notebook holds
+layers.py      which PyTorch member or torch.cuda function each method mirrors
 expandable.py  ExpandableSegment: a virtual range mapped page by page (VMM calls)
 stats.py       memory_stats() counters
 snapshot.py    block states and the stats/snapshot consistency check
@@ -12,13 +15,15 @@ tokenizer.py   ConfigTokenizer: std::stoull / std::stod as PyTorch reads numbers
 backend.py     which allocator the environment selects (native or cudaMallocAsync)
 unsafe.py      where PyTorch would free live memory, a clear error instead
 private_pool.py PrivatePool and pool ids (graph_pools' entries)
-pools.py       pool ids and the thread filter of use_mem_pool (the routing is in allocator.py)
+pools.py       pool ids and the thread filter of use_mem_pool (the routing is get_pool's)
 mempool.py     MemPool, use_mem_pool, graph_pool_handle (torch.cuda's API)
 pluggable.py   a custom allocator for a pool (CUDAPluggableAllocator)
-capture_rules.py the capture rules, listed (the code is in allocator.py) and update_visited
+capture_rules.py the capture rules, listed (the code is DeviceCachingAllocator's), update_visited
 graph.py       CUDAGraph and the graph() context manager
 """
 from .allocator import CachingAllocator
+from .device_caching_allocator import DeviceCachingAllocator
+from .native import NativeCachingAllocator
 from .backend import get_allocator_backend
 from .factory import make_allocator
 from .config import (AllocatorConfig, get_allocation_size, kMinBlockSize, kMinLargeAlloc,
@@ -33,7 +38,7 @@ from .pluggable import PluggableAllocator, device_allocator
 from .graph import CUDAGraph, graph
 
 __all__ = [
-    "CachingAllocator", "AllocatorConfig", "OutOfMemoryError", "format_size",
+    "CachingAllocator", "DeviceCachingAllocator", "NativeCachingAllocator", "AllocatorConfig", "OutOfMemoryError", "format_size",
     "check_stats_consistency", "round_size", "get_allocation_size",
     "roundup_power2_next_division", "kMinBlockSize", "kSmallSize", "kSmallBuffer",
     "kMinLargeAlloc", "kRoundLarge", "get_allocator_backend", "make_allocator",

@@ -1,79 +1,50 @@
-"""The caching allocator: PyTorch 2.11's native CUDA allocator, decision for decision.
+"""The caching allocator as a learner uses it: PyTorch 2.11's native CUDA allocator, three layers.
 
-Read this file next to ``c10/cuda/CUDACachingAllocator.cpp``: every method
-below names the ``DeviceCachingAllocator`` function it mirrors, in the same
-order of decisions.  The allocator only talks to a
-``Device`` (simulated or real) and reports every decision as a trace event.
+``CUDACachingAllocator.cpp`` keeps three layers apart, and so does this package:
 
-The life of a request (``malloc``):
+* ``DeviceCachingAllocator`` (device_caching_allocator.py): one device's pools, blocks, stats and
+  history; ``malloc(size, stream) -> Block``, ``free(block)``, and every decision between.
+* ``NativeCachingAllocator`` (native.py): the map from each pointer handed out to its Block,
+  the argument checks, and the uncached path (caching switched off).
+* ``CachingAllocator`` (this file): the ``torch.cuda`` functions above them
+  (``memory_stats``, ``memory_summary``, ``snapshot``, ``use_mem_pool``,
+  ``_record_memory_history``, ...), as methods of the one object a notebook holds.
 
-1. ``process_events``: blocks whose cross-stream uses finished become free.
-2. ``round_size``: 512 B multiples (or power-of-two divisions).
-3. choose the small (<= 1 MiB) or large pool; ``get_allocation_size``.
-4. ``get_free_block``: best fit on the same stream.
-5. on a miss: garbage collection (if configured), ``alloc_block``
-   (cudaMalloc a new segment), ``release_available_cached_blocks`` + retry,
-   ``release_cached_blocks`` (empty the cache) + retry, and finally
-   ``OutOfMemoryError``.
-6. ``alloc_found_block``: split the block if the remainder is worth keeping.
+``a = CachingAllocator(device, "expandable_segments:True")`` builds all three;
+``a.device_allocator`` is the DeviceCachingAllocator (its pools, stats and decisions: read it
+with the .cpp open), ``a.native_allocator`` the NativeCachingAllocator.  layers.py maps every
+method of the three classes to its PyTorch name.
 """
 from __future__ import annotations
 
 import copy
-from collections import deque
-from contextlib import nullcontext
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ..allocation import Allocation, require_device
-from ..device.errors import CudaError, CudaOutOfMemoryError, destroyed_stream_error
-from ..events import TraceEntry, TraceRecorder, python_frames
-from .block import Block, BlockPool, plural
-from .config import (ONE_EXABYTE, SIZE_MAX, AllocatorConfig, get_allocation_size,
-                     kMinBlockSize, kSmallBuffer, kSmallSize, round_size)
+from ..events import TraceRecorder
 from .backend import backend_mismatch_error, force_uncached_from_env, get_allocator_backend
-from .capture_rules import update_visited
-from .checkpoint import CheckpointDelta, PrivatePoolState, SegmentState
-from .expandable import ExpandableSegment, allocatable, expandable_size
+from .block import plural
+from .checkpoint import CheckpointDelta, PrivatePoolState
+from .config import AllocatorConfig
+from .device_caching_allocator import AllocParams, DeviceCachingAllocator
+from .expandable import is_expandable_segments_active
 from .mempool import use_mem_pool
-from .oom import EXABYTE_MESSAGE, OutOfMemoryError, format_size, oom_message
-from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
-from .private_pool import PrivatePool
-from .unsafe import split_segment_release_error
-from .snapshot import block_state
-from .stats import AGGREGATE, DeviceStats
+from .native import NativeCachingAllocator
+from .oom import format_size
+from .pools import DEFAULT_POOL_ID
+from .stats import AGGREGATE
 from .summary import memory_summary
 
 
-class AllocParams:
-    """``AllocParams``: one request travelling down the malloc ladder."""
-
-    __slots__ = ("size", "alloc_size", "pool", "stream", "stream_key", "block", "err", "expandable")
-
-    def __init__(self, size: int, alloc_size: int, pool: BlockPool, stream: Any) -> None:
-        self.size = size                # rounded request
-        self.alloc_size = alloc_size    # segment size cudaMalloc would be asked for
-        self.pool = pool
-        self.stream = stream
-        self.stream_key = stream.handle
-        self.block: Optional[Block] = None
-        self.err: Optional[str] = None
-        self.expandable = False         # is_expandable_segments_active (set by malloc)
-
-
 class CachingAllocator:
-    """PyTorch's ``DeviceCachingAllocator`` for one device, in one class as in PyTorch.
+    """PyTorch's native CUDA caching allocator for one device, with torch.cuda's functions as methods.
 
     ``config`` is a ``PYTORCH_CUDA_ALLOC_CONF`` string (or an AllocatorConfig);
     ``read_env=True`` reads the real environment variables instead, as PyTorch does.
 
-    Sections, in this order: config; malloc (the ladder and its rungs); free; expandable
-    segments; streams (events); caching (``emptyCache``); stats; private pools (MemPool,
-    CUDA graph pools); graph capture; checkpoints; snapshot; caching switched off (NativeCachingAllocator's
-    bypass); helpers.  Only plain functions live in the sibling files.
+    Sections: allocate and free (NativeCachingAllocator does the work); caching; stats;
+    history and snapshot; memory pools and checkpoints; settings; this project's own helpers.
     """
-
-    force_uncached: bool = False      # PYTORCH_NO_CUDA_MEMORY_CACHING=1, read once (backend.py)
-    _enabled: bool = True             # NativeCachingAllocator::enable_
 
     def __init__(self, device: Any = None, config: "str | AllocatorConfig" = "", *,
                  read_env: bool = False) -> None:
@@ -82,814 +53,120 @@ class CachingAllocator:
             device = open_device()
         self.device = require_device(device, "CachingAllocator")
         if read_env:
-            self.config = AllocatorConfig.from_env(loaded_backend=get_allocator_backend())
-            self.force_uncached = force_uncached_from_env()
-        elif isinstance(config, AllocatorConfig):
-            self.config = config
-        else:
-            self.config = AllocatorConfig.parse(config, loaded_backend="native")
-        if self.config.backend != "native":
-            raise backend_mismatch_error(self.config.backend, "native")
-        self.small_blocks = BlockPool(is_small=True)
-        self.large_blocks = BlockPool(is_small=False)
-        self.active_blocks: dict[int, Block] = {}     # ptr -> block (allocated, or waiting for events)
-        self.cuda_events: dict[int, deque] = {}        # stream handle -> FIFO of (event, block)
-        self.total_allocated_memory = 0                # bytes of all segments / mapped pages
-        self.allowed_memory_maximum: Optional[int] = None
-        self.stats = DeviceStats()
-        # max_split_size is frozen when the allocator is built (DeviceCachingAllocator's constructor).
-        ms = self.config.max_split_size
-        self.stats.max_split_size = -1 if ms == SIZE_MAX else ms
-        self.trace = TraceRecorder()
-        self.free_memory_callbacks: list = []          # FreeCudaMemoryCallbacksRegistry
-        self.oom_observers: list = []
-        self.expandable_segments_: list = []
-        self._live: dict[int, Allocation] = {}         # ptr -> Allocation handed out
-        self._oversize_blocks: set = set()             # ptrs counted in oversize_allocations
-        self._oversize_segments: set = set()           # segment ptrs counted in oversize_segments
-        # Private pools: MemPool and CUDA graph pools (section "private pools" below).
-        self.graph_pools: dict[tuple, PrivatePool] = {}
-        self.graph_pools_freeable: dict[tuple, PrivatePool] = {}   # use_count reached 0
-        self.captures_underway: list[tuple[tuple, Callable]] = []   # (pool id, filter), newest last
-        self.use_on_oom_pools: dict[tuple, None] = {}              # an ordered set
-        self.no_split_pools: set = set()
-        # Capture rules: frees deferred while a CUDA graph is captured (section "graph capture").
-        self.deferred_blocks: dict = {}                  # block -> free markers (graph nodes)
-        self.block_to_cudagraph_stream_uses: dict = {}   # block -> streams recorded during capture
-        self.graph_reuse_context: dict = {}              # capture id -> {stream handle: visited nodes}
-        self.mempool_to_capture_id: dict = {}
-        if self.config.per_process_memory_fraction < 1.0:
-            self.set_per_process_memory_fraction(self.config.per_process_memory_fraction)
+            config = AllocatorConfig.from_env(loaded_backend=get_allocator_backend())
+        elif not isinstance(config, AllocatorConfig):
+            config = AllocatorConfig.parse(config, loaded_backend="native")
+        if config.backend != "native":
+            raise backend_mismatch_error(config.backend, "native")
+        self.device_allocator = DeviceCachingAllocator(self.device, config)
+        self.native_allocator = NativeCachingAllocator(self.device, self.device_allocator, owner=self)
+        if read_env:
+            self.native_allocator.force_uncached = force_uncached_from_env()
+        if config.per_process_memory_fraction < 1.0:
+            self.set_per_process_memory_fraction(config.per_process_memory_fraction)
 
-    # ------------------------------------------------------------------ config
-    def set_allocator_settings(self, text: str) -> None:
-        """``torch._C._accelerator_setAllocatorSettings`` (``setAllocatorSettings``).
+    # The two things every allocator of the course offers (allocation.Allocator) that live in the
+    # DeviceCachingAllocator: read-only names for them, so replay and the policies read them alike.
+    @property
+    def config(self) -> AllocatorConfig:
+        """The DeviceCachingAllocator's CUDAAllocatorConfig (``set_allocator_settings`` replaces it)."""
+        return self.device_allocator.config
 
-        Applied in place, as PyTorch does: when a key is rejected, the keys before it stay
-        applied and the snapshot's ``PYTORCH_CUDA_ALLOC_CONF`` shows the rejected string.
-        """
-        config = copy.deepcopy(self.config)
-        try:
-            config.apply(text, loaded_backend="native")
-        except ValueError as err:                    # (every config error is one; tokenizer.py)
-            err.add_note("The keys before the rejected one stay applied, as in PyTorch's "
-                         "setAllocatorSettings (it parses in place).")
-            raise
-        finally:
-            self.config = config
+    @property
+    def trace(self) -> TraceRecorder:
+        """The DeviceCachingAllocator's history ring buffer (``record_memory_history`` switches it on)."""
+        return self.device_allocator.trace
 
-    def set_per_process_memory_fraction(self, fraction: float) -> None:
-        """``torch.cuda.set_per_process_memory_fraction`` with PyTorch's checks."""
-        if not isinstance(fraction, float):
-            raise TypeError("Invalid type for fraction argument, must be `float`")
-        if not 0 <= fraction <= 1:
-            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-        self.set_memory_fraction(fraction)
-
-    def set_memory_fraction(self, fraction: float) -> None:
-        """``DeviceCachingAllocator::setMemoryFraction`` (the checks above are the caller's)."""
-        total = self.device.info.total_memory
-        # 2.11: the limit only exists for fractions below 1.
-        self.allowed_memory_maximum = int(fraction * total) if fraction < 1.0 else None
-
-    def get_per_process_memory_fraction(self) -> float:
-        """``torch.cuda.get_per_process_memory_fraction``."""
-        return self.get_memory_fraction()
-
-    def get_memory_fraction(self) -> float:
-        """``getMemoryFraction``: allowed / total as PyTorch computes it (not the number set)."""
-        if self.allowed_memory_maximum is None:
-            return 1.0
-        return self.allowed_memory_maximum / self.device.info.total_memory
-
-    def _gc_enabled(self) -> bool:
-        return self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold > 0
-
-    # ------------------------------------------------------------------ malloc
+    # ------------------------------------------------------------ allocate and free
     def malloc(self, nbytes: int, stream: Any = None) -> Allocation:
-        """``NativeCachingAllocator::allocate`` then ``DeviceCachingAllocator::malloc``."""
-        stream = self._check_stream(stream)
-        if getattr(stream, "destroyed", False):     # protocol.DestroyableStream; the one error every allocator raises
-            raise destroyed_stream_error("malloc", stream)
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int):
-            raise TypeError(f"Invalid memory size: expected a number of bytes (int), got {type(nbytes).__name__}")
-        if nbytes < 0:
-            raise ValueError(f"Invalid memory size: {nbytes} (a size must be >= 0 bytes)")
-        if nbytes == 0:      # a null DataPtr: no block, no stats, no event
-            return Allocation(ptr=0, size=0, requested_size=0, stream=stream, allocator=self)
-        if nbytes >= ONE_EXABYTE:
-            raise OutOfMemoryError(EXABYTE_MESSAGE)
-        if not self._enabled or self.force_uncached:     # NativeCachingAllocator::allocate
-            return self._uncached_malloc(nbytes, stream)
-        # maybeGatherContext(RecordContext::STATE): the caller's stack, passed down to every
-        # function that records a trace entry or stamps a block (None when history is off).
-        context = self.maybe_gather_context(("state", "alloc", "all")) if self.trace.enabled is not None else None
-        if self.captures_underway:                 # a MemPool context or a CUDA graph capture
-            self.before_malloc_in_capture(stream, context)  # (no event queries while capturing)
-        elif self.cuda_events or self.deferred_blocks:     # (process_events has nothing to do otherwise)
-            self.process_events(context)
-        size = self.round_size(nbytes)
-        pool = self.get_pool(size, stream)
-        params = AllocParams(size, self.get_allocation_size(size), pool, stream)
-        params.expandable = self.config.expandable_segments and self._expandable_for(pool)
+        """``torch.cuda.caching_allocator_alloc``: an Allocation of at least ``nbytes`` on ``stream``."""
+        return self.native_allocator.malloc(nbytes, stream)
 
-        # Rung 1: reuse a cached block (best fit on this stream); if none, let the registered
-        # callbacks free memory (e.g. cached IPC handles) and search once more.
-        found = self.get_free_block(params) or (
-            self.trigger_free_memory_callbacks() and self.get_free_block(params))
-        if not found:
-            # Rung 2: nothing cached fits, so a new segment is needed; under a memory fraction
-            # with garbage_collection_threshold, first free blocks unused for longest.
-            if self._gc_enabled():
-                self.garbage_collect_cached_blocks(context)
-            # Rung 3: cudaMalloc (or map expandable pages) a new segment.
-            found = (self.alloc_block(params, False, context)
-                     # Rung 4: take a free block from a MemPool created with use_on_oom.
-                     or self.try_mempool_fallback(params)
-                     # Rung 5: free just enough cached oversize blocks (max_split_size), retry.
-                     or (self.release_available_cached_blocks(params, context)
-                         and self.alloc_block(params, False, context))
-                     # Rung 6: empty the whole cache (never mid-capture), retry one last time.
-                     or (not self.captures_underway
-                         and self.release_cached_blocks(context)
-                         and self.alloc_block(params, True, context)))
-        if not found:
-            # Out of rungs: count the OOM, trace it, tell the observers, raise with the figures
-            # (inline, as at the end of PyTorch's malloc).
-            free, total = self.device.mem_get_info()
-            self.record_trace("oom", free, params.size, params.stream_key, context, params.pool)
-            stats = self.stats
-            stats.num_ooms += 1
-            limit = self.allowed_memory_maximum if self.allowed_memory_maximum is not None else total
-            for observer in self.oom_observers:
-                observer(self.device.info.index, params.alloc_size, limit, free)
-            raise OutOfMemoryError(oom_message(
-                device_index=self.device.info.index, alloc_size=params.alloc_size, total=total, free=free,
-                allocated=stats.allocated_bytes[AGGREGATE].current,
-                reserved=stats.reserved_bytes[AGGREGATE].current,
-                allowed=self.allowed_memory_maximum,
-                process_in_use=(total - free) if self.device.info.simulated else None,
-                private_pools=self.allocated_in_private_pools()))
-        # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
-        split = self.should_split(params.block, size, params.expandable)
-        block = self.alloc_found_block(params, nbytes, split, context)
-        allocation = Allocation(block.ptr, block.size, nbytes, stream, self, block)
-        self._live[block.ptr] = allocation
-        return allocation
-
-    def round_size(self, size: int) -> int:
-        """``round_size``: 512 B multiples, or power-of-two divisions (config.py; labs override it)."""
-        return round_size(size, self.config)
-
-    def get_allocation_size(self, size: int) -> int:
-        """``get_allocation_size``: the segment size a rounded request asks cudaMalloc for."""
-        return get_allocation_size(size, self.config)
-
-    def get_pool(self, size: int, stream: Any = None) -> BlockPool:
-        """``get_pool``: a private pool if a capture / MemPool context takes this request,
-        else rounded sizes up to 1 MiB use the small pool."""
-        # captures_underway is usually empty, so it is checked before walking it (as PyTorch does).
-        # The newest entry whose filter accepts this stream wins (contexts nest).
-        if self.captures_underway:
-            for pool_id, accepts in reversed(self.captures_underway):
-                if accepts(stream):
-                    private = self.graph_pools[pool_id]
-                    return private.small_blocks if size <= kSmallSize else private.large_blocks
-        return self.small_blocks if size <= kSmallSize else self.large_blocks
-
-    def get_free_block(self, p: AllocParams) -> bool:
-        """``get_free_block``: best fit = lower bound of (stream, size, 0) in the pool.
-
-        One function, in PyTorch's order: tick the GC clock, lower_bound, the expandable walk
-        (``p.expandable`` is ``p.is_expandable_segments_active``, false in ``try_mempool_fallback``),
-        the two oversize refusals, then take the block out at the position found."""
-        pool = p.pool
-        if self.allowed_memory_maximum is not None and self.config.garbage_collection_threshold > 0:
-            pool.get_free_blocks_call_count += 1      # the GC clock ticks on every search
-        stream_key = p.stream_key
-        it = pool.lower_bound(stream_key, p.size)
-        block = pool.at(it)
-        if block is None or block.stream_key != stream_key:
-            return False
-        if block.expandable_segment is not None:
-            if p.expandable:
-                # Best fit counts a segment's growable tail as room it can expand into, so a block
-                # that is not the tail may fit as well: walk on while the next one is smaller so.
-                while block.expandable_segment is not None:
-                    nxt_it = pool.next_position(it)
-                    nxt = pool.at(nxt_it)
-                    if nxt is None or nxt.stream_key != stream_key or \
-                            not expandable_size(nxt) < expandable_size(block):
-                        break
-                    it, block = nxt_it, nxt
-            else:
-                # Expandable segments were switched off: only non-expandable blocks may be used.
-                while True:
-                    it = pool.next_position(it)
-                    block = pool.at(it)
-                    if block is None or block.stream_key != stream_key:
-                        return False
-                    if block.expandable_segment is None:
-                        break
-        max_split = self.config.max_split_size
-        # Never hand an oversize block to a normal request ...
-        if p.size < max_split and block.size >= max_split:
-            return False
-        # ... and an oversize request may take a cached block only a little bigger than it.
-        if p.size >= max_split and block.size >= p.size + self.config.max_non_split_rounding_size:
-            return False
-        p.block = block
-        pool.erase(it)                                  # pool.blocks.erase(it)
-        return True
-
-    def can_serve_from_cache(self, nbytes: int, stream: Any = None) -> bool:
-        """Would ``malloc(nbytes, stream)`` find a cached block right now?  Changes nothing.
-
-        Not a PyTorch function (replay asks it): it runs ``get_free_block`` and puts back what
-        that changed -- the block, its GC age and the pool's GC clock."""
-        stream = self._check_stream(stream)
-        size = self.round_size(nbytes)
-        pool = self.get_pool(size, stream)
-        p = AllocParams(size, 0, pool, stream)
-        p.expandable = self.config.expandable_segments and self._expandable_for(pool)
-        clock = pool.get_free_blocks_call_count
-        found = self.get_free_block(p)
-        if found:
-            age = p.block.gc_count_base
-            pool.insert_into_blocks(p.block)
-            p.block.gc_count_base = age
-        pool.get_free_blocks_call_count = clock
-        return found
-
-    def trigger_free_memory_callbacks(self) -> bool:
-        """``trigger_free_memory_callbacks``: True if any registered callback freed memory."""
-        freed = False
-        for callback in self.free_memory_callbacks:
-            freed = bool(callback()) or freed
-        return freed
-
-    def garbage_collect_cached_blocks(self, context: Optional[list] = None) -> None:
-        """``garbage_collect_cached_blocks``: free old unsplit large blocks until under the threshold."""
-        gc_threshold = int(self.config.garbage_collection_threshold * self.allowed_memory_maximum)
-        if self.total_allocated_memory <= gc_threshold:
-            return
-        target = self.total_allocated_memory - gc_threshold
-        # PyTorch's age sum counts every unsplit block and its freeing loop skips expandable ones; an
-        # expandable block is unsplit only when its reservation (1.125x the GPU) is all mapped, which
-        # a memory fraction below 1 rules out, so both lists are the same here.
-        candidates = [b for b in self.large_blocks
-                      if not b.is_split() and b.expandable_segment is None]
-        total_age = float(sum(b.gc_count() for b in candidates))
-        count = len(candidates)
-        if count == 0:
-            return
-        reclaimed, freed_any = 0, True
-        while reclaimed < target and freed_any and count > 0:
-            threshold = total_age / count
-            freed_any = False
-            # Free every block older than the average; do not stop at the target.
-            for block in list(self.large_blocks):
-                if block.is_split() or block.expandable_segment is not None:
-                    continue
-                age = block.gc_count()
-                if age >= threshold:
-                    freed_any = True
-                    reclaimed += block.size
-                    total_age -= age
-                    count -= 1
-                    self.release_block(block, context)
-
-    def alloc_block(self, p: AllocParams, is_retry: bool, context: Optional[list] = None) -> bool:
-        """``alloc_block``: ask the device for a new segment (or map expandable pages)."""
-        if is_retry:
-            self.stats.num_alloc_retries += 1
-        size = p.alloc_size
-        if (self.allowed_memory_maximum is not None
-                and self.total_allocated_memory + size > self.allowed_memory_maximum):
-            p.err = "cudaErrorMemoryAllocation"          # over the fraction: no cudaMalloc at all
-            return False
-        if p.expandable:
-            p.block = self.try_allocate_expandable_block(p.stream, p.pool, p.size, context)
-            p.err = None if p.block is not None else "cudaErrorMemoryAllocation"
-            if p.block is not None:
-                self._count_pool_segment(p.pool, +1)
-            return p.block is not None
-        ptr = self.cuda_malloc_maybe_capturing(size, p.pool)   # cudaMalloc, relaxed if capturing
-        if ptr is None:
-            p.err = "cudaErrorMemoryAllocation"
-            return False
-        self._count_pool_segment(p.pool, +1)
-        self.total_allocated_memory += size
-        p.block = Block(ptr, size, p.stream, p.stream_key, p.pool)
-        stat_types = p.pool.stat_types
-        self.stats.increase("segment", stat_types, 1)
-        self.stats.increase("reserved_bytes", stat_types, size)
-        if size >= self.config.max_split_size:
-            # PyTorch re-reads max_split_size at release (release_block), so a threshold
-            # changed mid-run drives the stat negative; remember what was counted instead.
-            self._oversize_segments.add(ptr)
-            self.stats.oversize_segments.increase(1)
-        self.stats.num_device_alloc += 1
-        p.block.segment_frames = context or []        # context_when_segment_allocated
-        self.record_trace("segment_alloc", ptr, size, p.stream_key, context, p.pool)
-        return True
-
-    def release_available_cached_blocks(self, p: AllocParams, context: Optional[list] = None) -> bool:
-        """``release_available_cached_blocks``: free just enough oversize blocks (max_split_size only).
-
-        2.11: when the lower bound is on another stream, past the end, *or an expandable
-        block*, it does not look further right; it walks left from there, releasing
-        non-expandable oversize blocks of this stream, largest first, and returns false
-        at the pool's first block.
-        """
-        max_split = self.config.max_split_size
-        if max_split == SIZE_MAX:
-            return False
-        pool = p.pool
-        key_size = max(p.size, max_split)
-        index = pool.lower_bound_index(p.stream_key, key_size)
-        block = pool.block_at(index)
-        if block is None or block.stream_key != p.stream_key or block.expandable_segment is not None:
-            # No single block is large enough; free multiple oversize blocks, starting with the largest.
-            if index == 0:
-                return False
-            index -= 1                     # back up one: the largest block of this stream
-            released = 0
-            while released < key_size:
-                block = pool.block_at(index)
-                if block.size < max_split or block.stream_key != p.stream_key:
-                    break
-                is_first = index == 0
-                if not is_first:
-                    index -= 1             # (releasing the block leaves lower indices alone)
-                if block.expandable_segment is None:
-                    released += block.size
-                    self.release_block(block, context)
-                if is_first:
-                    break
-            if released < key_size:
-                return False
-        else:
-            self.release_block(block, context)
-        return True
-
-    def release_cached_blocks(self, context: Optional[list] = None, mempool_id: tuple = DEFAULT_POOL_ID) -> bool:
-        """``release_cached_blocks`` (= ``empty_cache``): wait for events, free every unsplit segment.
-
-        The default pools only when no capture is underway; then the freeable private pools
-        (MemPool, graph pools): ``mempool_id`` (0, 0) means every freeable pool, another id only that pool,
-        after waiting for only its events (as ``MemPool``'s destructor asks).
-        """
-        if mempool_id == DEFAULT_POOL_ID and not self.captures_underway:
-            self.synchronize_and_free_events(context)
-            self.release_blocks(self.large_blocks, context)
-            self.release_blocks(self.small_blocks, context)
-        for pool_id, private in list(self.graph_pools_freeable.items()):
-            if mempool_id != DEFAULT_POOL_ID:
-                if pool_id != mempool_id:
-                    continue
-                self.synchronize_and_free_events(context, private)
-            self.release_blocks(private.small_blocks, context)
-            self.release_blocks(private.large_blocks, context)
-            if private.cudaMalloc_count == 0:        # nothing left: forget the pool
-                del self.graph_pools[pool_id]
-                del self.graph_pools_freeable[pool_id]
-        return True
-
-    def release_blocks(self, pool: BlockPool, context: Optional[list] = None) -> None:
-        """``release_blocks``: whole unsplit segments go back to the driver; split ones stay."""
-        to_unmap = []
-        for block in list(pool):
-            if block.expandable_segment is not None:
-                to_unmap.append(block)
-            elif not block.is_split():
-                self.release_block(block, context)
-        for block in to_unmap:
-            self.unmap_block(block, context)
-            if not block.is_split() and not block.mapped:
-                self.release_expandable_segment(block)
-
-    def release_block(self, block: Block, context: Optional[list] = None) -> None:
-        """``release_block``: cudaFree one whole segment."""
-        if block.is_split():
-            raise split_segment_release_error(block, self.config.max_split_size)
-        self.stats.num_device_free += 1
-        self.record_trace("segment_free", block.ptr, block.size, block.stream_key,
-                     context or block.segment_frames, block.pool)
-        self.cuda_free(block.ptr, block.pool)                 # or the pool's custom allocator
-        self.total_allocated_memory -= block.size
-        self._count_pool_segment(block.pool, -1)
-        stat_types = block.pool.stat_types
-        self.stats.decrease("segment", stat_types, 1)
-        self.stats.decrease("reserved_bytes", stat_types, block.size)
-        if block.ptr in self._oversize_segments:      # counted when it was allocated (see alloc_block)
-            self._oversize_segments.discard(block.ptr)
-            self.stats.oversize_segments.decrease(1)
-        block.pool.remove(block)
-
-    def should_split(self, block: Block, size: int, expandable_active: bool) -> bool:
-        """``should_split``: keep the remainder only if it is worth tracking."""
-        if self.no_split_pools and not self._splits_allowed(block.pool):    # MemPool(no_split=True)
-            return False
-        remaining = block.size - size
-        if block.pool.is_small or expandable_active:
-            return remaining >= kMinBlockSize
-        return size < self.config.max_split_size and remaining > kSmallSize
-
-    def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool,
-                          context: Optional[list] = None) -> Block:
-        """``alloc_found_block``: split if asked, mark allocated, count it, trace it."""
-        block, size, pool = p.block, p.size, p.pool
-        stat_types = pool.stat_types
-        in_expandable = block.expandable_segment is not None
-        already_split = block.is_split()
-        if split:
-            # The NEW block takes the front; the old object becomes the remainder.
-            remaining = block
-            block = Block(remaining.ptr, size, remaining.stream, remaining.stream_key, pool,
-                          expandable_segment=remaining.expandable_segment)
-            block.splice(remaining.prev, remaining)
-            remaining.ptr += size
-            remaining.size -= size
-            pool.insert_into_blocks(remaining)
-            if already_split and not in_expandable:
-                # An already-split inactive block is being shrunk by size bytes.
-                self.stats.decrease("inactive_split_bytes", stat_types, block.size)
-            elif not in_expandable:
-                # A new split inactive block is being created from a previously unsplit block.
-                for stat_type in stat_types:      # for_each_selected_stat_type
-                    self.stats.inactive_split_bytes[stat_type].increase(remaining.size)
-                    self.stats.inactive_split[stat_type].increase(1)
-        elif already_split and not in_expandable:
-            # An already-split block is becoming active.
-            for stat_type in stat_types:      # for_each_selected_stat_type
-                self.stats.inactive_split_bytes[stat_type].decrease(block.size)
-                self.stats.inactive_split[stat_type].decrease(1)
-        block.allocated = True
-        block.requested_size = orig_size
-        block.frames = context or []       # context_when_allocated
-        self.active_blocks[block.ptr] = block
-        if self.trace.active:
-            self.record_trace("alloc", block.ptr, orig_size, block.stream_key, context, pool)
-        self.stats.on_alloc_found_block(stat_types, block.size, orig_size)
-        if block.size >= self.config.max_split_size:
-            self._oversize_blocks.add(block.ptr)       # decreased by what was counted (see _free)
-            self.stats.oversize_allocations.increase(1)
-        return block
-
-    # -------------------------------------------------------------------- free
     def free(self, allocation: "Allocation | int") -> None:
-        """``free``: the user is done; the memory returns to the cache (maybe after events)."""
-        allocation = self._lookup(allocation, "free")
-        if allocation.ptr == 0:
-            return
-        block = allocation._block
-        if block is None:                        # came from cudaMalloc directly (caching switched off)
-            self._uncached_free(allocation)
-            return
-        allocation.freed = True
-        # maybeGatherContext(RecordContext::ALL): only context="all" records the stack of a free.
-        context = self.maybe_gather_context(("all",)) if self.trace.enabled is not None else None
-        del self._live[block.ptr]
-        block.allocated = False
-        self.stats.on_free(block.pool.stat_types, block.size)
-        if self.trace.active:
-            self.record_trace("free_requested", block.ptr, block.requested_size, block.stream_key,
-                         context or block.frames, block.pool)
-        if self._oversize_blocks and block.ptr in self._oversize_blocks:
-            # PyTorch's free re-reads max_split_size; a threshold lowered since the malloc
-            # would make oversize_allocations.current negative.  Undo what was counted.
-            self._oversize_blocks.discard(block.ptr)
-            self.stats.oversize_allocations.decrease(1)
-        if block.stream_uses and self.captures_underway:
-            self.defer_free_during_capture(block)   # no events while capturing
-        elif block.stream_uses:
-            self.insert_events(block)      # stays active ("active_pending_free") until they complete
-            if block.event_count == 0:     # (every using stream was destroyed and has drained)
-                self.free_block(block, context)
-        else:
-            self.free_block(block, context)
+        """``torch.cuda.caching_allocator_delete``: the memory returns to the cache (maybe after events)."""
+        self.native_allocator.free(allocation)
 
-    def free_block(self, block: Block, context: Optional[list] = None) -> None:
-        """``free_block``: back into the pool, merged with free neighbours."""
-        if self.trace.active:
-            self.record_trace("free_completed", block.ptr, block.requested_size, block.stream_key,
-                         context or block.frames, block.pool)
-        block.frames = []
-        original_size, requested = block.size, block.requested_size
-        pool = block.pool
-        net_blocks = net_bytes = 0
-        # PyTorch erases the block from active_blocks after the merges; its active_blocks is a set of
-        # Block*, this one a dict keyed by ptr, and a merge with the previous block moves block.ptr.
-        # So the entry goes first, under the ptr it was allocated at: same set afterwards.
-        del self.active_blocks[block.ptr]
-        for candidate in (block.prev, block.next):
-            subsumed = self.try_merge_blocks(block, candidate, pool)
-            if subsumed > 0:
-                net_blocks -= 1
-                net_bytes -= subsumed
-        pool.insert_into_blocks(block)
-        if block.is_split():
-            net_blocks += 1
-            net_bytes += block.size
-        if block.expandable_segment is not None:
-            net_blocks = net_bytes = 0       # expandable blocks stay out of inactive_split (as in 2.11)
-        self.stats.on_free_block(pool.stat_types, original_size, requested, net_blocks, net_bytes)
+    def record_stream(self, allocation: "Allocation | int", stream: Any) -> None:
+        """``Tensor.record_stream``: another stream uses this memory; reuse waits for its work."""
+        self.native_allocator.record_stream(allocation, stream)
 
-    def try_merge_blocks(self, dst: Block, src: Optional[Block], pool: BlockPool) -> int:
-        """``try_merge_blocks``: absorb a free neighbour; returns the bytes absorbed (0 if none)."""
-        if (src is None or src.allocated or src.event_count > 0 or src.stream_uses
-                or dst.mapped != src.mapped):
-            return 0
-        if dst.prev is src:                       # [src dst]
-            dst.ptr = src.ptr
-            dst.prev = src.prev
-            if dst.prev is not None:
-                dst.prev.next = dst
-            # 2.11 moves context_when_segment_allocated from src: dst is now the segment's head.
-            dst.segment_frames = src.segment_frames
-        else:                                     # [dst src]
-            dst.next = src.next
-            if dst.next is not None:
-                dst.next.prev = dst
-        dst.size += src.size
-        # Then erase src from its set, as PyTorch does (src's key -- stream, size, ptr -- is untouched
-        # by the relinking, and dst is never in a set while it merges, so the order changes nothing).
-        if src.mapped:
-            pool.remove(src)
-        else:
-            pool.remove_unmapped(src)
-        return src.size
+    def raw_alloc(self, nbytes: int, stream: Any = None) -> int:
+        """``torch.cuda.caching_allocator_alloc`` as a bare pointer (``raw_alloc``)."""
+        return self.native_allocator.raw_alloc(nbytes, stream)
 
-    # ------------------------------------------------------ expandable segments
-    # PyTorch's Note [Expandable Segments]: one growing virtual range per (stream, pool);
-    # ExpandableSegment (expandable.py) maps and unmaps its pages, these functions keep the
-    # blocks, pools and stats in step with it.
+    def raw_delete(self, ptr: int) -> None:
+        """``torch.cuda.caching_allocator_delete`` of a bare pointer (``raw_delete``)."""
+        self.native_allocator.raw_delete(ptr)
 
-    def find_expandable_block(self, stream: Any, pool: BlockPool, size: int) -> Block:
-        """``find_expandable_block``: lowest address with ``size`` free-or-unmapped bytes, else a new segment."""
-        def has_room(block: Optional[Block]) -> bool:
-            room = 0
-            while room < size and allocatable(block):
-                room += block.size
-                block = block.next
-            return room >= size
+    def live_allocations(self) -> list[Allocation]:
+        """Everything handed out and not yet freed, in address order."""
+        live = self.native_allocator.allocated_blocks
+        return [live[p] for p in sorted(live)]
 
-        start = pool.unmapped.bisect_left((stream.handle, 0))
-        for entry in pool.unmapped[start:]:
-            if entry[0] != stream.handle:
-                break
-            candidate = entry[2]
-            if allocatable(candidate.prev):
-                candidate = candidate.prev      # a free block just before the unmapped range can join it
-            if has_room(candidate):
-                return candidate
-        page = kSmallBuffer if pool.is_small else self.config.large_segment_size
-        segment = ExpandableSegment(self.device, stream, page)
-        self.expandable_segments_.append(segment)
-        candidate = Block(segment.ptr, segment.size(), stream, stream.handle, pool,
-                          expandable_segment=segment, mapped=False)
-        pool.add_unmapped(candidate)
-        return candidate
-
-    def map_block(self, to_map: Block, size: int, context: Optional[list] = None) -> bool:
-        """``map_block``: back the front of an unmapped block with pages, merge with free neighbours."""
-        segment = to_map.expandable_segment
-        mapped = segment.map(to_map.ptr, size)
-        if mapped == 0:
-            return False
-        pool = to_map.pool
-        mapped_ptr = to_map.ptr          # merging below may move to_map.ptr back; the event uses this
-        pool.remove_unmapped(to_map)
-        to_map.mapped = True
-        if mapped < to_map.size:
-            rest = Block(to_map.ptr + mapped, to_map.size - mapped, to_map.stream,
-                         to_map.stream_key, pool, expandable_segment=segment, mapped=False)
-            rest.splice(to_map, to_map.next)
-            pool.add_unmapped(rest)
-            to_map.size = mapped
-        self.try_merge_blocks(to_map, to_map.prev, pool)
-        self.try_merge_blocks(to_map, to_map.next, pool)
-        pool.insert_into_blocks(to_map)
-        self.total_allocated_memory += mapped
-        self.stats.increase("reserved_bytes", pool.stat_types, mapped)
-        self.stats.num_device_alloc += 1
-        if to_map.prev is None and not to_map.segment_frames:
-            to_map.segment_frames = context or []
-        self.record_trace("segment_map", mapped_ptr, mapped, to_map.stream_key, context, pool)
-        return True
-
-    def try_allocate_expandable_block(self, stream: Any, pool: BlockPool, size: int,
-                                      context: Optional[list] = None) -> Optional[Block]:
-        """``try_allocate_expandable_block``: map just enough pages for ``size`` (the rounded request)."""
-        segments_before = len(self.expandable_segments_)
-        candidate = self.find_expandable_block(stream, pool, size)
-        if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size), context):
-            if len(self.expandable_segments_) > segments_before:
-                # PyTorch keeps the new, wholly unmapped reservation in pool->unmapped, and
-                # release_blocks never looks there: a request bigger than 1.125x the GPU leaks
-                # one per try.  Give back what this call reserved.
-                self.release_expandable_segment(candidate)
-            return None
-        while candidate.size < size:
-            # invariant: free -> unmapped -> ...; mapping the next range merges into it
-            nxt = candidate.next
-            if not self.map_block(nxt, min(size - candidate.size, nxt.size), context):
-                return None
-            candidate = nxt
-        pool.remove(candidate)
-        return candidate
-
-    def unmap_block(self, block: Block, context: Optional[list] = None) -> None:
-        """``unmap_block``: give a free block's whole pages back; partial pages stay mapped."""
-        start, unmapped = block.expandable_segment.unmap(block.ptr, block.size)
-        if unmapped == 0:
-            return
-        pool = block.pool
-        pool.remove(block)
-        before = start - block.ptr
-        if before > 0:                       # prev? -> before_free -> block
-            before_free = Block(block.ptr, before, block.stream, block.stream_key, pool,
-                                expandable_segment=block.expandable_segment)
-            before_free.splice(block.prev, block)
-            pool.insert_into_blocks(before_free)
-        after = block.size - before - unmapped
-        if after > 0:                        # block -> after_free -> next?
-            after_free = Block(start + unmapped, after, block.stream, block.stream_key, pool,
-                               expandable_segment=block.expandable_segment)
-            after_free.splice(block, block.next)
-            pool.insert_into_blocks(after_free)
-        block.ptr, block.size, block.mapped = start, unmapped, False
-        self.try_merge_blocks(block, block.prev, pool)
-        self.try_merge_blocks(block, block.next, pool)
-        pool.add_unmapped(block)
-        self.total_allocated_memory -= unmapped
-        self.stats.decrease("reserved_bytes", pool.stat_types, unmapped)
-        self._count_pool_segment(pool, -1)        # a private pool's cudaMalloc_count
-        self.stats.num_device_free += 1
-        self.record_trace("segment_unmap", start, unmapped, block.stream_key,
-                     context or block.segment_frames, pool)   # context_when_segment_allocated
-
-    def release_unmapped_segments(self) -> None:
-        """Give back every reservation with no page mapped (``close``: nothing may outlive it)."""
-        pools = [self.large_blocks, self.small_blocks]
-        for private in getattr(self, "graph_pools", {}).values():     # MemPools and graph pools
-            pools += [private.large_blocks, private.small_blocks]
-        for pool in pools:
-            for _key, _ptr, block in list(pool.unmapped):
-                if not block.is_split():
-                    self.release_expandable_segment(block)
-
-    def release_expandable_segment(self, block: Block) -> None:
-        """``release_expandable_segment``: the whole range is unmapped: free the reservation."""
-        segment = block.expandable_segment
-        assert block.size == segment.size() and not block.mapped, "block disagrees with segment"
-        self.expandable_segments_.remove(segment)
-        block.pool.remove_unmapped(block)
-        segment.release()
-
-    # ------------------------------------------------------------------ streams
-    def record_stream(self, allocation: Allocation, stream: Any) -> None:
-        """``recordStream``: remember another stream used this memory (ignored on the owner)."""
-        allocation = self._lookup(allocation, "record_stream")
-        stream = self._check_stream(stream)
-        if getattr(stream, "destroyed", False):
-            raise destroyed_stream_error("record_stream", stream)
-        if allocation.ptr == 0 or allocation._block is None:   # uncached: recordStream skips it
-            return
-        block = allocation._block
-        if stream.handle == block.stream_key:
-            return
-        block.stream_uses.add(stream)
-        if self.captures_underway:                 # remember which uses the capture added
-            self.block_to_cudagraph_stream_uses.setdefault(block, set()).add(stream)
-
-    def insert_events(self, block: Block) -> None:
-        """``insert_events``: one event per using stream; the block is freed when all complete."""
-        streams, block.stream_uses = block.stream_uses, set()
-        if any(getattr(s, "destroyed", False) for s in streams):
-            # A destroyed stream cannot take an event, but its queued work still runs:
-            # wait for the device to drain so the memory is surely unused.
-            self.device.synchronize()
-            streams = {s for s in streams if not getattr(s, "destroyed", False)}
-        for stream in sorted(streams, key=lambda s: s.handle):
-            event = self.device.create_event(timing=False)
-            event.record(stream)
-            block.event_count += 1
-            self.cuda_events.setdefault(stream.handle, deque()).append((event, block))
-
-    def process_events(self, context: Optional[list] = None) -> None:
-        """``process_events``: per stream, free blocks whose events completed (stop at the first not ready)."""
-        if self.deferred_blocks:
-            self.insert_events_deferred_until_no_capture(context)    # frees held back by a capture
-        if not self.cuda_events:
-            return
-        for key in list(self.cuda_events):
-            queue = self.cuda_events[key]
-            while queue:
-                event, block = queue[0]
-                if not event.query():
-                    break
-                block.event_count -= 1
-                if block.event_count == 0:
-                    self.free_block(block, context)
-                queue.popleft()
-            if not queue:
-                del self.cuda_events[key]
-
-    def synchronize_and_free_events(self, context: Optional[list] = None, private_pool: Any = None) -> None:
-        """``synchronize_and_free_events``: wait for every outstanding event (counts a sync-all).
-
-        With ``private_pool``, only the events of that pool's blocks (``MemPool``'s destructor).
-        """
-        self.stats.num_sync_all_streams += 1
-        if self.captures_underway:
-            # TORCH_INTERNAL_ASSERT(captures_underway.empty()): reached when a freeable pool is emptied
-            # (MemPool's destructor, emptyCache(id)) while another pool or a capture is open -- the
-            # crash pytorch/pytorch#180395 reports after a failed capture_end.
-            err = RuntimeError("synchronize_and_free_events: a capture is underway (no syncs while capturing)")
-            err.add_note("open pools / captures: "
-                         f"{[pid for pid, _ in self.captures_underway]}; PyTorch 2.11 fails an internal assert here. "
-                         "Close the other use_mem_pool blocks (or end the capture) before destroying this pool.")
-            raise err
-        if self.deferred_blocks:
-            self.insert_events_deferred_until_no_capture(context)
-        for key in list(self.cuda_events):
-            kept = deque()
-            for event, block in self.cuda_events[key]:
-                if private_pool is not None and block.pool.owner_PrivatePool is not private_pool:
-                    kept.append((event, block))
-                    continue
-                event.synchronize()
-                block.event_count -= 1
-                if block.event_count == 0:
-                    self.free_block(block, context)
-            if kept:
-                self.cuda_events[key] = kept
-            else:
-                del self.cuda_events[key]
-
-    # ---------------------------------------------------------------- caching
+    # ------------------------------------------------------------------ caching
     def empty_cache(self, mempool_id: tuple = DEFAULT_POOL_ID) -> None:
-        """``emptyCache``: release every cached segment that is whole and free.
+        """``torch.cuda.empty_cache()``: give every whole free segment back (``emptyCache``).
 
-        Like 2.11 it gathers the caller's stack first (``maybeGatherContext(RecordContext::ALL)``),
-        so with context="all" the segment_free / segment_unmap entries carry it.  Private pools
-        give memory back only once freeable (``use_count`` 0); ``mempool_id`` limits the call to
-        that one pool, as ``MemPool``'s destructor does.
-        """
-        context = self.maybe_gather_context(("all",)) if self.trace.enabled is not None else None
-        self.release_cached_blocks(context, tuple(mempool_id))
+        ``mempool_id`` limits it to one private pool, as ``MemPool``'s destructor does."""
+        self.device_allocator.empty_cache(tuple(mempool_id))
 
-    # ------------------------------------------------------------------ stats
+    def caching_allocator_enable(self, value: bool = True) -> None:
+        """``torch.cuda.memory.caching_allocator_enable``: switch the cache on or off."""
+        self.native_allocator.enable(value)
+
+    def is_caching_enabled(self) -> bool:
+        """False when requests bypass the cache (``forceUncachedAllocator() || !isEnabled()``)."""
+        return self.native_allocator.is_enabled()
+
+    # -------------------------------------------------------------------- stats
     def memory_stats(self) -> dict:
         """``torch.cuda.memory_stats()``: 122 keys, sorted (``getStats``, flattened as memory.py does)."""
-        return self.get_stats().as_flat_dict()
-
-    def get_stats(self) -> DeviceStats:
-        """``getStats``: the DeviceStats themselves (PyTorch returns a copy under the lock)."""
-        return self.stats
+        return self.device_allocator.get_stats().as_flat_dict()
 
     def memory_allocated(self) -> int:
-        return self.stats.allocated_bytes[AGGREGATE].current
+        """``torch.cuda.memory_allocated()``."""
+        return self.device_allocator.stats.allocated_bytes[AGGREGATE].current
 
     def max_memory_allocated(self) -> int:
-        return self.stats.allocated_bytes[AGGREGATE].peak
+        """``torch.cuda.max_memory_allocated()``."""
+        return self.device_allocator.stats.allocated_bytes[AGGREGATE].peak
 
     def memory_reserved(self) -> int:
-        return self.stats.reserved_bytes[AGGREGATE].current
+        """``torch.cuda.memory_reserved()``."""
+        return self.device_allocator.stats.reserved_bytes[AGGREGATE].current
 
     def max_memory_reserved(self) -> int:
-        return self.stats.reserved_bytes[AGGREGATE].peak
+        """``torch.cuda.max_memory_reserved()``."""
+        return self.device_allocator.stats.reserved_bytes[AGGREGATE].peak
 
     def reset_peak_memory_stats(self) -> None:
-        """``torch.cuda.reset_peak_memory_stats``."""
-        self.reset_peak_stats()
+        """``torch.cuda.reset_peak_memory_stats`` (``resetPeakStats``)."""
+        self.device_allocator.reset_peak_stats()
 
     def reset_accumulated_memory_stats(self) -> None:
-        """``torch.cuda.reset_accumulated_memory_stats``."""
-        self.reset_accumulated_stats()
-
-    def reset_accumulated_stats(self) -> None:
-        """``resetAccumulatedStats``: allocated/freed counters and the event counts to 0."""
-        self.stats.reset_accumulated()
-
-    def reset_peak_stats(self) -> None:
-        """``resetPeakStats``: every peak back to its current value."""
-        self.stats.reset_peak()
+        """``torch.cuda.reset_accumulated_memory_stats`` (``resetAccumulatedStats``)."""
+        self.device_allocator.reset_accumulated_stats()
 
     def memory_summary(self, abbreviated: bool = False) -> str:
         """``torch.cuda.memory_summary()``: the same 75-column table."""
         return memory_summary(self.memory_stats(), self.device.info.index, abbreviated)
 
+    def set_per_process_memory_fraction(self, fraction: float) -> None:
+        """``torch.cuda.set_per_process_memory_fraction`` (checked by ``setMemoryFraction``)."""
+        self.native_allocator.set_memory_fraction(fraction)
+
+    def get_per_process_memory_fraction(self) -> float:
+        """``torch.cuda.get_per_process_memory_fraction`` (``getMemoryFraction``)."""
+        return self.device_allocator.get_memory_fraction()
+
+    # ------------------------------------------------------ history and snapshot
     def record_memory_history(self, enabled: Optional[str] = "all", context: Optional[str] = "all",
                               stacks: str = "python", max_entries: int = 2**63 - 1,
                               clear_history: bool = False, skip_actions=None) -> None:
-        """``torch.cuda.memory._record_memory_history`` (the trace ring buffer)."""
+        """``torch.cuda.memory._record_memory_history`` (``recordHistory``: the trace ring buffer)."""
         if stacks not in ("python", "all"):
             raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
-        self.trace.configure(enabled=enabled, context=context, max_entries=max_entries,
-                             clear_history=clear_history, skip_actions=skip_actions)
+        self.device_allocator.record_history(enabled, context, max_entries, clear_history, skip_actions)
 
     def set_memory_metadata(self, metadata: str) -> None:
         """``torch.cuda.memory._set_memory_metadata`` (``setUserMetadata``): stamped on later entries."""
@@ -905,398 +182,17 @@ class CachingAllocator:
         """``torch._C._cuda_attach_out_of_memory_observer``: called as (device, alloc_size, allowed, free)."""
         if not callable(observer):
             raise TypeError(f"an out-of-memory observer must be callable, got {type(observer).__name__}")
-        self.oom_observers.append(observer)
-
-    # ------------------------------------------------------------ private pools
-    # MemPool and CUDA graph pools (graph_pools, captures_underway, use_on_oom_pools, no_split_pools);
-    # the rule in one sentence: while captures_underway holds an entry whose filter accepts the
-    # request, malloc serves it from that entry's private pool, the newest entry winning.
-    # ------------------------------------------------------------- bookkeeping
-    def create_or_incref_pool(self, pool_id: tuple, allocator: Any = None) -> PrivatePool:
-        """``create_or_incref_pool``: a new pool starts at use_count 1; a known one gets +1."""
-        pool_id = check_pool_id(pool_id)
-        if pool_id == DEFAULT_POOL_ID:
-            raise ValueError("(0, 0) names the default pools; a private pool needs its own id")
-        pool = self.graph_pools.get(pool_id)
-        if pool is None:
-            pool = self.graph_pools[pool_id] = PrivatePool(pool_id, allocator)
-            return pool
-        if pool.use_count <= 0:
-            # TORCH_INTERNAL_ASSERT(use_count > 0): a released pool cannot be revived.
-            raise ValueError(f"pool {pool_id} was released (use_count 0) and cannot be used again; "
-                             "create a new MemPool or graph_pool_handle()")
-        if allocator is not None:
-            raise ValueError(f"pool {pool_id} already exists; its custom allocator cannot be replaced")
-        pool.use_count += 1
-        return pool
-
-    def get_private_pool(self, pool_id: tuple) -> PrivatePool:
-        """``get_private_pool``, with a clear error instead of an assertion."""
-        pool = self.graph_pools.get(check_pool_id(pool_id))
-        if pool is None:
-            raise ValueError(f"no private pool with id {pool_id} on this allocator "
-                             "(it was never used, or it was released and emptied)")
-        return pool
-
-    def begin_allocate_to_pool(self, pool_id: tuple, filter: Callable[[Any], bool]) -> None:
-        """``beginAllocateToPool``: route requests that ``filter(stream)`` accepts to the pool.
-
-        As in 2.11 the pool is created or incref'ed *before* the duplicate check, so a refused
-        second routing still counts one owner more (its ``use_count`` never comes back down)."""
-        self.create_or_incref_pool(pool_id)
-        if any(entry_id == pool_id for entry_id, _ in self.captures_underway):
-            err = RuntimeError(f"beginAllocateToPool: already recording to mempool_id {pool_id}")
-            err.add_note("PyTorch 2.11 increments the pool's use_count before this check: the pool now "
-                         "counts one owner that nobody will release (allocator.release_pool(id) undoes it)")
-            raise err
-        self.captures_underway.append((pool_id, filter))
-
-    def end_allocate_to_pool(self, pool_id: tuple) -> None:
-        """``endAllocateToPool``: stop routing to the pool (its use_count is unchanged)."""
-        self._end_capture_reuse(pool_id)          # graph_capture_record_stream_reuse (below)
-        for i, (entry_id, _) in enumerate(self.captures_underway):
-            if entry_id == pool_id:
-                del self.captures_underway[i]
-                return
-        raise RuntimeError(f"endAllocatePool: not currently recording to mempool_id {pool_id}")
-
-    def release_pool(self, pool_id: tuple) -> None:
-        """``releasePool``: one owner fewer; at 0 the pool becomes freeable by ``empty_cache``."""
-        pool = self.get_private_pool(pool_id)
-        if pool.use_count <= 0:
-            raise ValueError(f"pool {pool_id} was already released by all its owners")
-        pool.use_count -= 1
-        if pool.use_count == 0:
-            self.graph_pools_freeable[pool.id] = pool
-
-    def get_pool_use_count(self, pool_id: tuple) -> int:
-        """``getPoolUseCount`` (``MemPool.use_count()``)."""
-        return self.get_private_pool(pool_id).use_count
-
-    def set_use_on_oom(self, pool_id: tuple, use_on_oom: bool) -> None:
-        """``setUseOnOOM``: the pool's free blocks may serve default-pool requests before an OOM."""
-        if use_on_oom:
-            self.use_on_oom_pools[check_pool_id(pool_id)] = None
-        else:
-            self.use_on_oom_pools.pop(pool_id, None)
-
-    def set_no_split(self, pool_id: tuple) -> None:
-        """``setNoSplit``: blocks of this pool are never split (one block per segment)."""
-        self.no_split_pools.add(check_pool_id(pool_id))
-
-    # ----------------------------------------------------------------- routing
-    def _expandable_for(self, pool: BlockPool) -> bool:
-        """``is_expandable_segments_active``: never in a pool whose memory comes from a custom allocator."""
-        owner = pool.owner_PrivatePool
-        return self.config.expandable_segments and (owner is None or owner.allocator is None)
-
-    def _splits_allowed(self, pool: BlockPool) -> bool:
-        """``should_split``'s first test: pools made with ``no_split=True`` never split."""
-        return not self.no_split_pools or pool.owner_id not in self.no_split_pools
-
-    def try_mempool_fallback(self, p: Any) -> bool:
-        """``try_mempool_fallback``: before freeing cached memory, look in the ``use_on_oom`` pools.
-
-        Only for requests that are not already routed to a private pool.  Like PyTorch it
-        routes the current thread to each pool in turn (begin/end/release) and only *searches*
-        its free blocks: nothing new is cudaMalloc'ed for it.
-        """
-        if p.pool.owner_PrivatePool is not None or not self.use_on_oom_pools:
-            return False
-        for pool_id in list(self.use_on_oom_pools):
-            self.begin_allocate_to_pool(pool_id, current_thread_filter())
-            # mempool_params: this pool, and is_expandable_segments_active *false*, so the search
-            # skips the pool's expandable blocks whatever the setting says.
-            saved = p.pool, p.expandable
-            p.pool, p.expandable = self.get_pool(p.size, p.stream), False
-            found = self.get_free_block(p)
-            self.end_allocate_to_pool(pool_id)
-            self.release_pool(pool_id)
-            if found:
-                return True                # (params = mempool_params)
-            p.pool, p.expandable = saved
-        return False
-
-    # ----------------------------------------------------------------- release
-    def _count_pool_segment(self, pool: BlockPool, change: int) -> None:
-        """A private pool's ``cudaMalloc_count`` follows every cudaMalloc / map and cudaFree / unmap."""
-        owner = pool.owner_PrivatePool
-        if owner is not None:
-            owner.cudaMalloc_count += change
-
-    def allocated_in_private_pools(self) -> int:
-        """The OOM message's figure: the *free* blocks of every private pool (PyTorch's quirk)."""
-        return sum(pool.free_bytes() for pool in self.graph_pools.values())
-
-    def _private_pool_blocks(self):
-        """Free blocks of every private pool (``get_all_blocks``'s middle part)."""
-        for pool in self.graph_pools.values():
-            yield from pool.small_blocks
-            yield from pool.large_blocks
-
-    def get_private_pool_head_blocks(self, pool_id: tuple):
-        """``get_private_pool_head_blocks``: the first block of each of the pool's segments."""
-        pool = self.graph_pools.get(pool_id)
-        if pool is None:
-            return []
-        own = (pool.small_blocks, pool.large_blocks)
-        heads = [b for b in self.active_blocks.values() if b.pool in own and b.prev is None]
-        heads += [b for b in pool.small_blocks if b.prev is None]
-        heads += [b for b in pool.large_blocks if b.prev is None]
-        return heads
-
-    # ----------------------------------------------------------- graph capture
-    # What changes while a CUDA graph is captured (Note [Interaction with CUDA graph capture];
-    # the five rules are listed in capture_rules.py).
-    # ----------------------------------------------------------- device calls
-    def _capture_info(self, stream: Any):
-        """``stream_get_capture_info`` (None on a device that cannot capture: protocol.CaptureDevice)."""
-        info = getattr(self.device, "capture_info", None)
-        return info(stream) if info is not None else None
-
-    def cuda_malloc_maybe_capturing(self, size: int, pool: Any) -> Optional[int]:
-        """``cudaMallocMaybeCapturing`` + ``allocPrimitive``: the pointer, or None when out of memory.
-
-        A custom-allocator pool asks its allocator (``raw_alloc``); a stream that is
-        capturing gets ``cudaMalloc`` in relaxed capture mode (new addresses, not a graph node).
-        """
-        owner = pool.owner_PrivatePool
-        capturing = self.captures_underway and getattr(self.device, "is_capturing", None) is not None \
-            and self.device.is_capturing()
-        guard = self.device.capture_mode("relaxed") if capturing else nullcontext()
-        with guard:
-            if owner is not None and owner.allocator is not None:
-                return owner.allocator.raw_alloc(size)
-            try:
-                return self.device.malloc(size)
-            except CudaOutOfMemoryError:
-                return None
-
-    def cuda_free(self, ptr: int, pool: Any) -> None:
-        """``release_block``'s cudaFree, or the custom allocator's ``raw_delete``."""
-        owner = pool.owner_PrivatePool
-        if owner is not None and owner.allocator is not None:
-            owner.allocator.raw_delete(ptr)
-        else:
-            self.device.free(ptr)
-
-    # -------------------------------------------------------------- the rules
-    def before_malloc_in_capture(self, stream: Any, context: Optional[list] = None) -> None:
-        """``malloc`` with captures underway: no process_events; maybe free_safe_blocks_in_capture."""
-        if self.config.graph_capture_record_stream_reuse:
-            self.free_safe_blocks_in_capture(context, stream)
-
-    def defer_free_during_capture(self, block: Any) -> None:
-        """``free`` of a block with stream uses while capturing: hold it back (rule 2)."""
-        markers = self.record_free_markers(block) if self.config.graph_capture_record_stream_reuse else []
-        self.deferred_blocks[block] = markers
-
-    def remove_cudagraph_stream_uses(self, block: Any) -> None:
-        """``remove_cudagraph_stream_uses``: forget the uses recorded during capture (rule 5)."""
-        during = self.block_to_cudagraph_stream_uses.pop(block, None)
-        if during:
-            block.stream_uses = {s for s in block.stream_uses if s not in during}
-
-    def insert_events_deferred_until_no_capture(self, context: Optional[list] = None) -> None:
-        """``insert_events_deferred_until_no_capture``: events for the frees a capture held back."""
-        deferred, self.deferred_blocks = self.deferred_blocks, {}
-        for block in deferred:
-            self.remove_cudagraph_stream_uses(block)
-            self.insert_events(block)
-            if block.event_count == 0:
-                self.free_block(block, context)
-
-    # ------------------------------------------- graph_capture_record_stream_reuse
-    def record_free_markers(self, block: Any) -> list:
-        """``record_free_markers``: the terminals of every stream that used the block, or [] if
-        one of them is not capturing (then the free waits for the capture to end)."""
-        markers, graph = [], None
-        for stream in [block.stream, *sorted(block.stream_uses, key=lambda s: s.handle)]:
-            info = self._capture_info(stream)
-            if info is None or info.status != "active":
-                return []
-            if graph is None:
-                graph = info.graph
-            elif info.graph is not graph:
-                raise RuntimeError("All streams in the same capture should agree on the graph")
-            markers.extend(n for n in info.terminals if n not in markers)
-        return markers
-
-    def free_safe_blocks_in_capture(self, context: Optional[list], stream: Any) -> None:
-        """``free_safe_blocks_in_capture``: free deferred blocks of this stream whose every free
-        marker is an ancestor of the stream's current terminals (so all later work follows them)."""
-        info = self._capture_info(stream)
-        if info is None or info.status != "active" or not info.terminals:
-            return
-        if info.capture_id not in self.graph_reuse_context:
-            for pool_id, accepts in reversed(self.captures_underway):
-                if accepts(stream):
-                    self.graph_reuse_context[info.capture_id] = {}
-                    self.mempool_to_capture_id[pool_id] = info.capture_id
-                    break
-            else:
-                raise RuntimeError("Could not find memory pool id for capture.")
-        visited = self.graph_reuse_context[info.capture_id].setdefault(stream.handle, set())
-        update_visited(info.terminals, visited)
-        for block, markers in list(self.deferred_blocks.items()):
-            if not markers or block.stream is not stream:
-                continue
-            if all(m in visited for m in markers):
-                block.stream_uses = set()      # the graph orders the uses; no events needed
-                self.free_block(block, context)
-                del self.deferred_blocks[block]
-
-    def _end_capture_reuse(self, pool_id: tuple) -> None:
-        """``endAllocateToPool``'s reuse half: the capture is over, so its deferred blocks
-        can be freed now (pre-capture uses still get events)."""
-        if not self.config.graph_capture_record_stream_reuse:
-            return
-        capture_id = self.mempool_to_capture_id.pop(pool_id, None)
-        self.graph_reuse_context.pop(capture_id, None)
-        pool = self.graph_pools.get(pool_id)
-        if pool is None or not self.deferred_blocks:
-            return
-        for block in [b for b in self.deferred_blocks if b.pool.owner_PrivatePool is pool]:
-            del self.deferred_blocks[block]
-            self.remove_cudagraph_stream_uses(block)
-            if block.stream_uses:
-                self.insert_events(block)
-                if block.event_count == 0:
-                    self.free_block(block)
-            else:
-                self.free_block(block)
-
-    # ------------------------------------------------------------- checkpoints
-    # Note [Checkpointing PrivatePoolState]: torch.compile's CUDA graph trees keep every graph of a
-    # device in one pool; after replaying part of a tree they put the allocator back into the state
-    # it had after a recording, so a new recording sees the live tensors (checkpoint.py).
-    def get_checkpoint_state(self, pool_id: tuple) -> PrivatePoolState:
-        """``getCheckpointState``: the pool's segments and blocks, after the deferred frees got events."""
-        context = self.maybe_gather_context(("all",)) if self.trace.enabled is not None else None
-        self.insert_events_deferred_until_no_capture(context)
-        pool = self.graph_pools.get(check_pool_id(pool_id))
-        if pool is None:
-            raise RuntimeError(f"Could not find pool of id {pool_id}")
-        # (PyTorch tests graph_pools first, so a freeable pool still listed there is checkpointed too)
-        heads = self.get_private_pool_head_blocks(pool.id)
-        return PrivatePoolState(pool.id, tuple(SegmentState.of(head) for head in heads))
-
-    def set_checkpoint_pool_state(self, state: PrivatePoolState) -> CheckpointDelta:
-        """``setCheckpointPoolState``: free every block allocated in the pool, then allocate each
-        checkpointed segment block by block (splitting as it was) and free the blocks that were free."""
-        if not isinstance(state, PrivatePoolState):
-            raise TypeError(f"Expected PrivatePoolState (from get_checkpoint_state), got {type(state).__name__}")
-        context = self.maybe_gather_context(("state", "alloc", "all")) if self.trace.enabled is not None else None
-        if state.owner_id in self.graph_pools_freeable:
-            raise RuntimeError("Not expected to checkpoint freeable graph")
-        private = self.graph_pools.get(state.owner_id)
-        if private is None:
-            raise RuntimeError(f"Could not find private pool id {state.owner_id}")
-        delta = CheckpointDelta()
-        self.free_blocks_allocated_to_pool(private, delta)
-        ptrs_to_blocks = {b.ptr: b for pool in (private.small_blocks, private.large_blocks) for b in pool}
-        for segment in state.segments:
-            ptr = segment.blocks[0].ptr
-            if ptr not in ptrs_to_blocks:
-                raise RuntimeError(f" could not find {ptr:#x}")
-            self.set_segment_state_to_checkpoint(ptrs_to_blocks[ptr], segment, context, delta)
-        return delta
-
-    def free_blocks_allocated_to_pool(self, private: PrivatePool, delta: CheckpointDelta) -> None:
-        """``freeBlocksAllocatedToPool``: free every allocated block of the pool, segment by segment."""
-        for head in self.get_private_pool_head_blocks(private.id):
-            block = head
-            while block is not None:
-                # A free merges free neighbours *into* block (its ptr never changes), so block.next
-                # is read after the free, as PyTorch does.
-                if block.allocated:
-                    if block.event_count != 0:
-                        raise RuntimeError("Events should have synchronized when setting checkpointed block")
-                    delta.ptrs_freed.append(block.ptr)
-                    self.free(self._live[block.ptr])
-                block = block.next
-
-    def set_segment_state_to_checkpoint(self, block: Block, segment: SegmentState,
-                                        context: Optional[list], delta: CheckpointDelta) -> None:
-        """``setSegmentStateToCheckpoint``: allocate every block of the segment as it was, then free
-        those the checkpoint had free (their requested size becomes their size, as in PyTorch)."""
-        pool, n = block.pool, len(segment.blocks)
-        curr, made = block, []
-        for i, bs in enumerate(segment.blocks):
-            if i == n - 1 and curr.expandable_segment is not None:
-                assert curr.next is None and not curr.mapped and not curr.allocated   # the unmapped rest
-                continue
-            params = AllocParams(bs.size, bs.size, pool, bs.stream)
-            params.expandable = curr.expandable_segment is not None
-            pool.remove(curr)
-            params.block = curr
-            curr = self.alloc_found_block(params, bs.size, curr.size > bs.size, context)
-            if curr.ptr != bs.ptr or curr.size != bs.size:
-                raise RuntimeError("the pool's segment no longer matches the checkpoint")
-            allocation = Allocation(curr.ptr, curr.size, bs.size, bs.stream, self, curr)
-            self._live[curr.ptr] = allocation
-            made.append((bs, allocation))
-            curr = curr.next
-        for bs, allocation in made:
-            if bs.allocated:
-                delta.allocations_created.append(allocation)
-            else:
-                self.free(allocation)
-
-    # ---------------------------------------------------------------- snapshot
-    def get_all_blocks(self, mempool_id: tuple = (0, 0)):
-        """``get_all_blocks``: free blocks of every pool and every active block (all mapped);
-        for a private pool's id, only that pool's segment heads (``get_private_pool_head_blocks``)."""
-        if mempool_id != (0, 0):
-            yield from self.get_private_pool_head_blocks(mempool_id)
-            return
-        yield from self.small_blocks
-        yield from self.large_blocks
-        yield from self._private_pool_blocks()
-        yield from self.active_blocks.values()
+        self.device_allocator.attach_out_of_memory_observer(observer)
 
     def segments(self, record: bool = True, mempool_id: tuple = (0, 0)) -> list[dict]:
-        """The ``segments`` list: one entry per segment (per contiguous mapped range if expandable).
+        """``torch.cuda.memory._snapshot()["segments"]``: one entry per segment (``snapshot``).
 
-        Like PyTorch, taking a snapshot is itself a trace event (``snapshot``); pictures that
-        look at the allocator after every event pass ``record=False`` to leave history alone.
-        """
-        result = []
-        total_active = 0
-        for head in self.get_all_blocks(tuple(mempool_id)):
-            if head.prev is not None and head.prev.mapped:
-                continue
-            segment = {
-                "device": self.device.info.index, "address": head.ptr, "total_size": 0,
-                "allocated_size": 0, "active_size": 0, "requested_size": 0,
-                "stream": head.stream_key,
-                "segment_type": "small" if head.pool.is_small else "large",
-                "segment_pool_id": head.pool.owner_id,
-                "is_expandable": head.expandable_segment is not None,
-                "frames": list(head.segment_frames), "blocks": [],
-            }
-            block = head
-            while block is not None and block.mapped:
-                state = block_state(block)
-                segment["blocks"].append({"address": block.ptr, "size": block.size,
-                                          "requested_size": block.requested_size,
-                                          "state": state, "frames": list(block.frames)})
-                segment["total_size"] += block.size
-                if block.allocated:
-                    segment["allocated_size"] += block.size
-                if state != "inactive":
-                    segment["active_size"] += block.size
-                    segment["requested_size"] += block.requested_size
-                block = block.next
-            total_active += segment["active_size"]
-            result.append(segment)
-        result.sort(key=lambda s: s["address"])
-        if record:
-            self.record_trace("snapshot", 0, total_active, 0)
-        return result
+        Like PyTorch, taking a snapshot is itself a trace event; pictures that look at the
+        allocator after every event pass ``record=False`` to leave history alone."""
+        return self.device_allocator.snapshot(record, tuple(mempool_id))
 
     def snapshot(self) -> dict:
-        """The whole dict: segments, device_traces, allocator_settings, external_annotations."""
+        """``torch.cuda.memory._snapshot()``: segments, device_traces, allocator_settings, external_annotations."""
         # NativeCachingAllocator::snapshot copies the trace (da->trace) before
         # DeviceCachingAllocator::snapshot records its SNAPSHOT entry: that entry shows
         # only in the next snapshot.
@@ -1309,111 +205,74 @@ class CachingAllocator:
             "external_annotations": [],
         }
 
-    # ------------------------------------------------------- caching switched off
-    # NativeCachingAllocator's bypass: PYTORCH_NO_CUDA_MEMORY_CACHING=1 or caching_allocator_enable(False).
-    def caching_allocator_enable(self, value: bool = True) -> None:
-        """``torch.cuda.memory.caching_allocator_enable``: switch the cache on or off."""
-        if not isinstance(value, bool):
-            raise TypeError(f"caching_allocator_enable expects True or False, got {value!r}")
-        self._enabled = value
-
-    def is_caching_enabled(self) -> bool:
-        """False when requests bypass the cache (``forceUncachedAllocator() || !isEnabled()``)."""
-        return self._enabled and not self.force_uncached
-
-    def raw_alloc(self, nbytes: int, stream: Any = None) -> int:
-        """``raw_alloc`` / ``raw_alloc_with_stream``: a bare device pointer (0 for 0 bytes)."""
-        return self.malloc(nbytes, stream).ptr
-
-    def raw_delete(self, ptr: int) -> None:
-        """``raw_delete``: give back a pointer from ``raw_alloc``.
-
-        PyTorch picks cudaFree or the cache by the mode *now*, so switching modes between
-        raw_alloc and raw_delete cudaFrees a cached block (or fails to find an uncached one).
-        Here the pointer says which it is: each goes back where it came from.
-        """
-        self.free(ptr)
-
-    def _uncached_malloc(self, nbytes: int, stream: Any) -> Allocation:
-        """``uncached_allocate``: cudaMalloc exactly ``nbytes``; no stats move.
-
-        Out of memory here is cudaMalloc's own error (``C10_CUDA_CHECK``), not the caching
-        allocator's OutOfMemoryError: there is no cache to empty and retry.
-        """
-        ptr = self.device.malloc(nbytes)
-        allocation = Allocation(ptr=ptr, size=nbytes, requested_size=nbytes, stream=stream,
-                                allocator=self, _block=None)
-        self._live[ptr] = allocation
-        return allocation
-
-    def _uncached_free(self, allocation: Allocation) -> Optional[bool]:
-        """``uncached_delete``: cudaFree at once (no stream ordering: the caller synchronizes)."""
-        self.device.free(allocation.ptr)
-        del self._live[allocation.ptr]
-        allocation.freed = True
-        return True
-
-    # ---------------------------------------------------------------- helpers
-    def record_trace(self, action: str, addr: int, size: int, stream_key: int,
-                     frames: Optional[list] = None, pool: Optional[BlockPool] = None) -> None:
-        """``record_trace``: one TraceEntry into the history ring buffer (and its listeners)."""
-        if not self.trace.active:
-            return                    # nobody is listening: do not even build the entry
-        # Trace entries carry a stack only from context "alloc" up (record_trace's RecordContext::ALLOC).
-        if not frames or self.trace.context not in ("alloc", "all"):
-            frames = None
-        entry = TraceEntry(action, addr, size, stream_key, int(self.device.now_us()), frames)
-        if pool is not None and pool.owner_PrivatePool is not None:
-            entry.pool_id = pool.owner_id          # record_trace's mempool_id
-        self.trace.record(entry)
-
-    def maybe_gather_context(self, levels: tuple) -> Optional[list]:
-        """``maybeGatherContext``: the caller's Python stack, when history is on with a context
-        level in ``levels`` (PyTorch passes the lowest level; here the levels that include it)."""
-        if self.trace.enabled is None or self.trace.context not in levels:
-            return None
-        return python_frames()
-
-    def _check_stream(self, stream: Any) -> Any:
-        if stream is None:
-            return self.device.default_stream
-        if getattr(stream, "device", None) is not self.device:
-            raise CudaError("cudaErrorInvalidResourceHandle",
-                            "this stream belongs to another device than the allocator's; "
-                            "create it with allocator.device.create_stream()")
-        return stream
-
-    def _lookup(self, allocation: Any, what: str) -> Allocation:
-        """The live Allocation behind ``allocation`` (an Allocation or a pointer), or a clear error."""
-        if type(allocation) is Allocation and allocation.ptr and \
-                self._live.get(allocation.ptr) is allocation:
-            return allocation                    # the usual case: a live allocation of ours
-        if isinstance(allocation, int) and not isinstance(allocation, bool):
-            if allocation == 0:
-                return Allocation(0, 0, 0, self.device.default_stream, self)
-            live = self._live.get(allocation)
-            if live is None:
-                raise ValueError(f"{what}: invalid device pointer: {allocation:#x} "
-                                 "(not a live allocation of this allocator)")
-            return live
-        if not isinstance(allocation, Allocation):
-            raise TypeError(f"{what} expects an Allocation returned by malloc (or its ptr), "
-                            f"got {type(allocation).__name__}")
-        if allocation.allocator is not self:
-            raise ValueError(f"{what}: this allocation belongs to another allocator "
-                             "(free it with the allocator that returned it)")
-        if allocation.ptr == 0:
-            return allocation
-        if allocation.freed or self._live.get(allocation.ptr) is not allocation:
-            why = "(double free)" if what == "free" else f"({what} needs a live allocation)"
-            raise ValueError(f"{what}: the allocation at {allocation.ptr:#x} was already freed {why}")
-        return allocation
-
+    # ---------------------------------------------- memory pools and checkpoints
     def use_mem_pool(self, pool: Any):
         """``torch.cuda.use_mem_pool(pool)`` as a method: ``with a.use_mem_pool(pool): ...`` (mempool.py)."""
         if getattr(pool, "allocator", None) is not self:
             raise ValueError("this MemPool belongs to another allocator; use it with that one")
         return use_mem_pool(pool)
+
+    def get_checkpoint_state(self, pool_id: tuple) -> PrivatePoolState:
+        """``torch._C._cuda_getCheckpointState`` (``getCheckpointState``): a private pool's state."""
+        return self.device_allocator.get_checkpoint_state(pool_id)
+
+    def set_checkpoint_pool_state(self, state: PrivatePoolState) -> CheckpointDelta:
+        """``torch._C._cuda_setCheckpointPoolState`` (``setCheckpointPoolState``): put a pool back."""
+        return self.native_allocator.set_checkpoint_pool_state(state)
+
+    # ------------------------------------------------------------------ settings
+    def set_allocator_settings(self, text: str) -> None:
+        """``torch._C._accelerator_setAllocatorSettings`` (``setAllocatorSettings``).
+
+        Applied in place, as PyTorch does: when a key is rejected, the keys before it stay
+        applied and the snapshot's ``PYTORCH_CUDA_ALLOC_CONF`` shows the rejected string.
+        A copy is changed, not the object passed in: two allocators may share one config.
+        """
+        config = copy.deepcopy(self.device_allocator.config)
+        try:
+            config.apply(text, loaded_backend="native")
+        except ValueError as err:                    # (every config error is one; tokenizer.py)
+            err.add_note("The keys before the rejected one stay applied, as in PyTorch's "
+                         "setAllocatorSettings (it parses in place).")
+            raise
+        finally:
+            self.device_allocator.config = config
+
+    # ------------------------------------------------------------ our own helpers
+    def can_serve_from_cache(self, nbytes: int, stream: Any = None) -> bool:
+        """Would ``malloc(nbytes, stream)`` find a cached block right now?  Changes nothing.
+
+        Not a PyTorch function (replay asks it): it runs the device allocator's ``get_free_block``
+        and puts back what that changed -- the block, its GC age and the pool's GC clock."""
+        da = self.device_allocator
+        stream = self.native_allocator.check_stream(stream)
+        size = da.round_size(nbytes)
+        pool = da.get_pool(size, stream)
+        p = AllocParams(size, 0, pool, stream)
+        p.expandable = da.config.expandable_segments and is_expandable_segments_active(da.config, pool)
+        clock = pool.get_free_blocks_call_count
+        found = da.get_free_block(p)
+        if found:
+            age = p.block.gc_count_base
+            pool.insert_into_blocks(p.block)
+            p.block.gc_count_base = age
+        pool.get_free_blocks_call_count = clock
+        return found
+
+    def close(self) -> None:
+        """Free every live allocation and empty the cache: the device gets every byte back,
+        reservations left wholly unmapped included (PyTorch leaves those to process exit)."""
+        for allocation in self.live_allocations():
+            self.free(allocation)
+        self.empty_cache()
+        da = self.device_allocator
+        pools = [da.large_blocks, da.small_blocks]
+        for private in da.graph_pools.values():     # MemPools and graph pools
+            pools += [private.large_blocks, private.small_blocks]
+        for pool in pools:
+            for _key, _ptr, block in list(pool.unmapped):
+                if not block.is_split():
+                    da.release_expandable_segment(block)
 
     def __repr__(self) -> str:
         """One line for a notebook: the device, then what the cache holds."""
@@ -1422,14 +281,3 @@ class CachingAllocator:
         return (f"CachingAllocator({self.device.info.name}: {plural(len(segments), 'segment')}, "
                 f"{format_size(self.memory_reserved())} reserved, "
                 f"{format_size(self.memory_allocated())} allocated, {plural(free_blocks, 'free block')})")
-
-    def live_allocations(self) -> list[Allocation]:
-        """Everything handed out and not yet freed, in address order."""
-        return [self._live[p] for p in sorted(self._live)]
-
-    def close(self) -> None:
-        """Free every live allocation and empty the cache: the device gets every byte back."""
-        for allocation in self.live_allocations():
-            self.free(allocation)
-        self.empty_cache()
-        self.release_unmapped_segments()

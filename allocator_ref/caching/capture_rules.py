@@ -1,8 +1,8 @@
 """What the caching allocator does differently while a CUDA graph is being captured.
 
-The code is in ``CachingAllocator`` (allocator.py, section "graph capture"), as in PyTorch
-where these are ``DeviceCachingAllocator`` members; this file lists the rules and keeps the
-one plain function, ``update_visited``.  They mirror, in ``c10/cuda/CUDACachingAllocator.cpp``
+The code is in ``DeviceCachingAllocator`` (device_caching_allocator.py), as in PyTorch where these are
+its members; this file lists the rules and keeps two plain functions, ``update_visited`` and
+``stream_get_capture_info``.  They mirror, in ``c10/cuda/CUDACachingAllocator.cpp``
 (2.11), the capture branches of
 ``malloc`` / ``free`` / ``recordStream`` / ``endAllocateToPool`` and the helpers
 ``cudaMallocMaybeCapturing``, ``allocPrimitive``, ``insert_events_deferred_until_no_capture``,
@@ -41,3 +41,11 @@ def update_visited(terminals, visited: set) -> None:
             continue
         visited.add(node)
         todo.extend(node.parents)
+
+
+def stream_get_capture_info(device, stream):
+    """``cudaStreamGetCaptureInfo`` on ``stream``, or None on a device that cannot capture
+    (protocol.CaptureDevice).  A plain function, not an allocator member: in PyTorch it is a
+    CUDA runtime call, and only a simulated device may lack it."""
+    info = getattr(device, "capture_info", None)
+    return info(stream) if info is not None else None

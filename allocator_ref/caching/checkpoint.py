@@ -3,8 +3,9 @@
 Mirrors ``BlockState``, ``SegmentState``, ``PrivatePoolState`` and ``RestoreResult`` of
 ``c10/cuda/CUDACachingAllocator.cpp`` (see its Note [Checkpointing PrivatePoolState]) and
 ``CheckpointDelta`` of ``NativeCachingAllocator::setCheckpointPoolState``.  The functions that
-take and apply a checkpoint are ``CachingAllocator`` members, as in PyTorch
-(``getCheckpointState``, ``setCheckpointPoolState``; allocator.py, section "checkpoints").
+take and apply a checkpoint are ``DeviceCachingAllocator`` members, as in PyTorch
+(``getCheckpointState``, ``setCheckpointPoolState``; device_caching_allocator.py, section
+"checkpoints"), and NativeCachingAllocator turns the RestoreResult into a CheckpointDelta.
 
 What a checkpoint holds: for every segment of the pool (its head block, ``prev`` is None), every
 block's stream, size, address, whether it was allocated and its GC age.  Not held: requested
@@ -70,4 +71,16 @@ class CheckpointDelta:
     """
 
     ptrs_freed: list = field(default_factory=list)
+    allocations_created: list = field(default_factory=list)
+
+
+@dataclass
+class RestoreResult:
+    """``RestoreResult``: what ``DeviceCachingAllocator.set_checkpoint_pool_state`` did, in Blocks.
+
+    ``allocations_freed``: pointers of blocks that were allocated and are not in the checkpoint;
+    ``allocations_created``: the blocks the checkpoint has allocated.  NativeCachingAllocator
+    turns it into a CheckpointDelta (its Allocations)."""
+
+    allocations_freed: list = field(default_factory=list)
     allocations_created: list = field(default_factory=list)

@@ -3,7 +3,7 @@
 Mirrors ``ExpandableSegment`` (see PyTorch's ``Note [Expandable Segments]``).  The
 ``DeviceCachingAllocator`` functions that use it (``find_expandable_block``, ``map_block``,
 ``try_allocate_expandable_block``, ``unmap_block``, ``release_expandable_segment``) are
-methods of ``CachingAllocator`` in allocator.py, as they are members of the allocator in PyTorch.
+members of ``DeviceCachingAllocator`` (device_caching_allocator.py), as in PyTorch.
 
 The idea: reserve a virtual address range as big as 1.125x the whole GPU
 (``cuMemAddressReserve``, costs no memory), then back it with physical pages
@@ -110,3 +110,11 @@ def expandable_size(block: Block) -> int:
     """Best fit counts the unmapped space right after a block as part of it."""
     nxt = block.next
     return block.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
+
+
+def is_expandable_segments_active(config, pool: BlockPool) -> bool:
+    """``is_expandable_segments_active``: the setting is on and the pool's memory does not come from
+    a custom allocator (a MemPool's ``CUDAPluggableAllocator`` cannot map pages).  A plain function of
+    the config and the pool, so DeviceCachingAllocator keeps only PyTorch's members."""
+    owner = pool.owner_PrivatePool
+    return config.expandable_segments and (owner is None or owner.allocator is None)

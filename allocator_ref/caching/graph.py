@@ -71,15 +71,15 @@ class CUDAGraph:
         pool_id = check_pool_id(tuple(pool)) if pool is not None else generate_mempool_id(False)
         self.stream = stream
         # 2.11: beginAllocateToPool first (create_or_incref_pool + captures_underway) ...
-        self.allocator.begin_allocate_to_pool(pool_id, self._allocate_filter)
+        self.allocator.device_allocator.begin_allocate_to_pool(pool_id, self._allocate_filter)
         self.mempool_id = pool_id
         # ... then cudaStreamBeginCapture (AT_CUDA_CHECK): if it throws, nothing undoes the line above.
         try:
             self.device.begin_capture(stream, capture_error_mode)
         except Exception as err:
             err.add_note(f"PyTorch 2.11 leaves pool {pool_id} in captures_underway after this (capture_begin "
-                         "has no cleanup): undo it with allocator.end_allocate_to_pool(graph.mempool_id) "
-                         "and allocator.release_pool(graph.mempool_id)")
+                         "has no cleanup): undo it with allocator.device_allocator.end_allocate_to_pool(graph.mempool_id) "
+                         "and allocator.device_allocator.release_pool(graph.mempool_id)")
             raise
         self.capture_id = self.device.capture_info(stream).capture_id
 
@@ -92,11 +92,11 @@ class CUDAGraph:
         except Exception as err:
             err.add_note(f"PyTorch 2.11 throws here before endAllocateToPool: pool {self.mempool_id} stays in "
                          "captures_underway (no process_events, deferred frees, no full flush on OOM, "
-                         "empty_cache() skips the default pools) until allocator.end_allocate_to_pool("
+                         "empty_cache() skips the default pools) until allocator.device_allocator.end_allocate_to_pool("
                          "graph.mempool_id); fixed after 2.11 by pytorch/pytorch#180395. reset() will not release "
                          "the pool either (capture_ended_ is false; pytorch/pytorch#190348).")
             raise
-        self.allocator.end_allocate_to_pool(self.mempool_id)
+        self.allocator.device_allocator.end_allocate_to_pool(self.mempool_id)
         self.capture_ended = True
         self.exec = self.device.instantiate(self.graph)
 
@@ -116,7 +116,7 @@ class CUDAGraph:
         """``CUDAGraph::reset`` (also the destructor): release the pool if the capture ended."""
         if self.capture_ended:
             self.capture_ended = False
-            self.allocator.release_pool(self.mempool_id)
+            self.allocator.device_allocator.release_pool(self.mempool_id)
         self.graph = self.exec = None
 
     def __del__(self) -> None:

@@ -41,7 +41,7 @@ class MemPool:
                  use_on_oom: bool = False, no_split: bool = False) -> None:
         # Asked by capability, not isinstance: allocator.py imports this file (use_mem_pool),
         # so importing CachingAllocator here would close an import circle.
-        if not callable(getattr(allocator, "create_or_incref_pool", None)):
+        if not callable(getattr(getattr(allocator, "device_allocator", None), "create_or_incref_pool", None)):
             raise TypeError(f"MemPool(allocator): give the CachingAllocator the pool belongs to, "
                             f"got {type(allocator).__name__}")
         if custom is not None and not (hasattr(custom, "raw_alloc") and hasattr(custom, "raw_delete")):
@@ -51,11 +51,14 @@ class MemPool:
         self.custom = custom
         self._id = generate_mempool_id(is_user_created=True)
         self._closed = False
-        allocator.create_or_incref_pool(self._id, custom)       # MemPool::MemPool
+        # MemPool::MemPool reaches the DeviceCachingAllocator through NativeCachingAllocator's
+        # one-line forwarders (createOrIncrefPool, setUseOnOOM, setNoSplit): called directly here.
+        da = allocator.device_allocator
+        da.create_or_incref_pool(self._id, custom)
         if use_on_oom:
-            allocator.set_use_on_oom(self._id, True)
+            da.set_use_on_oom(self._id, True)
         if no_split:
-            allocator.set_no_split(self._id)
+            da.set_no_split(self._id)
 
     @property
     def id(self) -> tuple[int, int]:
@@ -65,7 +68,7 @@ class MemPool:
     def use_count(self) -> int:
         """``MemPool.use_count()``: owners holding the pool (this object, contexts, graphs)."""
         self._check_open("use_count")
-        return self.allocator.get_pool_use_count(self._id)
+        return self.allocator.device_allocator.get_pool_use_count(self._id)
 
     def snapshot(self) -> list[dict]:
         """``MemPool.snapshot()`` = ``torch.cuda.memory_snapshot(pool.id)``: this pool's segments."""
@@ -76,10 +79,10 @@ class MemPool:
         if self._closed:
             return
         self._closed = True
-        a = self.allocator
-        a.set_use_on_oom(self._id, False)
-        a.release_pool(self._id)
-        a.empty_cache(self._id)
+        da = self.allocator.device_allocator
+        da.set_use_on_oom(self._id, False)
+        da.release_pool(self._id)
+        self.allocator.empty_cache(self._id)
 
     def __del__(self) -> None:
         try:
@@ -93,7 +96,7 @@ class MemPool:
             raise ValueError(f"MemPool {self._id} was closed; {what} needs a live pool")
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"use_count={self.allocator.get_pool_use_count(self._id)}"
+        state = "closed" if self._closed else f"use_count={self.allocator.device_allocator.get_pool_use_count(self._id)}"
         custom = ", custom allocator" if self.custom is not None else ""
         return f"MemPool(id={self._id}, {state}{custom})"
 
@@ -104,13 +107,13 @@ def use_mem_pool(pool: MemPool):
     if not isinstance(pool, MemPool):
         raise TypeError(f"use_mem_pool expects a MemPool, got {type(pool).__name__}")
     pool._check_open("use_mem_pool")
-    a = pool.allocator
-    a.begin_allocate_to_pool(pool.id, current_thread_filter())   # _cuda_beginAllocateCurrentThreadToPool
+    da = pool.allocator.device_allocator
+    da.begin_allocate_to_pool(pool.id, current_thread_filter())   # _cuda_beginAllocateCurrentThreadToPool
     try:
         yield pool
     finally:
-        a.end_allocate_to_pool(pool.id)
-        a.release_pool(pool.id)
+        da.end_allocate_to_pool(pool.id)
+        da.release_pool(pool.id)
 
 
 def graph_pool_handle() -> tuple[int, int]:

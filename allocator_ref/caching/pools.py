@@ -1,7 +1,7 @@
-"""Private pools: the ids and the thread filter; the routing itself is in allocator.py.
+"""Private pools: the ids and the thread filter; the routing itself is DeviceCachingAllocator's.
 
-The ``DeviceCachingAllocator`` members of the routing are methods of ``CachingAllocator``
-(allocator.py, section "private pools"), as they are members of one class in PyTorch: of ``c10/cuda/CUDACachingAllocator.cpp``
+The ``DeviceCachingAllocator`` members of the routing are methods of ``DeviceCachingAllocator``
+(device_caching_allocator.py, section "private pools"), as in ``c10/cuda/CUDACachingAllocator.cpp``
 (2.11): ``graph_pools``, ``graph_pools_freeable``, ``captures_underway``,
 ``use_on_oom_pools``, ``no_split_pools`` and the functions ``create_or_incref_pool``,
 ``beginAllocateToPool``, ``endAllocateToPool``, ``releasePool``, ``getPoolUseCount``,

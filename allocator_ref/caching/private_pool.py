@@ -57,3 +57,10 @@ class PrivatePool:
         custom = ", custom allocator" if self.allocator is not None else ""
         return (f"PrivatePool(id={self.id}, use_count={self.use_count}, "
                 f"cudaMalloc_count={self.cudaMalloc_count}{custom})")
+
+
+def allocated_in_private_pools(graph_pools: dict) -> int:
+    """The figure ``malloc``'s OOM message prints: the *free* blocks of every private pool (PyTorch's
+    quirk: its loop sums ``pool.blocks``, the free set).  PyTorch inlines this in malloc; a function
+    here so a chapter can print it."""
+    return sum(pool.free_bytes() for pool in graph_pools.values())

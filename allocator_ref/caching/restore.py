@@ -10,7 +10,6 @@ made those decisions itself, so the stats/snapshot invariant holds.
 """
 from __future__ import annotations
 
-from ..allocation import Allocation
 from .block import Block
 from .config import kSmallBuffer
 
@@ -26,9 +25,10 @@ def restore_segment(allocator, address: int, size: int, stream, live_blocks, sma
     """
     if small is None:
         small = size == kSmallBuffer
-    pool = allocator.small_blocks if small else allocator.large_blocks
+    da = allocator.device_allocator               # the pools and stats are the DeviceCachingAllocator's
+    pool = da.small_blocks if small else da.large_blocks
     if tuple(pool_id) != (0, 0):                   # a private pool's segment: its pool, held alive
-        private = allocator.graph_pools.get(tuple(pool_id)) or allocator.create_or_incref_pool(tuple(pool_id))
+        private = da.graph_pools.get(tuple(pool_id)) or da.create_or_incref_pool(tuple(pool_id))
         private.cudaMalloc_count += 1
         pool = private.small_blocks if small else private.large_blocks
     stat_types = pool.stat_types
@@ -36,11 +36,11 @@ def restore_segment(allocator, address: int, size: int, stream, live_blocks, sma
     if ptr != address:
         allocator.device.free(ptr)
         raise RuntimeError(f"the device placed the restored segment at {ptr:#x}, not {address:#x}")
-    allocator.total_allocated_memory += size
-    stats = allocator.stats
+    da.total_allocated_memory += size
+    stats = da.stats
     stats.increase("segment", stat_types, 1)
     stats.increase("reserved_bytes", stat_types, size)
-    if size >= allocator.config.max_split_size:
+    if size >= da.config.max_split_size:
         stats.oversize_segments.increase(1)
 
     # Cut the segment into blocks: live ones as given, free ones in the gaps.
@@ -73,12 +73,10 @@ def restore_segment(allocator, address: int, size: int, stream, live_blocks, sma
             continue
         block.allocated = True
         block.requested_size = requested
-        allocator.active_blocks[block.ptr] = block
+        da.active_blocks[block.ptr] = block
         stats.on_alloc_found_block(stat_types, block.size, requested)
-        if block.size >= allocator.config.max_split_size:
-            allocator._oversize_blocks.add(block.ptr)    # so its free undoes exactly this count
+        if block.size >= da.config.max_split_size:
+            da._oversize_blocks.add(block.ptr)           # so its free undoes exactly this count
             stats.oversize_allocations.increase(1)
-        allocation = Allocation(block.ptr, block.size, requested, stream, allocator, block)
-        allocator._live[block.ptr] = allocation
-        handed_out[block.ptr] = allocation
+        handed_out[block.ptr] = allocator.native_allocator.add_allocated_block(block)
     return handed_out

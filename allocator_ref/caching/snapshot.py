@@ -1,7 +1,8 @@
 """Block states of a snapshot, and PyTorch's stats/snapshot check.
 
 ``snapshot()`` itself (``DeviceCachingAllocator::snapshot`` and the dict built by
-``THCPModule_memorySnapshot``) is a method of ``CachingAllocator`` in allocator.py.  This
+``THCPModule_memorySnapshot``) is ``DeviceCachingAllocator.snapshot`` (device_caching_allocator.py)
+and ``CachingAllocator.snapshot`` (allocator.py).  This
 file keeps ``block_state`` and the invariant of
 ``test_cuda_multigpu.py::_check_memory_stat_consistency``.
 """

@@ -220,7 +220,7 @@ def _split_case(block_size, size, small=False, expandable=False, config_text="",
     def judge(fn):
         cfg = _config(config_text)
         ref = CachingAllocator(lab_device("tiny-1gb"), config_text)
-        expected = ref.should_split(_block(block_size, small), size, expandable)
+        expected = ref.device_allocator.should_split(_block(block_size, small), size, expandable)
         got = fn(_block(block_size, small), size, expandable, cfg)
         if type(got) is not bool:
             raise Fail(f"should_split returned {show(got)}, a {type(got).__name__}: return True or False",

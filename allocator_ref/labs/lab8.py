@@ -5,7 +5,7 @@ Two exercises, both judged by running the reference allocator now (nothing is st
 * ``lab8.get_pool``: ``route(captures, size, stream) -> (pool_id, "small" | "large")``.
   ``captures`` is ``captures_underway``: a list of ``(pool_id, accepts)`` pairs, oldest first,
   where ``accepts(stream)`` says whether that MemPool context / capture takes the request.
-  The expected answer is what ``CachingAllocator.get_pool`` (PyTorch's ``get_pool`` in
+  The expected answer is what ``DeviceCachingAllocator.get_pool`` (PyTorch's ``get_pool`` in
   ``c10/cuda/CUDACachingAllocator.cpp``) returns for the same entries.
 * ``lab8.capture_order``: ``plan(batch_sizes) -> list`` -- the order in which to capture one
   graph per batch size into ONE shared pool so that the pool reserves as little as possible.
@@ -89,8 +89,8 @@ class Scenario:
             streams[self.stream] = a.device.create_stream(handle=self.stream)
         ids = [graph_pool_handle() for _ in self.accepts]
         for pool_id, handles in zip(ids, self.accepts):
-            a.begin_allocate_to_pool(pool_id, lambda s, hs=frozenset(handles): s.handle in hs)
-        block_pool = a.get_pool(self.size, streams[self.stream])
+            a.device_allocator.begin_allocate_to_pool(pool_id, lambda s, hs=frozenset(handles): s.handle in hs)
+        block_pool = a.device_allocator.get_pool(self.size, streams[self.stream])
         owner = block_pool.owner_id
         index = ids.index(owner) if owner != (0, 0) else None
         return index, ("small" if block_pool.is_small else "large")
@@ -227,10 +227,10 @@ def free_outcome(uses: int, pools_open: int) -> tuple:
     elsewhere = -1 - threading.get_ident()    # a thread id that is not ours
     pools = [MemPool(a) for _ in range(pools_open)]
     for pool in pools:                        # what use_mem_pool does in that thread
-        a.begin_allocate_to_pool(pool.id, lambda s, t=elsewhere: threading.get_ident() == t)
+        a.device_allocator.begin_allocate_to_pool(pool.id, lambda s, t=elsewhere: threading.get_ident() == t)
     a.free(x)
     block = x._block
-    action = ("deferred" if block in a.deferred_blocks else
+    action = ("deferred" if block in a.device_allocator.deferred_blocks else
               "insert_events" if block.event_count > 0 else "free_block")
     a.device.synchronize()
     y = a.malloc(4 * MiB)

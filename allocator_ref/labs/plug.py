@@ -1,8 +1,8 @@
 """Plug a learner's function into any decision of the reference allocator.
 
-Every decision a lab can ask a learner to write is a method of the reference
-:class:`~allocator_ref.caching.CachingAllocator`, named after the PyTorch
-function it mirrors (``DeviceCachingAllocator::round_size``, ``should_split``,
+Every decision a lab can ask a learner to write is a member of the reference
+:class:`~allocator_ref.caching.DeviceCachingAllocator` (``allocator.device_allocator``), the
+PyTorch member it replaces (``DeviceCachingAllocator::round_size``, ``should_split``,
 ``get_free_block``, ``release_available_cached_blocks``, ...).  A check builds
 
     PluggedAllocator(dev, config, plug={"should_split": learner_fn})
@@ -14,9 +14,10 @@ learner writes:
 * the four lab 2 decisions have the short signatures the lab teaches
   (``round_size(size, config)``, ...) and guards that turn a wrong kind of
   answer into a located explanation;
-* every other method in ``HOOKS`` is plugged *method-style*: the learner writes
-  ``fn(allocator, *args)`` with the same arguments as the reference method
-  (``get_free_block(allocator, p)``), so a new exercise on a new decision needs
+* every other member in ``HOOKS`` is plugged *method-style*: the learner writes
+  ``fn(allocator, *args)`` with the same arguments as the reference member
+  (``get_free_block(allocator, p)``), where ``allocator`` is the DeviceCachingAllocator
+  (its pools, stats and other members), so a new exercise on a new decision needs
   no change here.  A hook is one line in ``METHOD_HOOKS``.
 
 An unknown name is refused with the list of names that can be plugged.
@@ -34,9 +35,9 @@ from .reference import CachingAllocator
 
 @dataclass(frozen=True)
 class Hook:
-    name: str                      # the reference method, named after PyTorch's function
+    name: str                      # the DeviceCachingAllocator member it replaces (PyTorch's name)
     signature: str                 # what the learner writes
-    plug: Callable                 # (allocator, learner_fn) -> the bound replacement
+    plug: Callable                 # (device_allocator, learner_fn) -> the bound replacement
 
 
 def _size_hook(name: str) -> Callable:
@@ -180,7 +181,8 @@ def _method_hook(name: str) -> Callable:
     return plug
 
 
-# Decisions plugged method-style: fn(allocator, *the reference method's arguments).  ``context``
+# DeviceCachingAllocator members plugged method-style: fn(allocator, *the member's arguments), with
+# allocator the DeviceCachingAllocator.  ``context``
 # is the caller's stack gathered at the top of malloc/free/empty_cache (None when history is
 # off), passed down as PyTorch passes its GatheredContext.
 METHOD_HOOKS = {
@@ -211,7 +213,8 @@ HOOKS: dict[str, Hook] = {
 class PluggedAllocator(CachingAllocator):
     """The (private copy of the) reference allocator with some decisions replaced by a learner's functions.
 
-    ``plug={"get_free_block": fn, ...}``; ``should_split=`` and ``merge=`` are the older spellings."""
+    ``plug={"get_free_block": fn, ...}`` names DeviceCachingAllocator members; each is replaced on
+    ``self.device_allocator``.  ``should_split=`` and ``merge=`` are the older spellings."""
 
     def __init__(self, device: Any, config: Any = "", *, plug: Optional[dict] = None,
                  should_split: Optional[Callable] = None, merge: Optional[Callable] = None) -> None:
@@ -222,11 +225,13 @@ class PluggedAllocator(CachingAllocator):
             plug["try_merge_blocks"] = merge
         unknown = sorted(set(plug) - set(HOOKS))
         if unknown:
-            raise ValueError(f"cannot plug {unknown}: the decisions that can be plugged are {sorted(HOOKS)} "
+            raise ValueError(f"cannot plug {unknown}: the DeviceCachingAllocator members that can be plugged are "
+                             f"{sorted(HOOKS)} "
                              "(add a method-style one to METHOD_HOOKS in allocator_ref/labs/plug.py)")
         super().__init__(device, config)
+        da = self.device_allocator
         for name, fn in plug.items():          # an instance attribute wins over the class's method
-            setattr(self, name, HOOKS[name].plug(self, fn))
+            setattr(da, name, HOOKS[name].plug(da, fn))
         self.plugged = tuple(plug)
 
 

@@ -1,14 +1,16 @@
 """Private copies of the reference allocator, taken when the labs are imported.
 
 A learner experimenting in a notebook may patch the course's own code,
-``CachingAllocator.should_split = my_should_split`` or
-``allocator_ref.caching.allocator.round_size = ...``, and forget it.  If the
+``DeviceCachingAllocator.should_split = my_should_split`` or
+``allocator_ref.caching.device_caching_allocator.round_size = ...``, and forget it.  If the
 checks asked the patched class for the expected answer, a wrong solution would
 be compared with itself and pass.  So the checks take their reference from
 copies made here, once, when ``allocator_ref.labs`` is first imported (the first
-cell of every lab notebook): every method of :class:`CachingAllocator` and of
-any base class is re-created with a frozen copy of its module's globals, so a later
-patch of the class *or* of a module-level function does not reach them.
+cell of every lab notebook): every method of :class:`CachingAllocator` and of the two
+layers it builds (``NativeCachingAllocator``, ``DeviceCachingAllocator``) is re-created
+with a frozen copy of its module's globals, so a later patch of a class *or* of a
+module-level function does not reach them; the private CachingAllocator builds the
+private layers.
 
 This is a guard against accidents, not a sandbox: code that means to cheat can
 always reach the checker itself.  Nor does it copy the objects the reference
@@ -24,6 +26,8 @@ from typing import Any
 
 from ..caching import CachingAllocator as _Live
 from ..caching import config as _config
+from ..caching.device_caching_allocator import DeviceCachingAllocator as _LiveDevice
+from ..caching.native import NativeCachingAllocator as _LiveNative
 
 _FROZEN_GLOBALS: dict[int, dict] = {}
 
@@ -64,7 +68,18 @@ def _private_class(cls: type) -> type:
 
 
 CachingAllocator = _private_class(_Live)
+DeviceCachingAllocator = _private_class(_LiveDevice)
+NativeCachingAllocator = _private_class(_LiveNative)
+# The frozen globals still name the live layers: point them at the private copies, so
+# the private CachingAllocator builds a private NativeCachingAllocator and DeviceCachingAllocator.
+for _globals in _FROZEN_GLOBALS.values():
+    for _name, _value in list(_globals.items()):
+        if _value is _LiveDevice:
+            _globals[_name] = DeviceCachingAllocator
+        elif _value is _LiveNative:
+            _globals[_name] = NativeCachingAllocator
 round_size = _frozen_function(_config.round_size)
 get_allocation_size = _frozen_function(_config.get_allocation_size)
 
-__all__ = ["CachingAllocator", "round_size", "get_allocation_size"]
+__all__ = ["CachingAllocator", "DeviceCachingAllocator", "NativeCachingAllocator", "round_size",
+           "get_allocation_size"]

@@ -87,8 +87,9 @@ def uncovered(ex, seed: int) -> list:
 
 
 def seen_in_run(ops: list, config: str, hook: str, classify: Callable, profile: str = "h100-80gb") -> set:
-    """The states ``classify(*args)`` names for every call of the reference decision ``hook`` while
-    ``ops`` run: which branches of the rule a workload really reaches (not what its ops suggest)."""
+    """The states ``classify(device_allocator, *args)`` names for every call of the reference
+    DeviceCachingAllocator member ``hook`` while ``ops`` run: which branches of the rule a workload
+    really reaches (not what its ops suggest)."""
     from .reference import CachingAllocator
     from .workload import run
 
@@ -96,12 +97,13 @@ def seen_in_run(ops: list, config: str, hook: str, classify: Callable, profile: 
 
     def spy_factory(dev):
         alloc = CachingAllocator(dev, config)
-        original = getattr(alloc, hook)
+        da = alloc.device_allocator
+        original = getattr(da, hook)
 
         def spy(*args):
-            seen.update(classify(alloc, *args))
+            seen.update(classify(da, *args))
             return original(*args)
-        setattr(alloc, hook, spy)
+        setattr(da, hook, spy)
         return alloc
     run(ops, spy_factory, profile)
     return seen

@@ -154,9 +154,9 @@ def _apply(op: tuple, allocator, dev, stream, live: dict):
     elif kind == "empty_cache":
         allocator.empty_cache()
     elif kind == "pool_begin":
-        allocator.begin_allocate_to_pool((1, op[1]), lambda s: False)
+        allocator.device_allocator.begin_allocate_to_pool((1, op[1]), lambda s: False)
     elif kind == "pool_end":
-        allocator.end_allocate_to_pool((1, op[1]))
+        allocator.device_allocator.end_allocate_to_pool((1, op[1]))
     return None
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..allocation import Allocation
-from ..caching.allocator import AllocParams
+from ..caching.device_caching_allocator import AllocParams
 from ..caching.config import kSmallBuffer
 
 
@@ -38,6 +38,7 @@ def rebuild_expandable(replayer, segments: list, events: list = ()) -> dict:
     live blocks.  ``events`` (a trace that follows) may show pages mapped below a stream's
     first range: its reservation then starts there.  Raises CannotRebuild with a reason."""
     allocator = replayer.allocator
+    da = allocator.device_allocator          # the pools and the expandable-segment calls are its members
     groups: dict = {}
     for seg in sorted(segments, key=lambda s: s["address"]):
         pool_id = tuple(seg.get("segment_pool_id") or (0, 0))
@@ -49,11 +50,11 @@ def rebuild_expandable(replayer, segments: list, events: list = ()) -> dict:
     live_list, holes, free = [], [], []
     for (handle, small), group in groups.items():
         stream = replayer._stream(handle)
-        pool = allocator.small_blocks if small else allocator.large_blocks
+        pool = da.small_blocks if small else da.large_blocks
         base = _reservation_base(group, events, handle, small, allocator.config.large_segment_size,
                                  replayer.device.info.total_memory)
         replayer.device.planned_segments = deque([(base, group[0]["total_size"], "segment_map")])
-        unmapped = allocator.find_expandable_block(stream, pool, group[0]["total_size"])
+        unmapped = da.find_expandable_block(stream, pool, group[0]["total_size"])
         replayer.device.planned_segments = deque()
         if unmapped.ptr != base or unmapped.mapped:
             raise CannotRebuild(f"the reservation for segment {group[0]['address']:#x} landed elsewhere")
@@ -63,7 +64,7 @@ def rebuild_expandable(replayer, segments: list, events: list = ()) -> dict:
             hole = seg["address"] - unmapped.ptr
             if hole < 0 or unmapped.ptr + unmapped.size < seg["address"] + seg["total_size"]:
                 raise CannotRebuild(f"segment {seg['address']:#x} does not fit its stream's reservation")
-            if not allocator.map_block(unmapped, hole + seg["total_size"]):
+            if not da.map_block(unmapped, hole + seg["total_size"]):
                 raise CannotRebuild(f"the pages of segment {seg['address']:#x} could not be mapped")
             block = unmapped                 # map_block made it the free mapped front (its prev is live)
             pieces = ([(hole, hole, "hole")] if hole else []) + \
@@ -83,7 +84,7 @@ def rebuild_expandable(replayer, segments: list, events: list = ()) -> dict:
     for allocation in holes:           # unmapped again: the gap between two mapped ranges
         block = allocation._block
         allocator.free(allocation)
-        allocator.unmap_block(block)
+        da.unmap_block(block)
     for allocation in free:
         allocator.free(allocation)
     return {allocation.ptr: allocation for allocation in live_list}
@@ -127,7 +128,5 @@ def _carve(allocator, pool, stream, block, size: int, requested: int, split: boo
     params = AllocParams(size, size, pool, stream)
     params.block = block
     pool.remove(block)                       # get_free_block's erase
-    found = allocator.alloc_found_block(params, requested, split)
-    allocation = Allocation(found.ptr, found.size, requested, stream, allocator, found)
-    allocator._live[found.ptr] = allocation
-    return allocation
+    found = allocator.device_allocator.alloc_found_block(params, requested, split)
+    return allocator.native_allocator.add_allocated_block(found)

@@ -181,7 +181,8 @@ class _DeviceReplayer:
         deferred free gets a queue of its own: its completion then happens exactly where the
         trace's ``free_completed`` says, never stuck behind another block's event.
         """
-        busy = getattr(self.allocator, "cuda_events", {})
+        da = getattr(self.allocator, "device_allocator", None)      # None for the policies
+        busy = da.cuda_events if da is not None else {}
         for stream in self._guards:
             if stream.handle not in busy:
                 return stream
@@ -489,7 +490,8 @@ class _DeviceReplayer:
 
     def _clone(self) -> "_DeviceReplayer":
         """A copy to try a reading on; the trace and its tables are shared, not copied."""
-        self._trial_budget -= 1 + len(getattr(self.allocator, "active_blocks", ())) + len(self.live)
+        da = getattr(self.allocator, "device_allocator", None)      # None for the policies
+        self._trial_budget -= 1 + (len(da.active_blocks) if da is not None else 0) + len(self.live)
         self.result.work += 1 + len(self.live)
         return copy.deepcopy(self, {id(self.events): self.events, id(self.finals): self.finals,
                                     id(self._bar): _NoBar(), id(self.lookup): self.lookup})
@@ -556,7 +558,7 @@ class _DeviceReplayer:
             for event in self.device.events_by_addr.pop(e["addr"], []):
                 event.ready = ready = True
         if ready:
-            self.allocator.process_events()
+            self.allocator.device_allocator.process_events()
         return bool(self.produced)
 
     def _user_empty_cache_end(self, pos: int) -> int:

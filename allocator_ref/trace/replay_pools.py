@@ -63,18 +63,19 @@ class PoolRouter:
 
     def route(self, allocator, pool_id: tuple):
         """A context that sends every request into ``pool_id`` (nothing for the default pools)."""
-        if pool_id == DEFAULT or not hasattr(allocator, "begin_allocate_to_pool"):
+        if pool_id == DEFAULT or not hasattr(allocator, "device_allocator"):   # the policies have no pools
             return nullcontext()
         return _routed(allocator, pool_id)
 
 
 @contextmanager
 def _routed(allocator, pool_id: tuple):
-    if pool_id not in allocator.graph_pools:
-        allocator.create_or_incref_pool(pool_id)         # held to the end, like a live graph
-    allocator.begin_allocate_to_pool(pool_id, lambda stream: True)
+    da = allocator.device_allocator
+    if pool_id not in da.graph_pools:
+        da.create_or_incref_pool(pool_id)                # held to the end, like a live graph
+    da.begin_allocate_to_pool(pool_id, lambda stream: True)
     try:
         yield
     finally:
-        allocator.end_allocate_to_pool(pool_id)
-        allocator.release_pool(pool_id)
+        da.end_allocate_to_pool(pool_id)
+        da.release_pool(pool_id)

@@ -269,7 +269,8 @@ class _Replayer:
     def _guard_stream(self):
         # One queue per pending free, as in replay.py: events on one stream complete in order,
         # and the trace does not say which stream a free waited on.
-        busy = getattr(self.allocator, "cuda_events", {})
+        da = getattr(self.allocator, "device_allocator", None)      # None for the policies
+        busy = da.cuda_events if da is not None else {}
         for stream in self.guards:
             if stream.handle not in busy:
                 return stream
@@ -367,9 +368,9 @@ class _Replayer:
             self._complete(act.addr)
             return
         elif kind == "process":
-            process = getattr(self.allocator, "process_events", None)
-            if process:
-                process()
+            da = getattr(self.allocator, "device_allocator", None)  # the policies have no events to process
+            if da is not None:
+                da.process_events()
         elif kind == "empty_cache":
             self.allocator.empty_cache()
         self._sample(act.sample_at if act.sample_at >= 0 else act.pos)

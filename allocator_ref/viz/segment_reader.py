@@ -42,13 +42,14 @@ def fresh_segment(event: dict) -> dict:
 
 
 def can_follow(allocator: Any) -> bool:
-    """True for the caching allocator (its blocks link to their neighbours); others are snapshotted."""
-    return all(hasattr(allocator, name) for name in ("active_blocks", "large_blocks", "small_blocks"))
+    """True for the caching allocator (its DeviceCachingAllocator's blocks link to their neighbours);
+    others are snapshotted."""
+    return hasattr(getattr(allocator, "device_allocator", None), "active_blocks")
 
 
 def _live(allocator: Any, block: Any) -> bool:
     """Is ``block`` still one of the allocator's blocks (handed out, waiting for events, or cached)?"""
-    if allocator.active_blocks.get(block.ptr) is block:
+    if allocator.device_allocator.active_blocks.get(block.ptr) is block:
         return True
     return block.mapped and (block.stream_key, block.size, block.ptr, block) in block.pool.blocks
 
@@ -80,7 +81,7 @@ class SegmentFollower:
     def update(self, event: dict) -> tuple[dict, tuple]:
         """Apply ``event``; returns (segments new or changed, addresses of segments gone)."""
         action, addr = event.get("action"), event.get("addr")
-        block = self.allocator.active_blocks.get(addr) if addr is not None else None
+        block = self.allocator.device_allocator.active_blocks.get(addr) if addr is not None else None
         changed: Optional[dict] = None
         if action not in _READ_AGAIN:
             changed = self._patch_touched(self._handles + [block])
