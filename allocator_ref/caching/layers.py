@@ -47,8 +47,9 @@ PYTORCH_DEVICE_MEMBERS = (
     "insert_events_deferred_until_no_capture", "process_events", "cache_info_aux", "record_trace",
 )
 
-# Members of 2.11's DeviceCachingAllocator that the stored copy above lacks and this package
-# mirrors (the course's spec, /work/shared/spec/pytorch-allocator.md, and 2.11's behaviour).
+# Members of 2.11's DeviceCachingAllocator that the copy above lacks and this package mirrors.
+# Each is in a newer CUDACachingAllocator.cpp (the one with setNoSplit, record_free_markers and
+# free_safe_blocks_in_capture); search the .cpp of the v2.11.0 tag by name to read them.
 PYTORCH_2_11_DEVICE_MEMBERS = (
     "getMemoryFraction", "create_or_incref_pool", "get_private_pool", "getPoolUseCount",
     "setUseOnOOM", "setNoSplit", "try_mempool_fallback", "record_free_markers",
