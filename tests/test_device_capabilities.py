@@ -8,6 +8,7 @@ member of ``Device``, ``Stream``, ``DestroyableStream`` or ``CaptureDevice``."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from allocator_ref.device import protocol
@@ -33,7 +34,10 @@ def _probes():
                 continue
             target, name = node.args[0], node.args[1]
             text = ast.unparse(target)
-            if isinstance(name, ast.Constant) and ("device" in text or text in ("stream", "s", "self.stream")):
+            # \bdevice\b: a device (self.device, p.device), not the DeviceCachingAllocator a MemPool
+            # asks its allocator for (allocator.device_allocator is no device capability)
+            if isinstance(name, ast.Constant) and (re.search(r"\bdevice\b", text)
+                                                   or text in ("stream", "s", "self.stream")):
                 yield path.name, name.value
 
 
