@@ -386,7 +386,7 @@ def _merge_hidden(rng: random.Random):
 
 
 register(Exercise(
-    id="lab2.merge", lab=2, title="try_merge_blocks(dst, src, pool): the merge on free",
+    id="lab2.merge", observed=True, lab=2, title="try_merge_blocks(dst, src, pool): the merge on free",
     public=_merge_public, hidden=_merge_hidden,
     nudge='Look at the neighbour named above: may it be absorbed right now, and is every link, pointer and pool entry updated when it is?',
     hint="Return 0 (no merge) when src is None, allocated, has event_count > 0 or stream_uses, or its "
