@@ -32,8 +32,9 @@ What it does not promise: the account of what an ``observed`` submission did is
 made in the notebook's process, next to the submission, so code written to
 forge that account (patch the device's counters, or the runner itself) is not
 stopped; nor is code that replaces ``check`` itself before the check cell runs
-(the learner's kernel is the learner's).  Exercises marked neither (they judge a
-second OS process's work) are judged in the notebook's process as in the open mode.
+(the learner's kernel is the learner's).  Every exercise is marked one or the other
+(tests/test_labs_attacks.py keeps it so); one marked neither would be judged in the
+notebook's process, as in the open mode.
 """
 from __future__ import annotations
 
@@ -168,6 +169,8 @@ def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: fl
         proc.wait()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             stream.close()
+        if ex.teardown is not None:            # what the runners started here (lab 6's receiver process)
+            ex.teardown()
 
 
 def _call_here(submission, message: dict) -> dict:

@@ -141,15 +141,14 @@ def run_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int) -> di
 
 def judge_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int, mode: str) -> None:
     seen = observed(fn, run_pipeline, n, work_us, profile, data_seed)
-    elapsed = seen["elapsed"]
     what = f"{fmt(n)} of data, {work_us:g} us of work per stream, {profile}"
     # The reference timings: measured after the learner's code ran (in a graded check, in another process).
     data = random.Random(data_seed).randbytes(n)
     _, _, _, t_ref = _timed(_reference_record_stream, profile, data, work_us)
     _, _, _, t_serial = _timed(_reference_serial, profile, data, work_us)
     limit = (t_ref + t_serial) / 2
-    if elapsed > limit:
-        raise Fail(f"correct bytes, but the streams were serialised ({what}): your program took {elapsed:.0f} us "
+    if seen["elapsed"] > limit:
+        raise Fail(f"correct bytes, but the streams were serialised ({what}): your program took {seen['elapsed']:.0f} us "
                    f"of (simulated) device time; the version that synchronizes the device before the free takes "
                    f"{t_serial:.0f} us and one that keeps both streams busy at once takes {t_ref:.0f} us. "
                    "Do not make the default stream (or the host, for the whole device) wait for the side stream's "
