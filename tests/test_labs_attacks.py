@@ -336,7 +336,9 @@ LIVE_ATTACKS = {
     from allocator_ref.device.sim import SimDevice
     from allocator_ref.labs import reference
     real_stats = reference.CachingAllocator.memory_stats
-    # In the learner's cell: the (frozen) reference allocator and the device say nothing any more.
+    # In the learner's cell: the (frozen) reference allocator never merges either, and it and the device
+    # say nothing any more of what is held (the leaks a merge that never happens leaves).
+    reference.CachingAllocator.try_merge_blocks = lambda self, dst, src, pool: 0
     reference.CachingAllocator.memory_stats = lambda self: {k: 0 for k in real_stats(self)}
     reference.CachingAllocator.segments = lambda self: []
     SimDevice.mem_get_info = lambda self: (1 << 40, 1 << 40)
