@@ -52,13 +52,14 @@ class AddressSpaceFull(CudaError):
     A CudaError (the call failed: CUDA_ERROR_OUT_OF_MEMORY, as cuMemAddressReserve answers), but not
     a CudaOutOfMemoryError: the allocator must not take it for a device that ran out of memory and
     walk its retry ladder, and a replay must not count it as an OOM of the program it replays.
-    Its text leads with what happened and what to do (a report may keep only its first line)."""
+    Its text leads with what happened and what to do, in under 200 characters (a report may keep only
+    the start of its first line)."""
 
     def __init__(self, call: str, size: int, space: "AddressSpace", device_memory: int) -> None:
         held, ranges, room = space.held(), len(space.live_ranges()), space.limit - space.base
         per_gib = room * 8 // 9 // GiB              # segments of 1.125x a 1 GiB device that fit: divide by the GiB
         super().__init__("CUDA_ERROR_OUT_OF_MEMORY", "")
-        text = (f"{call}: the simulated GPU's {_bytes(room)} of addresses hold only {ranges:,} ranges of "
+        text = (f"{call}: {_bytes(room)} of simulated addresses hold only {ranges:,} ranges of "
                 f"{_bytes(size)}: use --device-memory below {per_gib:,} / (streams x pools) GiB, or no "
                 f"expandable segments. (Each stream's and pool's expandable segment reserves 1.125x the "
                 f"device's memory, {_bytes(device_memory)}; {_bytes(held)} are taken; {self.name})")
