@@ -206,7 +206,8 @@ def compare_rows(snapshot, profile: str = "h100-80gb", device_memory: float | No
                      "fits": t.fits if device_memory is not None else None, "anchored": True,
                      "reproduces": None if t.kind != "recorded" else t.mismatch is None,
                      "prediction": t.policy != "caching",
-                     "capacity": None if t.kind != "recorded" else capacity.to_json()})
+                     "capacity": None if t.kind != "recorded" else capacity.to_json(),
+                     "skipped": t.skipped or None})      # not replayed (why): its figures are not measured
     return rows
 
 
@@ -252,6 +253,9 @@ def cmd_compare(args) -> int:
         header += f"  fits {args.device_memory:g} GiB"
     print(header)
     for r in rows:
+        if r.get("skipped"):
+            print(f"{r['policy']:<15} {r['config']:<28} not replayed: {r['skipped']}")
+            continue
         retries = "-" if r["num_alloc_retries"] is None else f"{r['num_alloc_retries']:,}"
         line = (f"{r['policy']:<15} {r['config']:<28} {_mib(r['peak_reserved']):>15} "
                 f"{_mib(r['peak_allocated']):>15} {_mib(r['fragmentation_at_peak']):>13} {r['device_calls']:>7} "
@@ -261,6 +265,7 @@ def cmd_compare(args) -> int:
         if r["prediction"]:
             line += "  (model prediction)"
         print(line)
+    rows = [r for r in rows if not r.get("skipped")]
     if len({r["peak_reserved"] for r in rows}) == 1:
         print("every row has the same peak reserved: on this run no design or setting changes what is held at "
               "the peak (compare the calls and retries columns for what they do cost)")

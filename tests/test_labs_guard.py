@@ -328,3 +328,20 @@ def test_a_declared_function_exercise_judges_exactly_and_hides_hidden_values(mon
     assert off.cases[0].passed and not off.passed
     hidden_text = " ".join(c.explanation for c in off.cases if c.hidden)
     assert "expected" not in hidden_text and not any(str(3 * k + 1) in hidden_text for k in range(10, 100))
+
+
+def test_the_sticky_stop_lets_a_finalizer_the_garbage_collector_runs_finish():
+    # A device freed by the garbage collector while a stopped case's code still runs gives back its
+    # shared segments in weakref.finalize; the stop must not cut that cleanup short.  The learner's
+    # own frames (a finalizer callback of theirs included) are still stopped.
+    import types
+    import weakref
+    from allocator_ref.labs.guard import CaseTimeout, _Sticky
+    sticky = _Sticky()
+    sticky.error = CaseTimeout
+
+    def frame_of(filename):
+        return types.SimpleNamespace(f_code=types.SimpleNamespace(co_filename=filename))
+    assert sticky.trace(frame_of(weakref.__file__), "line", None) == sticky.trace
+    with pytest.raises(CaseTimeout):
+        sticky.trace(frame_of("/home/learner/notebook.py"), "line", None)

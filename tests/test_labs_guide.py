@@ -134,7 +134,7 @@ function_exercise(
     id="lab9.double", lab=9, title="double(n)", reference=lambda n: 2 * n,
     public=[(3,)], hidden=lambda rng: [(rng.randint(10, 10 ** 6),) for _ in range(3)],
     explain=lambda args, expected: f"twice {args[0]} is {expected}",
-    nudge="Look at the number above.", hint="Return n * 2.",
+    nudge="Look at the number above.", hint="Return n * 2.", pure=True,
 )
 edges("lab9.double", Edge("a number of 10 or more", lambda data: data[0] >= 10))
 '''

@@ -4,24 +4,37 @@ In the open mode (``check(id, fn)``) the judge and the learner's code share the
 notebook's process: a submission can read the judge's expected value off the
 stack (``sys._getframe(1).f_locals``) or patch a class the reference still
 shares.  A graded check (``check(..., graded=True)``, what the nbgrader release
-writes) of an exercise marked ``pure`` (its judge reads only what the submission
-returns) runs differently:
+writes) runs differently, for every exercise marked ``pure`` or ``observed``:
 
 * a fresh Python (``python -I``: no PYTHON* variables, no user site, not the
-  notebook's working folder) imports this package, draws the same cases from the
-  same seed and runs every judge: every expected value lives there;
-* each time a judge calls the submission, the clean process sends the arguments
-  here (pickled: our own data, from our own process) and the submission runs in
-  the notebook's process, guarded as usual, with nothing of the judge on its
-  stack;
-* what it returned goes back as *plain data* only (int, float, str, bool, None
-  and lists, tuples, dicts of them), encoded by hand: the clean process never
-  unpickles anything the submission made, so it never runs the submission's code.
+  notebook's working folder, and not dumpable: the notebook cannot read its
+  memory) imports this package, draws the same cases from the same seed and runs
+  every judge: every expected value is computed there, and only there;
+* ``pure`` exercises (the judge reads only what the submission returns): each
+  time a judge calls the submission, the clean process sends the arguments here
+  (pickled: our own data, from our own process) and the submission runs in the
+  notebook's process, guarded as usual, with nothing of the judge on its stack;
+* ``observed`` exercises (the submission is handed live objects: a device, an
+  allocator, streams): the judge asks ``check.observed(submission, runner,
+  *inputs)``; the clean process sends the runner's name and the case's inputs
+  here, and the runner (a function of a lab module) builds the live objects in
+  the notebook's process, runs the submission on them and describes what
+  happened; the judge then computes the expected values, in the clean process,
+  and gives the verdict there;
+* what comes back is *plain data* only (int, float, str, bool, None and lists,
+  tuples, dicts of them), encoded by hand: the clean process never unpickles
+  anything the submission made, so it never runs the submission's code.
 
-What this does not promise: code that sets out to replace ``check`` itself
-before the check cell runs (the learner's kernel is the learner's) can always do
-so; exercises that hand the submission live objects (a device, an allocator) are
-judged in the notebook's process as in the open mode.
+What this promises: no expected value is ever in the process the submission runs
+in, and nothing the submission patches (a shared class, a module function, the
+checker's own code in the notebook) changes an expected value or a verdict.
+What it does not promise: the account of what an ``observed`` submission did is
+made in the notebook's process, next to the submission, so code written to
+forge that account (patch the device's counters, or the runner itself) is not
+stopped; nor is code that replaces ``check`` itself before the check cell runs
+(the learner's kernel is the learner's).  Every exercise is marked one or the other
+(tests/test_labs_attacks.py keeps it so); one marked neither would be judged in the
+notebook's process, as in the open mode.
 """
 from __future__ import annotations
 
@@ -35,6 +48,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from .check import Apart
 from .guard import CaseTimeout, run_guarded, safe_str
 from .results import CaseResult, CheckResult
 
@@ -155,14 +169,21 @@ def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: fl
         proc.wait()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             stream.close()
+        if ex.teardown is not None:            # what the runners started here (lab 6's receiver process)
+            ex.teardown()
 
 
 def _call_here(submission, message: dict) -> dict:
+    from .check import Fail
     args, kwargs = pickle.loads(base64.b64decode(message["args"]))   # made by our clean process
     reply: dict = {}
+    target = submission
+    if "observe" in message:                   # an observed exercise: the runner runs the submission here
+        runner = _runner(message["observe"])
+        target = lambda *a, **k: runner(submission, *a, **k)   # noqa: E731
 
     def call():
-        value = submission(*args, **kwargs)
+        value = target(*args, **kwargs)
         try:
             reply["value"] = encode(value)
         except NotPlainData as exc:
@@ -173,10 +194,24 @@ def _call_here(submission, message: dict) -> dict:
     reply["output"] = outcome.output
     if outcome.timed_out:
         reply = {"timeout": True, "output": outcome.output}
+    elif type(outcome.error) is Fail:          # the runner saw a wrong behaviour (no expected value needed)
+        reply.pop("value", None)
+        exc = outcome.error
+        reply["fail"] = {"message": safe_str(Exception(exc.message)), "safe": safe_str(Exception(exc.safe)),
+                         "hint": exc.hint if isinstance(exc.hint, str) else None}
     elif outcome.error is not None:
         reply.pop("value", None)
         reply["raised"] = _describe_raised(outcome.error)
     return reply
+
+
+def _runner(name: str):
+    """The runner a graded check's clean process names: a module-level function of a lab module."""
+    import importlib
+    module, _, qualname = name.partition(":")
+    if not module.startswith("allocator_ref.labs.") or not qualname.isidentifier():
+        raise ValueError(f"not a lab runner: {name!r}")
+    return getattr(importlib.import_module(module), qualname)
 
 
 def _describe_raised(exc: BaseException) -> dict:
@@ -195,7 +230,7 @@ def _describe_raised(exc: BaseException) -> dict:
 
 
 # ---------------------------------------------------------------- the clean process
-class _Remote:
+class _Remote(Apart):
     """The submission as the clean process's judges see it: each call is answered by the notebook."""
 
     def __init__(self, inbox, outbox, time_limit: float) -> None:
@@ -203,9 +238,21 @@ class _Remote:
         self.deadline = None
 
     def __call__(self, *args, **kwargs):
+        return self._ask({}, args, kwargs)
+
+    def observe(self, runner, args: tuple):
+        """``runner(submission, *args)`` run in the notebook (check.observed); its plain account comes back."""
+        name = f"{runner.__module__}:{runner.__qualname__}"
+        if not runner.__module__.startswith("allocator_ref.labs.") or not runner.__qualname__.isidentifier():
+            raise ValueError(f"observed() needs a module-level function of a lab module, not {name}")
+        return self._ask({"observe": name}, args, {})
+
+    def _ask(self, message: dict, args: tuple, kwargs: dict):
         import time
+        from .check import Fail
         left = max(self.deadline - time.monotonic(), 0.001) if self.deadline else self.time_limit
-        send(self.outbox, {"args": base64.b64encode(pickle.dumps((args, kwargs))).decode(), "time_left": left})
+        send(self.outbox, dict(message, args=base64.b64encode(pickle.dumps((args, kwargs))).decode(),
+                               time_left=left))
         reply = receive(self.inbox)
         if reply is None:
             raise SystemExit(0)                    # the notebook went away: nothing left to judge
@@ -213,6 +260,9 @@ class _Remote:
             print(reply["output"], end="")         # run_guarded here captures it as the case's output
         if reply.get("timeout"):
             raise CaseTimeout()
+        if "fail" in reply:
+            fail = reply["fail"]
+            raise Fail(str(fail["message"]), str(fail["safe"]), fail["hint"] if isinstance(fail["hint"], str) else None)
         if "raised" in reply:
             _raise_as_submission(_reraised(reply["raised"]))
         return decode(reply["value"])

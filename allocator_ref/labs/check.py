@@ -23,9 +23,13 @@ loop, even one whose bare ``except:`` swallows the stop; ``sys.exit()``; an
 ``__eq__`` that answers True; a patched course class, see ``reference.py``), not
 against code written to cheat: such code can read the judge's expected value off
 the stack or patch what the reference still shares.  A graded check
-(``graded=True``, written by the nbgrader release into its locked cells) of an
-exercise marked ``pure`` judges in a clean Python process instead, and the
-submission runs apart from every expected value (see ``apart.py``).
+(``graded=True``, written by the nbgrader release into its locked cells) judges
+in a clean Python process instead, and the submission runs apart from every
+expected value (see ``apart.py``): an exercise marked ``pure`` has its judge call
+the submission from there; one marked ``observed`` (the submission gets live
+objects: a device, an allocator) has its judge ask, through :func:`observed`,
+for a plain-data account of what the submission did, made where the submission
+runs, and gives its verdict there, in the clean process.
 
 The seed is, in order: the ``seed=`` argument, the environment variable
 ``ALLOCATOR_REF_LAB_SEED``, or a number derived from the learner's user
@@ -111,6 +115,13 @@ class Exercise:
     time_limit: float = TIME_LIMIT_S     # seconds per case
     pure: bool = False                   # the judge reads only what the submission returns (plain data), so a
                                          # graded check can judge in a clean process (apart.py)
+    observed: bool = False               # the judge sees the submission only through observed() (plain data):
+                                         # a graded check judges it in a clean process too (apart.py)
+
+    @property
+    def apart(self) -> bool:
+        """Whether a graded check judges this exercise in a clean process."""
+        return self.pure or self.observed
 
 
 EXERCISES: dict[str, Exercise] = {}
@@ -271,10 +282,10 @@ def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
     ``hint=True``: show the full recipe after a failure (it never appears unasked: the nudge changes
     with each failed attempt, and after a few it says where the recipe and a solution are).
     ``time_limit``: seconds per case (default: the exercise's, 120 s).
-    ``graded=True``: judge a ``pure`` exercise in a clean process (apart.py); the others as usual.
+    ``graded=True``: judge in a clean process (apart.py): every exercise marked ``pure`` or ``observed``.
     """
     ex = exercise(exercise_id)
-    if graded and ex.pure and submission is not None:
+    if graded and ex.apart and submission is not None:
         from .apart import judge_apart
         limit = ex.time_limit if time_limit is None else time_limit
         if hidden is None and quick():
@@ -407,6 +418,32 @@ def show_solution(exercise_id: str) -> None:
     print(solution_text(exercise_id))
 
 
+# ---------------------------------------------------------------- what the submission did
+class Apart:
+    """The submission as a graded check's clean process sees it (``apart._Remote``): it lives in the
+    notebook's process, so the judge can only call it (plain data back) or ask :func:`observed`."""
+
+    def observe(self, runner: Callable, args: tuple) -> Any:       # pragma: no cover -- apart.py defines it
+        raise NotImplementedError
+
+
+def observed(submission: Any, runner: Callable, *args: Any) -> Any:
+    """``runner(submission, *args)``: what the submission did with the live objects it was handed, as
+    plain data (int, float, str, bool, None, and lists, tuples and dicts of them).
+
+    A judge of an exercise marked ``observed`` meets the submission only here, and computes its
+    expected values after this returns.  In a graded check the judge runs in a clean process and
+    ``runner`` runs in the notebook's process, where the submission lives: it builds the device, the
+    allocator, the streams from ``args``, runs the submission on them, and sends back only its plain
+    account; a :class:`Fail` the runner raises (a wrong behaviour it sees without any expected value)
+    comes back as itself.  ``runner`` must be a module-level function of a lab module (the notebook
+    finds it by name), and nothing it returns may be an expected value.
+    """
+    if isinstance(submission, Apart):
+        return submission.observe(runner, args)
+    return runner(submission, *args)
+
+
 # ---------------------------------------------------------------- helpers for lab modules
 def lab_device(profile: str = "h100-80gb"):
     """A fresh simulated device: checks always run on the SimDevice, so results are reproducible."""
@@ -429,4 +466,4 @@ def fmt(n: int) -> str:
 
 __all__ = ["check", "hint", "show_solution", "progress", "Fail", "Case", "Exercise",
            "CheckResult", "register", "resolve_seed", "lab_device", "fmt", "EXERCISES", "same", "show",
-           "judge", "lab_modules"]
+           "judge", "lab_modules", "observed", "Apart"]

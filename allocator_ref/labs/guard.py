@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -38,6 +39,11 @@ SHOW_CAP = 200                # characters of a learner value shown in a message
 
 
 PACKAGE_DIR = str(Path(__file__).resolve().parents[1])   # allocator_ref/: frames the sticky stop leaves alone
+# weakref.finalize's own frame: the garbage collector may run a finalizer (a device's, which gives
+# back its shared segments) at any line, the stopped learner's included; raising there would only
+# skip that cleanup ("Exception ignored in: <finalize object>").  The callback it calls is still
+# stopped when it is the learner's.
+FINALIZER_FILE = weakref.__file__
 REFIRE_S = 0.05               # after the limit, the timer fires this often (wakes a blocked sleep again)
 
 
@@ -71,7 +77,8 @@ class _Sticky:
     def trace(self, frame, event, arg):
         if self.error is None:
             return None
-        if event in ("call", "line") and not frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        filename = frame.f_code.co_filename
+        if event in ("call", "line") and not filename.startswith(PACKAGE_DIR) and filename != FINALIZER_FILE:
             raise self.error()
         return self.trace
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from .reference import CachingAllocator
-from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
+from .check import Case, Exercise, Fail, MiB, fmt, lab_device, observed, register, same, show
 
 
 def reference_measure(dev, nbytes, repeats=20, kernel_us=100.0):
@@ -50,17 +50,28 @@ def reference_measure(dev, nbytes, repeats=20, kernel_us=100.0):
     return {"direct_us": direct, "cached_us": cached, "ratio": direct / cached}
 
 
+def run_measure(fn, nbytes, repeats, kernel_us, profile) -> dict:
+    """The runner (check.observed): the learner's measure on a fresh device; what the device saw, and
+    what it returned (its figures, when they are numbers)."""
+    dev = lab_device(profile)
+    before = dev.counters.malloc_calls, dev.counters.implicit_syncs, dev.counters.kernels
+    got = fn(dev, nbytes, repeats, kernel_us)
+    seen = {"mallocs": dev.counters.malloc_calls - before[0], "syncs": dev.counters.implicit_syncs - before[1],
+            "kernels": dev.counters.kernels - before[2], "shown": show(got), "figures": None}
+    if type(got) is dict and {"direct_us", "cached_us", "ratio"} <= set(got):
+        seen["figures"] = {key: got[key] if type(got[key]) in (int, float) else show(got[key])
+                           for key in ("direct_us", "cached_us", "ratio")}
+    return seen
+
+
 def _measure_case(nbytes, repeats, kernel_us, profile, label):
     def judge(fn):
-        dev = lab_device(profile)
-        before = dev.counters.malloc_calls, dev.counters.implicit_syncs, dev.counters.kernels
-        got = fn(dev, nbytes, repeats, kernel_us)
-        mallocs = dev.counters.malloc_calls - before[0]
-        syncs = dev.counters.implicit_syncs - before[1]
-        kernels = dev.counters.kernels - before[2]
-        if type(got) is not dict or not {"direct_us", "cached_us", "ratio"} <= set(got):
-            raise Fail(f"measure returned {show(got)}; return a dict with direct_us, cached_us and ratio",
+        seen = observed(fn, run_measure, nbytes, repeats, kernel_us, profile)
+        got = seen["figures"]
+        if got is None:
+            raise Fail(f"measure returned {seen['shown']}; return a dict with direct_us, cached_us and ratio",
                        "measure did not return a dict with direct_us, cached_us and ratio")
+        mallocs, syncs, kernels = seen["mallocs"], seen["syncs"], seen["kernels"]
         if mallocs < repeats:
             raise Fail(f"the device saw {mallocs} cudaMalloc call(s) for {repeats} repeats: the direct loop must call "
                        "dev.malloc and dev.free once per iteration (do not reuse one buffer)",
@@ -71,18 +82,21 @@ def _measure_case(nbytes, repeats, kernel_us, profile, label):
         if kernels < 2 * repeats:
             raise Fail(f"the device ran {kernels} kernel(s): each iteration of both loops must launch the kernel that "
                        "uses the buffer (dev.fill or dev.sleep)", "the loops did not launch a kernel per iteration")
+        # Measured after the learner's code ran (in a graded check, in another process than it).
         ref = reference_measure(lab_device(profile), nbytes, repeats, kernel_us)
         for key, words in (("direct_us", "host time per iteration of the cudaMalloc/cudaFree loop"),
                            ("cached_us", "host time per iteration of the caching-allocator loop")):
             value = got[key]
             if type(value) not in (int, float) or not math.isclose(value, ref[key], rel_tol=0.15):
-                raise Fail(f"{key} = {value!r}, but the device's clock gives {ref[key]:.2f} us for the same loop "
+                raise Fail(f"{key} = {value if type(value) is str else repr(value)}, but the device's clock gives "
+                           f"{ref[key]:.2f} us for the same loop "
                            f"({fmt(nbytes)}, {repeats} repeats, {kernel_us:g} us kernels, {profile}): {words}, "
                            "measured with dev.now_us() before and after the loop, divided by repeats",
                            f"{key} is not consistent with the device's clock for this loop")
-        if type(got["ratio"]) not in (int, float) or not math.isclose(got["ratio"], got["direct_us"] / got["cached_us"],
-                                                                           rel_tol=0.01):
-            raise Fail(f"ratio = {got['ratio']!r} is not direct_us / cached_us", "ratio is not direct_us / cached_us")
+        ratio = got["ratio"]
+        if type(ratio) not in (int, float) or not math.isclose(ratio, got["direct_us"] / got["cached_us"], rel_tol=0.01):
+            raise Fail(f"ratio = {ratio if type(ratio) is str else repr(ratio)} is not direct_us / cached_us",
+                       "ratio is not direct_us / cached_us")
     return Case(label, judge, data=(nbytes, repeats, kernel_us, profile))
 
 
@@ -101,7 +115,7 @@ def _measure_hidden(rng):
 
 
 register(Exercise(
-    id="lab1.measure", lab=1, title="measure(dev, nbytes, repeats, kernel_us): cudaMalloc/cudaFree vs cached",
+    id="lab1.measure", observed=True, lab=1, title="measure(dev, nbytes, repeats, kernel_us): cudaMalloc/cudaFree vs cached",
     public=_measure_public, hidden=_measure_hidden, what="measure function",
     nudge="Which loop did the device not see, or which figure is not per iteration of the device's own clock?",
     hint="Loop 1: ptr = dev.malloc(nbytes); dev.fill(ptr, nbytes, 1); dev.sleep(None, kernel_us); dev.free(ptr). "

@@ -24,7 +24,7 @@ from . import reference as ref_config
 from .reference import CachingAllocator
 from ..caching.block import Block, BlockPool
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
-from .spec import Edge, edges, seen_in_run
+from .spec import Drawn, Edge, edges, function_exercise, seen_in_run
 from .workload import compare, random_workload
 
 DIV4 = "roundup_power2_divisions:4"
@@ -216,23 +216,21 @@ def _split_reason(block_size, size, small, expandable, config_text, expected) ->
     return f"{req} {must}: remaining {fmt(remaining)} {cmp}"
 
 
-def _split_case(block_size, size, small=False, expandable=False, config_text="", label=None) -> Case:
-    def judge(fn):
-        cfg = _config(config_text)
-        ref = CachingAllocator(lab_device("tiny-1gb"), config_text)
-        expected = ref.device_allocator.should_split(_block(block_size, small), size, expandable)
-        got = fn(_block(block_size, small), size, expandable, cfg)
-        if type(got) is not bool:
-            raise Fail(f"should_split returned {show(got)}, a {type(got).__name__}: return True or False",
-                       "your should_split did not return True or False")
-        if not same(got, expected):
-            raise Fail(f"should_split returned {show(got)}: "
-                       + _split_reason(block_size, size, small, expandable, config_text, expected),
-                       "your should_split disagrees with the reference on a block of this kind")
+def _split_reference(block_size, size, small, expandable, config_text) -> bool:
+    ref = CachingAllocator(lab_device("tiny-1gb"), config_text)
+    return ref.device_allocator.should_split(_block(block_size, small), size, expandable)
+
+
+def _split_label(args) -> str:
+    block_size, size, small, expandable, config_text = args
     pool = "small pool" if small else ("expandable" if expandable else "large pool")
     conf = f", {config_text}" if config_text else ""
-    return Case(label or f"{fmt(block_size)} block, {fmt(size)} request ({pool}{conf})", judge,
-                data=(block_size, size, small, expandable, config_text))
+    return f"{fmt(block_size)} block, {fmt(size)} request ({pool}{conf})"
+
+
+def _split_message(args, got, expected) -> tuple:
+    return (f"should_split returned {show(got)}: " + _split_reason(*args, expected),
+            "your should_split disagrees with the reference on a block of this kind")
 
 
 def _split_workload_case(label, ops, config=""):
@@ -241,60 +239,70 @@ def _split_workload_case(label, ops, config=""):
     return Case(label, judge, data=(ops, config))
 
 
-def _split_public():
-    return [
-        _split_case(20 * MiB, 19 * MiB + 512 * 1024),
-        _split_case(20 * MiB, 5 * MiB),
-        _split_case(20 * MiB, 19 * MiB),
-        _split_case(2 * MiB, 512, small=True),
-        _split_case(MiB, MiB - 512, small=True),
-        _split_case(MiB, MiB, small=True),
-        _split_case(20 * MiB, 19 * MiB + 512 * 1024, expandable=True),
-        _split_case(60 * MiB, 50 * MiB, config_text="max_split_size_mb:40"),
-        _split_workload_case("plugged into the allocator: a mixed workload", _public_workload()),
-        _split_workload_case("plugged in, expandable_segments:True", _public_workload(), "expandable_segments:True"),
-    ]
+# (block size, request, small pool, expandable segment, config)
+_SPLIT_PUBLIC = [
+    (20 * MiB, 19 * MiB + 512 * 1024, False, False, ""),
+    (20 * MiB, 5 * MiB, False, False, ""),
+    (20 * MiB, 19 * MiB, False, False, ""),
+    (2 * MiB, 512, True, False, ""),
+    (MiB, MiB - 512, True, False, ""),
+    (MiB, MiB, True, False, ""),
+    (20 * MiB, 19 * MiB + 512 * 1024, False, True, ""),
+    (60 * MiB, 50 * MiB, False, False, "max_split_size_mb:40"),
+]
+
+
+def _split_workloads():
+    return [_split_workload_case("plugged into the allocator: a mixed workload", _public_workload()),
+            _split_workload_case("plugged in, expandable_segments:True", _public_workload(), "expandable_segments:True")]
 
 
 def _split_hidden(rng: random.Random):
-    cases = []
+    drawn = []
     for k in range(3):
         block = 512 * rng.randint(2 * 2048, 120 * 2048)
         # k=0: exactly 1 MiB left (> is not >=); k=1: 1 MiB + 512 B left, the smallest that splits
         edge = [MiB] if k == 0 else [MiB + 512] if k == 1 else [0, 512, MiB - 512, 512 * rng.randint(1, 4096)]
         size = block - rng.choice(edge)
         size = max(512, size)
-        cases.append(_split_case(block, size, label="large pool, remainder near 1 MiB"))
+        drawn.append(Drawn((block, size, False, False, ""), "large pool, remainder near 1 MiB"))
     for k in range(3):
         block = 512 * rng.randint(2, 4096)
         # k=0: exactly 512 B left, the smallest remainder the small pool keeps (>= is not >); k=1: nothing left
         left = 512 if k == 0 else 0 if k == 1 else rng.choice([1024, 512 * rng.randint(0, 64)])
         size = max(512, block - left)
-        cases.append(_split_case(block, size, small=True, label="small pool"))
+        drawn.append(Drawn((block, size, True, False, ""), "small pool"))
     for k in range(2):
         block = 512 * rng.randint(40960, 409600)
         # k=0: a 512 B remainder, which splits here though the large pool's rule would not
         left = 512 if k == 0 else 512 * rng.randint(1, 4000)
-        cases.append(_split_case(block, block - left, expandable=True, label="expandable segment"))
+        drawn.append(Drawn((block, block - left, False, True, ""), "expandable segment"))
     ms = rng.choice([40, 64, 128])
     # The request exactly at max_split_size (oversize: `<` is not `<=`), one just below it (splits), one above.
     for size in (ms * MiB, ms * MiB - 512 * rng.randint(1, 2048), ms * MiB + 512 * rng.randint(1, 4096)):
-        cases.append(_split_case(ms * MiB * 2, size, config_text=f"max_split_size_mb:{ms}",
-                                 label="max_split_size set, a request near it"))
+        drawn.append(Drawn((ms * MiB * 2, size, False, False, f"max_split_size_mb:{ms}"),
+                           "max_split_size set, a request near it"))
+    return drawn
+
+
+def _split_hidden_workload(rng: random.Random):
+    """After the drawn inputs, from the same generator: a seeded workload with should_split plugged in."""
     conf = rng.choice(["", "max_split_size_mb:40", "expandable_segments:True"])
-    cases.append(_split_workload_case("a seeded workload with your should_split plugged in",
-                                      random_workload(rng, 60), conf))
-    return cases
+    return [_split_workload_case("a seeded workload with your should_split plugged in", random_workload(rng, 60), conf)]
 
 
-register(Exercise(
+function_exercise(
     id="lab2.should_split", pure=True, lab=2, title="should_split(block, size, expandable_active, config)",
-    public=_split_public, hidden=_split_hidden,
+    reference=_split_reference, public=_SPLIT_PUBLIC, hidden=_split_hidden, label=_split_label,
+    # The learner's function gets a fresh Block of that size and pool, and the parsed config.
+    call=lambda args: (_block(args[0], args[2]), args[1], args[3], _config(args[4])),
+    returns=(bool, "True or False"), message=_split_message,
+    more_public=_split_workloads, more_hidden=_split_hidden_workload,
     nudge='Which pool is the block in, and is the comparison with the remainder strict or not?',
     hint="remaining = block.size - size. Small pool (block.pool.is_small) or expandable_active: split when "
          "remaining >= 512. Large pool: split only when size < config.max_split_size AND remaining is "
          "strictly more than 1 MiB (kSmallSize).",
-))
+)
 
 
 # ------------------------------------------------------------------ the merge on free
@@ -386,7 +394,7 @@ def _merge_hidden(rng: random.Random):
 
 
 register(Exercise(
-    id="lab2.merge", lab=2, title="try_merge_blocks(dst, src, pool): the merge on free",
+    id="lab2.merge", observed=True, lab=2, title="try_merge_blocks(dst, src, pool): the merge on free",
     public=_merge_public, hidden=_merge_hidden,
     nudge='Look at the neighbour named above: may it be absorbed right now, and is every link, pointer and pool entry updated when it is?',
     hint="Return 0 (no merge) when src is None, allocated, has event_count > 0 or stream_uses, or its "

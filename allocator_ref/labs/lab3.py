@@ -21,7 +21,7 @@ import random
 
 from ..allocation import Allocation
 from .reference import CachingAllocator
-from .check import Case, Exercise, Fail, fmt, lab_device, register, show
+from .check import Case, Exercise, Fail, fmt, lab_device, observed, register, show
 
 FILL = 0xEE
 
@@ -99,7 +99,9 @@ def _timed(fn, profile, data, work_us):
     return dev, alloc, out, dev.now_us() - t0
 
 
-def judge_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int, mode: str) -> None:
+def run_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int) -> dict:
+    """The runner (check.observed): the learner's pipeline on a fresh device.  What is wrong without any
+    reference (the bytes, a leak, a host write, cudaFree) fails here; the timing goes back for the verdict."""
     data = random.Random(data_seed).randbytes(n)
     dev, alloc, out, elapsed = _timed(fn, profile, data, work_us)
     what = f"{fmt(n)} of data, {work_us:g} us of work per stream, {profile}"
@@ -134,21 +136,29 @@ def judge_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int, mod
         raise Fail("your pipeline made cudaFree run (empty_cache() or a direct device free): cudaFree waits for "
                    "every stream (an implicit device-wide synchronisation), which serialises the streams",
                    "cudaFree was called during the pipeline (an implicit device-wide synchronisation)")
+    return {"elapsed": float(elapsed), "record_stream_calls": int(alloc.record_stream_calls)}
+
+
+def judge_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int, mode: str) -> None:
+    seen = observed(fn, run_pipeline, n, work_us, profile, data_seed)
+    what = f"{fmt(n)} of data, {work_us:g} us of work per stream, {profile}"
+    # The reference timings: measured after the learner's code ran (in a graded check, in another process).
+    data = random.Random(data_seed).randbytes(n)
     _, _, _, t_ref = _timed(_reference_record_stream, profile, data, work_us)
     _, _, _, t_serial = _timed(_reference_serial, profile, data, work_us)
     limit = (t_ref + t_serial) / 2
-    if elapsed > limit:
-        raise Fail(f"correct bytes, but the streams were serialised ({what}): your program took {elapsed:.0f} us "
+    if seen["elapsed"] > limit:
+        raise Fail(f"correct bytes, but the streams were serialised ({what}): your program took {seen['elapsed']:.0f} us "
                    f"of (simulated) device time; the version that synchronizes the device before the free takes "
                    f"{t_serial:.0f} us and one that keeps both streams busy at once takes {t_ref:.0f} us. "
                    "Do not make the default stream (or the host, for the whole device) wait for the side stream's "
                    "work: only the reuse of x's memory has to wait.",
                    "correct bytes, but the streams were serialised: the program took about as long as "
                    "running the two streams one after the other")
-    if mode == "record_stream" and alloc.record_stream_calls == 0:
+    if mode == "record_stream" and seen["record_stream_calls"] == 0:
         raise Fail("correct and overlapping, but this exercise is about record_stream: your pipeline never called "
                    "alloc.record_stream(x, side)", "your pipeline did not call record_stream")
-    if mode == "event" and alloc.record_stream_calls:
+    if mode == "event" and seen["record_stream_calls"]:
         raise Fail("this exercise asks for the event fix: do it without alloc.record_stream (record an event on "
                    "the side stream after the copy and free x only once it has completed)",
                    "your event-based pipeline called record_stream")
@@ -170,7 +180,7 @@ def _cases(mode, rng=None):
 
 
 register(Exercise(
-    id="lab3.record_stream", lab=3, title="fix the race with record_stream (and keep the streams overlapping)",
+    id="lab3.record_stream", observed=True, lab=3, title="fix the race with record_stream (and keep the streams overlapping)",
     public=lambda: _cases("record_stream"), hidden=lambda rng: _cases("record_stream", rng),
     nudge='Who still reads x after the default stream frees it, and does the allocator know?',
     hint="x is allocated on the default stream but read by the side stream. Before alloc.free(x), tell the "
@@ -179,7 +189,7 @@ register(Exercise(
 ))
 
 register(Exercise(
-    id="lab3.event", lab=3, title="fix the race with an event instead (no record_stream)",
+    id="lab3.event", observed=True, lab=3, title="fix the race with an event instead (no record_stream)",
     public=lambda: _cases("event"), hidden=lambda rng: _cases("event", rng),
     nudge="Which wait is enough: the whole device, a stream, or just the side stream's copy?",
     hint="Record an event on the side stream right after the copy (done = dev.create_event(); "

@@ -29,7 +29,8 @@ from dataclasses import replace
 from ..device import CudaError
 from ..device.sim import SimDevice
 from ..vmm import GrowableBuffer
-from .check import Case, Exercise, Fail, MiB, fmt, register
+from .check import Case, Exercise, Fail, MiB, fmt, observed, register
+from .guard import show
 
 VMM_CALLS = ("address_reserve", "address_free", "mem_create", "mem_release", "mem_map", "mem_unmap",
              "mem_set_access")
@@ -86,13 +87,25 @@ def _calls(log, names):
     return [c for c in log if c[0] in names]
 
 
-def judge_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed: int) -> None:
+class _Stop(Exception):
+    """A wrong behaviour the runner saw at one stage of one step (it needs no expected value)."""
+
+    def __init__(self, stage: str, message: str, safe: str) -> None:
+        super().__init__(message)
+        self.stage, self.message, self.safe = stage, message, safe
+
+
+def run_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed: int) -> dict:
+    """The runner (check.observed): the learner's class on a fresh device that logs every VMM call.
+
+    It returns, per grow, what the device saw (``steps``), and the first wrong behaviour it saw with no
+    expected value needed (``stop``: the step, the stage of that step and the explanation), or None.
+    ``judge_buffer`` reads them in order next to the reference's steps."""
     if not isinstance(cls, type):
         raise Fail(f"check() needs your class itself (e.g. check('lab5.growable_buffer', Buffer)), got "
                    f"{type(cls).__name__}", "check() needs your class itself")
     dev = VmmLogDevice(profile, g)
     g = dev.vmm_granularity()
-    expected = _reference_steps(profile, g, max_size, grows)
     rng = random.Random(data_seed)
     where = f"max_size {fmt(max_size)}, granularity {fmt(g)}, grows {[fmt(n) for n in grows]}"
     free0 = dev.mem_get_info()[0]
@@ -115,112 +128,141 @@ def judge_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_see
                    "create and map pages only when grow() needs them.",
                    "__init__ mapped the whole range up front (created physical memory before any grow())")
     if getattr(buf, "ptr", None) != start:
-        raise Fail(f"buf.ptr is {getattr(buf, 'ptr', None)!r}; it must be the start of your reservation "
+        raise Fail(f"buf.ptr is {show(getattr(buf, 'ptr', None))}; it must be the start of your reservation "
                    f"({start:#x}, what dev.address_reserve returned)",
                    "buf.ptr is not the start of the reservation")
 
+    steps: list = []
+    seen = {"reserved": reserved, "steps": steps, "stop": None}
     shadow = bytearray()                     # what the buffer must hold
-    mapped = 0
-    for (n, (ref_mapped, ref_calls)) in zip(grows, expected):
+    try:
+        for n in grows:
+            mark = len(dev.log)
+            calls0 = dev.counters.vmm_calls
+            buf.grow(n)
+            new = dev.log[mark:]
+            step = f"grow({fmt(n)}) after {fmt(len(shadow))} in use ({where})"
+            now = _mapped_in(dev, start, reserved)
+            held = dev.vmm_physical_bytes()
+            steps.append({"step": step, "undone": len(_calls(new, ("mem_unmap", "mem_release"))),
+                          "made": sum(c[1][0] for c in _calls(new, ("mem_create",))), "held": held, "now": now,
+                          "used": dev.counters.vmm_calls - calls0})
+            if buf.ptr != start or _calls(new, ("address_reserve", "address_free")):
+                raise _Stop("moved", f"{step}: the address changed (or the range was reserved again). A growable "
+                            "buffer keeps its one reservation: only map pages at its end.",
+                            "the buffer's address changed while growing")
+            if held != now:
+                raise _Stop("mapped", f"{step}: the device holds {fmt(held)} of physical memory but only {fmt(now)} "
+                            "is mapped: a handle was created and never mapped (or never released)",
+                            "physical memory was created that is not mapped (a leaked handle)")
+            # The new bytes become usable: write them (fails on pages without access rights).
+            extra = rng.randbytes(max(0, n - len(shadow)))
+            if extra:
+                try:
+                    dev.write(start + len(shadow), extra)
+                except CudaError as e:
+                    grant = " Call dev.mem_set_access(ptr, size) after dev.mem_map." if "access" in str(e) else ""
+                    raise _Stop("used", f"{step}: writing the new bytes failed: {e}.{grant}",
+                                "the new bytes cannot be written" +
+                                (" (mapped without mem_set_access)" if grant else "")) from None
+                shadow += extra
+            got = dev.read(start, len(shadow)) if shadow else b""
+            if got != bytes(shadow):
+                i = next(k for k in range(len(shadow)) if got[k] != shadow[k])
+                raise _Stop("used", f"{step}: byte {i} changed (0x{shadow[i]:02X} was written, 0x{got[i]:02X} reads "
+                            "back): the bytes written before a growth must stay where they are",
+                            "bytes written before the growth were lost")
+            if now < reserved:
+                try:
+                    dev.write(start + now, b"\x01")
+                except CudaError:
+                    pass
+                else:
+                    raise _Stop("used", f"{step}: writing one byte past the mapped end ({fmt(now)}) succeeded: "
+                                "only mapped pages may be usable", "writing past the mapped end succeeded")
+        mapped = _mapped_in(dev, start, reserved)
+
+        # Misuse: growing past the reservation must raise and change nothing on the device.
         mark = len(dev.log)
-        calls0 = dev.counters.vmm_calls
-        buf.grow(n)
-        new = dev.log[mark:]
-        step = f"grow({fmt(n)}) after {fmt(len(shadow))} in use ({where})"
-        if buf.ptr != start or _calls(new, ("address_reserve", "address_free")):
-            raise Fail(f"{step}: the address changed (or the range was reserved again). A growable buffer "
-                       "keeps its one reservation: only map pages at its end.",
-                       "the buffer's address changed while growing")
-        undone = _calls(new, ("mem_unmap", "mem_release"))
-        made = sum(c[1][0] for c in _calls(new, ("mem_create",)))
         held = dev.vmm_physical_bytes()
-        if undone or made > ref_mapped - mapped:
-            leaked = held - _mapped_in(dev, start, reserved)
+        try:
+            buf.grow(reserved + 1)
+        except Exception:
+            pass
+        else:
+            raise _Stop("end", f"grow({fmt(reserved)} + 1 B) past the {fmt(reserved)} reservation returned without "
+                        f"an error ({where}): it must raise (e.g. ValueError)",
+                        "growing past the reservation did not raise")
+        if dev.vmm_physical_bytes() != held or _mapped_in(dev, start, reserved) != mapped:
+            creates = len(_calls(dev.log[mark:], ("mem_create",)))
+            raise _Stop("end", f"grow({fmt(reserved)} + 1 B) past the {fmt(reserved)} reservation raised but leaked "
+                        f"physical memory: the device now holds {fmt(dev.vmm_physical_bytes() - held)} more than "
+                        f"before it ({creates} mem_create call(s) before the error; {where}). Check the size (and "
+                        "raise ValueError) before any device call.",
+                        "growing past the reservation raised but leaked physical memory")
+
+        buf.close()
+        free1 = dev.mem_get_info()[0]
+        left = []
+        if dev._handles or dev._dying:
+            left.append(f"{len(dev._handles) + len(dev._dying)} physical handle(s) (mem_release)")
+        if dev._pages.overlapping(start, reserved):
+            left.append("mappings (mem_unmap)")
+        if dev._reservations:
+            left.append(f"{len(dev._reservations)} reservation(s) (address_free)")
+        if free1 != free0 or left:
+            raise _Stop("end", f"leak after close(): mem_get_info reports {fmt(free0 - free1)} less free memory "
+                        f"than before the buffer ({where}); still held: {', '.join(left) or 'memory'}. close() "
+                        "must unmap every page, release every handle and free the range.",
+                        "leak after close(): the device did not get everything back")
+    except _Stop as stop:
+        seen["stop"] = {"at": len(steps) - 1 if stop.stage != "end" else len(steps), "stage": stop.stage,
+                        "message": stop.message, "safe": stop.safe}
+    return seen
+
+
+def judge_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed: int) -> None:
+    seen = observed(cls, run_buffer, max_size, grows, profile, g, data_seed)
+    stop, reserved = seen["stop"], seen["reserved"]
+
+    def stopped(at: int, stage: str) -> None:
+        if stop is not None and stop["at"] == at and stop["stage"] == stage:
+            raise Fail(stop["message"], stop["safe"])
+
+    # The reference's steps: measured after the learner's code ran (in a graded check, in another process).
+    g = VmmLogDevice(profile, g).vmm_granularity()
+    expected = _reference_steps(profile, g, max_size, grows)
+    mapped = 0
+    for i, (n, (ref_mapped, ref_calls)) in enumerate(zip(grows, expected)):
+        if i >= len(seen["steps"]):
+            break
+        rec = seen["steps"][i]
+        step, now, held, made = rec["step"], rec["now"], rec["held"], rec["made"]
+        stopped(i, "moved")
+        if rec["undone"] or made > ref_mapped - mapped:
+            leaked = held - now
             leak = (f" The old handles were never released: a leak of {fmt(leaked)} (the device still holds "
-                    f"{fmt(held)} of physical memory for {fmt(_mapped_in(dev, start, reserved))} mapped)."
-                    if leaked > 0 else "")
+                    f"{fmt(held)} of physical memory for {fmt(now)} mapped)." if leaked > 0 else "")
             raise Fail(f"{step}: re-created pages that were already mapped: it created {fmt(made)} of physical "
-                       f"memory (mem_create) and unmapped {len(undone)} time(s), but only "
+                       f"memory (mem_create) and unmapped {rec['undone']} time(s), but only "
                        f"{fmt(ref_mapped - mapped)} of new pages were missing.{leak} Keep the pages you "
                        "have; map new ones after them.",
                        "grow() re-created pages that were already mapped" +
                        (" and leaked the old handles (never released)" if leaked > 0 else ""))
-        now = _mapped_in(dev, start, reserved)
         if now != ref_mapped:
             more = now > ref_mapped
             raise Fail(f"{step}: {fmt(now)} is mapped in your range; it needs exactly {fmt(ref_mapped)} "
                        f"({'the pages already mapped' if ref_mapped == mapped else fmt(n) + ' rounded up to ' + fmt(g) + ' pages'})"
                        + (": map only the pages grow() needs" if more else ""),
                        "grow() mapped more pages than needed" if more else "grow() mapped fewer pages than needed")
-        if held != now:
-            raise Fail(f"{step}: the device holds {fmt(held)} of physical memory but only {fmt(now)} is mapped: "
-                       "a handle was created and never mapped (or never released)",
-                       "physical memory was created that is not mapped (a leaked handle)")
-        used = dev.counters.vmm_calls - calls0
-        if used > ref_calls:
-            raise Fail(f"{step}: {used} VMM calls; the reference makes {ref_calls} (create, map and grant "
+        stopped(i, "mapped")
+        if rec["used"] > ref_calls:
+            raise Fail(f"{step}: {rec['used']} VMM calls; the reference makes {ref_calls} (create, map and grant "
                        "each new page once, nothing for pages already mapped)",
                        "grow() made more VMM calls than needed")
-        # The new bytes become usable: write them (fails on pages without access rights).
-        extra = rng.randbytes(max(0, n - len(shadow)))
-        if extra:
-            try:
-                dev.write(start + len(shadow), extra)
-            except CudaError as e:
-                grant = " Call dev.mem_set_access(ptr, size) after dev.mem_map." if "access" in str(e) else ""
-                raise Fail(f"{step}: writing the new bytes failed: {e}.{grant}",
-                           "the new bytes cannot be written" +
-                           (" (mapped without mem_set_access)" if grant else "")) from None
-            shadow += extra
-        got = dev.read(start, len(shadow)) if shadow else b""
-        if got != bytes(shadow):
-            i = next(k for k in range(len(shadow)) if got[k] != shadow[k])
-            raise Fail(f"{step}: byte {i} changed (0x{shadow[i]:02X} was written, 0x{got[i]:02X} reads back): "
-                       "the bytes written before a growth must stay where they are",
-                       "bytes written before the growth were lost")
-        if now < reserved:
-            try:
-                dev.write(start + now, b"\x01")
-            except CudaError:
-                pass
-            else:
-                raise Fail(f"{step}: writing one byte past the mapped end ({fmt(now)}) succeeded: "
-                           "only mapped pages may be usable", "writing past the mapped end succeeded")
+        stopped(i, "used")
         mapped = now
-
-    # Misuse: growing past the reservation must raise and change nothing on the device.
-    mark = len(dev.log)
-    held = dev.vmm_physical_bytes()
-    try:
-        buf.grow(reserved + 1)
-    except Exception:
-        pass
-    else:
-        raise Fail(f"grow({fmt(reserved)} + 1 B) past the {fmt(reserved)} reservation returned without an error "
-                   f"({where}): it must raise (e.g. ValueError)",
-                   "growing past the reservation did not raise")
-    if dev.vmm_physical_bytes() != held or _mapped_in(dev, start, reserved) != mapped:
-        creates = len(_calls(dev.log[mark:], ("mem_create",)))
-        raise Fail(f"grow({fmt(reserved)} + 1 B) past the {fmt(reserved)} reservation raised but leaked physical "
-                   f"memory: the device now holds {fmt(dev.vmm_physical_bytes() - held)} more than before it "
-                   f"({creates} mem_create call(s) before the error; {where}). Check the size (and raise "
-                   "ValueError) before any device call.",
-                   "growing past the reservation raised but leaked physical memory")
-
-    buf.close()
-    free1 = dev.mem_get_info()[0]
-    left = []
-    if dev._handles or dev._dying:
-        left.append(f"{len(dev._handles) + len(dev._dying)} physical handle(s) (mem_release)")
-    if dev._pages.overlapping(start, reserved):
-        left.append("mappings (mem_unmap)")
-    if dev._reservations:
-        left.append(f"{len(dev._reservations)} reservation(s) (address_free)")
-    if free1 != free0 or left:
-        raise Fail(f"leak after close(): mem_get_info reports {fmt(free0 - free1)} less free memory than "
-                   f"before the buffer ({where}); still held: {', '.join(left) or 'memory'}. close() must "
-                   "unmap every page, release every handle and free the range.",
-                   "leak after close(): the device did not get everything back")
+    stopped(len(seen["steps"]), "end")
 
 
 PUBLIC = [
@@ -261,7 +303,7 @@ def _cases(rng=None):
 
 
 register(Exercise(
-    id="lab5.growable_buffer", lab=5,
+    id="lab5.growable_buffer", observed=True, lab=5,
     title="a growable buffer: reserve once, map pages on demand, release everything",
     public=lambda: _cases(), hidden=lambda rng: _cases(rng), what="class",
     nudge='Compare the step named above with the reference: which VMM call is missing, extra, or made with the wrong size?',

@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from .. import sharing
 from .reference import CachingAllocator
-from .check import Case, Exercise, Fail, KiB, MiB, fmt, lab_device, register
+from .check import Case, Exercise, Fail, KiB, MiB, fmt, lab_device, observed, register
 
 RUN_TIMEOUT_S = 60
 
@@ -196,13 +196,29 @@ def _remote_error(exc: Exception) -> str:
 
 # ------------------------------------------------------------------ lab6.share_handle
 
-def judge_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) -> None:
+def _named_base(dev, ipc: bytes):
+    """The base of the allocation of ``dev`` that a legacy handle names (None: none of its exports)."""
+    import struct
+    from ..device.sim.ipc import _HANDLE_FMT
+    try:
+        _magic, pid, seq, token, _size = struct.unpack_from(_HANDLE_FMT, ipc)
+    except struct.error:
+        return None
+    return next((base for base, seg in getattr(dev, "_exports", {}).items()
+                 if getattr(seg, "ids", None) == (pid, seq, token)), None)
+
+
+def run_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) -> dict:
+    """The runner (check.observed): the learner's share_handle on a fresh device, then the receiver
+    process opens what it returned and reads the block there.  The account: which allocation the
+    handle names, the offset, and a digest of the bytes the receiver read (or why it could not)."""
+    import hashlib
     dev, alloc, held, data = _layout(profile, pads, size, data_seed)
     what = _describe_layout(pads, size, profile)
     a = alloc.malloc(size)
     dev.write(a.ptr, data)
     dev.synchronize()
-    ref = sharing.share_block(alloc, a, "legacy")           # the expected handle and offset, now
+    share = None
     try:
         h = fn(alloc, a)
         if not isinstance(h, dict) or not {"ipc_handle", "offset", "size"} <= set(h):
@@ -214,50 +230,79 @@ def judge_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) 
                        "the ipc_handle is not the 64 bytes of a legacy IPC handle")
         if not isinstance(offset, int) or not isinstance(nbytes, int):
             raise Fail("h['offset'] and h['size'] must be ints", "offset and size must be ints")
+        ipc, offset, nbytes = bytes(ipc), int(offset), int(nbytes)
         if not a.requested_size <= nbytes <= a.size:
             raise Fail(f"h['size'] is {nbytes}: share the allocation's bytes ({a.requested_size} asked for, "
                        f"{a.size} in its block)", "the size in the handle is not the allocation's")
         if a.freed or alloc.live_allocations() != sorted(held + [a], key=lambda x: x.ptr):
             raise Fail("share_handle changed the allocator (freed or allocated blocks): it only describes "
                        "the block", "share_handle allocated or freed blocks")
-        if bytes(ipc) != ref.ipc_handle:
-            base = a.ptr - ref.offset
-            raise Fail(f"your handle names another allocation than the segment that holds the block ({what}): "
-                       f"the block at {a.ptr:#x} lies in the {fmt(ref.segment_size)} segment based at {base:#x}; "
-                       "find the segment whose [address, address + total_size) holds the block's pointer "
-                       "(not simply the first one) and get the handle of its base",
-                       "your handle does not name the block's segment")
+        seen = {"named_base": _named_base(dev, ipc), "offset": offset, "what": what, "pid": None,
+                "open_error": None, "read_error": None, "read": None}
+        share = sharing.share_block(alloc, a, "legacy")      # what carries the learner's handle over there
         p = peer()
+        seen["pid"] = p.pid
         try:
-            ref_id = p.open(replace(ref, ipc_handle=bytes(ipc), offset=offset))
+            ref_id = p.open(replace(share, ipc_handle=ipc, offset=offset))
         except sharing.SharingError as exc:
-            raise Fail(f"the receiver (process {p.pid}) could not open your handle ({what}): "
-                       f"{_remote_error(exc)}", "the receiver could not open your handle") from None
+            seen["open_error"] = _remote_error(exc)
+            return seen
         try:
-            got = p.read(ref_id, 0, a.requested_size)
+            seen["read"] = hashlib.sha256(p.read(ref_id, 0, a.requested_size)).hexdigest()
         except sharing.SharingError as exc:
-            raise Fail(f"the receiver (process {p.pid}) could not read {fmt(a.requested_size)} at your offset "
-                       f"{offset} ({what}): {_remote_error(exc)}",
-                       "the receiver could not read the block at your offset") from None
+            seen["read_error"] = _remote_error(exc)
         finally:
             try:
                 p.close_block(ref_id)
             except sharing.SharingError:
                 pass
-        if got != data:
-            if ipc != ref.ipc_handle:
-                raise Fail(f"the receiver opened another allocation than the block's segment ({what}): the "
-                           "handle must name the segment that holds the block (its base)",
-                           "your handle does not name the block's segment")
-            raise Fail(f"the receiver read other bytes than the block's ({what}): your offset is {offset}, the "
-                       f"block is {ref.offset} bytes ({fmt(ref.offset)}) into its {fmt(ref.segment_size)} "
-                       "segment. The handle names the whole segment: add the block's offset from its base.",
-                       "the receiver read other bytes than the block's: wrong offset from the segment base")
+        return seen
     finally:
         if not a.freed:
             alloc.free(a)
+        if share is not None:
+            sharing._remove_token(share.token)
+        dev.close()
+
+
+def _expected_share(profile: str, pads: list, size: int, data_seed: int) -> tuple:
+    """(block pointer, segment base, offset, segment size, digest of the bytes) by the reference share_block."""
+    import hashlib
+    dev, alloc, held, data = _layout(profile, pads, size, data_seed)
+    a = alloc.malloc(size)
+    ref = sharing.share_block(alloc, a, "legacy")
+    try:
+        return a.ptr, a.ptr - ref.offset, ref.offset, ref.segment_size, hashlib.sha256(data).hexdigest()
+    finally:
+        alloc.free(a)
         sharing._remove_token(ref.token)
         dev.close()
+
+
+def judge_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) -> None:
+    seen = observed(fn, run_share_handle, profile, pads, size, data_seed)
+    what = seen["what"]
+    # The expected segment and offset: computed after the learner's code ran (in a graded check, in
+    # another process than it).
+    ptr, base, ref_offset, segment_size, digest = _expected_share(profile, pads, size, data_seed)
+    if seen["named_base"] != base:
+        raise Fail(f"your handle names another allocation than the segment that holds the block ({what}): "
+                   f"the block at {ptr:#x} lies in the {fmt(segment_size)} segment based at {base:#x}; "
+                   "find the segment whose [address, address + total_size) holds the block's pointer "
+                   "(not simply the first one) and get the handle of its base",
+                   "your handle does not name the block's segment")
+    if seen["open_error"] is not None:
+        raise Fail(f"the receiver (process {seen['pid']}) could not open your handle ({what}): "
+                   f"{seen['open_error']}", "the receiver could not open your handle")
+    if seen["read_error"] is not None:
+        raise Fail(f"the receiver (process {seen['pid']}) could not read {fmt(size)} at your offset "
+                   f"{seen['offset']} ({what}): {seen['read_error']}",
+                   "the receiver could not read the block at your offset")
+    if seen["read"] != digest:
+        raise Fail(f"the receiver read other bytes than the block's ({what}): your offset is {seen['offset']}, the "
+                   f"block is {ref_offset} bytes ({fmt(ref_offset)}) into its {fmt(segment_size)} "
+                   "segment. The handle names the whole segment: add the block's offset from its base.",
+                   "the receiver read other bytes than the block's: wrong offset from the segment base")
 
 
 # ------------------------------------------------------------------ lab6.read_shared
@@ -274,8 +319,14 @@ def _source_of(fn) -> tuple:
     return source, fn.__name__
 
 
+def source_of(fn) -> list:
+    """The runner (check.observed): the receiver's source and name, read where the submission lives.
+    The function itself runs only in the receiver process, started by the judge."""
+    return list(_source_of(fn))
+
+
 def judge_read_shared(fn, profile: str, pads: list, size: int, data_seed: int) -> None:
-    source, name = _source_of(fn)
+    source, name = observed(fn, source_of)
     dev, alloc, held, data = _layout(profile, pads, size, data_seed)
     what = _describe_layout(pads, size, profile)
     a = alloc.malloc(size)
@@ -350,6 +401,13 @@ class Consumer:
 
 
 def judge_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> None:
+    # No expected value: every check reads what the producer did (the events, the leaks), so the whole
+    # judge is the runner, run where the submission lives.
+    observed(fn, run_lifetime, profile, pads, size, data_seed)
+
+
+def run_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> None:
+    """The runner (check.observed): the learner's producer with a fresh device and the receiver process."""
     events: list = []
     dev, alloc, held, data = _layout(profile, pads, size, data_seed, events)
     what = _describe_layout(pads, size, profile)
@@ -453,7 +511,7 @@ def _cases(judge, rng=None) -> list:
 
 
 register(Exercise(
-    id="lab6.share_handle", lab=6, title="the sender: a legacy handle of the segment base + the block's offset",
+    id="lab6.share_handle", observed=True, lab=6, title="the sender: a legacy handle of the segment base + the block's offset",
     public=lambda: _cases(judge_share_handle), hidden=lambda rng: _cases(judge_share_handle, rng),
     teardown=_close_peer,
     nudge='What exactly does a legacy IPC handle name: a block, or the whole allocation that holds it?',
@@ -464,7 +522,7 @@ register(Exercise(
 ))
 
 register(Exercise(
-    id="lab6.read_shared", lab=6, title="the receiver, in another process: open the segment, add the offset, close",
+    id="lab6.read_shared", observed=True, lab=6, title="the receiver, in another process: open the segment, add the offset, close",
     public=lambda: _cases(judge_read_shared), hidden=lambda rng: _cases(judge_read_shared, rng),
     teardown=_close_peer,
     nudge='Where does the block start in the mapping open returned, and what must be closed before you return?',
@@ -475,7 +533,7 @@ register(Exercise(
 ))
 
 register(Exercise(
-    id="lab6.lifetime", lab=6, title="the lifetime rule: keep the block alive until the receiver is done",
+    id="lab6.lifetime", observed=True, lab=6, title="the lifetime rule: keep the block alive until the receiver is done",
     public=lambda: _cases(judge_lifetime), hidden=lambda rng: _cases(judge_lifetime, rng),
     teardown=_close_peer,
     nudge='When is the sender allowed to free: after sharing, or after the receiver is done?',

@@ -296,7 +296,7 @@ register(Exercise(
 ))
 
 register(Exercise(
-    id="lab8.cross_stream_free", lab=8, title="after_free(uses, pools_open): a cross-stream free and open pools",
+    id="lab8.cross_stream_free", pure=True, lab=8, title="after_free(uses, pools_open): a cross-stream free and open pools",
     public=_free_public, hidden=_free_hidden, what="after_free function",
     hint="No other stream used it: free_block, reused. Other streams and nothing open: insert_events, and after "
          "a synchronize malloc's process_events frees it: reused. Other streams while ANY use_mem_pool is open "

@@ -12,9 +12,14 @@ builds the cases, the seeded hidden generator and the registration from one decl
         explain=lambda args, expected: f"twice {args[0]} is {expected}",    # why, for a public case
         nudge="Look at the number above.", hint="Return n * 2.")
 
-Each public input is its own case, labelled with the call; the hidden inputs form one case per
-draw, labelled ``hidden_label`` and never showing the expected value.  For decisions inside the
-allocator, judge with ``workload.compare(ops, None, plug={"name": fn})`` instead (see plug.py).
+Each public input is its own case, labelled with the call (or ``label(args)``); the hidden inputs form
+one case per draw, labelled ``hidden_label`` (or the label of a :class:`Drawn` input) and never showing
+the expected value.  When the learner's function takes objects built from the inputs (a Block from its
+size), ``call(args)`` builds them afresh for each call; ``returns=(type, words)`` asks for an exact type
+first; ``message(args, got, expected)`` words a difference.  Cases of another shape (a workload with the
+function plugged in) come after the drawn ones: ``more_public``, ``more_hidden(rng)`` (same generator,
+after ``hidden``).  For decisions inside the allocator, judge with
+``workload.compare(ops, None, plug={"name": fn})`` (see plug.py).
 """
 from __future__ import annotations
 
@@ -29,13 +34,30 @@ def _call_text(name: str, args: tuple) -> str:
     return f"{name}({', '.join(show(a, 60) for a in args)})"
 
 
+@dataclass(frozen=True)
+class Drawn:
+    """A hidden input with its own label (the kind of case it is)."""
+    args: tuple
+    label: str
+
+
 def value_case(name: str, reference: Callable, args: tuple, explain: Optional[Callable] = None,
-               label: Optional[str] = None) -> Case:
-    """One call of the learner's function, judged against ``reference(*args)`` by exact type and value."""
+               label: Optional[str] = None, *, call: Optional[Callable] = None,
+               returns: Optional[tuple] = None, message: Optional[Callable] = None) -> Case:
+    """One call of the learner's function, judged against ``reference(*args)`` by exact type and value.
+
+    ``call(args)``: the arguments the learner's function gets (default ``args``), built afresh;
+    ``returns=(type, words)``: the exact type asked for ("True or False"), checked first;
+    ``message(args, got, expected) -> (text, safe)``: the explanation of a difference."""
     def judge(fn):
         expected = reference(*args)
-        got = fn(*args)
+        got = fn(*(call(args) if call else args))
+        if returns is not None and type(got) is not returns[0]:
+            raise Fail(f"{name} returned {show(got)}, a {type(got).__name__}: return {returns[1]}",
+                       f"your {name} did not return {returns[1]}")
         if not same(got, expected):
+            if message is not None:
+                raise Fail(*message(args, got, expected))
             why = f": {explain(args, expected)}" if explain else ""
             kind = "" if type(got) is type(expected) else f" ({type(got).__name__} instead of {type(expected).__name__})"
             raise Fail(f"{_call_text(name, args)} returned {show(got)}{kind}; expected {show(expected)}{why}",
@@ -44,17 +66,32 @@ def value_case(name: str, reference: Callable, args: tuple, explain: Optional[Ca
 
 
 def function_exercise(*, id: str, lab: int, title: str, reference: Callable, public: Sequence[tuple],
-                      hidden: Callable[[random.Random], Sequence[tuple]], nudge: str, hint: str,
+                      hidden: Callable[[random.Random], Sequence[Any]], nudge: str, hint: str,
                       explain: Optional[Callable] = None, hidden_label: str = "a seeded input",
-                      name: Optional[str] = None) -> Exercise:
-    """Register an exercise on a plain function from one declaration (see the module docstring)."""
+                      name: Optional[str] = None, label: Optional[Callable] = None,
+                      call: Optional[Callable] = None, returns: Optional[tuple] = None,
+                      message: Optional[Callable] = None, more_public: Callable[[], Sequence[Case]] = list,
+                      more_hidden: Optional[Callable[[random.Random], Sequence[Case]]] = None,
+                      pure: bool = False) -> Exercise:
+    """Register an exercise on a plain function from one declaration (see the module docstring).
+    ``pure=True``: the judge reads only what the function returns (a graded check calls it from a clean
+    process: apart.py)."""
     name = name or id.split(".", 1)[1]
-    return register(Exercise(
-        id=id, lab=lab, title=title,
-        public=lambda: [value_case(name, reference, tuple(args), explain) for args in public],
-        hidden=lambda rng: [value_case(name, reference, tuple(args), explain, hidden_label)
-                            for args in hidden(rng)],
-        nudge=nudge, hint=hint))
+    how = dict(call=call, returns=returns, message=message)
+
+    def public_cases():
+        return [value_case(name, reference, tuple(args), explain, label(tuple(args)) if label else None, **how)
+                for args in public] + list(more_public())
+
+    def hidden_cases(rng):
+        cases = []
+        for drawn in hidden(rng):
+            args, text = (drawn.args, drawn.label) if isinstance(drawn, Drawn) else (drawn, hidden_label)
+            cases.append(value_case(name, reference, tuple(args), explain, text, **how))
+        return cases + (list(more_hidden(rng)) if more_hidden else [])
+
+    return register(Exercise(id=id, lab=lab, title=title, public=public_cases, hidden=hidden_cases,
+                             nudge=nudge, hint=hint, pure=pure))
 
 
 
@@ -109,4 +146,4 @@ def seen_in_run(ops: list, config: str, hook: str, classify: Callable, profile: 
     return seen
 
 
-__all__ = ["function_exercise", "value_case", "Edge", "edges", "uncovered", "seen_in_run", "EDGES"]
+__all__ = ["function_exercise", "value_case", "Drawn", "Edge", "edges", "uncovered", "seen_in_run", "EDGES"]

@@ -16,7 +16,11 @@ window (or more, to fit), up to ``limit``.  A replay needs one expandable
 segment's reservation (the device's size) per stream and pool, so a fixed
 window ran out at about 180 streams on an 80 GiB profile, or at two streams of a
 15,000 GiB device; the limit (2**63, a 64-bit pointer's positive range) is
-beyond any of those.
+beyond any of those, but not beyond every product of streams and device size: 7,000
+streams of a 1 PiB device need more.  What does not fit is refused with
+:class:`AddressSpaceFull`, which says what took the room and what to do (a smaller
+device), and which the allocator does not mistake for an out-of-memory it could
+retry: PyTorch's ``cuMemAddressReserve`` failure is not one either (C10_CUDA_DRIVER_CHECK).
 """
 from __future__ import annotations
 
@@ -24,12 +28,43 @@ from typing import Optional
 
 from sortedcontainers import SortedDict, SortedList
 
+from ..errors import CudaError
+
 
 def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
 ADDRESS_LIMIT = 1 << 63     # the window never grows past this address
+GiB = 1 << 30
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", GiB), ("MiB", 1 << 20)):
+        if n >= size:
+            return f"{n / size:,.3g} {unit}"
+    return f"{n:,} B"
+
+
+class AddressSpaceFull(CudaError):
+    """No room is left in the simulated device's virtual address space (its 2**63 bytes).
+
+    A CudaError (the call failed: CUDA_ERROR_OUT_OF_MEMORY, as cuMemAddressReserve answers), but not
+    a CudaOutOfMemoryError: the allocator must not take it for a device that ran out of memory and
+    walk its retry ladder, and a replay must not count it as an OOM of the program it replays.
+    Its text leads with what happened and what to do, in under 200 characters (a report may keep only
+    the start of its first line)."""
+
+    def __init__(self, call: str, size: int, space: "AddressSpace", device_memory: int) -> None:
+        held, ranges, room = space.held(), len(space.live_ranges()), space.limit - space.base
+        per_gib = room * 8 // 9 // GiB              # segments of 1.125x a 1 GiB device that fit: divide by the GiB
+        super().__init__("CUDA_ERROR_OUT_OF_MEMORY", "")
+        text = (f"{call}: {_bytes(room)} of simulated addresses hold only {ranges:,} ranges of "
+                f"{_bytes(size)}: use --device-memory below {per_gib:,} / (streams x pools) GiB, or no "
+                f"expandable segments. (Each stream's and pool's expandable segment reserves 1.125x the "
+                f"device's memory, {_bytes(device_memory)}; {_bytes(held)} are taken; {self.name})")
+        self.detail = text
+        self.args = (text,)
 
 
 class AddressSpace:
@@ -177,3 +212,7 @@ class AddressSpace:
 
     def live_ranges(self) -> list[tuple[int, int]]:
         return list(self._live.items())
+
+    def held(self) -> int:
+        """The bytes of every live range."""
+        return sum(end - start for start, end in self._live.items())

@@ -33,7 +33,7 @@ from typing import Callable, Optional
 from ..costs import CostModel, load_profile
 from ..errors import cuda_error
 from ..protocol import DeviceCounters, DeviceInfo
-from .address_space import AddressSpace, round_up
+from .address_space import AddressSpace, AddressSpaceFull, round_up
 from .backing import LazyPages
 from .checks import check_count, check_ptr, check_size
 from .clock import SimEvent, SimStream, Timeline
@@ -150,6 +150,8 @@ class SimDevice(PoolCalls, VmmCalls, PinnedCalls, IpcCalls, GraphCalls):
         if wanted is None:
             start = self._space.allocate(size, alignment)
             if start is None:
+                if kind == "reserve":                    # not an OOM: nothing may retry it (address_space.py)
+                    raise AddressSpaceFull(call, size, self._space, self.info.total_memory)
                 raise cuda_error("cudaErrorMemoryAllocation", f"{call}: virtual address space exhausted")
             return start
         check_ptr(wanted, f"{call} (address hint)")
