@@ -48,7 +48,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from .check import Apart
+from .verdict import Apart, Fail
 from .guard import CaseTimeout, run_guarded, safe_str
 from .results import CaseResult, CheckResult
 
@@ -174,7 +174,6 @@ def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: fl
 
 
 def _call_here(submission, message: dict) -> dict:
-    from .check import Fail
     args, kwargs = pickle.loads(base64.b64decode(message["args"]))   # made by our clean process
     reply: dict = {}
     target = submission
@@ -249,7 +248,6 @@ class _Remote(Apart):
 
     def _ask(self, message: dict, args: tuple, kwargs: dict):
         import time
-        from .check import Fail
         left = max(self.deadline - time.monotonic(), 0.001) if self.deadline else self.time_limit
         send(self.outbox, dict(message, args=base64.b64encode(pickle.dumps((args, kwargs))).decode(),
                                time_left=left))

@@ -59,6 +59,7 @@ from typing import Any, Callable, Optional
 from .. import settings
 from .guard import TIME_LIMIT_S, run_guarded, safe_str, same, show
 from .results import CaseResult, CheckResult   # what check() returns (its own file: apart.py builds them too)
+from .verdict import Apart, Fail               # what a judge raises, and the submission seen apart (apart.py uses both)
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -78,17 +79,6 @@ def lab_modules() -> tuple:
 
 
 LAB_MODULES = lab_modules()
-
-
-class Fail(Exception):
-    """Raised by a case's judge: ``message`` is located (may show expected values);
-    ``safe`` is what may be printed for a hidden case (no expected values)."""
-
-    def __init__(self, message: str, safe: Optional[str] = None, hint: Optional[str] = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.safe = safe or "your result differs from what the reference allocator does on this input"
-        self.hint = hint
 
 
 @dataclass
@@ -416,15 +406,6 @@ def show_solution(exercise_id: str) -> None:
     """Print the instructor's solution of one exercise (only when you ask for it)."""
     print(f"# A solution of {exercise_id} (from the instructor source; yours may differ and be right)\n")
     print(solution_text(exercise_id))
-
-
-# ---------------------------------------------------------------- what the submission did
-class Apart:
-    """The submission as a graded check's clean process sees it (``apart._Remote``): it lives in the
-    notebook's process, so the judge can only call it (plain data back) or ask :func:`observed`."""
-
-    def observe(self, runner: Callable, args: tuple) -> Any:       # pragma: no cover -- apart.py defines it
-        raise NotImplementedError
 
 
 def observed(submission: Any, runner: Callable, *args: Any) -> Any:
