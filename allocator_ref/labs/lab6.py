@@ -35,6 +35,11 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from .. import sharing
+# The harness's internals lab 6's checker runs its own child on, and the share registry it cleans up
+# after a learner's code: each from the file of sharing/ that owns it.
+from ..sharing.handles import _SHARES
+from ..sharing.harness import _Peer, _leaks, _raise_remote, _reply
+from ..sharing.tokens import _remove_token
 from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, KiB, MiB, fmt, lab_device, observed, register
 
@@ -59,7 +64,7 @@ def _child_main(conn: Any) -> None:
             dev = SimDevice("h100-80gb")
         if cmd == "run":
             source, name, handle = args
-            sharing._reply(conn, lambda: _run_learner(dev, source, name, handle))
+            _reply(conn, lambda: _run_learner(dev, source, name, handle))
         elif cmd == "open":
             handle = sharing.recv_shared(conn)
 
@@ -67,13 +72,13 @@ def _child_main(conn: Any) -> None:
                 b = sharing.open_block(dev, handle)
                 blocks[id(b)] = b
                 return id(b), b.ptr
-            sharing._reply(conn, do_open)
+            _reply(conn, do_open)
         elif cmd == "read":
-            sharing._reply(conn, lambda: blocks[args[0]].read(args[1], args[2]))
+            _reply(conn, lambda: blocks[args[0]].read(args[1], args[2]))
         elif cmd == "close":
-            sharing._reply(conn, lambda: blocks.pop(args[0]).close())
+            _reply(conn, lambda: blocks.pop(args[0]).close())
         elif cmd == "leaks":
-            sharing._reply(conn, lambda: sharing._leaks(dev))
+            _reply(conn, lambda: _leaks(dev))
         elif cmd == "exit":
             for b in blocks.values():
                 try:
@@ -118,7 +123,7 @@ class LabPeer(sharing.RemoteReceiver):
     """The reference receiver (open/read/close_block/leaks) that can also run a learner's function."""
 
     def __init__(self) -> None:
-        sharing._Peer.__init__(self, _child_main)
+        _Peer.__init__(self, _child_main)
 
     def run(self, source: str, name: str, handle: dict) -> tuple:
         self.conn.send(("run", source, name, dict(handle)))
@@ -126,7 +131,7 @@ class LabPeer(sharing.RemoteReceiver):
             self.process.kill()
             raise Fail(f"your receiver did not return within {RUN_TIMEOUT_S} s (in the other process)",
                        "your receiver did not return in time")
-        return sharing._raise_remote(self.conn.recv())
+        return _raise_remote(self.conn.recv())
 
 
 _PEER: Optional[LabPeer] = None
@@ -261,7 +266,7 @@ def run_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) ->
         if not a.freed:
             alloc.free(a)
         if share is not None:
-            sharing._remove_token(share.token)
+            _remove_token(share.token)
         dev.close()
 
 
@@ -275,7 +280,7 @@ def _expected_share(profile: str, pads: list, size: int, data_seed: int) -> tupl
         return a.ptr, a.ptr - ref.offset, ref.offset, ref.segment_size, hashlib.sha256(data).hexdigest()
     finally:
         alloc.free(a)
-        sharing._remove_token(ref.token)
+        _remove_token(ref.token)
         dev.close()
 
 
@@ -363,7 +368,7 @@ def judge_read_shared(fn, profile: str, pads: list, size: int, data_seed: int) -
                        "the pointer ipc_open_mem_handle returned", "your receiver did not close the handle")
     finally:
         alloc.free(a)
-        sharing._remove_token(ref.token)
+        _remove_token(ref.token)
         dev.close()
 
 
@@ -413,7 +418,7 @@ def run_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> Non
     what = _describe_layout(pads, size, profile)
     p = peer()
     consumer = Consumer(p, events)
-    shares_before = set(sharing._SHARES)
+    shares_before = set(_SHARES)
     try:
         try:
             got = fn(alloc, data, consumer)
@@ -453,7 +458,7 @@ def run_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> Non
             raise Fail(f"leak: {len(leaked)} allocation(s) besides the ones the check made are still allocated "
                        f"({', '.join(fmt(x.requested_size) for x in leaked)})",
                        "leak: allocations are left when the producer returns")
-        if set(sharing._SHARES) - shares_before:
+        if set(_SHARES) - shares_before:
             raise Fail("a share is still active when your producer returns (share_block without a free of "
                        "its block, or unshare)", "a share is still active at the end")
         left = p.leaks()
@@ -466,10 +471,10 @@ def run_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> Non
                 p.close_block(ref)
             except Exception:
                 pass
-        for token in set(sharing._SHARES) - shares_before:
-            sharing.unshare(sharing._SHARES[token].handle)
+        for token in set(_SHARES) - shares_before:
+            sharing.unshare(_SHARES[token].handle)
         for token in consumer.tokens:            # ended shares leave a dead token file until exit
-            sharing._remove_token(token)
+            _remove_token(token)
         dev.close()
 
 

@@ -20,11 +20,6 @@ from .handles import (EXPANDABLE_LEGACY_MESSAGE, ExpandableBlockHandle, LegacyBl
 from .harness import RemoteReceiver, RemoteSender
 from .tokens import SenderFreedError, SharingError
 
-# Lab 6's checker (allocator_ref/labs/lab6.py) runs its own child process on the harness's
-# internals and cleans up what a learner's code left shared; it reaches them as ``sharing._x``.
-from .handles import _SHARES  # noqa: F401,E402
-from .harness import _Peer, _leaks, _raise_remote, _reply  # noqa: F401,E402
-from .tokens import _remove_token  # noqa: F401,E402
 
 __all__ = [
     "SharingError", "SenderFreedError", "LegacyBlockHandle", "ExpandableBlockHandle", "share_block",
