@@ -38,8 +38,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from .. import vmm
+from ..device.sim.shared_segment import pid_alive
 from .tokens import (_TOKEN_DIR, _TOKEN_NAME, SenderFreedError, SharingError, _bind_token,
-                     _new_token, _pid_alive, _remove_token, _token_state)
+                     _new_token, _remove_token, _token_state)
 
 # The idea of PyTorch's refusal in getBaseAllocation (CUDACachingAllocator.cpp).
 EXPANDABLE_LEGACY_MESSAGE = (
@@ -310,7 +311,7 @@ class SharedBlock:
         self.ptr = self._range + handle.offset
 
     def _bind(self, handle: Any) -> None:
-        if not _pid_alive(handle.sender_pid):
+        if not pid_alive(handle.sender_pid):
             return                                         # _check says "exited"
         self._token_id = _bind_token(handle)              # first: a freed share says so
         _check_sender_owns(handle)
@@ -324,7 +325,7 @@ class SharedBlock:
         if state == "bad":
             raise SharingError(f"the handle's token {self.handle.token!r} is not a liveness token made by "
                                "share_block (a forged handle?)")
-        if not _pid_alive(self.handle.sender_pid):
+        if not pid_alive(self.handle.sender_pid):
             raise SenderFreedError(
                 f"process {self.handle.sender_pid} that shared this block has exited (or released the "
                 "share): the memory is gone.  A sender must outlive its receivers.")

@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 from ..device.sim.shared_segment import process_start_ticks, shm_dir, sweep_once
 
+
 class SharingError(RuntimeError):
     """A block cannot be shared, or a shared block cannot be used."""
 
@@ -141,15 +142,4 @@ def _bind_token(handle: Any) -> tuple:
         raise SharingError(f"the handle's token {path!r} records another process than the one now "
                            f"running as pid {pid} (its start time differs): a stale or planted token")
     return info.st_dev, info.st_ino
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (signal 0 checks without sending anything)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 

@@ -129,12 +129,14 @@ def recorded_start_ticks(path: Path) -> int:
 def _maker_runs(pid: int, started: int) -> bool:
     """Does the process that made a file still run?  ``started`` is the start time it recorded
     (0: unknown, and then a running pid is taken to be it)."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     return started == 0 or process_start_ticks(pid) in (0, started)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (signal 0 checks without sending anything; a process of
+    another user answers PermissionError, and it runs).  sharing/tokens.py asks it too."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -196,7 +198,7 @@ class SharedSegment:
         # (The pid check is cheap enough for every access; the start-time check of a reused
         # pid reads /proc, so only the sweep makes it.)
         magic, alive, pid, _, _started = struct.unpack_from(_HEADER_FMT, self._mm, 0)
-        return magic == _MAGIC and alive == 1 and _pid_alive(pid)
+        return magic == _MAGIC and alive == 1 and pid_alive(pid)
 
     def check_alive(self) -> None:
         """Raise the clear error an importer deserves once the exporter is gone."""
