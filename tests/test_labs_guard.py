@@ -345,3 +345,41 @@ def test_the_sticky_stop_lets_a_finalizer_the_garbage_collector_runs_finish():
     assert sticky.trace(frame_of(weakref.__file__), "line", None) == sticky.trace
     with pytest.raises(CaseTimeout):
         sticky.trace(frame_of("/home/learner/notebook.py"), "line", None)
+
+
+
+def test_the_sticky_stop_leaves_a_garbage_collector_callback_alone():
+    # A library's gc.callbacks function (hypothesis, a profiler) runs at whatever line a collection
+    # starts, the stopped learner's loop included.  Raising there stops nothing: the collector
+    # swallows it and prints "Exception ignored in ..." (once a pytest warning in this file).  The
+    # callback, and what it calls, run on; the learner's own next line is still stopped.
+    import gc
+    import sys
+    from allocator_ref.labs.guard import CaseTimeout, _Sticky
+    sticky = _Sticky()
+    sticky.error = CaseTimeout
+    seen = []
+
+    def helper_of_the_library():
+        try:
+            sticky.trace(sys._getframe(), "call", None)
+            seen.append("helper ran")
+        except CaseTimeout:
+            seen.append("helper stopped")
+
+    def library_gc_callback(phase, info):
+        try:
+            sticky.trace(sys._getframe(), "line", None)
+            seen.append("callback ran")
+        except CaseTimeout:
+            seen.append("callback stopped")
+        helper_of_the_library()
+
+    gc.callbacks.append(library_gc_callback)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(library_gc_callback)
+    assert seen and set(seen) == {"callback ran", "helper ran"}, seen
+    with pytest.raises(CaseTimeout):                          # the learner's own frame: stopped
+        sticky.trace(sys._getframe(), "line", None)

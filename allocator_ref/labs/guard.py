@@ -23,6 +23,7 @@ hang it, flood it, or fool the judge:
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import signal
 import sys
@@ -78,7 +79,8 @@ class _Sticky:
         if self.error is None:
             return None
         filename = frame.f_code.co_filename
-        if event in ("call", "line") and not filename.startswith(PACKAGE_DIR) and filename != FINALIZER_FILE:
+        if (event in ("call", "line") and not filename.startswith(PACKAGE_DIR) and filename != FINALIZER_FILE
+                and not _run_by_the_collector(frame)):
             raise self.error()
         return self.trace
 
@@ -120,6 +122,21 @@ class CappedWriter(io.TextIOBase):
 
     def text(self) -> str:
         return "".join(self.kept)
+
+
+def _run_by_the_collector(frame, depth: int = 3) -> bool:
+    """Is this frame a ``gc.callbacks`` function (or one it called, a few frames down)?
+
+    The garbage collector runs those callbacks at whatever line a collection starts, the stopped
+    learner's included; raising there stops nothing (the collector swallows it and prints
+    "Exception ignored in ...") and skips the library's bookkeeping.  The learner's code resumes
+    right after, and its next line is stopped."""
+    codes = [getattr(cb, "__code__", None) for cb in gc.callbacks]
+    while frame is not None and depth > 0:
+        if any(frame.f_code is code for code in codes):
+            return True
+        frame, depth = getattr(frame, "f_back", None), depth - 1
+    return False
 
 
 def _in_package(frame) -> bool:
