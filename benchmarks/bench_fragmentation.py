@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 from allocator_ref.device import SimDevice
-from allocator_ref.trace.replay import make_allocator, replay
+from allocator_ref.policies.registry import make_allocator
+from allocator_ref.trace.replay import replay
 from allocator_ref.trace.snapshot import load_snapshot
 
 from .common import trace_paths, write_result
@@ -72,7 +73,7 @@ def dynamic_shape_workload(seed: int = 0, steps: int = 24, layers: int = 12, hid
 
 def run_ops(ops: list, policy: str, config: str, profile: str = "h100-80gb") -> dict:
     dev = SimDevice(profile)
-    alloc = make_allocator(policy, dev, config)
+    alloc = make_allocator(dev, policy, config)
     live = {}
     for op in ops:
         if op[0] == "malloc":

@@ -130,7 +130,7 @@ def test_current_stream_is_passed_to_the_allocator(sim):
 
 def test_using_allocator_forbids_set_allocator_like_cupy(sim):
     cp = cupy_standin.new()
-    with cp.cuda.using_allocator(cupy_hook.make_allocator(CachingAllocator(sim), cp)):
+    with cp.cuda.using_allocator(cupy_hook.malloc_hook(CachingAllocator(sim), cp)):
         with pytest.raises(ValueError):
             cp.cuda.set_allocator(None)
 

@@ -12,6 +12,7 @@ from allocator_ref.device import SimDevice
 from allocator_ref.device.errors import CudaError
 from allocator_ref.policies import BFCAllocator, DirectAllocator, StreamOrderedAllocator
 from allocator_ref.policies.bfc import bin_num_for_size, bin_size, rounded_bytes
+from allocator_ref.front_door import InvalidPointerError
 from allocator_ref.policies.common import UINT64_MAX
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -470,8 +471,12 @@ def test_double_free_and_foreign_allocation(dev, cls):
     foreign = other.malloc(4096)
     with pytest.raises(ValueError, match="another allocator"):
         a.free(foreign)
-    with pytest.raises(TypeError, match="expected an Allocation"):
+    # A bare int is a pointer, as torch.cuda.caching_allocator_delete takes one: a freed one is
+    # PyTorch's "invalid device pointer" (front_door.py), the same error CachingAllocator raises.
+    with pytest.raises(InvalidPointerError, match="invalid device pointer"):
         a.free(x.ptr)
+    with pytest.raises(TypeError, match="expected an Allocation"):
+        a.free(str(x.ptr))
     assert _state(a) == before and a.live_allocations() == [keep]
 
 

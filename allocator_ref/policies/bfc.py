@@ -40,8 +40,10 @@ from sortedcontainers import SortedList
 from allocator_ref.allocation import Allocation
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
+from allocator_ref.front_door import check_size
+
 from .common import (MiB, PolicyAllocator, check_byte_option,
-                     check_size, format_size, OutOfMemoryError, parse_config, round_up, stat_keys)
+                     format_size, OutOfMemoryError, parse_config, round_up, stat_keys)
 
 kMinAllocationBits = 8
 kMinAllocationSize = 1 << kMinAllocationBits       # 256 B

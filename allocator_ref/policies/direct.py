@@ -23,7 +23,9 @@ from allocator_ref.device.errors import CudaOutOfMemoryError
 
 from allocator_ref.caching.config import ONE_EXABYTE
 
-from .common import (BlockRecord, PolicyAllocator, check_size, format_size,
+from allocator_ref.front_door import check_size
+
+from .common import (BlockRecord, PolicyAllocator, format_size,
                      OutOfMemoryError, parse_config, round_up, stat_keys)
 
 
