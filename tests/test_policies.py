@@ -11,12 +11,14 @@ from allocator_ref.caching import OutOfMemoryError
 from allocator_ref.device import SimDevice
 from allocator_ref.device.errors import CudaError
 from allocator_ref.policies import BFCAllocator, DirectAllocator, StreamOrderedAllocator
-from allocator_ref.policies.bfc import bin_num_for_size, bin_size, rounded_bytes
 from allocator_ref.front_door import InvalidPointerError
+from allocator_ref.policies.bfc import bin_num_for_size, bin_size, rounded_bytes
 from allocator_ref.policies.common import UINT64_MAX
+from allocator_ref.policies.registry import get_policy, policy_names
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
-POLICIES = (DirectAllocator, StreamOrderedAllocator, BFCAllocator)
+# Every registered design but PyTorch's own (tested in test_caching_*.py)
+POLICIES = tuple(get_policy(name).allocator_class() for name in policy_names() if name != "caching")
 
 
 @pytest.fixture
