@@ -18,6 +18,9 @@ another allocator's, record_stream after free,
 an unknown int
 ==============================================  ===================================================
 
+A request no GPU could hold is not refused here: each design answers it as out of memory
+(``OutOfMemoryError``, PyTorch's ``torch.OutOfMemoryError``), with its own message.
+
 Which type, and why (PyTorch 2.11, read in pytorch/pytorch):
 
 * A size goes through ``PyLong_AsSsize_t`` in ``THCPModule_cudaCachingAllocator_raw_alloc``
@@ -61,8 +64,11 @@ class ForeignStreamError(CudaError, ValueError):
 
 # ------------------------------------------------------------------------------ sizes
 
-def check_size(nbytes: Any) -> int:
-    """``nbytes`` itself when it is a size a malloc accepts (0 included: a null allocation)."""
+def check_request_size(nbytes: Any) -> int:
+    """``nbytes`` itself when it is a size a malloc accepts (0 included: a null allocation).
+
+    Not the device's ``check_size`` (device/sim/checks.py), which checks a cudaMalloc argument
+    and answers with a CUDA error: this one checks what a caller asks the allocator for."""
     if isinstance(nbytes, bool) or not isinstance(nbytes, int):
         raise TypeError(f"Invalid memory size: expected an int number of bytes, "
                         f"got {type(nbytes).__name__} {nbytes!r}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from allocator_ref.caching import OutOfMemoryError
 from allocator_ref.device import SimDevice
 from allocator_ref.device.errors import CudaError
 from allocator_ref.front_door import ForeignStreamError, InvalidPointerError
@@ -134,5 +135,21 @@ def test_a_bare_int_pointer_is_a_pointer_everywhere(policy):
         dev.synchronize()
         a.empty_cache()
         assert a.memory_allocated() == 0 and a.live_allocations() == []
+    finally:
+        dev.close()
+
+
+@pytest.mark.parametrize("policy", policy_names())
+@pytest.mark.parametrize("nbytes", [2**40, 2**60, 2**63, 2**70])
+def test_a_request_larger_than_the_gpu_is_out_of_memory_everywhere(policy, nbytes):
+    # Not a misuse the front door refuses (PyTorch empties its cache and retries first), but the
+    # same answer from every design: OutOfMemoryError, a RuntimeError as torch.OutOfMemoryError.
+    dev = SimDevice("h100-80gb")
+    try:
+        a = make_allocator(dev, policy, "")
+        with pytest.raises(Exception) as info:
+            a.malloc(nbytes)
+        assert type(info.value) is OutOfMemoryError, f"{policy}: {type(info.value).__name__}: {info.value}"
+        a.free(a.malloc(MiB))                 # and it still works
     finally:
         dev.close()

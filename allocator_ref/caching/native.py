@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..allocation import Allocation
-from ..front_door import check_size, live_allocation, resolve_stream
+from ..front_door import check_request_size, live_allocation, resolve_stream
 from .checkpoint import CheckpointDelta, PrivatePoolState
 from .config import ONE_EXABYTE
 from .device_caching_allocator import DeviceCachingAllocator
@@ -43,7 +43,7 @@ class NativeCachingAllocator:
     def malloc(self, nbytes: int, stream: Any = None) -> Allocation:
         """``allocate`` + ``malloc``: check the arguments, then a Block from the device allocator
         (or cudaMalloc directly when caching is off), remembered under its pointer."""
-        check_size(nbytes)                  # the front door every allocator shares (front_door.py)
+        check_request_size(nbytes)          # the front door every allocator shares (front_door.py)
         stream = resolve_stream(self.device, stream, "malloc")
         if nbytes == 0:      # a null DataPtr: no block, no stats, no event
             return Allocation(ptr=0, size=0, requested_size=0, stream=stream, allocator=self.owner)

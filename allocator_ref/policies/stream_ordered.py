@@ -66,7 +66,7 @@ from allocator_ref.allocation import Allocation
 from allocator_ref.caching.stats import AGGREGATE
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
-from allocator_ref.front_door import check_size, stream_is_destroyed
+from allocator_ref.front_door import check_request_size, stream_is_destroyed
 
 from .common import (UINT64_MAX, MiB, BlockRecord, PolicyAllocator, check_byte_option,
                      format_size, OutOfMemoryError, parse_config, round_up, stat_keys,
@@ -232,7 +232,7 @@ class StreamOrderedAllocator(PolicyAllocator):
     # ------------------------------------------------------------------ malloc
     def malloc(self, nbytes: int, stream: Optional[Any] = None) -> Allocation:
         self._check_open("malloc")
-        size = check_size(nbytes)
+        size = check_request_size(nbytes)
         stream = self._resolve_stream(stream, "malloc")
         if size == 0:
             return self._null_allocation(stream)
@@ -335,6 +335,10 @@ class StreamOrderedAllocator(PolicyAllocator):
         return self._carve(self._blocks[ptr], rounded)
 
     def _try_cuda_malloc(self, nbytes: int) -> Optional[int]:
+        if nbytes > self.device.mem_get_info()[1]:
+            # More than the whole GPU: the driver answers out of memory (PyTorch: OutOfMemoryError,
+            # as every other design here), not the simulated device's "absurd size" invalid value.
+            return None
         try:
             return self.device.malloc(nbytes)
         except CudaOutOfMemoryError:
