@@ -25,8 +25,8 @@ Which type, and why (PyTorch 2.11, read in pytorch/pytorch):
 
 * A size goes through ``PyLong_AsSsize_t`` in ``THCPModule_cudaCachingAllocator_raw_alloc``
   (torch/csrc/cuda/Module.cpp), which raises ``TypeError`` for anything not an int.  A negative
-  size is a ``ValueError("Invalid memory size")`` (test_cuda.py's
-  ``test_caching_allocator_alloc_negative_size``).
+  size is a ``ValueError("Invalid memory size")``, what PyTorch's own test expects (test_cuda.py,
+  ``test_caching_allocator_alloc_negative_size``, restated in tests/test_pytorch_restated_cuda.py).
 * A bare int *is* a pointer in PyTorch's own API: ``torch.cuda.caching_allocator_delete(mem_ptr)``
   (torch/cuda/memory.py) hands it to ``raw_delete`` (``THCPModule_cudaCachingAllocator_raw_delete``,
   ``PyLong_AsVoidPtr``), so every allocator here accepts the int ``ptr`` of a live allocation.
