@@ -335,7 +335,7 @@ class StreamOrderedAllocator(PolicyAllocator):
         return self._carve(self._blocks[ptr], rounded)
 
     def _try_cuda_malloc(self, nbytes: int) -> Optional[int]:
-        if nbytes > self.device.mem_get_info()[1]:
+        if nbytes > self.device.info.total_memory:      # (info: no simulated cudaMemGetInfo call)
             # More than the whole GPU: the driver answers out of memory (PyTorch: OutOfMemoryError,
             # as every other design here), not the simulated device's "absurd size" invalid value.
             return None
