@@ -202,7 +202,7 @@ class PolicyAllocator:
         raise NotImplementedError(f"{type(self).__name__} must implement _free_after_events")
 
     # ---- free, now or after the events of the streams that used the memory
-    def free(self, allocation: Allocation) -> None:
+    def free(self, allocation: "Allocation | int") -> None:
         """The user is done: free now, or after the events of the streams that used it."""
         self._check_open("free")
         found = self._check_allocation(allocation, "free")
@@ -220,7 +220,7 @@ class PolicyAllocator:
         else:
             self._free_after_events(record)
 
-    def record_stream(self, allocation: Allocation, stream: Any) -> None:
+    def record_stream(self, allocation: "Allocation | int", stream: Any) -> None:
         """``Tensor.record_stream``: the free will wait for the work queued on ``stream``."""
         found = self._validated_record_stream(allocation, stream)
         if found:

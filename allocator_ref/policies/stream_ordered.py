@@ -358,7 +358,7 @@ class StreamOrderedAllocator(PolicyAllocator):
             f"\n                        : {format_size(self.memory_limit)}")
 
     # ------------------------------------------------------------------ free
-    def free(self, allocation: Allocation) -> None:
+    def free(self, allocation: "Allocation | int") -> None:
         """cudaFreeAsync on the creation stream, or on the unifying stream after record_stream."""
         self._check_open("free")
         found = self._check_allocation(allocation, "free")
@@ -434,7 +434,7 @@ class StreamOrderedAllocator(PolicyAllocator):
         return candidate
 
     # ------------------------------------------------------------------ record_stream
-    def record_stream(self, allocation: Allocation, stream: Any) -> None:
+    def record_stream(self, allocation: "Allocation | int", stream: Any) -> None:
         """``Tensor.record_stream``: the free will be ordered after the work queued on ``stream``."""
         self._check_open("record_stream")
         checked = self._check_allocation(allocation, "record_stream")
