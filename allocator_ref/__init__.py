@@ -43,7 +43,8 @@ _EXPORTS = {
     "StreamOrderedAllocator": "allocator_ref.policies",
     "BFCAllocator": "allocator_ref.policies",
     "get_allocator_backend": "allocator_ref.caching",
-    "make_allocator": "allocator_ref.caching",
+    "make_allocator": "allocator_ref.policies.registry",     # any design by name, or the environment's
+    "policy_names": "allocator_ref.policies.registry",
     "SplitSegmentReleaseError": "allocator_ref.caching",
     "AllocatorConfigWarning": "allocator_ref.caching",
     # traces and snapshots

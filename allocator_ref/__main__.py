@@ -101,15 +101,16 @@ def plot_path(text: str) -> str:
                                          f"{', '.join('.' + f for f in sorted(formats))}")
     return text
 
-WHAT_IFS = (
-    ("caching", ""),
-    ("caching", "expandable_segments:True"),
-    ("caching", "max_split_size_mb:128"),
-    ("caching", "roundup_power2_divisions:4"),
-    ("stream_ordered", ""),
-    ("bfc", ""),
-    ("direct", ""),
-)
+# compare's settings of the caching allocator; every other registered design follows them.
+CACHING_WHAT_IFS = ("", "expandable_segments:True", "max_split_size_mb:128", "roundup_power2_divisions:4")
+
+
+def what_if_designs() -> list[tuple[str, str]]:
+    """compare's rows, as (policy, config): the caching allocator under each setting of
+    CACHING_WHAT_IFS, then every other design of the policy registry with its defaults."""
+    from .policies.registry import policy_names
+    return [("caching", c) for c in CACHING_WHAT_IFS] + [(p, "") for p in policy_names() if p != "caching"]
+
 
 
 def _mib(n: float) -> str:
@@ -178,7 +179,7 @@ def cmd_replay(args) -> int:
 
 
 def compare_rows(snapshot, profile: str = "h100-80gb", device_memory: float | None = None):
-    """The same run under every design of WHAT_IFS; one row each (the first: as recorded).
+    """The same run under every design of ``what_if_designs()``; one row each (the first: as recorded).
 
     The rows are anchored what-ifs (``memory_doctor.what_if``): each starts from PyTorch's own
     state at the first event and replays the program's actions, so the first row is the run
@@ -189,7 +190,7 @@ def compare_rows(snapshot, profile: str = "h100-80gb", device_memory: float | No
     from .trace.snapshot import load_snapshot
     data = load_snapshot(snapshot) if not isinstance(snapshot, dict) else snapshot
     try:
-        trials, capacity = what_if(data, [(p, c) for p, c in WHAT_IFS if (p, c) != ("caching", "")],
+        trials, capacity = what_if(data, [(p, c) for p, c in what_if_designs() if (p, c) != ("caching", "")],
                                    device_memory=device_memory, profile=profile)
     except ValueError as exc:
         if "does not reproduce" not in str(exc):
@@ -215,7 +216,7 @@ def _plain_rows(data, profile: str, device_memory):
     from .trace.replay import replay
     rows = []
     size = None if device_memory is None else int(device_memory * GiB)
-    for policy, config in WHAT_IFS:
+    for policy, config in what_if_designs():
         result = replay(data, config=config, policy=policy, profile=profile, device_memory=size,
                         progress=False).to_json()
         rows.append({"policy": policy, "config": config or "(default)",
@@ -309,6 +310,7 @@ def cmd_doctor(args) -> int:
 
 
 def main(argv=None) -> int:
+    from .policies.registry import policy_names
     parser = argparse.ArgumentParser(prog="python -m allocator_ref",
                                      description="Replay PyTorch memory snapshots on the reference allocator.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -316,7 +318,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("replay", help="replay a snapshot's trace (verify it, or try another config/policy)")
     p.add_argument("snapshot")
     p.add_argument("--config", default=None, help='PYTORCH_CUDA_ALLOC_CONF string (default: the snapshot\'s own)')
-    p.add_argument("--policy", default="caching", choices=["caching", "stream_ordered", "bfc", "direct"])
+    p.add_argument("--policy", default="caching", choices=policy_names(),
+                   help="the allocator design to replay under (any registered policy)")
     p.add_argument("--verify", action="store_true", help="compare every decision with PyTorch's, address for address")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--profile", type=profile_name, default="h100-80gb", help="simulated device profile")

@@ -14,17 +14,16 @@ from pathlib import Path
 from typing import Optional
 
 from allocator_ref.device import SimDevice
-from allocator_ref.trace.replay import make_allocator, replay
+from allocator_ref.policies.registry import make_allocator, policy_names
+from allocator_ref.trace.replay import replay
 from allocator_ref.trace.snapshot import load_snapshot
 
 from .common import trace_paths, write_result
 
-DESIGNS = [  # (column name, policy, config)
+DESIGNS = [  # (column name, policy, config): the caching allocator twice, then every registered design
     ("native", "caching", ""),
     ("expandable", "caching", "expandable_segments:True"),
-    ("stream_ordered", "stream_ordered", ""),
-    ("bfc", "bfc", ""),
-    ("direct", "direct", ""),
+    *((name, name, "") for name in policy_names() if name != "caching"),
 ]
 QUICK_TRACES = ("small-from-empty", "cs336-gpt-ctx128-forward")
 
@@ -72,7 +71,7 @@ def dynamic_shape_workload(seed: int = 0, steps: int = 24, layers: int = 12, hid
 
 def run_ops(ops: list, policy: str, config: str, profile: str = "h100-80gb") -> dict:
     dev = SimDevice(profile)
-    alloc = make_allocator(policy, dev, config)
+    alloc = make_allocator(dev, policy, config)
     live = {}
     for op in ops:
         if op[0] == "malloc":

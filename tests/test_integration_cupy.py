@@ -14,16 +14,14 @@ from allocator_ref.caching import CachingAllocator
 from allocator_ref.device import SimDevice
 from allocator_ref.integrations import cupy as cupy_hook
 from allocator_ref.integrations import cupy_standin
-from allocator_ref.policies import BFCAllocator, DirectAllocator, StreamOrderedAllocator
+from allocator_ref.policies.registry import make_allocator, policy_names
+from allocator_ref.policies import BFCAllocator
 
 from conftest import require_gpu
 
-POLICIES = {
-    "caching": lambda d: CachingAllocator(d),
+POLICIES = {   # every registered design, and the caching one with expandable segments
+    **{name: (lambda d, name=name: make_allocator(d, name, "")) for name in policy_names()},
     "expandable": lambda d: CachingAllocator(d, "expandable_segments:True"),
-    "direct": DirectAllocator,
-    "stream_ordered": StreamOrderedAllocator,
-    "bfc": BFCAllocator,
 }
 
 
@@ -130,7 +128,7 @@ def test_current_stream_is_passed_to_the_allocator(sim):
 
 def test_using_allocator_forbids_set_allocator_like_cupy(sim):
     cp = cupy_standin.new()
-    with cp.cuda.using_allocator(cupy_hook.make_allocator(CachingAllocator(sim), cp)):
+    with cp.cuda.using_allocator(cupy_hook.malloc_hook(CachingAllocator(sim), cp)):
         with pytest.raises(ValueError):
             cp.cuda.set_allocator(None)
 

@@ -11,11 +11,14 @@ from allocator_ref.caching import OutOfMemoryError
 from allocator_ref.device import SimDevice
 from allocator_ref.device.errors import CudaError
 from allocator_ref.policies import BFCAllocator, DirectAllocator, StreamOrderedAllocator
+from allocator_ref.front_door import InvalidPointerError
 from allocator_ref.policies.bfc import bin_num_for_size, bin_size, rounded_bytes
 from allocator_ref.policies.common import UINT64_MAX
+from allocator_ref.policies.registry import get_policy, policy_names
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
-POLICIES = (DirectAllocator, StreamOrderedAllocator, BFCAllocator)
+# Every registered design but PyTorch's own (tested in test_caching_*.py)
+POLICIES = tuple(get_policy(name).allocator_class() for name in policy_names() if name != "caching")
 
 
 @pytest.fixture
@@ -470,8 +473,12 @@ def test_double_free_and_foreign_allocation(dev, cls):
     foreign = other.malloc(4096)
     with pytest.raises(ValueError, match="another allocator"):
         a.free(foreign)
-    with pytest.raises(TypeError, match="expected an Allocation"):
+    # A bare int is a pointer, as torch.cuda.caching_allocator_delete takes one: a freed one is
+    # PyTorch's "invalid device pointer" (front_door.py), the same error CachingAllocator raises.
+    with pytest.raises(InvalidPointerError, match="invalid device pointer"):
         a.free(x.ptr)
+    with pytest.raises(TypeError, match="expected an Allocation"):
+        a.free(str(x.ptr))
     assert _state(a) == before and a.live_allocations() == [keep]
 
 

@@ -7,10 +7,11 @@ import pytest
 
 from allocator_ref.caching import CachingAllocator
 from allocator_ref.device import SimDevice
-from allocator_ref.policies import BFCAllocator, DirectAllocator, StreamOrderedAllocator
+from allocator_ref.policies import BFCAllocator, StreamOrderedAllocator
+from allocator_ref.policies.registry import get_policy, policy_names
 
 MiB = 1 << 20
-ALLOCATORS = (DirectAllocator, StreamOrderedAllocator, BFCAllocator, CachingAllocator)
+ALLOCATORS = tuple(get_policy(name).allocator_class() for name in policy_names())   # every registered design
 
 
 @pytest.mark.parametrize("cls", ALLOCATORS, ids=lambda c: c.__name__)
@@ -80,7 +81,7 @@ def test_changing_an_allocations_stream_does_not_move_its_free(cls):
     dev.close()
 
 
-POLICIES = (DirectAllocator, StreamOrderedAllocator, BFCAllocator)
+POLICIES = tuple(cls for cls in ALLOCATORS if cls is not CachingAllocator)
 
 
 @pytest.mark.parametrize("cls", POLICIES, ids=lambda c: c.__name__)

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from allocator_ref.caching import OutOfMemoryError
 from allocator_ref.device import SimDevice
-from allocator_ref.policies import BFCAllocator, DirectAllocator, StreamOrderedAllocator
+from allocator_ref.policies import BFCAllocator, StreamOrderedAllocator
+from allocator_ref.policies.registry import make_allocator, policy_names
 
 KiB, MiB = 1024, 1024**2
 
@@ -44,12 +45,12 @@ STREAM_SAFE = {"direct", "stream_ordered", "stream_ordered_threshold_0", "stream
 WRITE_BYTES = 64 * KiB      # enough to overlap a reused block; small enough to stay fast
 
 FACTORIES = {
-    "direct": lambda d: DirectAllocator(d),
-    "stream_ordered": lambda d: StreamOrderedAllocator(d),
+    # every registered design but PyTorch's own (its properties: test_caching_properties.py) ...
+    **{name: (lambda d, name=name: make_allocator(d, name)) for name in policy_names() if name != "caching"},
+    # ... and the settings that change what these properties exercise
     "stream_ordered_threshold_0": lambda d: StreamOrderedAllocator(d, release_threshold=0),
     "stream_ordered_switches_off": lambda d: StreamOrderedAllocator(
         d, follow_event_dependencies=False, allow_opportunistic=False, allow_internal_dependencies=False),
-    "bfc": lambda d: BFCAllocator(d),
     "bfc_gc": lambda d: BFCAllocator(d, memory_limit=256 * MiB, garbage_collection=True),
 }
 

@@ -1,6 +1,7 @@
 """Recording a real PyTorch model's allocations on the CPU, then replaying them on the allocators."""
 import pytest
 
+from allocator_ref.policies.registry import policy_names
 from allocator_ref.trace import save_snapshot, load_snapshot
 from allocator_ref.trace.record_torch import events_to_trace
 from allocator_ref.trace.replay import replay
@@ -47,7 +48,7 @@ def test_a_small_gpt_block_recorded_on_the_cpu_replays_on_every_policy(tmp_path)
     path = save_snapshot(snap, tmp_path / "gpt_block.pickle")
     loaded = load_snapshot(path)
     peaks = {}
-    for policy in ("caching", "stream_ordered", "bfc", "direct"):
+    for policy in policy_names():                # every registered design
         report = replay(loaded, policy=policy, progress=False).to_json()
         assert report["allocs"] == len(allocs)
         peaks[policy] = report

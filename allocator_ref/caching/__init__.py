@@ -25,7 +25,6 @@ from .allocator import CachingAllocator
 from .device_caching_allocator import DeviceCachingAllocator
 from .native import NativeCachingAllocator
 from .backend import get_allocator_backend
-from .factory import make_allocator
 from .config import (AllocatorConfig, get_allocation_size, kMinBlockSize, kMinLargeAlloc,
                      kRoundLarge, kSmallBuffer, kSmallSize, round_size,
                      roundup_power2_next_division)
@@ -41,7 +40,7 @@ __all__ = [
     "CachingAllocator", "DeviceCachingAllocator", "NativeCachingAllocator", "AllocatorConfig", "OutOfMemoryError", "format_size",
     "check_stats_consistency", "round_size", "get_allocation_size",
     "roundup_power2_next_division", "kMinBlockSize", "kSmallSize", "kSmallBuffer",
-    "kMinLargeAlloc", "kRoundLarge", "get_allocator_backend", "make_allocator",
+    "kMinLargeAlloc", "kRoundLarge", "get_allocator_backend",
     "AllocatorConfigWarning", "SplitSegmentReleaseError",
     "MemPool", "use_mem_pool", "graph_pool_handle", "PluggableAllocator", "device_allocator",
     "CUDAGraph", "graph",

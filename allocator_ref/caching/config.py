@@ -246,7 +246,7 @@ class AllocatorConfig:
             err = ConfigAssertError("Allocator backend parsed at runtime != allocator backend parsed "
                                f"at load time, {value} != {loaded_backend}")
             err.add_note("PyTorch chooses the backend once, from PYTORCH_CUDA_ALLOC_CONF when it "
-                         "loads (see allocator_ref.caching.factory.make_allocator)")
+                         "loads (see allocator_ref.make_allocator)")
             raise err
         self.backend = value
         return i + 2

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..allocation import Allocation
-from ..device.errors import CudaError, destroyed_stream_error
+from ..front_door import check_request_size, live_allocation, resolve_stream
 from .checkpoint import CheckpointDelta, PrivatePoolState
 from .config import ONE_EXABYTE
 from .device_caching_allocator import DeviceCachingAllocator
@@ -43,13 +43,8 @@ class NativeCachingAllocator:
     def malloc(self, nbytes: int, stream: Any = None) -> Allocation:
         """``allocate`` + ``malloc``: check the arguments, then a Block from the device allocator
         (or cudaMalloc directly when caching is off), remembered under its pointer."""
-        stream = self.check_stream(stream)
-        if getattr(stream, "destroyed", False):     # protocol.DestroyableStream; the one error every allocator raises
-            raise destroyed_stream_error("malloc", stream)
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int):
-            raise TypeError(f"Invalid memory size: expected a number of bytes (int), got {type(nbytes).__name__}")
-        if nbytes < 0:
-            raise ValueError(f"Invalid memory size: {nbytes} (a size must be >= 0 bytes)")
+        check_request_size(nbytes)          # the front door every allocator shares (front_door.py)
+        stream = resolve_stream(self.device, stream, "malloc")
         if nbytes == 0:      # a null DataPtr: no block, no stats, no event
             return Allocation(ptr=0, size=0, requested_size=0, stream=stream, allocator=self.owner)
         if nbytes >= ONE_EXABYTE:
@@ -72,7 +67,7 @@ class NativeCachingAllocator:
     def free(self, allocation: "Allocation | int") -> None:
         """``free``: find the Block behind the pointer, forget the pointer, hand the Block back."""
         allocation = self.get_allocated_block(allocation, "free")
-        if allocation.ptr == 0:
+        if allocation is None:                   # free(nullptr): nothing to do
             return
         block = allocation._block
         if block is None:                        # came from cudaMalloc directly (caching switched off)
@@ -85,10 +80,8 @@ class NativeCachingAllocator:
     def record_stream(self, allocation: "Allocation | int", stream: Any) -> None:
         """``recordStream``: null and uncached pointers are skipped; the rest go to the device allocator."""
         allocation = self.get_allocated_block(allocation, "record_stream")
-        stream = self.check_stream(stream)
-        if getattr(stream, "destroyed", False):
-            raise destroyed_stream_error("record_stream", stream)
-        if allocation.ptr == 0 or allocation._block is None:   # uncached: recordStream skips it
+        stream = resolve_stream(self.device, stream, "record_stream")
+        if allocation is None or allocation._block is None:   # null or uncached: recordStream skips it
             return
         self.device_allocator.record_stream(allocation._block, stream)
 
@@ -106,43 +99,20 @@ class NativeCachingAllocator:
         self.free(ptr)
 
     # ----------------------------------------------------------------- lookups
-    def get_allocated_block(self, allocation: Any, what: str) -> Allocation:
+    def get_allocated_block(self, allocation: Any, what: str) -> Optional[Allocation]:
         """``get_allocated_block``: the live Allocation behind ``allocation`` (an Allocation or a
-        pointer), or a clear error (PyTorch's "invalid device pointer")."""
+        pointer), None for a null pointer, or PyTorch's "invalid device pointer" error.
+
+        The checks are the front door every allocator shares (front_door.live_allocation)."""
         if type(allocation) is Allocation and allocation.ptr and \
                 self.allocated_blocks.get(allocation.ptr) is allocation:
-            return allocation                    # the usual case: a live allocation of ours
-        if isinstance(allocation, int) and not isinstance(allocation, bool):
-            if allocation == 0:
-                return Allocation(0, 0, 0, self.device.default_stream, self.owner)
-            live = self.allocated_blocks.get(allocation)
-            if live is None:
-                raise ValueError(f"{what}: invalid device pointer: {allocation:#x} "
-                                 "(not a live allocation of this allocator)")
-            return live
-        if not isinstance(allocation, Allocation):
-            raise TypeError(f"{what} expects an Allocation returned by malloc (or its ptr), "
-                            f"got {type(allocation).__name__}")
-        if allocation.allocator is not self.owner:
-            raise ValueError(f"{what}: this allocation belongs to another allocator "
-                             "(free it with the allocator that returned it)")
-        if allocation.ptr == 0:
-            return allocation
-        if allocation.freed or self.allocated_blocks.get(allocation.ptr) is not allocation:
-            why = "(double free)" if what == "free" else f"({what} needs a live allocation)"
-            raise ValueError(f"{what}: the allocation at {allocation.ptr:#x} was already freed {why}")
-        return allocation
+            return allocation                    # the warm path: a live allocation of ours, one lookup
+        return live_allocation(self.allocated_blocks, self.owner, allocation, what)
 
     def check_stream(self, stream: Any) -> Any:
-        """The current stream for None; a stream of another device is refused (``getCurrentCUDAStream``
-        and the device checks of ``allocate`` / ``recordStream``)."""
-        if stream is None:
-            return self.device.default_stream
-        if getattr(stream, "device", None) is not self.device:
-            raise CudaError("cudaErrorInvalidResourceHandle",
-                            "this stream belongs to another device than the allocator's; "
-                            "create it with allocator.device.create_stream()")
-        return stream
+        """The current stream for None; a stream of another device or a destroyed one is refused
+        (``getCurrentCUDAStream`` and the stream checks of ``allocate`` / ``recordStream``)."""
+        return resolve_stream(self.device, stream, "malloc")
 
     # ---------------------------------------------------------- memory fraction
     def set_memory_fraction(self, fraction: float) -> None:

@@ -91,8 +91,11 @@ class StreamMap:
                          "cupy.cuda.ExternalStream(stream.handle)")
 
 
-def make_allocator(allocator: Any, cupy_module: Any = None) -> Callable[[int], Any]:
-    """The callable to hand to ``cupy.cuda.set_allocator``: ``size -> MemoryPointer``."""
+def malloc_hook(allocator: Any, cupy_module: Any = None) -> Callable[[int], Any]:
+    """The callable to hand to ``cupy.cuda.set_allocator``: ``size -> MemoryPointer``.
+
+    Not an allocator (``allocator_ref.make_allocator`` builds those): a hook that sends CuPy's
+    requests to ``allocator``."""
     cp = cupy_module if cupy_module is not None else _import_cupy()
     memory = cp.cuda.memory
     UnownedMemory, MemoryPointer = memory.UnownedMemory, memory.MemoryPointer
@@ -126,7 +129,7 @@ def use(allocator: Any, cupy_module: Any = None, *, pool: bool = False) -> Itera
     them to ``allocator`` when they are released later.
     """
     cp = cupy_module if cupy_module is not None else _import_cupy()
-    hook = make_allocator(allocator, cp)
+    hook = malloc_hook(allocator, cp)
     installed = cp.cuda.MemoryPool(hook).malloc if pool else hook
     previous = cp.cuda.get_allocator()
     cp.cuda.set_allocator(installed)
@@ -136,4 +139,4 @@ def use(allocator: Any, cupy_module: Any = None, *, pool: bool = False) -> Itera
         cp.cuda.set_allocator(previous)
 
 
-__all__ = ["use", "make_allocator", "Lease", "StreamMap"]
+__all__ = ["use", "malloc_hook", "Lease", "StreamMap"]

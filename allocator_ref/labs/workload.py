@@ -83,10 +83,10 @@ def observe(allocator, block_size=None) -> Observation:
                        stats["allocated_bytes.all.current"], stats["num_device_alloc"], _layout(allocator))
 
 
-def run(ops: list, make_allocator: Callable[[Any], Any], profile: str = "h100-80gb") -> list:
+def run(ops: list, allocator_factory: Callable[[Any], Any], profile: str = "h100-80gb") -> list:
     """Run ``ops`` on a fresh device; one Observation per op, then one after the final cleanup."""
     dev = lab_device(profile)
-    allocator = make_allocator(dev)
+    allocator = allocator_factory(dev)
     streams = {0: None}
     live: dict = {}
     observations = []

@@ -40,8 +40,10 @@ from sortedcontainers import SortedList
 from allocator_ref.allocation import Allocation
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
+from allocator_ref.front_door import check_request_size
+
 from .common import (MiB, PolicyAllocator, check_byte_option,
-                     check_size, format_size, OutOfMemoryError, parse_config, round_up, stat_keys)
+                     format_size, OutOfMemoryError, parse_config, round_up, stat_keys)
 
 kMinAllocationBits = 8
 kMinAllocationSize = 1 << kMinAllocationBits       # 256 B
@@ -265,7 +267,7 @@ class BFCAllocator(PolicyAllocator):
     def malloc(self, nbytes: int, stream: Optional[Any] = None) -> Allocation:
         """``AllocateRawInternal``: find, else extend and find, else collect regions and retry, else OOM."""
         self._check_open("malloc")
-        size = check_size(nbytes)
+        size = check_request_size(nbytes)
         stream = self._resolve_stream(stream, "malloc")
         if size == 0:
             return self._null_allocation(stream)

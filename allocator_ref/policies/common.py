@@ -11,7 +11,9 @@ Rules every policy follows (learners can rely on them when comparing):
 
 * a bad call (negative size, double free, someone else's allocation, a
   stream of another device or a destroyed one) raises a clear error
-  *before* anything changes: statistics, live set and trace stay as they were;
+  *before* anything changes: statistics, live set and trace stay as they were.
+  The checks and their exception types are ``allocator_ref/front_door.py``,
+  shared with ``CachingAllocator``: one misuse, one type, whatever the design;
 * a zero-byte request returns a null allocation (``ptr == 0``) and changes
   nothing, as PyTorch does;
 * statistics are PyTorch's ``memory_stats()`` keys, but only those the design
@@ -24,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from allocator_ref.allocation import Allocation, require_device
+from allocator_ref.front_door import live_allocation, resolve_stream, stream_is_destroyed
 from allocator_ref.caching.oom import OutOfMemoryError, format_size  # noqa: F401 -- re-exported for the policies
 from allocator_ref.caching.stats import AGGREGATE, DeviceStats
-from allocator_ref.device.errors import CudaError, destroyed_stream_error
 from allocator_ref.events import TraceEntry, TraceRecorder
 
 UINT64_MAX = 2**64 - 1
@@ -38,15 +40,6 @@ KiB, MiB, GiB = 1024, 1024**2, 1024**3
 def round_up(nbytes: int, unit: int) -> int:
     """The smallest multiple of ``unit`` that holds ``nbytes`` (``unit`` itself for tiny requests)."""
     return max(unit, -(-nbytes // unit) * unit)
-
-
-def check_size(nbytes: Any) -> int:
-    """Refuse what cudaMalloc would refuse, with words a learner understands."""
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int):
-        raise TypeError(f"Invalid memory size: expected an int number of bytes, got {type(nbytes).__name__} {nbytes!r}")
-    if nbytes < 0:
-        raise ValueError(f"Invalid memory size: {nbytes} bytes is negative")
-    return nbytes
 
 
 MAX_REQUEST = 2**60        # the largest size a device call accepts (the devices call more "absurd")
@@ -63,25 +56,6 @@ def check_byte_option(name: str, value: Any, low: int, high: int = MAX_REQUEST) 
 def stream_handle(stream: Any) -> int:
     """The raw integer PyTorch writes in traces and snapshots (0 = default stream)."""
     return int(getattr(stream, "handle", 0) or 0)
-
-
-def stream_is_destroyed(stream: Any) -> bool:
-    """True when ``cudaStreamDestroy`` was called on ``stream``.
-
-    The device protocol has no "is destroyed" call, so ask the stream the way
-    CUDA would answer: a destroyed stream fails ``cudaStreamQuery`` with
-    ``cudaErrorInvalidResourceHandle``.  A ``destroyed`` flag, when the
-    device offers one, saves the query.
-    """
-    flag = getattr(stream, "destroyed", None)
-    if isinstance(flag, bool):
-        return flag
-    try:
-        stream.query()
-    except CudaError as err:
-        return err.name in ("cudaErrorInvalidResourceHandle", "CUDA_ERROR_INVALID_HANDLE",
-                            "cudaErrorContextIsDestroyed")
-    return False
 
 
 def stat_keys(arrays: Iterable[str] = (), metrics: Iterable[str] = ("current", "peak", "allocated", "freed"),
@@ -228,14 +202,15 @@ class PolicyAllocator:
         raise NotImplementedError(f"{type(self).__name__} must implement _free_after_events")
 
     # ---- free, now or after the events of the streams that used the memory
-    def free(self, allocation: Allocation) -> None:
+    def free(self, allocation: "Allocation | int") -> None:
         """The user is done: free now, or after the events of the streams that used it."""
         self._check_open("free")
-        allocation = self._check_allocation(allocation, "free")
-        if allocation._block is None:
-            allocation.freed = True                 # freeing a null allocation is a no-op
+        found = self._check_allocation(allocation, "free")
+        if found is None:                           # freeing a null allocation is a no-op
+            if isinstance(allocation, Allocation):
+                allocation.freed = True
             return
-        record = allocation._block
+        allocation, record = found, found._block
         record.stream_uses = self._drain_destroyed(record.stream_uses)
         self._take_back(allocation)
         if record.stream_uses:
@@ -245,7 +220,7 @@ class PolicyAllocator:
         else:
             self._free_after_events(record)
 
-    def record_stream(self, allocation: Allocation, stream: Any) -> None:
+    def record_stream(self, allocation: "Allocation | int", stream: Any) -> None:
         """``Tensor.record_stream``: the free will wait for the work queued on ``stream``."""
         found = self._validated_record_stream(allocation, stream)
         if found:
@@ -290,16 +265,8 @@ class PolicyAllocator:
             raise RuntimeError(f"{what}: this {type(self).__name__} was closed; create a new one")
 
     def _resolve_stream(self, stream: Any, what: str) -> Any:
-        """``None`` means the default stream; a stream must be this device's and alive."""
-        if stream is None:
-            return self.device.default_stream
-        owner = getattr(stream, "device", None)
-        if owner is not self.device:
-            raise ValueError(f"{what}: stream {stream!r} belongs to another device "
-                             f"(cudaErrorInvalidResourceHandle); use a stream created by this allocator's device")
-        if stream_is_destroyed(stream):
-            raise destroyed_stream_error(what, stream)
-        return stream
+        """``None`` means the default stream; a stream must be this device's and alive (front_door.py)."""
+        return resolve_stream(self.device, stream, what)
 
     def _drain_destroyed(self, streams: Iterable[Any]) -> list:
         """The streams still alive; if one was destroyed, first wait for the device to drain.
@@ -315,25 +282,9 @@ class PolicyAllocator:
         self.device.synchronize()
         return [s for s in streams if not stream_is_destroyed(s)]
 
-    def _check_allocation(self, allocation: Any, what: str) -> Allocation:
-        if not isinstance(allocation, Allocation):
-            raise TypeError(f"{what}: expected an Allocation returned by malloc, got {type(allocation).__name__}")
-        # Our own records decide, not the handle's fields: ptr, allocator, stream and freed are
-        # the caller's to read, and one changed by hand (freed = True, ptr = 0) made free()
-        # refuse or skip a live allocation (a leak).
-        block = allocation._block
-        if block is not None and self._live.get(getattr(block, "ptr", None)) is allocation:
-            return allocation
-        if allocation.allocator is not self:
-            owner = type(allocation.allocator).__name__
-            raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} belongs to another allocator "
-                             f"({owner}); give it back to the allocator that made it")
-        if block is not None or allocation.ptr:
-            if allocation.freed:
-                raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} was already freed (double free)")
-            raise ValueError(f"{what}: the Allocation at {allocation.ptr:#x} is not live in this allocator "
-                             "(already freed?)")
-        return allocation                          # a null allocation (ptr 0): nothing to do
+    def _check_allocation(self, allocation: Any, what: str) -> Optional[Allocation]:
+        """The live Allocation named by ``allocation`` (or its int ptr); None for a null one (front_door.py)."""
+        return live_allocation(self._live, self, allocation, what)
 
     # ---- handing out and taking back
     def _null_allocation(self, stream: Any) -> Allocation:
@@ -374,7 +325,7 @@ class PolicyAllocator:
         self._check_open("record_stream")
         allocation = self._check_allocation(allocation, "record_stream")
         stream = self._resolve_stream(stream, "record_stream")
-        if allocation._block is None:
+        if allocation is None:
             return None                          # null allocation: nothing to protect
         block = allocation._block
         if stream is block.stream or stream in block.stream_uses:      # our record, not the caller's field

@@ -23,7 +23,9 @@ from allocator_ref.device.errors import CudaOutOfMemoryError
 
 from allocator_ref.caching.config import ONE_EXABYTE
 
-from .common import (BlockRecord, PolicyAllocator, check_size, format_size,
+from allocator_ref.front_door import check_request_size
+
+from .common import (BlockRecord, PolicyAllocator, format_size,
                      OutOfMemoryError, parse_config, round_up, stat_keys)
 
 
@@ -43,7 +45,7 @@ class DirectAllocator(PolicyAllocator):
     # ------------------------------------------------------------------ malloc
     def malloc(self, nbytes: int, stream: Optional[Any] = None) -> Allocation:
         self._check_open("malloc")
-        size = check_size(nbytes)
+        size = check_request_size(nbytes)
         stream = self._resolve_stream(stream, "malloc")
         if size == 0:
             return self._null_allocation(stream)

@@ -66,9 +66,11 @@ from allocator_ref.allocation import Allocation
 from allocator_ref.caching.stats import AGGREGATE
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
+from allocator_ref.front_door import check_request_size, stream_is_destroyed
+
 from .common import (UINT64_MAX, MiB, BlockRecord, PolicyAllocator, check_byte_option,
-                     check_size, format_size, OutOfMemoryError, parse_config, round_up, stat_keys,
-                     stream_handle, stream_is_destroyed, warn)
+                     format_size, OutOfMemoryError, parse_config, round_up, stat_keys,
+                     stream_handle, warn)
 
 ROUND_BYTES = 512          # sub-allocation granularity of the model (cudaMalloc's alignment)
 CHUNK_GRANULARITY = 2 * MiB
@@ -230,7 +232,7 @@ class StreamOrderedAllocator(PolicyAllocator):
     # ------------------------------------------------------------------ malloc
     def malloc(self, nbytes: int, stream: Optional[Any] = None) -> Allocation:
         self._check_open("malloc")
-        size = check_size(nbytes)
+        size = check_request_size(nbytes)
         stream = self._resolve_stream(stream, "malloc")
         if size == 0:
             return self._null_allocation(stream)
@@ -333,6 +335,10 @@ class StreamOrderedAllocator(PolicyAllocator):
         return self._carve(self._blocks[ptr], rounded)
 
     def _try_cuda_malloc(self, nbytes: int) -> Optional[int]:
+        if nbytes > self.device.info.total_memory:      # (info: no simulated cudaMemGetInfo call)
+            # More than the whole GPU: the driver answers out of memory (PyTorch: OutOfMemoryError,
+            # as every other design here), not the simulated device's "absurd size" invalid value.
+            return None
         try:
             return self.device.malloc(nbytes)
         except CudaOutOfMemoryError:
@@ -352,13 +358,15 @@ class StreamOrderedAllocator(PolicyAllocator):
             f"\n                        : {format_size(self.memory_limit)}")
 
     # ------------------------------------------------------------------ free
-    def free(self, allocation: Allocation) -> None:
+    def free(self, allocation: "Allocation | int") -> None:
         """cudaFreeAsync on the creation stream, or on the unifying stream after record_stream."""
         self._check_open("free")
-        allocation = self._check_allocation(allocation, "free")
-        if allocation._block is None:              # a null allocation (not its ptr field: the caller's)
-            allocation.freed = True
+        found = self._check_allocation(allocation, "free")
+        if found is None:                          # a null allocation (not its ptr field: the caller's)
+            if isinstance(allocation, Allocation):
+                allocation.freed = True
             return
+        allocation = found
         block = allocation._block
         owner = block.stream              # our record: allocation.stream is the caller's to read, not to steer
         if stream_is_destroyed(owner) or any(stream_is_destroyed(s) for s in block.stream_uses):
@@ -426,12 +434,12 @@ class StreamOrderedAllocator(PolicyAllocator):
         return candidate
 
     # ------------------------------------------------------------------ record_stream
-    def record_stream(self, allocation: Allocation, stream: Any) -> None:
+    def record_stream(self, allocation: "Allocation | int", stream: Any) -> None:
         """``Tensor.record_stream``: the free will be ordered after the work queued on ``stream``."""
         self._check_open("record_stream")
         checked = self._check_allocation(allocation, "record_stream")
         resolved = self._resolve_stream(stream, "record_stream")
-        if checked and resolved is checked.stream:
+        if checked is not None and resolved is checked._block.stream:
             warn("Called record_stream on tensor whose original creation stream matches the recorded "
                  "stream. This is unnecessary and has no effect.")
             return

@@ -34,6 +34,7 @@ from ..caching.config import AllocatorConfig
 from ..caching.oom import OutOfMemoryError
 from ..caching.restore import restore_segment
 from ..device.errors import CudaError
+from ..policies.registry import make_allocator     # every design, by name (the policy registry)
 from .device_traces import devices_of, device_segments, raw_trace, replayable_events, replayable_positions
 from .rebuild import infer_initial_state
 from .rebuild_expandable import CannotRebuild, rebuild_expandable
@@ -114,17 +115,6 @@ def _checked(snapshot: dict) -> dict:
         raise SnapshotError(f"<dict>: {exc}") from None
 
 
-def make_allocator(policy: str, device, config: str):
-    """A fresh allocator of the named design on ``device``."""
-    if policy == "caching":
-        return CachingAllocator(device, config)
-    from .. import policies
-    classes = {"direct": "DirectAllocator", "stream_ordered": "StreamOrderedAllocator", "bfc": "BFCAllocator"}
-    if policy not in classes:
-        raise ValueError(f"unknown policy {policy!r}: choose one of caching, {', '.join(classes)}")
-    return getattr(policies, classes[policy])(device)
-
-
 class _DeviceReplayer:
     """Replays one device's trace."""
 
@@ -139,7 +129,7 @@ class _DeviceReplayer:
         if device_memory is not None:
             # A GPU of this size (the profile's context reserve still comes off the top).
             self.device.info = dataclasses.replace(self.device.info, total_memory=int(device_memory))
-        self.allocator = factory(self.device, config) if factory else make_allocator(policy, self.device, config)
+        self.allocator = factory(self.device, config) if factory else make_allocator(self.device, policy, config)
         self.result = DeviceReplay(index, len(events), state_only=not events)
         self.pools = PoolRouter(events, finals)      # MemPool / CUDA graph pools (replay_pools.py)
         self.live: dict = {}          # trace address -> our Allocation

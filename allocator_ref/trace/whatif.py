@@ -44,8 +44,8 @@ from ..caching.oom import OutOfMemoryError
 from ..caching.restore import restore_segment
 from ..device.errors import CudaError
 from ..device.sim import SimDevice
+from ..policies.registry import make_allocator     # every design, by name (the policy registry)
 from .rebuild import infer_initial_state
-from .replay import make_allocator
 from .replay_device import ManualEvent
 from .replay_pools import PoolRouter
 
@@ -251,7 +251,7 @@ class _Replayer:
     def __init__(self, events, finals, config, policy, usable, profile, index, factory) -> None:
         self.events, self.finals = events, finals
         self.device = WhatIfDevice(profile, index, usable)
-        self.allocator = factory(self.device, config) if factory else make_allocator(policy, self.device, config)
+        self.allocator = factory(self.device, config) if factory else make_allocator(self.device, policy, config)
         self.exact = isinstance(self.allocator, CachingAllocator)
         self.pools = PoolRouter(events, finals)
         self.streams: dict = {0: self.device.default_stream}
