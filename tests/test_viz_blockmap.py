@@ -125,6 +125,8 @@ def test_no_block_label_runs_past_its_block_and_small_blocks_are_named():
     lines = re.findall(r'class="ar-small-blocks"[^>]*>([^<]*)<', svg)
     assert any("1.0 MiB allocated, 1023.0 KiB free" in t for t in lines), lines   # too narrow in a 20 MiB bar
     assert any("512 B allocated" in t for t in lines), "the 512 B tensor is named under its bar"
+    # Unlabelled is not small: the caption must not call large-pool blocks "small blocks".
+    assert lines and all(not t.startswith("small blocks") for t in lines), lines
 
 
 def test_a_long_segment_label_is_fitted_not_cut():

@@ -31,7 +31,7 @@ from .expandable import is_expandable_segments_active
 from .mempool import use_mem_pool
 from .native import NativeCachingAllocator
 from .oom import format_size
-from .pools import DEFAULT_POOL_ID
+from .pools import DEFAULT_POOL_ID, current_thread_filter
 from .stats import AGGREGATE
 from .summary import memory_summary
 
@@ -211,6 +211,21 @@ class CachingAllocator:
         if getattr(pool, "allocator", None) is not self:
             raise ValueError("this MemPool belongs to another allocator; use it with that one")
         return use_mem_pool(pool)
+
+    def begin_allocate_current_thread_to_pool(self, pool_id: tuple) -> None:
+        """``torch._C._cuda_beginAllocateCurrentThreadToPool(device, pool_id)``: route this thread's
+        requests to the pool (what ``use_mem_pool`` does on entry)."""
+        self.device_allocator.begin_allocate_to_pool(tuple(pool_id), current_thread_filter())
+
+    def end_allocate_to_pool(self, pool_id: tuple) -> None:
+        """``torch._C._cuda_endAllocateToPool(device, pool_id)``: stop routing to the pool (what
+        ``use_mem_pool`` does on exit, and what undoes a capture that broke before it ended)."""
+        self.device_allocator.end_allocate_to_pool(tuple(pool_id))
+
+    def release_pool(self, pool_id: tuple) -> None:
+        """``torch._C._cuda_releasePool(device, pool_id)``: one owner fewer; at 0 the pool's free
+        segments go back to the device at the next ``empty_cache()``."""
+        self.device_allocator.release_pool(tuple(pool_id))
 
     def get_checkpoint_state(self, pool_id: tuple) -> PrivatePoolState:
         """``torch._C._cuda_getCheckpointState`` (``getCheckpointState``): a private pool's state."""

@@ -78,8 +78,9 @@ class CUDAGraph:
             self.device.begin_capture(stream, capture_error_mode)
         except Exception as err:
             err.add_note(f"PyTorch 2.11 leaves pool {pool_id} in captures_underway after this (capture_begin "
-                         "has no cleanup): undo it with allocator.device_allocator.end_allocate_to_pool(graph.mempool_id) "
-                         "and allocator.device_allocator.release_pool(graph.mempool_id)")
+                         f"has no cleanup): undo it with allocator.end_allocate_to_pool({pool_id}) and "
+                         f"allocator.release_pool({pool_id}) (torch._C._cuda_endAllocateToPool and "
+                         "torch._C._cuda_releasePool in PyTorch)")
             raise
         self.capture_id = self.device.capture_info(stream).capture_id
 
@@ -92,8 +93,8 @@ class CUDAGraph:
         except Exception as err:
             err.add_note(f"PyTorch 2.11 throws here before endAllocateToPool: pool {self.mempool_id} stays in "
                          "captures_underway (no process_events, deferred frees, no full flush on OOM, "
-                         "empty_cache() skips the default pools) until allocator.device_allocator.end_allocate_to_pool("
-                         "graph.mempool_id); fixed after 2.11 by pytorch/pytorch#180395. reset() will not release "
+                         f"empty_cache() skips the default pools) until allocator.end_allocate_to_pool({self.mempool_id}) "
+                         "(torch._C._cuda_endAllocateToPool; graph.pool() refuses a capture that did not end); fixed after 2.11 by pytorch/pytorch#180395. reset() will not release "
                          "the pool either (capture_ended_ is false; pytorch/pytorch#190348).")
             raise
         self.allocator.device_allocator.end_allocate_to_pool(self.mempool_id)

@@ -307,10 +307,19 @@ def nudges(ex: Exercise) -> tuple:
     return own + (SECOND_NUDGE,)
 
 
+CRASH_NUDGE = ("your code stopped with an error before its result could be judged: the line above names the "
+               "error and where; fix that first (on the device, as on a GPU, touching memory after freeing it "
+               "or passing a wrong argument is an error), then the exercise's own rule.")
+
+
 def nudge_text(ex: Exercise, result: CheckResult, attempt: int = 1) -> str:
     """What a failed attempt gets: a nudge that changes with the attempt (1, 2, ...), never the recipe.
-    From attempt SAY_WHERE_THE_RECIPE_IS_AFTER on it also says how to ask for the recipe or a solution."""
+    From attempt SAY_WHERE_THE_RECIPE_IS_AFTER on it also says how to ask for the recipe or a solution.
+    A failure that is the learner's code raising gets the crash nudge first: the exercise's own nudge
+    would point at the rule while the code never reached it."""
     steps = nudges(ex)
+    if result.explanation.startswith("your code raised"):
+        steps = (CRASH_NUDGE,) + steps
     located = "Nudge:" in result.explanation          # the failing case gave its own, located nudge
     index = attempt - 1 if not located else attempt - 2   # a located nudge is the first one
     text = "" if index < 0 else f"Nudge: {steps[min(index, len(steps) - 1)]}"

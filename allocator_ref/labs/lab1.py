@@ -150,17 +150,30 @@ def _explain_case(profile, nbytes, kernel_us, label):
     return Case(label, judge, data=(profile, nbytes, kernel_us))
 
 
+def _explain_hidden(rng) -> list:
+    cases = [_explain_case(rng.choice(["h100-80gb", "t4-16gb"]), rng.randint(1, 256) * MiB,
+                           float(rng.choice(kernels)), label)
+             for kernels, label in (([0.5, 1, 2], "seeded size, short kernels"),
+                                    ([1000, 2000, 5000], "seeded size, long kernels"),
+                                    ([0.5, 2, 20, 100, 2000], "seeded size and kernel length"))]
+    # The same kernel length on the same device: cudaMalloc's cost grows with the size, so a large
+    # buffer's loop is dominated by the API time while a small one's waits in cudaFree.
+    profile, kernel_us = rng.choice(["h100-80gb", "t4-16gb"]), float(rng.choice([200, 300, 400]))
+    cases.append(_explain_case(profile, rng.randint(1, 8) * MiB, kernel_us, "a small buffer, mid-length kernels"))
+    cases.append(_explain_case(profile, rng.randint(256, 512) * MiB, kernel_us,
+                               "a large buffer, the same kernels"))
+    return cases
+
+
 register(Exercise(
     id="lab1.explain", pure=True, lab=1, title="dominant_cost(dev, nbytes, kernel_us): API time or cudaFree's sync?",
     public=lambda: [_explain_case("h100-80gb", 4 * MiB, 500.0, "4 MiB, 500 us kernels"),
                     _explain_case("h100-80gb", 4 * MiB, 1.0, "4 MiB, 1 us kernels")],
     # Kernel lengths from both sides of the balance (short: API time wins; long: the wait wins),
-    # so an answer that is always the same, or measured where the wait is not counted, fails here too.
-    hidden=lambda rng: [_explain_case(rng.choice(["h100-80gb", "t4-16gb"]), rng.randint(1, 256) * MiB,
-                                      float(rng.choice(kernels)), label)
-                        for kernels, label in (([0.5, 1, 2], "seeded size, short kernels"),
-                                               ([1000, 2000, 5000], "seeded size, long kernels"),
-                                               ([0.5, 2, 20, 100, 2000], "seeded size and kernel length"))],
+    # so an answer that is always the same, or measured where the wait is not counted, fails here too;
+    # and one kernel length with two buffer sizes whose answers differ, so a rule on the kernel length
+    # alone (one that never runs the loop) fails too.
+    hidden=lambda rng: _explain_hidden(rng),
     what="dominant_cost function",
     nudge="Run the direct loop as the lab describes it (no extra synchronize) and look where the host's time goes: inside the API calls, or waiting in cudaFree.",
     hint="Run the direct loop a few times on dev and compare dev.counters.api_time_us (host time inside API calls) "
@@ -180,4 +193,8 @@ edges("lab1.measure",
 
 edges("lab1.explain",
       Edge("a loop where the API time is larger (short kernels)", lambda d: expected_dominant(*d)[0] == "api"),
-      Edge("a loop where cudaFree's wait is larger (long kernels)", lambda d: expected_dominant(*d)[0] == "sync"))
+      Edge("a loop where cudaFree's wait is larger (long kernels)", lambda d: expected_dominant(*d)[0] == "sync"),
+      Edge("a mid-length kernel (200 to 400 us) where the API time is larger (a large buffer)",
+           lambda d: 200 <= d[2] <= 400 and expected_dominant(*d)[0] == "api"),
+      Edge("a mid-length kernel (200 to 400 us) where the wait is larger (a small buffer)",
+           lambda d: 200 <= d[2] <= 400 and expected_dominant(*d)[0] == "sync"))

@@ -27,15 +27,57 @@ FILL = 0xEE
 
 
 class CountingAllocator(CachingAllocator):
-    """The reference allocator, counting record_stream calls."""
+    """The reference allocator, counting record_stream calls and probing every free for an unordered reuse.
+
+    The probe is what the next request on the freeing stream would meet: when a copy on *another* stream
+    still reads the freed range (queued, or running on the virtual clock) and the free was not told about
+    that stream (record_stream), it asks for the same size on the freed block's stream at once. If the
+    allocator hands out memory overlapping the freed block, the next buffer of a real program would be
+    written while the copy still reads it: the race the exercise is about, shown whatever the two
+    streams' timings happen to be (PyTorch's free() reuses a block at once unless record_stream deferred
+    it: DeviceCachingAllocator::free -> insert_events only for stream_uses)."""
 
     def __init__(self, device, config=""):
         super().__init__(device, config)
         self.record_stream_calls = 0
+        self.recorded: dict = {}            # id(allocation) -> handles of the streams record_stream named
+        self.reads: list = []               # (src, nbytes, stream handle, end us) of every device copy
+        self.waited: dict = {}              # stream handle -> latest event time that stream was told to wait for
+        self.unordered_reuse = None         # the first race the probe demonstrated, in words
 
     def record_stream(self, allocation, stream):
         self.record_stream_calls += 1
-        return super().record_stream(allocation, stream)
+        result = super().record_stream(allocation, stream)
+        self.recorded.setdefault(id(allocation), set()).add(_handle(self.device, stream))
+        return result
+
+    def free(self, allocation):
+        readers = self._unfinished_readers(allocation)
+        super().free(allocation)
+        if readers and self.unordered_reuse is None:
+            self._probe(allocation, readers[0])
+
+    def _unfinished_readers(self, allocation) -> list:
+        if not isinstance(allocation, Allocation) or allocation.freed:
+            return []
+        lo, hi, now = allocation.ptr, allocation.ptr + allocation.size, self.device.now_us()
+        mine = _handle(self.device, allocation.stream)
+        told = self.recorded.get(id(allocation), set())
+        ordered = self.waited.get(mine, float("-inf"))    # the freeing stream waits for work up to here
+        return [r for r in self.reads if r[0] < hi and lo < r[0] + r[1] and r[3] > now
+                and r[2] != mine and r[2] not in told and r[3] > ordered]
+
+    def _probe(self, freed, reader) -> None:
+        probe = super().malloc(freed.size, stream=freed.stream)
+        try:
+            if probe.ptr < freed.ptr + freed.size and freed.ptr < probe.ptr + probe.size:
+                self.unordered_reuse = (
+                    f"you freed x at {self.device.now_us():.0f} us (simulated host time), but the side stream's "
+                    f"copy reads x until {reader[3]:.0f} us, and the allocator did not know: a request made right "
+                    f"after your free on x's stream got x's own block back (at {probe.ptr:#x}), so the next "
+                    "buffer of the program can be written while the side stream still reads x")
+        finally:
+            super().free(probe)
 
 
 def _reference_record_stream(dev, alloc, data, work_us):
@@ -89,10 +131,33 @@ def _watch_host_writes(dev) -> list:
     return writes
 
 
+def _handle(dev, stream) -> int:
+    return (dev.default_stream if stream is None else stream).handle
+
+
+def _watch_reads(dev, alloc) -> None:
+    """Log every device copy's source range, stream and end time (what a free must be ordered after),
+    and every stream's wait on an event (a wait orders the waiting stream's later work after it)."""
+    real_copy, real_wait = dev.copy, dev.wait_event
+
+    def copy(dst, src, nbytes, stream=None):
+        real_copy(dst, src, nbytes, stream)
+        s = dev.default_stream if stream is None else stream
+        alloc.reads.append((src, nbytes, s.handle, s.tail_us))
+
+    def wait_event(stream, event):
+        real_wait(stream, event)
+        if getattr(event, "time_us", None) is not None:
+            h = _handle(dev, stream)
+            alloc.waited[h] = max(alloc.waited.get(h, float("-inf")), event.time_us)
+    dev.copy, dev.wait_event = copy, wait_event
+
+
 def _timed(fn, profile, data, work_us):
     dev = lab_device(profile)
     dev.host_writes = _watch_host_writes(dev)
     alloc = CountingAllocator(dev)
+    _watch_reads(dev, alloc)
     t0 = dev.now_us()
     out = fn(dev, alloc, data, work_us)
     dev.synchronize()
@@ -127,6 +192,12 @@ def run_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int) -> di
         raise Fail(f"corrupted output ({what}): byte {i} of `out` is 0x{got[i]:02X} but the input had "
                    f"0x{data[i]:02X} (about {bad:.0%} of the bytes are wrong). {cause}.",
                    "corrupted output: the bytes read back differ from the input (memory was reused too early)")
+    if alloc.unordered_reuse:
+        raise Fail(f"unordered reuse ({what}): the output is right this time, but only by the streams' timing: "
+                   f"{alloc.unordered_reuse}. Free x only once the side stream's copy has completed "
+                   "(wait for an event recorded after the copy), or tell the allocator with record_stream.",
+                   "unordered reuse: x was freed while the side stream's copy still read it, and the "
+                   "allocator handed x's block to the next request")
     leaked = [a for a in alloc.live_allocations() if a is not out]
     if leaked:
         raise Fail(f"leak: {len(leaked)} allocation(s) besides `out` are still allocated when your pipeline "

@@ -125,7 +125,22 @@ def _diagnose_hidden(rng):
                             config="expandable_segments:True")]
     size = rng.randint(60, 200) * MiB
     cases.append(_diagnose_case(too_big_workload(size, 960 * MiB // size + 1), "a seeded workload too big for the device"))
+    cases.append(_diagnose_case(_small_free_workload(rng), "a seeded workload: every large block in use, free "
+                                                           "blocks only in a small-pool segment"))
     return cases
+
+
+def _small_free_workload(rng: random.Random) -> list:
+    """Small tensors share one 2 MiB small-pool segment and every other one is freed; then large tensors
+    whose sizes are whole 2 MiB multiples over 10 MiB fill their own segments exactly, until the device
+    runs out. At the OOM the free blocks are all in the small segment (the ladder's release_cached_blocks
+    keeps a segment with a live block): a diagnosis that looks at large segments only finds none."""
+    small = [rng.randint(200, 330) * 1024 for _ in range(6)]
+    big = 2 * MiB * rng.randint(30, 60)
+    ops = [("malloc", f"s{i}", n, 0) for i, n in enumerate(small)]
+    ops += [("free", "s1"), ("free", "s3")]
+    ops += [("malloc", f"big{i}", big, 0) for i in range(1024 * MiB // big + 1)]
+    return ops
 
 
 register(Exercise(
@@ -215,10 +230,18 @@ def _config_case(ops, label):
         if not isinstance(text, str):
             raise Fail(f"choose_config() returned {text!r}; return a PYTORCH_CUDA_ALLOC_CONF string such as "
                        "'max_split_size_mb:128'", "choose_config() did not return a string")
+        name, sep, value = text.partition("=")
+        if sep and name.strip() == "PYTORCH_CUDA_ALLOC_CONF":
+            raise Fail(f"choose_config() returned the whole environment line {text!r}: return only its value, "
+                       f"{value.strip()!r} (what you would put after PYTORCH_CUDA_ALLOC_CONF=)",
+                       "choose_config() returned a whole PYTORCH_CUDA_ALLOC_CONF=... line, not its value",
+                       hint="the option itself may be right: return only the part after the = sign.")
         try:
             AllocatorConfig.parse(text)
         except ValueError as exc:
-            raise Fail(f"the config {text!r} is not valid: {exc}", f"the config is not valid: {exc}") from None
+            raise Fail(f"the config {text!r} is not valid: {exc}", f"the config is not valid: {exc}",
+                       hint="fix the syntax first: comma-separated key:value pairs, as PyTorch parses "
+                            "PYTORCH_CUDA_ALLOC_CONF; the error above names the part it could not read.") from None
         state = run_until_oom(ops, text)
         if not state["ok"]:
             st = state["stats"]
@@ -278,6 +301,8 @@ edges("lab4.diagnose",
       Edge("too much live memory", lambda ops: _diagnosis_of(ops)[0]["cause"] == "too much live memory"),
       Edge("free bytes exactly equal to the request (fragmentation: >= is not >)",
            lambda ops: _usable(ops) == _diagnosis_of(ops)[1]),
+      Edge("the largest free block lies in a small-pool (2 MiB) segment",
+           lambda d: _largest_free_segment_type(_diagnosis_of(d)[2]["snapshot"]) == "small"),
       Edge("reserved-but-unallocated bytes that are not in inactive_split_bytes (expandable segments)",
            lambda d: _diagnosis_of(d)[0]["reserved_but_unallocated"]
            != _diagnosis_of(d)[2]["stats"]["inactive_split_bytes.all.current"]))
@@ -288,3 +313,10 @@ edges("lab4.config",
            lambda ops: run_until_oom(ops, "max_split_size_mb:41")["ok"]),
       Edge("a variant that fits with expandable_segments:True",
            lambda ops: run_until_oom(ops, "expandable_segments:True")["ok"]))
+
+
+def _largest_free_segment_type(snapshot: dict):
+    """'small' or 'large': the pool of the segment holding the largest free ('inactive') block."""
+    best = max(((b["size"], seg["segment_type"]) for seg in snapshot["segments"] for b in seg["blocks"]
+                if b["state"] == "inactive"), default=(0, None))
+    return best[1]

@@ -87,6 +87,20 @@ def fragmented_suffix(rng: random.Random) -> tuple:
             ("malloc", "f_p", pending, 0), ("record", "f_p", 1), ("sleep", 1, 500_000), ("free", "f_p"))
 
 
+def small_free_suffix(rng: random.Random) -> tuple:
+    """On a fresh allocator (the case runs no seeded workload before it): small tensors share one 2 MiB small-pool segment and two of them are
+    freed, while large tensors of whole 2 MiB multiples over 10 MiB fill their own segments exactly and
+    one more large block waits for another stream's event. The largest free block is in the small
+    segment; the pending one is bigger but not free."""
+    small = [rng.randint(200, 330) * 1024 for _ in range(6)]
+    big = 2 * MiB * rng.randint(6, 40)
+    ops = [("malloc", f"q{i}", n, 0) for i, n in enumerate(small)]
+    ops += [("free", "q1"), ("free", "q3")]
+    ops += [("malloc", f"qbig{i}", big, 0) for i in range(rng.randint(1, 3))]
+    ops += [("malloc", "q_p", big, 0), ("record", "q_p", 1), ("sleep", 1, 500_000), ("free", "q_p")]
+    return tuple(ops)
+
+
 def training_snapshot() -> tuple:
     """(snapshot, where it came from): the real one when the course finds it, else a course-made one."""
     from ..trace.fetch import find_trace
@@ -148,16 +162,17 @@ def _free_case(get, label):
     return Case(label, judge)
 
 
-def _hidden(make_case, make_suffix, configs=("",)):
+def _hidden(make_case, make_suffix, configs=("",), more_suffixes=()):
     """Three seeded snapshots; the first ones (one per allocator config in ``configs``) end with
     the situation this exercise's classic mistakes get wrong (``make_suffix``), so the hidden
-    cases alone catch them for every seed."""
+    cases alone catch them for every seed; then one more per ``more_suffixes`` (other situations)."""
     def gen(rng):
         cases = []
-        for k in range(3):
+        for k in range(3 + len(more_suffixes)):
             seed = rng.randrange(1 << 30)
-            n = rng.randint(60, 200)
-            suffix = make_suffix(rng) if k < len(configs) else ()
+            n = rng.randint(60, 200) if k < 3 else 0     # the extra situations start from an empty allocator
+            suffix = (make_suffix(rng) if k < len(configs) else
+                      more_suffixes[k - 3](rng) if k >= 3 else ())
             config = configs[k] if k < len(configs) else ""
             case = make_case(lambda seed=seed, n=n, suffix=suffix, config=config:
                              (course_snapshot(seed, n, suffix=suffix, config=config),
@@ -195,7 +210,8 @@ register(Exercise(
                                         "course-made snapshot (seed 3; one segment holds two free blocks, and a "
                                         "bigger block waits for another stream)"),
                                "a course-made snapshot with a fragmented segment")],
-    hidden=_hidden(_free_case, fragmented_suffix), what="largest_free_block function",
+    hidden=_hidden(_free_case, fragmented_suffix, more_suffixes=(small_free_suffix,)),
+    what="largest_free_block function",
     nudge='One segment can hold several free blocks: are you looking at blocks, or at totals?',
     hint="snapshot['segments'] lists every segment with its blocks; a cached free block has state 'inactive'. "
          "Return the largest size among them (0 when there is none).",
@@ -257,5 +273,8 @@ edges("lab7.largest_free",
            lambda d: any(sum(b["state"] == "inactive" for b in s["blocks"]) > 1 for s in _snapshot_of(d)["segments"])),
       Edge("a block pending free (another stream's event) bigger than every free block",
            lambda d: max(_blocks(d, "active_pending_free"), default=0) > max(_blocks(d, "inactive"), default=0)),
+      Edge("the largest free block lies in a small-pool (2 MiB) segment",
+           lambda d: max(((b["size"], s["segment_type"]) for s in _snapshot_of(d)["segments"] for b in s["blocks"]
+                          if b["state"] == "inactive"), default=(0, None))[1] == "small"),
       Edge("an allocated block bigger than every free block",
            lambda d: max(_blocks(d, "active_allocated"), default=0) > max(_blocks(d, "inactive"), default=0)))

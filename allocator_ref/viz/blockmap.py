@@ -244,7 +244,8 @@ def _draw_segment(out: list, seg: dict, seg_id: Any, y: int, full_w: float, mark
         named = [f"{format_bytes(b['size'])} {STATE_WORDS.get(b.get('state', 'inactive'), '').split(' (')[0]}"
                  for b in unlabelled[:MAX_LISTED]]
         more = len(unlabelled) - len(named)
-        text = "small blocks, in order: " + ", ".join(named) + (f" and {more} more (hover for each)" if more else "")
+        # "unlabelled", not "small": a 16 MiB large-pool block can be too narrow to label in a wide segment.
+        text = "blocks too narrow to label, in order: " + ", ".join(named) + (f" and {more} more (hover for each)" if more else "")
         out.append(fitted_text(text, x0, y + BAR_H + 11, full_w, size=10, fill="#33414e",
                                **{"class": "ar-small-blocks"}))
         height += SMALL_LINE_H

@@ -1,0 +1,35 @@
+"""A failed check's first nudge points where the learner's mistake is: a crash gets the crash nudge (not
+the exercise's rule), and a whole PYTORCH_CUDA_ALLOC_CONF=... line gets told to return its value (not
+steered to another option). Each wrong answer is a file in labs/wrong/ that a learner wrote."""
+import importlib.util
+from pathlib import Path
+
+from allocator_ref.labs import check
+from allocator_ref.labs.check import CRASH_NUDGE, exercise
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _submission(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "labs" / "wrong" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_crash_gets_the_crash_nudge_before_the_exercise_rule():
+    wrong = _submission("lab1_measure_use_after_free")
+    result = check(wrong.EXERCISE, wrong.SUBMISSION, seed=1, verbose=False)
+    assert not result.passed
+    assert result.explanation.startswith("your code raised"), result.explanation
+    assert result.hint.startswith(f"Nudge: {CRASH_NUDGE}"), result.hint
+    assert exercise("lab1.measure").nudge not in result.hint
+
+
+def test_an_environment_line_is_told_to_return_its_value():
+    wrong = _submission("lab4_config_env_line")
+    result = check(wrong.EXERCISE, wrong.SUBMISSION, seed=1, verbose=False)
+    assert not result.passed
+    assert "'expandable_segments:True'" in result.explanation
+    assert "max_split" not in result.explanation + result.hint
+    assert "after the = sign" in result.explanation, result.explanation
