@@ -11,7 +11,7 @@ LAB_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: workshop site lab test test-fast venv student gpu-check bench bench-quick clean sync-notebooks
-.PHONY: check-labs nbgrader collect autograde test-labs image
+.PHONY: check-labs nbgrader translations collect autograde test-labs image
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,15 @@ test-fast: $(STAMP)
 # and labs/solutions.json.
 student: $(STAMP)
 	$(PY) -m allocator_ref.labs.generate
+	$(PY) -m allocator_ref.editions build
+
+# The Chinese edition (README.zh-CN.md): refresh each catalogue (locale/zh_CN/**.po, one entry per English
+# paragraph; a changed paragraph becomes untranslated, its old Chinese kept as a fuzzy hint) from the
+# English sources, then write chapters/zh/*.ipynb and labs/{source,student}/zh/*.ipynb and say what is
+# left to translate (allocator_ref/editions).
+translations: $(STAMP)
+	$(PY) -m allocator_ref.editions update
+	$(PY) -m allocator_ref.editions build
 
 # The fast lab tests (make test runs all of them, notebooks included).
 test-labs: $(STAMP)

@@ -1,8 +1,8 @@
 """``python -m allocator_ref.editions update|build|check [SOURCE ...]`` (``make translations``).
 
 update   make or refresh each catalogue from its English source (extract is the same command)
-build    write the Chinese notebooks from the English sources and the catalogues
-check    write nothing; exit 1 when a catalogue or a Chinese notebook is out of step
+build    write the Chinese notebooks from the English sources and the catalogues, then say what is left
+check    write nothing; per source, how much is translated; exit 1 when anything is out of step
 """
 from __future__ import annotations
 
@@ -36,6 +36,41 @@ def cmd_update(args) -> int:
     return 0
 
 
+def cmd_build(args) -> int:
+    from allocator_ref.editions import build
+    for path in build.write_all():
+        print(f"{'wrote' if path.exists() else 'removed'} {path.relative_to(catalog.ROOT)}")
+    cmd_status(args, quiet=True)     # what is left to translate (the tests fail on it; make does not)
+    return 0
+
+
+def cmd_status(args, quiet: bool = False) -> int:
+    """Say, per source, how many blocks are translated; exit 1 when something is out of step."""
+    from allocator_ref.editions import build
+    problems = 0
+    for source in catalog.sources():
+        rel = source.relative_to(catalog.ROOT)
+        path = catalog.catalogue_path(source)
+        if not path.exists():
+            print(f"{rel}: no catalogue yet (python -m allocator_ref.editions update {rel})")
+            problems += 1
+            continue
+        stored = {e.msgid for e in catalog.load(path) if not e.obsolete}
+        blocks = catalog.english_blocks(source)
+        left = catalog.untranslated(source)
+        unlisted = [b for b in blocks if b not in stored]
+        if left or unlisted:
+            problems += 1
+            print(f"{rel}: {len(blocks) - len(left)}/{len(blocks)} blocks translated"
+                  + (f"; {len(unlisted)} English blocks are not in the catalogue (run update)" if unlisted else ""))
+        elif not quiet:
+            print(f"{rel}: {len(blocks)}/{len(blocks)} blocks translated")
+    for path in build.stale():
+        problems += 1
+        print(f"stale: {path.relative_to(catalog.ROOT)} (run `make translations`)")
+    return 1 if problems else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref.editions", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -43,6 +78,8 @@ def main(argv=None) -> int:
         p = sub.add_parser(name, help="make or refresh catalogues from the English sources")
         p.add_argument("sources", nargs="*", help="English .md sources (default: every chapter and lab)")
         p.set_defaults(func=cmd_update)
+    sub.add_parser("build", help="write the Chinese notebooks").set_defaults(func=cmd_build)
+    sub.add_parser("check", help="write nothing; exit 1 when an edition is out of step").set_defaults(func=cmd_status)
     args = parser.parse_args(argv)
     return args.func(args)
 
