@@ -209,3 +209,92 @@ def untranslated(source: Path, root: Path = ROOT) -> list:
     path = catalogue_path(source, root)
     done = translations(load(path)) if path.exists() else {}
     return [b for b in english_blocks(source) if b not in done]
+
+
+# ------------------------------------------------------------------ the translation rules, checked
+
+MARKER = re.compile(r"<!--.*?-->", re.S)
+CLAIMED = re.compile(r"\*\*[^*\n]+\*\*<!--\s*claim:\s*[\w.\-]+\s*-->")
+INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
+LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
+URL = re.compile(r"https?://[^\s)>\"'`]+")
+
+
+def _fenced(text: str) -> list:
+    """The fenced code blocks of a markdown block (each from ``` to ```)."""
+    return re.findall(r"^[ \t]*```.*?^[ \t]*```", text, re.S | re.M)
+
+
+def rule_problems(msgid: str, msgstr: str) -> list:
+    """What a translation breaks of the FORMAT's rules (empty when it keeps them all).
+
+    Markers and claimed values verbatim; every inline code span, URL and fenced code block of the
+    English still in the Chinese; every link target kept (``build`` re-points relative ones).
+    """
+    problems = []
+    for marker in MARKER.findall(msgid):
+        if msgstr.count(marker) != msgid.count(marker):
+            problems.append(f"marker {marker!r} must appear as in the English")
+    for claimed in CLAIMED.findall(msgid):
+        if claimed not in msgstr:
+            problems.append(f"claimed value {claimed!r} must appear exactly as in the English")
+    for _, code in INLINE_CODE.findall(_strip_fences(msgid)):
+        if code not in msgstr:
+            problems.append(f"inline code `{code}` must stay as written")
+    for fence in _fenced(msgid):
+        if fence not in msgstr:
+            problems.append(f"the fenced block {fence[:40]!r}... must stay as written")
+    for target in LINK_TARGET.findall(msgid):
+        if target not in msgstr and _english_only(target):
+            problems.append(f"link target {target!r} must be kept")
+    for url in URL.findall(msgid):
+        if url.rstrip(".,;") not in msgstr:
+            problems.append(f"URL {url!r} must be kept")
+    return problems
+
+
+def _strip_fences(text: str) -> str:
+    for fence in _fenced(text):
+        text = text.replace(fence, "")
+    return text
+
+
+def _english_only(target: str) -> bool:
+    """A link target the Chinese must keep: all but a link to the Chinese edition itself
+    (chapter 0 links the other language, so each side's target differs)."""
+    return not re.search(r"(^|/)zh/|zh-CN", target)
+
+
+# English left in Chinese prose: a run of this many English words outside code, links, markers and
+# claimed values is a sentence nobody translated.
+ENGLISH_RUN = 4
+_WORD_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ \t]+(?:[A-Za-z][A-Za-z'’-]*|[0-9][0-9.,]*)[,;:]?)+")
+
+
+def english_runs(msgstr: str, allowed: tuple = ()) -> list:
+    """Runs of >= ENGLISH_RUN English words left in a Chinese block's prose.
+
+    Code (fenced and inline), links (text and target), markers, claimed values, URLs and quoted error texts
+    (in double quotes) do not count: they stay in English on purpose.  ``allowed`` lists names
+    (e.g. ``"Ascend Extension for PyTorch"``) that are English by nature.
+    """
+    text = _strip_fences(msgstr)
+    text = CLAIMED.sub(" § ", text)
+    text = MARKER.sub(" § ", text)
+    text = INLINE_CODE.sub(" § ", text)
+    text = re.sub(r"\[[^\]]*\]\([^)]*\)", " § ", text)      # a link: its text is often a page's title
+    text = URL.sub(" § ", text)
+    text = re.sub(r"\"[^\"\n]*\"|“[^”\n]*”", " § ", text)
+    for name in allowed:
+        text = text.replace(name, " § ")
+    runs = []
+    for m in _WORD_RUN.finditer(text):
+        words = [w for w in re.split(r"[ \t]+", m.group(0)) if re.match(r"[A-Za-z]", w)]
+        if len(words) >= ENGLISH_RUN:
+            runs.append(m.group(0))
+    return runs
+
+
+# Names that are English by nature and may stand in Chinese prose (products, projects, titles).
+NAMES = ("Ascend Extension for PyTorch", "Zero to JupyterHub", "Open in Colab", "Google Colab",
+         "Jupyter Book", "Nsight Systems", "NVIDIA Management Library")
