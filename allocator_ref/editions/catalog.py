@@ -238,9 +238,9 @@ def rule_problems(msgid: str, msgstr: str) -> list:
     for claimed in CLAIMED.findall(msgid):
         if claimed not in msgstr:
             problems.append(f"claimed value {claimed!r} must appear exactly as in the English")
-    for _, code in INLINE_CODE.findall(_strip_fences(msgid)):
-        if code not in msgstr:
-            problems.append(f"inline code `{code}` must stay as written")
+    for m in INLINE_CODE.finditer(_strip_fences(msgid)):
+        if m.group(0) not in msgstr:
+            problems.append(f"inline code {m.group(0)} must stay as written, in its backticks")
     for fence in _fenced(msgid):
         if fence not in msgstr:
             problems.append(f"the fenced block {fence[:40]!r}... must stay as written")
