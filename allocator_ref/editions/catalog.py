@@ -24,7 +24,9 @@ Translation rules
     Code identifiers, API names, config keys, error texts, URLs and file names
     stay as written; inline code in backticks is unchanged; markdown links keep
     their targets (a link to another chapter or lab points at the Chinese
-    edition's notebook where one exists); every ``<!-- ... -->`` marker (e.g.
+    edition's notebook where one exists: simplest is to keep the English target,
+    which ``build`` re-points at the Chinese twin; a target with ``zh/`` before
+    the file name is accepted too); every ``<!-- ... -->`` marker (e.g.
     ``<!-- claim: name -->``) and every bold claimed value ``**...**`` that a
     claim checks appears in the msgstr exactly as in the msgid.  A msgstr is
     *translated* only when it is non-empty and not fuzzy.
@@ -245,7 +247,8 @@ def rule_problems(msgid: str, msgstr: str) -> list:
         if fence not in msgstr:
             problems.append(f"the fenced block {fence[:40]!r}... must stay as written")
     for target in LINK_TARGET.findall(msgid):
-        if target not in msgstr and _english_only(target):
+        twin = re.sub(r"([^/]+)$", r"zh/\1", target)       # the Chinese edition's copy of the same file
+        if target not in msgstr and twin not in msgstr and _english_only(target):
             problems.append(f"link target {target!r} must be kept")
     for url in URL.findall(msgid):
         if url.rstrip(".,;") not in msgstr:
