@@ -70,22 +70,24 @@ def test_a_changed_english_paragraph_fails_the_in_step_check(tmp_path):
         shutil.copy(md, tmp_path / "labs" / "source" / md.name)
     source = tmp_path / "chapters" / "03_streams.md"
     assert instep.problems(tmp_path, [source]) == []
+    before = catalog.translations(catalog.load(catalog.catalogue_path(source, tmp_path)))
 
-    old = ("Free blocks are ordered by `(stream, size, address)`; `get_free_block` (`CUDACachingAllocator.cpp`)\n"
-           "only looks at the requesting stream's blocks.")
+    old = next(b for b in catalog.english_blocks(source)                 # a plain paragraph of prose
+               if len(b.split()) > 20 and "<!--" not in b and not b.startswith(("#", "-", "|", "[", "*", "1.")))
+    edited = old.replace(" ", " really ", 1)
     text = source.read_text(encoding="utf-8")
     assert old in text
-    source.write_text(text.replace(old, old.replace("only looks at", "looks only at")), encoding="utf-8")
+    source.write_text(text.replace(old, edited), encoding="utf-8")
     found = instep.problems(tmp_path, [source])
-    assert any("untranslated" in p and "Free blocks are ordered" in p for p in found), found
+    assert any("untranslated" in p and edited[:40] in p for p in found), found
     assert any("differs from what `make translations` writes" in p for p in found), found
 
     po, counts = catalog.update(source, tmp_path)
     catalog.write(po, catalog.catalogue_path(source, tmp_path))
     assert counts["fuzzy"] == 1 and counts["obsolete"] == 1, counts
-    entry = next(e for e in po if "looks only at" in e.msgid and not e.obsolete)
-    assert entry.fuzzy and entry.previous_msgid.startswith("Free blocks are ordered") and "归属" not in entry.msgstr
-    assert "get_free_block" in entry.msgstr            # the old Chinese, shown to the translator
+    entry = po.find(edited)
+    assert entry.fuzzy and entry.previous_msgid == old
+    assert entry.msgstr == before[old]                  # the old Chinese, shown to the translator
     assert any("fuzzy" in p for p in instep.problems(tmp_path, [source]))
 
     entry.flags.remove("fuzzy")
