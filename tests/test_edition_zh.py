@@ -96,6 +96,14 @@ def test_a_changed_english_paragraph_fails_the_in_step_check(tmp_path):
     assert instep.problems(tmp_path, [source]) == []
 
 
+def test_the_command_line_refuses_a_file_that_is_not_a_source():
+    import sys
+    out = subprocess.run([sys.executable, "-m", "allocator_ref.editions", "update", "README.md"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "not an English chapter or lab source" in out.stderr, out
+    assert not (ROOT / "locale" / "zh_CN" / "README.po").exists()
+
+
 def test_the_rules_catch_what_a_translator_can_break():
     english = "Peak is **64.00 MiB**<!-- claim: q9_wait --> with `record_stream`, see [lab](../labs/x.ipynb)."
     assert catalog.rule_problems(english, "峰值为 **64.00 MiB**<!-- claim: q9_wait -->，见 `record_stream` 与 [实验](../labs/x.ipynb)。") == []

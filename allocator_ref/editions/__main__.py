@@ -16,11 +16,12 @@ from allocator_ref.editions import catalog
 def _sources(names: list) -> list:
     if not names:
         return catalog.sources()
-    chosen = []
+    chosen, known = [], {p.resolve() for p in catalog.sources()}
     for name in names:
         path = Path(name).resolve()
-        if path.suffix != ".md" or not path.is_file():
-            raise SystemExit(f"{name}: not an English source; give chapters/NN_name.md or labs/source/labNN_name.md")
+        if path not in known:
+            raise SystemExit(f"{name}: not an English chapter or lab source; give chapters/NN_name.md or "
+                             f"labs/source/labNN_name.md (or nothing, for all of them)")
         chosen.append(path)
     return chosen
 
