@@ -11,7 +11,7 @@ LAB_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: workshop site lab test test-fast venv student gpu-check bench bench-quick clean sync-notebooks
-.PHONY: check-labs nbgrader collect autograde test-labs image
+.PHONY: check-labs nbgrader translations collect autograde test-labs image
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,8 +28,12 @@ venv: $(STAMP)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # JUPYTER_CONFIG_PATH adds .jupyter-course/, which hides each chapter's and lab source's jupytext .md
 # twin from the file browser: JupyterLab would otherwise list and open every chapter twice.
+# The language a learner starts in: COURSE_LANG=zh, or a Chinese locale (LANG=zh_CN.UTF-8), opens the Chinese
+# edition's chapter 0 (README.zh-CN.md); anything else the English one.
+COURSE_LANG ?= $(if $(filter zh%,$(LANG)),zh,en)
+FIRST_CHAPTER := $(if $(filter zh%,$(COURSE_LANG)),chapters/zh/00_setup_and_tour.ipynb,chapters/00_setup_and_tour.ipynb)
 lab: $(STAMP)
-	JUPYTER_CONFIG_PATH="$(CURDIR)/.jupyter-course$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" $(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_ARGS) chapters/00_setup_and_tour.ipynb
+	JUPYTER_CONFIG_PATH="$(CURDIR)/.jupyter-course$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" $(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_ARGS) $(FIRST_CHAPTER)
 
 # Every test.  Passes on a 2-core machine without a GPU (GPU tests skip and say why).
 # Optional extras the tests use when they can have them cheaply (else those tests skip and say why):
@@ -52,6 +56,15 @@ test-fast: $(STAMP)
 # and labs/solutions.json.
 student: $(STAMP)
 	$(PY) -m allocator_ref.labs.generate
+	$(PY) -m allocator_ref.editions build
+
+# The Chinese edition (README.zh-CN.md): refresh each catalogue (locale/zh_CN/**.po, one entry per English
+# paragraph; a changed paragraph becomes untranslated, its old Chinese kept as a fuzzy hint) from the
+# English sources, then write chapters/zh/*.ipynb and labs/{source,student}/zh/*.ipynb and say what is
+# left to translate (allocator_ref/editions).
+translations: $(STAMP)
+	$(PY) -m allocator_ref.editions update
+	$(PY) -m allocator_ref.editions build
 
 # The fast lab tests (make test runs all of them, notebooks included).
 test-labs: $(STAMP)

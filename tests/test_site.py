@@ -126,6 +126,8 @@ def test_every_internal_link_resolves(site, browser):
     start += [f"{site}/faq.html", _url(site, sorted(ROOT.glob("labs/student/*.ipynb"))[0])]
     start += [_url(site, ROOT / guide) for guide in build_site.GUIDES]
     start += [_url(site, ROOT / "README.md")]
+    start += [_url(site, n) for n in sorted(ROOT.glob("chapters/zh/*.ipynb"))]      # the Chinese edition
+    start += [_url(site, ROOT / p) for p in build_site.ZH_PAGES if (ROOT / p).exists()]
     links = set()
     for url in start:
         page = _open(browser, url)
@@ -208,3 +210,29 @@ def test_the_site_opens_on_the_learners_start_page_and_instructors_have_their_ow
     assert guides <= set(sections["Instructors"]), sections["Instructors"]
     assert not guides & set(sections["Labs"]), sections["Labs"]
     assert all("labs/student/" in h for h in sections["Labs"]), sections["Labs"]
+
+
+HREF = re.compile(r'href="([^"#?]*)(?:[#?][^"]*)?"')
+
+
+def test_both_editions_with_a_language_switch(site):
+    """The built HTML, read as files (no browser needed): every Chinese chapter and lab has a page
+    under its own sections, each page of either edition links its twin in the other language,
+    and no link on a page of either edition points at a file the site does not have."""
+    out = build_site.OUT
+    chinese = [*ROOT.glob("chapters/zh/*.ipynb"), *ROOT.glob("labs/student/zh/*.ipynb")]
+    if not chinese:
+        pytest.skip("no Chinese edition built (make translations)")
+    for notebook in chinese:
+        page = out / notebook.relative_to(ROOT).with_suffix(".html")
+        english = out / notebook.relative_to(ROOT).parent.parent / page.name
+        assert page.is_file(), f"{notebook.relative_to(ROOT)} has no page"
+        assert f'href="../{page.name}"' in page.read_text(encoding="utf-8"), f"{page.name}: no switch to English"
+        assert f'href="zh/{page.name}"' in english.read_text(encoding="utf-8"), f"{english.name}: no switch to 中文"
+    pages = [*out.glob("chapters/**/*.html"), *out.glob("labs/student/**/*.html"), out / "README.zh-CN.html"]
+    broken = set()
+    for page in pages:
+        for target in HREF.findall(page.read_text(encoding="utf-8")):
+            if target and not re.match(r"^[a-z][a-z0-9+.-]*:|^/", target) and not (page.parent / target).exists():
+                broken.add(f"{page.relative_to(out)} -> {target}")
+    assert not broken, sorted(broken)[:20]

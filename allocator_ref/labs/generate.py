@@ -98,7 +98,11 @@ def read_source(path: Path):
 
 def build(path: Path) -> tuple:
     """(student notebook, {exercise id: solution text}) for one instructor source."""
-    nb = read_source(path)
+    return build_notebook(read_source(path), path)
+
+
+def build_notebook(nb, path: Path) -> tuple:
+    """``build`` for a source already read (the Chinese edition passes its translated twin)."""
     rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
     cells, solutions = [], {}
     for i, cell in enumerate(nb.cells):
