@@ -61,8 +61,10 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
             for r in reports:
                 r.diagnosis.source = source
             return DevicesReport(reports, seconds=time.perf_counter() - start)
-    diag = diagnose(data, device=device)
+    diag = diagnose(data, device=device, profile=profile,
+                    device_memory=None if device_memory is None else int(device_memory * GiB))
     diag.source = source
+    profile = diag.profile                # sized up when the snapshot needs a bigger GPU
     plan = capacity = None
     if diag.verified and remedies:
         run = whatif_run(diag, profile)
@@ -136,7 +138,9 @@ def what_if(snapshot: Any, settings=(("caching", "expandable_segments:True"),), 
     from .diagnosis import diagnose, whatif_run
     from .remedies import Trial, context_reserve, run_trial, with_change
 
-    diag = diagnose(snapshot, device=device)
+    diag = diagnose(snapshot, device=device, profile=profile,
+                    device_memory=None if device_memory is None else int(device_memory * GiB))
+    profile = diag.profile
     if not diag.verified:
         div = diag.verify_summary.get("first_divergence") or {}
         raise ValueError(f"{diag.source}: the reference allocator does not reproduce PyTorch on this trace "

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..device.sizing import profile_for_snapshot
 from ..trace.device_traces import device_events
 from ..trace.replay import replay
 from ..trace.snapshot import load_snapshot
@@ -93,6 +94,8 @@ class Diagnosis:
     readings: dict = field(default_factory=dict)         # how the verify replay read the program
     user_empty_caches: list = field(default_factory=list)   # (DeviceReplay.readings / user_empty_caches)
     program: Any = None                  # the program's actions (trace/whatif.py), once whatif_run read them
+    profile: str = "h100-80gb"           # the simulated GPU every replay runs on (device/sizing.py)
+    profile_note: str = ""               # one line when it was sized up for this snapshot
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -172,8 +175,13 @@ def python_frames(frames: Optional[list], keep: int = 3) -> list:
     return [f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line', 0)} in {f.get('name', '?')}" for f in chosen]
 
 
-def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
-    """Replay ``snapshot`` (a path or a dict) at PyTorch's addresses and read the facts off it."""
+def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-80gb",
+             device_memory: Optional[int] = None) -> Diagnosis:
+    """Replay ``snapshot`` (a path or a dict) at PyTorch's addresses and read the facts off it.
+
+    The replay runs on ``profile``, sized up when the trace held more than it, or when
+    ``device_memory`` (bytes, the GPU asked about) is larger than it (device/sizing.py).
+    """
     source = "<dict>"
     if not isinstance(snapshot, dict):
         source = str(snapshot)
@@ -184,9 +192,10 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
     if not 0 <= device < len(traces) or not traces[device]:
         raise ValueError(f"device {device} has no trace events in this snapshot")
     only = device_snapshot(snapshot, device)
-    frames = frames_of_snapshot(only, device=device)
+    profile, profile_note = profile_for_snapshot(only, device, profile, traces[device], device_memory)
+    frames = frames_of_snapshot(only, device=device, profile=profile)
     # The frames came from a --verify replay of the whole trace: its report is the verification.
-    verify = frames.verify_result or replay(only, verify=True, progress=False)
+    verify = frames.verify_result or replay(only, verify=True, progress=False, profile=profile)
     summary = verify.to_json()
     totals = frames.memory_totals()
     allocated = [a for a, _ in totals]
@@ -205,7 +214,8 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
                      verified=verify.perfect, verify_summary=summary, frames=frames,
                      allocated=allocated, reserved=reserved,
                      peak_allocated=allocated[peak_allocated_at], peak_allocated_at=peak_allocated_at,
-                     peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at)
+                     peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at,
+                     profile=profile, profile_note=profile_note)
     mine = next((r for r in verify.devices if r.device == device), None)
     if mine is not None:
         diag.readings, diag.user_empty_caches = dict(mine.readings), list(mine.user_empty_caches)
