@@ -38,6 +38,7 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     from .diagnosis import diagnose, whatif_run
     from .remedies import context_reserve, prescribe
     from .report import DoctorReport
+    from .shortage import judge_diagnosis
 
     if device_memory is not None and not (isinstance(device_memory, (int, float)) and device_memory > 0):
         raise ValueError(f"device_memory is the GPU's size in GiB, a positive number; got {device_memory!r}")
@@ -86,6 +87,7 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
             target = total = None
             where = capacity_words(capacity)
         plan = prescribe(run, diag.config, target, total, where, recorded_usable, live_need=diag.live_need)
+        diag.judgement = judge_diagnosis(diag, target, asked=device_memory is not None)
     report = DoctorReport(diag, plan, DoctorReport.decide(diag, plan), capacity=capacity)
     report.seconds = time.perf_counter() - start
     return report

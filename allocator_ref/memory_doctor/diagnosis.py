@@ -65,6 +65,9 @@ class OomFacts:
     reserved: int                # memory_reserved() at that moment
     usable: int                  # reserved + device_free: what this process could hold
     where: list
+    pending: dict = field(default_factory=dict)    # stream -> bytes freed but waiting for it, at the error
+    live: list = field(default_factory=list)       # LiveAllocation, largest first, at the error
+    live_places: dict = field(default_factory=dict)   # (pool, stream) -> live bytes at the error
 
 
 @dataclass
@@ -96,6 +99,8 @@ class Diagnosis:
     program: Any = None                  # the program's actions (trace/whatif.py), once whatif_run read them
     profile: str = "h100-80gb"           # the simulated GPU every replay runs on (device/sizing.py)
     profile_note: str = ""               # one line when it was sized up for this snapshot
+    live_places: dict = field(default_factory=dict)    # (pool, stream) -> live bytes at the reserved peak
+    judgement: Any = None                # shortage or fragmentation (shortage.py), once the doctor judged it
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -222,7 +227,14 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
     events = traces[device]
     _where_memory_sits(diag, frames.state(peak_reserved_at), frames.segment_ids)
     diag.largest = _largest_live(frames.state(peak_reserved_at), events, frames.first_event + peak_reserved_at)
+    diag.live_places = live_places(frames.state(peak_reserved_at))
     diag.oom = _oom_facts(events, frames, allocated, reserved)
+    if diag.oom is not None:
+        at = min(max(diag.oom.event_index - frames.first_event, 0), len(reserved) - 1)
+        state = frames.state(at)
+        diag.oom.pending = pending_by_stream(state)
+        diag.oom.live = _largest_live(state, events, diag.oom.event_index)
+        diag.oom.live_places = live_places(state)
     diag.oom_count = sum(1 for e in events if e.get("action") == "oom")
     # Freed blocks still waiting for another stream's work (record_stream) are active but not allocated.
     pending = [active - alloc for alloc, active in frames.segment_sums("allocated_size", "active_size")]
@@ -257,6 +269,28 @@ def _where_memory_sits(diag: Diagnosis, segments: list, ids: dict) -> None:
                                            sizes["inactive"], sizes["active_pending_free"], largest_free))
     holdings.sort(key=lambda h: -(h.free + h.pending))
     diag.holdings, diag.by_pool, diag.by_stream = holdings, by_pool, by_stream
+
+
+def pending_by_stream(segments: list) -> dict:
+    """Bytes freed but waiting for other streams' work (``active_pending_free``), by the segment's stream."""
+    out: dict = {}
+    for seg in segments:
+        for block in seg["blocks"]:
+            if block["state"] == "active_pending_free":
+                out[seg.get("stream", 0)] = out.get(seg.get("stream", 0), 0) + block["size"]
+    return out
+
+
+def live_places(segments: list) -> dict:
+    """Live bytes by (pool, stream): where the memory a shortage must cut lives."""
+    out: dict = {}
+    for seg in segments:
+        pool = seg.get("segment_type") or ("small" if seg["total_size"] == SMALL_SEGMENT else "large")
+        live = sum(b["size"] for b in seg["blocks"] if b["state"] == "active_allocated")
+        if live:
+            key = (pool, seg.get("stream", 0))
+            out[key] = out.get(key, 0) + live
+    return out
 
 
 def _largest_live(segments: list, events: list, upto: int, keep: int = 5) -> list:
