@@ -266,7 +266,11 @@ class DoctorReport:
             "by_stream": {str(k): v2 for k, v2 in d.by_stream.items()},
             "segments_holding": [h.__dict__ for h in d.holdings[:20]],
             "largest_live": [a.__dict__ for a in d.largest],
-            "oom": None if d.oom is None else dict(d.oom.__dict__, explained=oom_lines(d)),
+            "oom": None if d.oom is None else dict(d.oom.__dict__, explained=oom_lines(d),
+                                                   pending={str(k): b for k, b in d.oom.pending.items()},
+                                                   live=[a.__dict__ for a in d.oom.live],
+                                                   live_places=_places_json(d.oom.live_places)),
+            "live_places_at_peak": _places_json(d.live_places),
             "target": None if r is None else r.target, "target_from": None if r is None else r.target_from,
             "replays": 0 if r is None else r.replays,
             "remedies": [] if r is None else [t.to_json() for t in r.trials],
@@ -360,6 +364,10 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
 def _rests_on(t: Trial) -> str:
     """What a proposed setting's figure rests on."""
     return "a model's prediction" if t.prediction else "replayed on the recorded requests"
+
+
+def _places_json(places: dict) -> list:
+    return [{"pool": pool, "stream": stream, "live": b} for (pool, stream), b in places.items()]
 
 
 def reproduced_line(summary: dict, verified: bool) -> str:
