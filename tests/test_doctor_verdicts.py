@@ -242,3 +242,52 @@ def test_the_command_line_compares_ranks_and_names_a_bad_file(tmp_path, capsys):
     assert main(["doctor", str(paths[0]), str(hostile)]) == 2         # one good rank is no comparison
     err = capsys.readouterr().err
     assert "at least two readable snapshots" in err and "hostile.pickle" in err
+
+
+# ------------------------------------------------------------------ the real snapshots, read as an expert would
+
+TRACES = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+def _real(name):
+    path = TRACES / f"{name}.pickle"
+    if not path.is_file():
+        pytest.skip(f"no {name}.pickle in ../shared/traces (the real snapshots are not in this clone)")
+    return ar.doctor(path)
+
+
+@pytest.mark.slow
+def test_the_real_fine_tune_oom_is_a_shortage_with_no_setting():
+    report = _real("hf-finetune-expandable-oom")
+    o = report.diagnosis.oom
+    assert o.request > o.reserved - o.allocated + o.device_free          # the rule, from PyTorch's own numbers
+    assert report.verdict.kind == "shortage" and report.verdict.line is None
+
+
+@pytest.mark.slow
+def test_real_runs_get_a_headline_only_for_a_material_gain_and_pytorchs_knob_at_a_tie():
+    for name in ("cs336-gpt-ctx128-forward", "cs336-gpt-ctx128-fullstep", "small-from-empty"):
+        report = _real(name)
+        r, v = report.remedies, report.verdict
+        base = r.recorded.peak_reserved
+        threshold = material_threshold(base)
+        best_gain = base - min(t.peak_reserved for t in r.knobs)
+        if best_gain < threshold:
+            assert v.trial is None, name
+            continue
+        assert v.trial is not None and base - v.trial.peak_reserved >= threshold, name
+        # every setting of PyTorch's own allocator within the threshold of the lowest beats a backend switch
+        lowest = min(t.peak_reserved for t in r.knobs if base - t.peak_reserved >= threshold)
+        own = [t for t in r.knobs if t.kind != "async" and t.peak_reserved - lowest < threshold
+               and base - t.peak_reserved >= threshold]
+        if own:
+            assert v.trial.kind != "async", (name, v.line)
+
+
+@pytest.mark.slow
+def test_the_real_multistream_run_gets_a_fraction_cap_with_headroom():
+    report = _real("multistream-select-n")
+    t = report.verdict.trial
+    if t is None or t.allowed is None:
+        pytest.skip(f"the verdict has no fraction cap ({report.verdict.kind})")
+    assert t.allowed <= report.remedies.target * (1 - FRACTION_HEADROOM) and "inferred" in report.verdict.text
