@@ -120,8 +120,12 @@ class DoctorReport:
     def lines(self) -> list[str]:
         d, r, v = self.diagnosis, self.remedies, self.verdict
         j = d.verify_summary
+        raw = len((d.snapshot.get("device_traces") or [[]] * (d.device + 1))[d.device] or ())
+        extra = raw - len(d.frames)
+        counted = f"{len(d.frames):,} events" + (f" of the trace's {raw:,} entries ({extra:,} 'snapshot' markers or "
+                                                 "other entries that change nothing, left out)" if extra > 0 else "")
         out = [f"Memory doctor: {d.source}, device {d.device} "
-               f"({len(d.frames):,} events; simulated replays of PyTorch's recorded decisions)", ""]
+               f"({counted}; simulated replays of PyTorch's recorded decisions)", ""]
         out.append(reproduced_line(j, d.verified))
         if d.profile_note:
             out.append(f"Simulated GPU: {d.profile_note}")
@@ -172,7 +176,8 @@ class DoctorReport:
             out.append(f"  seg {h.number} ({h.pool} pool, stream {h.stream}, {format_bytes(h.size)}, "
                        f"{h.blocks} block{'s' if h.blocks != 1 else ''}): {format_bytes(h.free)} free"
                        + (f", largest free block {format_bytes(h.largest_free)}" if h.blocks > 1 else ", wholly free")
-                       + (f", {format_bytes(h.pending)} waiting for another stream" if h.pending else "")
+                       + (f", {format_bytes(h.pending)} pending on stream {h.stream} (freed, waiting for another "
+                          "stream's work)" if h.pending else "")
                        + f"; {format_bytes(h.allocated)} allocated")
         if len(d.holdings) > 5:
             rest = sum(h.free + h.pending for h in d.holdings[5:])
@@ -186,9 +191,10 @@ class DoctorReport:
             where = " <- ".join(a.where) if a.where else "(no Python frames recorded)"
             out.append(f"  {format_bytes(a.size)} at {a.address:#x} (stream {a.stream}): {where}")
         out += ["", "STREAMS"]
+        pending = {stream: per["pending"] for stream, per in d.by_stream.items() if per.get("pending")}
         out.append(f"  {len(d.by_stream)} stream{'s' if len(d.by_stream) != 1 else ''} own segments at the peak; "
-                   f"{format_bytes(d.pending_at_peak)} is freed but held for other streams' work "
-                   "(record_stream events not yet complete)")
+                   + (f"{pending_words(pending)}: freed but held for other streams' work (record_stream events not "
+                      "yet complete)" if pending else "no freed block waits for another stream's work there"))
         if d.pending_max:
             out.append(f"  over the whole run, at most {format_bytes(d.pending_max)} was held that way "
                        f"(event {d.pending_max_at:,}): memory record_stream kept from being reused")
