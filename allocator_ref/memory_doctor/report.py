@@ -360,7 +360,7 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
     biggest = "; ".join(f"{format_bytes(a.size)}" + (f" from {a.where[0]}" if a.where else "")
                         for a in largest[:3])
     text = (f"This is a shortage, not fragmentation: {judged.words}.{replayed} Cut about {format_bytes(cut)} of live "
-            f"memory. It lives {places or 'nowhere the trace shows'}"
+            f"memory. Where the live memory is: {places or 'not in the trace'}"
             + (f"; the largest live tensors: {biggest} (all of them under LARGEST LIVE ALLOCATIONS)" if biggest else "")
             + ". What helps is outside the allocator (changes to the program or the hardware, not settings): "
             + "; ".join(PROGRAM_REMEDIES) + ".")
