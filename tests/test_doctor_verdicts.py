@@ -291,3 +291,15 @@ def test_the_real_multistream_run_gets_a_fraction_cap_with_headroom():
     if t is None or t.allowed is None:
         pytest.skip(f"the verdict has no fraction cap ({report.verdict.kind})")
     assert t.allowed <= report.remedies.target * (1 - FRACTION_HEADROOM) and "inferred" in report.verdict.text
+
+
+def test_a_rank_that_ran_short_is_the_outlier_and_no_setting_serves_the_job(tmp_path):
+    for i, snap in enumerate(examples.job_ranks(3, outlier=-1)):
+        (tmp_path / f"rank{i}.pickle").write_bytes(pickle.dumps(snap))
+    (tmp_path / "rank3.pickle").write_bytes(pickle.dumps(examples.shortage_run(900)))
+    report = doctor_ranks([str(tmp_path)])
+    short = report.outlier
+    assert short.name == "rank3.pickle" and short.ooms == 1 and short.verdict.kind == "shortage"
+    assert short.need == short.live_need > max(r.peak_reserved for r in report.ranks)
+    assert report.why == "more live memory" and report.setting is None
+    assert report.setting_words.startswith("none: rank3.pickle is short of memory")

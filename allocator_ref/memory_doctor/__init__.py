@@ -88,6 +88,9 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
             where = capacity_words(capacity)
         plan = prescribe(run, diag.config, target, total, where, recorded_usable, live_need=diag.live_need)
         diag.judgement = judge_diagnosis(diag, target, asked=device_memory is not None)
+    if diag.verified and diag.judgement is None:       # remedies not asked for: the rule still reads the run
+        asked = None if device_memory is None else int(device_memory * GiB) - context_reserve(profile)
+        diag.judgement = judge_diagnosis(diag, asked, asked=asked is not None)
     report = DoctorReport(diag, plan, DoctorReport.decide(diag, plan), capacity=capacity)
     report.seconds = time.perf_counter() - start
     return report

@@ -41,6 +41,12 @@ class Rank:
     ooms: Optional[int]
     config: str
     state_only: bool = False
+    live_need: int = 0              # live bytes at the worst moment, the failed request counted
+
+    @property
+    def need(self) -> int:
+        """What this rank needed of its GPU: its reserved peak, or more when a request failed."""
+        return max(self.peak_reserved, self.live_need)
 
     @property
     def verdict(self):
@@ -136,7 +142,7 @@ def rank_of(name: str, report) -> Rank:
         return Rank(name, report, d.allocated, d.reserved, d.unallocated, None, None, d.config, state_only=True)
     retries = report.remedies.reproduction.alloc_retries if report.remedies is not None else None
     return Rank(name, report, d.peak_allocated, d.peak_reserved, d.unallocated_at_peak, retries, d.oom_count,
-                d.config)
+                d.config, live_need=d.live_need)
 
 
 def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile: str = "h100-80gb",
@@ -175,6 +181,10 @@ def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile:
         if r.config != usual:
             problems.append(f"{r.name} stands apart: recorded with PYTORCH_CUDA_ALLOC_CONF={r.config!r}, the others "
                             f"with {usual!r}; compared anyway, but part of its difference is the setting")
+    for r in ranks:
+        if r.state_only and not all(x.state_only for x in ranks):
+            problems.append(f"{r.name} has no trace (history was off): its row is the state at one moment, not its "
+                            "peaks, and no replay stands behind it")
     out = RanksReport(ranks, problems)
     _find_outlier(out)
     _one_setting(out)
@@ -183,31 +193,35 @@ def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile:
 
 
 def _find_outlier(out: RanksReport) -> None:
-    top = max(out.ranks, key=lambda r: r.peak_reserved)
+    # The rank that needed the most: its reserved peak, or its live memory plus the request that failed.
+    top = max(out.ranks, key=lambda r: r.need)
     others = [r for r in out.ranks if r is not top]
-    reserved = statistics.median(r.peak_reserved for r in others)
-    allocated = statistics.median(r.peak_allocated for r in others)
-    extra = top.peak_reserved - reserved
+    reserved = statistics.median(r.need for r in others)
+    allocated = statistics.median(max(r.peak_allocated, r.live_need) for r in others)
+    extra = top.need - reserved
     if not is_material(extra, int(reserved)):
-        out.why_words = (f"no outlier: every rank's peak reserved is within "
+        out.why_words = (f"no outlier: every rank's need (peak reserved, or live memory plus a failed request) is within "
                          f"{format_bytes(material_threshold(int(reserved)))} of the others' median "
                          f"({format_bytes(int(reserved))})")
         return
     out.outlier = top
-    more_live = top.peak_allocated - allocated
+    top_live = max(top.peak_allocated, top.live_need)
+    more_live = top_live - allocated
     if is_material(more_live, int(allocated)):
         out.why = "more live memory"
-        out.why_words = (f"{top.name} reserves {format_bytes(int(extra))} more than the other ranks' median "
-                         f"({format_bytes(top.peak_reserved)} vs {format_bytes(int(reserved))}) because it holds more "
+        out.why_words = (f"{top.name} needs {format_bytes(int(extra))} more than the other ranks' median "
+                         f"({format_bytes(top.need)} vs {format_bytes(int(reserved))}) because it holds more "
                          f"live memory: its live tensors peak {format_bytes(int(more_live))} higher "
-                         f"({format_bytes(top.peak_allocated)} vs {format_bytes(int(allocated))}): an uneven share of "
+                         f"({format_bytes(top_live)} vs {format_bytes(int(allocated))}"
+                         + (", the request that failed counted" if top.live_need > top.peak_allocated else "")
+                         + "): an uneven share of "
                          "the work (a pipeline stage, a shard, an embedding), which no allocator setting evens out")
     else:
         frag = statistics.median(r.fragmentation for r in others)
         out.why = "the same live memory laid out worse"
-        out.why_words = (f"{top.name} reserves {format_bytes(int(extra))} more than the other ranks' median "
-                         f"({format_bytes(top.peak_reserved)} vs {format_bytes(int(reserved))}) with the same live "
-                         f"memory (peak allocated {format_bytes(top.peak_allocated)} vs {format_bytes(int(allocated))}): "
+        out.why_words = (f"{top.name} needs {format_bytes(int(extra))} more than the other ranks' median "
+                         f"({format_bytes(top.need)} vs {format_bytes(int(reserved))}) with the same live "
+                         f"memory (peak allocated {format_bytes(top_live)} vs {format_bytes(int(allocated))}): "
                          f"the same live memory laid out worse, {format_bytes(top.fragmentation)} reserved but "
                          f"unallocated at its peak against {format_bytes(int(frag))} on the others")
 
@@ -229,7 +243,7 @@ def _serves(report, change: str) -> Optional[str]:
 
 
 def _one_setting(out: RanksReport) -> None:
-    lead = out.outlier or max(out.ranks, key=lambda r: r.peak_reserved)
+    lead = out.outlier or max(out.ranks, key=lambda r: r.need)
     v = lead.verdict
     if v.kind == "shortage":
         out.setting_words = (f"none: {lead.name} is short of memory (a shortage, not fragmentation), which no "
