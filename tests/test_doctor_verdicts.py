@@ -303,3 +303,26 @@ def test_a_rank_that_ran_short_is_the_outlier_and_no_setting_serves_the_job(tmp_
     assert short.need == short.live_need > max(r.peak_reserved for r in report.ranks)
     assert report.why == "more live memory" and report.setting is None
     assert report.setting_words.startswith("none: rank3.pickle is short of memory")
+
+
+def test_an_expandable_run_recorded_mid_way_on_a_big_gpu_reproduces_and_its_what_ifs_start_from_it():
+    """History switched on mid-run (expandable segments already mapped), on a GPU larger than every profile."""
+    import dataclasses
+    dev = ar.SimDevice("h200-141gb")
+    dev.info = dataclasses.replace(dev.info, total_memory=190 * GiB)
+    a = ar.CachingAllocator(dev, "expandable_segments:True")
+    before = [a.malloc(2 * GiB + 5 * MiB) for _ in range(30)]
+    for x in before[::2]:
+        a.free(x)
+    a.reset_peak_memory_stats()
+    a.record_memory_history(max_entries=1_000_000)
+    for _ in range(3):
+        acts = [a.malloc(GiB + 7 * MiB) for _ in range(60)]
+        for x in acts:
+            a.free(x)
+    report = ar.doctor(a.snapshot())
+    d, r = report.diagnosis, report.remedies
+    assert d.verified and r.reproduced, report.verdict.text
+    # more than the default h100-80gb profile holds: the simulated GPU was sized up, and said so
+    assert r.start_held > 0 and d.peak_reserved == a.max_memory_reserved() > 80 * 10**9 and d.profile_note
+    assert d.peak_allocated == a.max_memory_allocated() < d.peak_reserved

@@ -369,7 +369,7 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
 
 def _rests_on(t: Trial) -> str:
     """What a proposed setting's figure rests on."""
-    return "a model's prediction" if t.prediction else "replayed on the recorded requests"
+    return "replayed on the recorded requests" + (", on a model of the driver's pool" if t.prediction else "")
 
 
 def _places_json(places: dict) -> list:
