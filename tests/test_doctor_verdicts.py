@@ -326,3 +326,19 @@ def test_an_expandable_run_recorded_mid_way_on_a_big_gpu_reproduces_and_its_what
     # more than the default h100-80gb profile holds: the simulated GPU was sized up, and said so
     assert r.start_held > 0 and d.peak_reserved == a.max_memory_reserved() > 80 * 10**9 and d.profile_note
     assert d.peak_allocated == a.max_memory_allocated() < d.peak_reserved
+
+
+def test_fewer_flushes_tie_goes_to_pytorchs_own_knob():
+    def fitting(kind, change, retries, policy="caching"):
+        t = _trial(kind, change, 9 * GiB, policy=policy)
+        t.fits, t.alloc_retries = True, retries
+        return t
+    base = _trial("recorded", "", 9 * GiB)
+    base.fits, base.alloc_retries = True, 40
+    r = Remedies(10 * GiB, 11 * GiB, "inferred", [base, fitting("async", "backend:cudaMallocAsync", 0, "stream_ordered"),
+                                                  fitting("gc", "garbage_collection_threshold:0.8", 1)])
+    assert r.fewer_retries.kind == "gc"            # 1 flush against 0: within 5% of 40, a tie
+    r.trials[2].alloc_retries = 10
+    assert r.fewer_retries.kind == "async"         # 10 against 0: not a tie
+    r.trials[1].alloc_retries = r.trials[2].alloc_retries = 39
+    assert r.fewer_retries is None                 # one flush fewer of 40 is not material

@@ -43,7 +43,7 @@ from typing import Optional
 from ..caching.allocator import CachingAllocator
 from ..device.errors import CudaError
 from ..trace.whatif import Anchored, Program, anchored_replay, first_mismatch
-from .shortage import material_threshold
+from .shortage import MATERIAL_SHARE, material_threshold
 
 MAX_SPLIT_SWEEP_MB = (512, 256, 128, 64, 32)      # largest first: the smaller change
 ROUNDUP_SWEEP = (8, 4)                            # finer first: closer to no rounding
@@ -186,8 +186,15 @@ class Remedies:
         base = self.recorded
         if self.target is None or not base.fits or not base.alloc_retries or not self.reproduced:
             return None
-        better = [t for t in self.knobs if t.fits and t.alloc_retries < base.alloc_retries]
-        return min(better, key=lambda t: (t.alloc_retries, t.rank)) if better else None
+        # Material: at least 5% fewer flushes (and at least one); within that of the fewest is a tie,
+        # won by PyTorch's own allocator, then the smaller change (shortage.py's materiality).
+        slack = max(1, int(MATERIAL_SHARE * base.alloc_retries))
+        better = [t for t in self.knobs if t.fits and base.alloc_retries - t.alloc_retries >= slack]
+        if not better:
+            return None
+        fewest = min(t.alloc_retries for t in better)
+        tied = [t for t in better if t.alloc_retries - fewest < slack]
+        return min(tied, key=lambda t: (t.kind == "async", t.rank))
 
     @property
     def best_material(self) -> Optional[Trial]:
