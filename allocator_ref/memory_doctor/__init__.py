@@ -8,13 +8,18 @@
     report.player()                                  # the whole trace in the block-map player
 
     python -m allocator_ref doctor run.pickle [--device-memory GiB] [--html report.html] [--json]
+    python -m allocator_ref doctor rank0.pickle rank1.pickle ...   # or a folder: every rank of one job
 
 One idea per file:
 
 * ``diagnosis`` -- replay at PyTorch's addresses and read the facts off it (peaks, where the
   unallocated memory sits, the largest live tensors, the OOM, streams);
 * ``remedies``  -- replay the same requests under each change of settings;
+* ``shortage``  -- the rule: shortage (no setting can serve it) or fragmentation; what gain is material;
 * ``report``    -- the verdict those replays support, and the words;
+* ``state``     -- a snapshot with no trace: what its state says, and what it cannot;
+* ``ranks``     -- several snapshots of one job compared (``ranks.doctor_ranks``);
+* ``examples``  -- course-made runs the chapter, the tests and the benchmarks diagnose;
 * ``charts``, ``html_report`` -- the pictures and the self-contained page.
 """
 from __future__ import annotations
