@@ -352,15 +352,15 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
                 "the rule above is the decision.)")
     if remedies.extra_needed:
         replayed += (f" Replays of the recorded settings fit once the GPU has {format_bytes(remedies.extra_needed)} "
-                     "more.")
+                     "more, the fragmentation of the rest of the run counted.")
     live = diag.oom.live_places if diag.oom is not None and diag.oom.live_places else diag.live_places
     places = ", ".join(f"{format_bytes(b)} in the {pool} pool on stream {stream}"
                        for (pool, stream), b in sorted(live.items(), key=lambda kv: -kv[1])[:3])
     largest = diag.oom.live if diag.oom is not None and diag.oom.live else diag.largest
     biggest = "; ".join(f"{format_bytes(a.size)}" + (f" from {a.where[0]}" if a.where else "")
                         for a in largest[:3])
-    text = (f"This is a shortage, not fragmentation: {judged.words}.{replayed} Cut about {format_bytes(cut)} of live "
-            f"memory. Where the live memory is: {places or 'not in the trace'}"
+    text = (f"This is a shortage, not fragmentation: {judged.words}.{replayed} Plan to cut about "
+            f"{format_bytes(cut)} of live memory. Where the live memory is: {places or 'not in the trace'}"
             + (f"; the largest live tensors: {biggest} (all of them under LARGEST LIVE ALLOCATIONS)" if biggest else "")
             + ". What helps is outside the allocator (changes to the program or the hardware, not settings): "
             + "; ".join(PROGRAM_REMEDIES) + ".")
