@@ -342,3 +342,17 @@ def test_fewer_flushes_tie_goes_to_pytorchs_own_knob():
     assert r.fewer_retries.kind == "async"         # 10 against 0: not a tie
     r.trials[1].alloc_retries = r.trials[2].alloc_retries = 39
     assert r.fewer_retries is None                 # one flush fewer of 40 is not material
+
+
+def test_the_simulated_gpu_is_sized_from_the_snapshot_only_when_the_profile_is_too_small(big_run):
+    from allocator_ref.device.costs import load_profile
+    from allocator_ref.device.sizing import fit_profile, most_reserved
+    a, snap = big_run
+    assert most_reserved(snap["device_traces"][0], snap["segments"]) == a.max_memory_reserved()
+    name, note = fit_profile("h100-80gb", a.max_memory_reserved())
+    prof = load_profile(name)
+    assert prof.total_memory - prof.context_reserve >= a.max_memory_reserved() and "sized to" in note
+    assert prof.total_memory - prof.context_reserve - a.max_memory_reserved() < 2**30     # to the next GiB
+    assert fit_profile("h100-80gb", 10 * GiB) == ("h100-80gb", "")
+    with pytest.raises(ValueError, match="total memory in bytes"):
+        load_profile("h100-80gb@lots")
