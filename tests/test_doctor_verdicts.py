@@ -14,7 +14,7 @@ from allocator_ref.__main__ import main
 from allocator_ref.memory_doctor import examples
 from allocator_ref.memory_doctor.ranks import doctor_ranks
 from allocator_ref.memory_doctor.remedies import FRACTION_HEADROOM, Remedies, Trial, plan
-from allocator_ref.memory_doctor.report import reproduced_line
+from allocator_ref.memory_doctor.diagnosis import reproduced_line
 from allocator_ref.memory_doctor.shortage import (MATERIAL_FLOOR, MATERIAL_SHARE, judge_peak, judge_request,
                                                   material_threshold)
 
@@ -195,6 +195,9 @@ def test_a_trace_from_a_gpu_larger_than_every_profile_reproduces_with_no_option(
     assert main(["doctor", str(path)]) == 0
     out = capsys.readouterr().out
     assert "Reproduced: yes" in out and "Simulated GPU:" in out and "sized to" in out
+    page = tmp_path / "big.html"
+    assert main(["doctor", str(path), "--html", str(page)]) == 0
+    assert "data-simulated-gpu='h100-80gb@" in page.read_text() and "Reproduced: yes" in page.read_text()
     report = ar.doctor(snap)
     d = report.diagnosis
     assert d.verified and report.remedies.reproduced

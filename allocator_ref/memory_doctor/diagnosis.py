@@ -320,3 +320,13 @@ def _oom_facts(events: list, frames: Any, allocated: list, reserved: list) -> Op
     return OomFacts(event_index=index, request=int(e.get("size", 0)), device_free=free,
                     allocated=allocated[at], reserved=reserved[at], usable=reserved[at] + free,
                     where=python_frames(e.get("frames")))
+
+
+def reproduced_line(summary: dict, verified: bool) -> str:
+    """The verification in one line; a trace with no allocation to compare says so (never "0/0")."""
+    if not summary.get("allocs"):
+        return (f"Reproduced: {'yes' if verified else 'NO'} -- the trace has no allocation to compare address by "
+                f"address; final state equal: {summary.get('final_state_equal')}")
+    pct = 100.0 * summary["allocs_exact"] / summary["allocs"]
+    return (f"Reproduced: {'yes' if verified else 'NO'} -- {summary['allocs_exact']:,}/{summary['allocs']:,} "
+            f"allocations at PyTorch's address ({pct:.1f}%), final state equal: {summary['final_state_equal']}")

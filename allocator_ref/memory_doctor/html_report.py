@@ -12,6 +12,7 @@ from html import escape
 from ..viz.blockmap import render_blockmap
 from ..viz.sizes import format_bytes
 from .charts import plot_timeline, plot_what_if, png_bytes
+from .diagnosis import reproduced_line
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1180px; margin: 1.5em auto; color: #1d2730; }
@@ -50,7 +51,7 @@ def render_html(report) -> str:
              f"<title>Memory doctor: {escape(d.source)}</title><style>{STYLE}</style></head><body>",
              f"<h1>Memory doctor: {escape(d.source)}, device {d.device}</h1>",
              f"<p>{len(d.frames):,} trace events, replayed on the reference allocator at PyTorch's own addresses "
-             f"(reproduced: <b>{'yes' if d.verified else 'no'}</b>). Every figure comes from a replay on a "
+             f"(<b>{escape(reproduced_line(d.verify_summary, d.verified))}</b>). Every figure comes from a replay on a "
              "<i>simulated</i> GPU of PyTorch's recorded requests.</p>",
              (f"<p data-simulated-gpu='{escape(d.profile)}'>{escape(d.profile_note)}.</p>" if d.profile_note else ""),
              f"<div class='verdict {v.kind}' data-verdict='{v.kind}'>{escape(v.text)}"

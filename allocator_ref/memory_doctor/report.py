@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..viz.sizes import format_bytes
-from .diagnosis import Diagnosis
+from .diagnosis import Diagnosis, reproduced_line
 from .capacity import Capacity, capacity_words
 from .remedies import ASYNC_COSTS, ASYNC_PREDICTION, Remedies, Trial
 from .shortage import MATERIAL_WORDS, PROGRAM_REMEDIES, RULE, judge_request, pending_words
@@ -374,16 +374,6 @@ def _rests_on(t: Trial) -> str:
 
 def _places_json(places: dict) -> list:
     return [{"pool": pool, "stream": stream, "live": b} for (pool, stream), b in places.items()]
-
-
-def reproduced_line(summary: dict, verified: bool) -> str:
-    """The verification in one line; a trace with no allocation to compare says so (never "0/0")."""
-    if not summary.get("allocs"):
-        return (f"Reproduced: {'yes' if verified else 'NO'} -- the trace has no allocation to compare address by "
-                f"address; final state equal: {summary.get('final_state_equal')}")
-    pct = 100.0 * summary["allocs_exact"] / summary["allocs"]
-    return (f"Reproduced: {'yes' if verified else 'NO'} -- {summary['allocs_exact']:,}/{summary['allocs']:,} "
-            f"allocations at PyTorch's address ({pct:.1f}%), final state equal: {summary['final_state_equal']}")
 
 
 def capacity_line(cap: Capacity) -> str:
