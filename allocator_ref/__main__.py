@@ -297,7 +297,12 @@ def cmd_doctor(args) -> int:
             output_file(args.html, "report.html")
         except ValueError as exc:
             raise ValueError(f"--html {exc}") from None
-    report = doctor(args.snapshot, args.device_memory, device=args.device, profile=args.profile)
+    from .memory_doctor.ranks import doctor_ranks
+    snapshots = args.snapshot
+    if len(snapshots) > 1 or Path(snapshots[0]).is_dir():       # every rank of one job
+        report = doctor_ranks(snapshots, args.device_memory, device=args.device, profile=args.profile)
+    else:
+        report = doctor(snapshots[0], args.device_memory, device=args.device, profile=args.profile)
     if args.html:
         report.html(args.html)
     if args.json:
@@ -346,7 +351,8 @@ def main(argv=None) -> int:
     t.set_defaults(func=cmd_traces)
     d = sub.add_parser("doctor", help="why a run ran out of memory (or wasted it), and which setting fixes it, "
                                       "each remedy proven by replay")
-    d.add_argument("snapshot")
+    d.add_argument("snapshot", nargs="+", help="a snapshot; several (or a folder of them): every rank of one job, "
+                                               "compared")
     d.add_argument("--device-memory", type=device_gib, default=None,
                    help="GiB: the GPU to fit in (default: what the snapshot's OOM tells, if it has one)")
     d.add_argument("--html", default=None, help="write the self-contained HTML report here")

@@ -135,6 +135,10 @@ def report(results: dict, quick: bool) -> str:
                              f"{_fmt(d['doctor_squeezed_s'])} s | | |")
         else:
             lines.append(f"| `doctor` | skipped: {d.get('skipped_doctor')} | < 15 s | n/a |")
+        if d.get("doctor_big_expandable_s") is not None:
+            lines.append(f"| `doctor` on a course-made 150 GiB expandable run ({d['big_events']:,} events, no option; "
+                         f"reproduced: {'yes' if d['big_reproduced'] else 'NO'}, simulated GPU "
+                         f"{d['big_simulated_gpu']}) | {_fmt(d['doctor_big_expandable_s'])} s | | |")
         lines.append("")
     v = results.get("viz")
     if v:

@@ -13,5 +13,8 @@ def test_quick_doctor_benchmark_without_traces(tmp_path):
     assert set(data["targets"]) == {"doctor_fullstep_s", "frames_fullstep_s", "jump_ms_max"}
     assert data["targets"]["doctor_fullstep_s"]["pass"] is None
     assert isinstance(data["targets"]["jump_ms_max"]["pass"], bool)
+    assert data["big_reproduced"] and data["big_peak_reserved"] > 141 * 2**30     # more than every profile holds
+    assert data["big_simulated_gpu"].startswith("h100-80gb@")
     report = bench_run.report({"doctor": data}, quick=True)
     assert "Memory doctor and whole-trace frames" in report and "jump to any frame" in report
+    assert "150 GiB expandable run" in report

@@ -62,6 +62,14 @@ def load_profile(name: str | Path) -> Profile:
     A ``pathlib.Path`` (not a string) reads that file instead, e.g. a profile
     ``tools/calibrate.py`` wrote somewhere else than ``profiles/``.
     """
+    if isinstance(name, str) and "@" in name:
+        # "NAME@BYTES": that profile on a GPU of BYTES total memory (device/sizing.py makes
+        # these for snapshots recorded on a GPU larger than the profile).
+        base, _, size = name.partition("@")
+        if not size.isdigit() or int(size) <= 0:
+            raise ValueError(f"device profile {name!r}: after '@' comes the GPU's total memory in bytes")
+        import dataclasses
+        return dataclasses.replace(load_profile(base), name=name, total_memory=int(size))
     if isinstance(name, Path):
         raw = _read_json(name)
     else:

@@ -8,13 +8,18 @@
     report.player()                                  # the whole trace in the block-map player
 
     python -m allocator_ref doctor run.pickle [--device-memory GiB] [--html report.html] [--json]
+    python -m allocator_ref doctor rank0.pickle rank1.pickle ...   # or a folder: every rank of one job
 
 One idea per file:
 
 * ``diagnosis`` -- replay at PyTorch's addresses and read the facts off it (peaks, where the
   unallocated memory sits, the largest live tensors, the OOM, streams);
 * ``remedies``  -- replay the same requests under each change of settings;
+* ``shortage``  -- the rule: shortage (no setting can serve it) or fragmentation; what gain is material;
 * ``report``    -- the verdict those replays support, and the words;
+* ``state``     -- a snapshot with no trace: what its state says, and what it cannot;
+* ``ranks``     -- several snapshots of one job compared (``ranks.doctor_ranks``);
+* ``examples``  -- course-made runs the chapter, the tests and the benchmarks diagnose;
 * ``charts``, ``html_report`` -- the pictures and the self-contained page.
 """
 from __future__ import annotations
@@ -38,6 +43,7 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     from .diagnosis import diagnose, whatif_run
     from .remedies import context_reserve, prescribe
     from .report import DoctorReport
+    from .shortage import judge_diagnosis
 
     if device_memory is not None and not (isinstance(device_memory, (int, float)) and device_memory > 0):
         raise ValueError(f"device_memory is the GPU's size in GiB, a positive number; got {device_memory!r}")
@@ -61,8 +67,10 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
             for r in reports:
                 r.diagnosis.source = source
             return DevicesReport(reports, seconds=time.perf_counter() - start)
-    diag = diagnose(data, device=device)
+    diag = diagnose(data, device=device, profile=profile,
+                    device_memory=None if device_memory is None else int(device_memory * GiB))
     diag.source = source
+    profile = diag.profile                # sized up when the snapshot needs a bigger GPU
     plan = capacity = None
     if diag.verified and remedies:
         run = whatif_run(diag, profile)
@@ -84,6 +92,10 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
             target = total = None
             where = capacity_words(capacity)
         plan = prescribe(run, diag.config, target, total, where, recorded_usable, live_need=diag.live_need)
+        diag.judgement = judge_diagnosis(diag, target, asked=device_memory is not None)
+    if diag.verified and diag.judgement is None:       # remedies not asked for: the rule still reads the run
+        asked = None if device_memory is None else int(device_memory * GiB) - context_reserve(profile)
+        diag.judgement = judge_diagnosis(diag, asked, asked=asked is not None)
     report = DoctorReport(diag, plan, DoctorReport.decide(diag, plan), capacity=capacity)
     report.seconds = time.perf_counter() - start
     return report
@@ -136,7 +148,9 @@ def what_if(snapshot: Any, settings=(("caching", "expandable_segments:True"),), 
     from .diagnosis import diagnose, whatif_run
     from .remedies import Trial, context_reserve, run_trial, with_change
 
-    diag = diagnose(snapshot, device=device)
+    diag = diagnose(snapshot, device=device, profile=profile,
+                    device_memory=None if device_memory is None else int(device_memory * GiB))
+    profile = diag.profile
     if not diag.verified:
         div = diag.verify_summary.get("first_divergence") or {}
         raise ValueError(f"{diag.source}: the reference allocator does not reproduce PyTorch on this trace "

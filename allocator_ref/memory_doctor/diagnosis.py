@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..device.sizing import profile_for_snapshot
 from ..trace.device_traces import device_events
 from ..trace.replay import replay
 from ..trace.snapshot import load_snapshot
@@ -64,6 +65,9 @@ class OomFacts:
     reserved: int                # memory_reserved() at that moment
     usable: int                  # reserved + device_free: what this process could hold
     where: list
+    pending: dict = field(default_factory=dict)    # stream -> bytes freed but waiting for it, at the error
+    live: list = field(default_factory=list)       # LiveAllocation, largest first, at the error
+    live_places: dict = field(default_factory=dict)   # (pool, stream) -> live bytes at the error
 
 
 @dataclass
@@ -93,6 +97,10 @@ class Diagnosis:
     readings: dict = field(default_factory=dict)         # how the verify replay read the program
     user_empty_caches: list = field(default_factory=list)   # (DeviceReplay.readings / user_empty_caches)
     program: Any = None                  # the program's actions (trace/whatif.py), once whatif_run read them
+    profile: str = "h100-80gb"           # the simulated GPU every replay runs on (device/sizing.py)
+    profile_note: str = ""               # one line when it was sized up for this snapshot
+    live_places: dict = field(default_factory=dict)    # (pool, stream) -> live bytes at the reserved peak
+    judgement: Any = None                # shortage or fragmentation (shortage.py), once the doctor judged it
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -172,8 +180,13 @@ def python_frames(frames: Optional[list], keep: int = 3) -> list:
     return [f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line', 0)} in {f.get('name', '?')}" for f in chosen]
 
 
-def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
-    """Replay ``snapshot`` (a path or a dict) at PyTorch's addresses and read the facts off it."""
+def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-80gb",
+             device_memory: Optional[int] = None) -> Diagnosis:
+    """Replay ``snapshot`` (a path or a dict) at PyTorch's addresses and read the facts off it.
+
+    The replay runs on ``profile``, sized up when the trace held more than it, or when
+    ``device_memory`` (bytes, the GPU asked about) is larger than it (device/sizing.py).
+    """
     source = "<dict>"
     if not isinstance(snapshot, dict):
         source = str(snapshot)
@@ -184,9 +197,10 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
     if not 0 <= device < len(traces) or not traces[device]:
         raise ValueError(f"device {device} has no trace events in this snapshot")
     only = device_snapshot(snapshot, device)
-    frames = frames_of_snapshot(only, device=device)
+    profile, profile_note = profile_for_snapshot(only, device, profile, traces[device], device_memory)
+    frames = frames_of_snapshot(only, device=device, profile=profile)
     # The frames came from a --verify replay of the whole trace: its report is the verification.
-    verify = frames.verify_result or replay(only, verify=True, progress=False)
+    verify = frames.verify_result or replay(only, verify=True, progress=False, profile=profile)
     summary = verify.to_json()
     totals = frames.memory_totals()
     allocated = [a for a, _ in totals]
@@ -205,14 +219,22 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
                      verified=verify.perfect, verify_summary=summary, frames=frames,
                      allocated=allocated, reserved=reserved,
                      peak_allocated=allocated[peak_allocated_at], peak_allocated_at=peak_allocated_at,
-                     peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at)
+                     peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at,
+                     profile=profile, profile_note=profile_note)
     mine = next((r for r in verify.devices if r.device == device), None)
     if mine is not None:
         diag.readings, diag.user_empty_caches = dict(mine.readings), list(mine.user_empty_caches)
     events = traces[device]
     _where_memory_sits(diag, frames.state(peak_reserved_at), frames.segment_ids)
     diag.largest = _largest_live(frames.state(peak_reserved_at), events, frames.first_event + peak_reserved_at)
+    diag.live_places = live_places(frames.state(peak_reserved_at))
     diag.oom = _oom_facts(events, frames, allocated, reserved)
+    if diag.oom is not None:
+        at = min(max(diag.oom.event_index - frames.first_event, 0), len(reserved) - 1)
+        state = frames.state(at)
+        diag.oom.pending = pending_by_stream(state)
+        diag.oom.live = _largest_live(state, events, diag.oom.event_index)
+        diag.oom.live_places = live_places(state)
     diag.oom_count = sum(1 for e in events if e.get("action") == "oom")
     # Freed blocks still waiting for another stream's work (record_stream) are active but not allocated.
     pending = [active - alloc for alloc, active in frames.segment_sums("allocated_size", "active_size")]
@@ -249,6 +271,28 @@ def _where_memory_sits(diag: Diagnosis, segments: list, ids: dict) -> None:
     diag.holdings, diag.by_pool, diag.by_stream = holdings, by_pool, by_stream
 
 
+def pending_by_stream(segments: list) -> dict:
+    """Bytes freed but waiting for other streams' work (``active_pending_free``), by the segment's stream."""
+    out: dict = {}
+    for seg in segments:
+        for block in seg["blocks"]:
+            if block["state"] == "active_pending_free":
+                out[seg.get("stream", 0)] = out.get(seg.get("stream", 0), 0) + block["size"]
+    return out
+
+
+def live_places(segments: list) -> dict:
+    """Live bytes by (pool, stream): where the memory a shortage must cut lives."""
+    out: dict = {}
+    for seg in segments:
+        pool = seg.get("segment_type") or ("small" if seg["total_size"] == SMALL_SEGMENT else "large")
+        live = sum(b["size"] for b in seg["blocks"] if b["state"] == "active_allocated")
+        if live:
+            key = (pool, seg.get("stream", 0))
+            out[key] = out.get(key, 0) + live
+    return out
+
+
 def _largest_live(segments: list, events: list, upto: int, keep: int = 5) -> list:
     """The largest allocated blocks at event ``upto``, with where in Python they were allocated."""
     blocks = [(b, s.get("stream", 0)) for s in segments for b in s["blocks"] if b["state"] == "active_allocated"]
@@ -276,3 +320,13 @@ def _oom_facts(events: list, frames: Any, allocated: list, reserved: list) -> Op
     return OomFacts(event_index=index, request=int(e.get("size", 0)), device_free=free,
                     allocated=allocated[at], reserved=reserved[at], usable=reserved[at] + free,
                     where=python_frames(e.get("frames")))
+
+
+def reproduced_line(summary: dict, verified: bool) -> str:
+    """The verification in one line; a trace with no allocation to compare says so (never "0/0")."""
+    if not summary.get("allocs"):
+        return (f"Reproduced: {'yes' if verified else 'NO'} -- the trace has no allocation to compare address by "
+                f"address; final state equal: {summary.get('final_state_equal')}")
+    pct = 100.0 * summary["allocs_exact"] / summary["allocs"]
+    return (f"Reproduced: {'yes' if verified else 'NO'} -- {summary['allocs_exact']:,}/{summary['allocs']:,} "
+            f"allocations at PyTorch's address ({pct:.1f}%), final state equal: {summary['final_state_equal']}")

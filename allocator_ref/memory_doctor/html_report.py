@@ -12,12 +12,13 @@ from html import escape
 from ..viz.blockmap import render_blockmap
 from ..viz.sizes import format_bytes
 from .charts import plot_timeline, plot_what_if, png_bytes
+from .diagnosis import reproduced_line
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1180px; margin: 1.5em auto; color: #1d2730; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #d5dce3; }
 .verdict { background: #f3f7fb; border-left: 5px solid #4c78a8; padding: .8em 1em; }
-.verdict.remedy { border-color: #59a14f; } .verdict.less-memory, .verdict.unverified { border-color: #e15759; }
+.verdict.remedy { border-color: #59a14f; } .verdict.less-memory, .verdict.shortage, .verdict.unverified { border-color: #e15759; }
 code.line { display: block; background: #1d2730; color: #fff; padding: .6em; margin-top: .6em; }
 table { border-collapse: collapse; font-size: .9em; } td, th { padding: .2em .7em; border-bottom: 1px solid #e5e9ee; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -50,8 +51,9 @@ def render_html(report) -> str:
              f"<title>Memory doctor: {escape(d.source)}</title><style>{STYLE}</style></head><body>",
              f"<h1>Memory doctor: {escape(d.source)}, device {d.device}</h1>",
              f"<p>{len(d.frames):,} trace events, replayed on the reference allocator at PyTorch's own addresses "
-             f"(reproduced: <b>{'yes' if d.verified else 'no'}</b>). Every figure comes from a replay on a "
+             f"(<b>{escape(reproduced_line(d.verify_summary, d.verified))}</b>). Every figure comes from a replay on a "
              "<i>simulated</i> GPU of PyTorch's recorded requests.</p>",
+             (f"<p data-simulated-gpu='{escape(d.profile)}'>{escape(d.profile_note)}.</p>" if d.profile_note else ""),
              f"<div class='verdict {v.kind}' data-verdict='{v.kind}'>{escape(v.text)}"
              + (f"<code class='line'>{escape(v.line)}</code>" if v.line else "") + "</div>"]
     target = r.target if r is not None else None

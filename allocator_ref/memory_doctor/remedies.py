@@ -43,10 +43,15 @@ from typing import Optional
 from ..caching.allocator import CachingAllocator
 from ..device.errors import CudaError
 from ..trace.whatif import Anchored, Program, anchored_replay, first_mismatch
+from .shortage import MATERIAL_SHARE, material_threshold
 
 MAX_SPLIT_SWEEP_MB = (512, 256, 128, 64, 32)      # largest first: the smaller change
 ROUNDUP_SWEEP = (8, 4)                            # finer first: closer to no rounding
 GC_THRESHOLD = 0.8
+# A memory-fraction cap is set below the capacity the run was inferred to have: the inference is
+# read off flushes and OOMs, not the GPU, and a cap at its very edge would turn the next run's
+# slightly larger peak into an OOM.
+FRACTION_HEADROOM = 0.02
 
 # How big a change each kind of remedy is, smallest first: the recommendation is the first
 # one that fits.  One setting of the same allocator, then settings that change how blocks
@@ -72,6 +77,7 @@ class Trial:
     policy: str = "caching"
     fraction: Optional[float] = None   # torch.cuda.set_per_process_memory_fraction in the replay, if any
     allowed: Optional[int] = None      # the bytes that fraction allows (the same on any GPU)
+    cap_note: str = ""                 # where the cap comes from (headroom below an inferred or given GPU)
     usable: Optional[int] = None       # the GPU's usable bytes in this replay (None: uncapped)
     peak_reserved: int = 0
     peak_allocated: int = 0
@@ -116,7 +122,8 @@ class Trial:
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "change": self.change, "config": self.config, "policy": self.policy,
-                "fraction": self.fraction, "allowed": self.allowed, "line": self.line, "usable": self.usable,
+                "fraction": self.fraction, "allowed": self.allowed, "cap_note": self.cap_note or None,
+                "line": self.line, "usable": self.usable,
                 "peak_reserved": self.peak_reserved, "peak_at": self.peak_at, "peak_allocated": self.peak_allocated,
                 "fragmentation_at_peak": self.fragmentation, "device_calls": self.device_calls,
                 "device_call_ms": self.device_call_ms, "num_alloc_retries": self.alloc_retries,
@@ -179,8 +186,31 @@ class Remedies:
         base = self.recorded
         if self.target is None or not base.fits or not base.alloc_retries or not self.reproduced:
             return None
-        better = [t for t in self.knobs if t.fits and t.alloc_retries < base.alloc_retries]
-        return min(better, key=lambda t: (t.alloc_retries, t.rank)) if better else None
+        # Material: at least 5% fewer flushes (and at least one); within that of the fewest is a tie,
+        # won by PyTorch's own allocator, then the smaller change (shortage.py's materiality).
+        slack = max(1, int(MATERIAL_SHARE * base.alloc_retries))
+        better = [t for t in self.knobs if t.fits and base.alloc_retries - t.alloc_retries >= slack]
+        if not better:
+            return None
+        fewest = min(t.alloc_retries for t in better)
+        tied = [t for t in better if t.alloc_retries - fewest < slack]
+        return min(tied, key=lambda t: (t.kind == "async", t.rank))
+
+    @property
+    def best_material(self) -> Optional[Trial]:
+        """The setting to show when there is no target: among the settings whose saving on peak
+        reserved is material (shortage.py), those within the threshold of the lowest peak are a tie,
+        won by PyTorch's own allocator (not a backend switch), then the smaller change."""
+        if not self.reproduced:
+            return None
+        base = self.recorded.peak_reserved
+        threshold = material_threshold(base)
+        material = [t for t in self.knobs if base - t.peak_reserved >= threshold]
+        if not material:
+            return None
+        lowest = min(t.peak_reserved for t in material)
+        tied = [t for t in material if t.peak_reserved - lowest < threshold]
+        return min(tied, key=lambda t: (t.kind == "async", t.rank))
 
     @property
     def lowest(self) -> Trial:
@@ -226,7 +256,7 @@ def already_set(recorded: str, change: str) -> bool:
 
 # ---------------------------------------------------------------- the trials
 
-def plan(recorded: str, target: Optional[int], capacity: Optional[int]) -> list[Trial]:
+def plan(recorded: str, target: Optional[int], capacity: Optional[int], inferred: bool = True) -> list[Trial]:
     """The recorded settings first, then every single change, each with its whole settings line."""
     conf = parse_conf(recorded)
     trials = [Trial("recorded", "", recorded)]
@@ -242,7 +272,13 @@ def plan(recorded: str, target: Optional[int], capacity: Optional[int]) -> list[
     if target is None or capacity is None:
         gc.skipped = "needs a memory fraction, so a target: the GPU's capacity is unknown (pass --device-memory)"
     else:
-        gc.fraction, gc.allowed = target / capacity, target
+        allowed = int(target * (1 - FRACTION_HEADROOM)) // 2**20 * 2**20
+        gc.fraction, gc.allowed = allowed / capacity, allowed
+        gc.cap_note = (f"the cap allows {allowed / 2**30:.2f} GiB, {1 - FRACTION_HEADROOM:.0%} of the "
+                       f"{target / 2**30:.2f} GiB usable "
+                       + ("this run was inferred to have (from its flushes and OOMs, not read from the GPU)"
+                          if inferred else "given with --device-memory")
+                       + f", leaving {FRACTION_HEADROOM:.0%} headroom")
     trials.append(gc)
     trials.append(Trial("async", "backend:cudaMallocAsync", "backend:cudaMallocAsync", policy="stream_ordered"))
     for t in trials[1:]:
@@ -309,7 +345,7 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
 def prescribe(run: Run, recorded: str, target: Optional[int], capacity: Optional[int], target_from: str,
               recorded_usable: Optional[int], live_need: int = 0) -> Remedies:
     """Replay the recorded settings on the recorded GPU, then every remedy on the target."""
-    remedies = Remedies(target, capacity, target_from, plan(recorded, target, capacity),
+    remedies = Remedies(target, capacity, target_from, plan(recorded, target, capacity, target == recorded_usable),
                         recorded_usable=recorded_usable)
     first = run_trial(remedies.trials[0], run, recorded_usable)
     remedies.start_held, remedies.start_live = first.start_held, first.start_live

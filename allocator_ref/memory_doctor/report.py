@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..viz.sizes import format_bytes
-from .diagnosis import Diagnosis
+from .diagnosis import Diagnosis, reproduced_line
 from .capacity import Capacity, capacity_words
 from .remedies import ASYNC_COSTS, ASYNC_PREDICTION, Remedies, Trial
+from .shortage import MATERIAL_WORDS, PROGRAM_REMEDIES, RULE, judge_request, pending_words
 
 
 
@@ -69,23 +70,11 @@ class DoctorReport:
                            f"tensors) when recording began, against {format_bytes(remedies.target)} usable. No setting "
                            "changes what was already held; the part of the run before the recording decides it "
                            "(record from the start of the run to ask about it).", None, None)
+        judged = diag.judgement
+        if judged is not None and judged.shortage:
+            return _shortage_verdict(diag, remedies, judged)
         if remedies.target is None:
-            best = remedies.lowest
-            saving = recorded.peak_reserved - best.peak_reserved
-            tip = (f" The replays show `{best.line}` would lower peak reserved to {format_bytes(best.peak_reserved)} "
-                   f"({format_bytes(saving)} less){_prediction(best)}." if best is not recorded and saving > 0 else
-                   " None of the remedies lowers peak reserved"
-                   + (f": the peak is the {format_bytes(recorded.start_held)} already held in segments when "
-                      "recording began, which no setting replayed from the first event can give back."
-                      if recorded.peak_at < 0 and recorded.start_held else "."))
-            knob = min((t for t in remedies.knobs if t.kind != "async"), key=lambda t: (t.peak_reserved, t.rank),
-                       default=None)
-            if best.kind == "async" and knob is not None and knob.peak_reserved < recorded.peak_reserved:
-                tip += (f" The best setting of PyTorch's own allocator: `{knob.line}`, peak reserved "
-                        f"{format_bytes(knob.peak_reserved)}.")
-            return Verdict("no-target", "The run did not run out of memory and did not flush its cache on retry, so "
-                           "nothing tells the GPU's size and there is nothing to fix; pass --device-memory GiB to ask "
-                           "whether it fits a smaller GPU." + tip, None, None)
+            return _no_target_verdict(remedies)
         if recorded.fits:
             text = (f"As recorded, the run fits in {format_bytes(remedies.target)} (replayed: peak reserved "
                     f"{format_bytes(recorded.peak_reserved)}, no out-of-memory)")
@@ -131,11 +120,15 @@ class DoctorReport:
     def lines(self) -> list[str]:
         d, r, v = self.diagnosis, self.remedies, self.verdict
         j = d.verify_summary
+        raw = len((d.snapshot.get("device_traces") or [[]] * (d.device + 1))[d.device] or ())
+        extra = raw - len(d.frames)
+        counted = f"{len(d.frames):,} events" + (f" of the trace's {raw:,} entries ({extra:,} 'snapshot' markers or "
+                                                 "other entries that change nothing, left out)" if extra > 0 else "")
         out = [f"Memory doctor: {d.source}, device {d.device} "
-               f"({len(d.frames):,} events; simulated replays of PyTorch's recorded decisions)", ""]
-        pct = 100.0 * j["allocs_exact"] / j["allocs"] if j["allocs"] else 100.0
-        out.append(f"Reproduced: {'yes' if d.verified else 'NO'} -- {j['allocs_exact']}/{j['allocs']} allocations at "
-                   f"PyTorch's address ({pct:.1f}%), final state equal: {j['final_state_equal']}")
+               f"({counted}; simulated replays of PyTorch's recorded decisions)", ""]
+        out.append(reproduced_line(j, d.verified))
+        if d.profile_note:
+            out.append(f"Simulated GPU: {d.profile_note}")
         out += ["", "VERDICT", "  " + v.text]
         if v.line:
             out += ["", "  " + v.line]
@@ -173,6 +166,9 @@ class DoctorReport:
                            if failed and served is not None and served + failed == base.alloc_retries else "")
                 out.append(f"  flushes on retry (num_alloc_retries): {base.alloc_retries:,}{counted}, each a release "
                            "of every cached segment it can plus a device-wide synchronize")
+        if d.judgement is not None:
+            out += ["", "SHORTAGE OR FRAGMENTATION", f"  {d.judgement.kind}: {d.judgement.words}",
+                    f"  the rule: {RULE}", f"  materiality: {MATERIAL_WORDS}"]
         out += ["", "WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS AT THE PEAK"]
         out.append(f"  by pool: large {format_bytes(d.by_pool.get('large', 0))}, small "
                    f"{format_bytes(d.by_pool.get('small', 0))}")
@@ -180,7 +176,8 @@ class DoctorReport:
             out.append(f"  seg {h.number} ({h.pool} pool, stream {h.stream}, {format_bytes(h.size)}, "
                        f"{h.blocks} block{'s' if h.blocks != 1 else ''}): {format_bytes(h.free)} free"
                        + (f", largest free block {format_bytes(h.largest_free)}" if h.blocks > 1 else ", wholly free")
-                       + (f", {format_bytes(h.pending)} waiting for another stream" if h.pending else "")
+                       + (f", {format_bytes(h.pending)} pending on stream {h.stream} (freed, waiting for another "
+                          "stream's work)" if h.pending else "")
                        + f"; {format_bytes(h.allocated)} allocated")
         if len(d.holdings) > 5:
             rest = sum(h.free + h.pending for h in d.holdings[5:])
@@ -194,9 +191,10 @@ class DoctorReport:
             where = " <- ".join(a.where) if a.where else "(no Python frames recorded)"
             out.append(f"  {format_bytes(a.size)} at {a.address:#x} (stream {a.stream}): {where}")
         out += ["", "STREAMS"]
+        pending = {stream: per["pending"] for stream, per in d.by_stream.items() if per.get("pending")}
         out.append(f"  {len(d.by_stream)} stream{'s' if len(d.by_stream) != 1 else ''} own segments at the peak; "
-                   f"{format_bytes(d.pending_at_peak)} is freed but held for other streams' work "
-                   "(record_stream events not yet complete)")
+                   + (f"{pending_words(pending)}: freed but held for other streams' work (record_stream events not "
+                      "yet complete)" if pending else "no freed block waits for another stream's work there"))
         if d.pending_max:
             out.append(f"  over the whole run, at most {format_bytes(d.pending_max)} was held that way "
                        f"(event {d.pending_max_at:,}): memory record_stream kept from being reused")
@@ -207,6 +205,8 @@ class DoctorReport:
                 whole = sum(h.free for h in d.holdings if h.stream == stream and h.allocated == 0 and not h.pending)
                 out.append(f"  stream {stream}: {per['segments']} segments, {format_bytes(per['free'])} cached free "
                            f"(usable only by requests on that stream), {format_bytes(per['allocated'])} allocated"
+                           + (f", {format_bytes(per['pending'])} pending on stream {stream} (freed, waiting for "
+                              "another stream's work)" if per.get("pending") else "")
                            + (f"; {format_bytes(whole)} of it in wholly free segments, which torch.cuda.empty_cache() "
                               "(or a flush on retry) would give back" if whole else
                               "; none of it in wholly free segments, so only freeing that stream's tensors releases it"
@@ -263,6 +263,8 @@ class DoctorReport:
             "reduce_live_memory_by": v.reduce_by,
             "extra_memory_needed": None if r is None else r.extra_needed,
             "oom_count": d.oom_count,
+            "judgement": None if d.judgement is None else d.judgement.to_json(),
+            "simulated_gpu": d.profile, "simulated_gpu_note": d.profile_note or None,
             "peak_allocated": d.peak_allocated, "peak_reserved": d.peak_reserved,
             "unallocated_at_peak": d.unallocated_at_peak, "pending_free_at_peak": d.pending_at_peak,
             "pending_free_max": d.pending_max, "pending_free_max_at": d.pending_max_at,
@@ -270,7 +272,11 @@ class DoctorReport:
             "by_stream": {str(k): v2 for k, v2 in d.by_stream.items()},
             "segments_holding": [h.__dict__ for h in d.holdings[:20]],
             "largest_live": [a.__dict__ for a in d.largest],
-            "oom": None if d.oom is None else dict(d.oom.__dict__, explained=oom_lines(d)),
+            "oom": None if d.oom is None else dict(d.oom.__dict__, explained=oom_lines(d),
+                                                   pending={str(k): b for k, b in d.oom.pending.items()},
+                                                   live=[a.__dict__ for a in d.oom.live],
+                                                   live_places=_places_json(d.oom.live_places)),
+            "live_places_at_peak": _places_json(d.live_places),
             "target": None if r is None else r.target, "target_from": None if r is None else r.target_from,
             "replays": 0 if r is None else r.replays,
             "remedies": [] if r is None else [t.to_json() for t in r.trials],
@@ -306,6 +312,70 @@ class DoctorReport:
         return "<pre>" + _escape(self.text()) + "</pre>"
 
 
+def _no_target_verdict(remedies: Remedies) -> Verdict:
+    """No GPU to fit in: nothing to fix; a setting is shown only when its gain is material."""
+    recorded = remedies.recorded
+    head = ("The run did not run out of memory and did not flush its cache on retry, so nothing tells the GPU's "
+            "size and there is nothing to fix; pass --device-memory GiB to ask whether it fits a smaller GPU.")
+    best = remedies.best_material
+    if best is not None:
+        saving = recorded.peak_reserved - best.peak_reserved
+        return Verdict("no-target", head + f" The replays show `{best.line}` would lower peak reserved to "
+                       f"{format_bytes(best.peak_reserved)} ({format_bytes(saving)} less, "
+                       f"{100 * saving / recorded.peak_reserved:.1f}%; {_rests_on(best)}){_prediction(best)}. "
+                       f"It is offered because {MATERIAL_WORDS}.", None, best)
+    lowest = remedies.lowest
+    saving = recorded.peak_reserved - lowest.peak_reserved
+    if recorded.peak_at < 0 and recorded.start_held and saving <= 0:
+        tail = (f" None of the remedies lowers peak reserved: the peak is the {format_bytes(recorded.start_held)} "
+                "already held in segments when recording began, which no setting replayed from the first event can "
+                "give back.")
+    elif saving > 0:
+        tail = (f" No setting is worth making: the largest saving replayed, `{lowest.change}`, is "
+                f"{format_bytes(saving)} ({100 * saving / recorded.peak_reserved:.1f}% of peak reserved), and "
+                f"{MATERIAL_WORDS}.")
+    else:
+        tail = " None of the remedies lowers peak reserved."
+    return Verdict("no-target", head + tail, None, None)
+
+
+def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
+    """A shortage: no allocator setting, how much live memory must go, where it lives, what helps."""
+    cut = judged.cut
+    if remedies.extra_needed:
+        cut = max(cut, remedies.extra_needed)
+    fits = [t for t in remedies.knobs if t.fits]
+    replayed = ("" if remedies.target is None else
+                f" The replays agree: no setting tried fits in {format_bytes(remedies.target)}."
+                if not fits else
+                f" (One replay fits anyway, `{fits[0].change}`: it counts live memory differently at that moment; "
+                "the rule above is the decision.)")
+    if remedies.extra_needed:
+        replayed += (f" Replays of the recorded settings fit once the GPU has {format_bytes(remedies.extra_needed)} "
+                     "more, the fragmentation of the rest of the run counted.")
+    live = diag.oom.live_places if diag.oom is not None and diag.oom.live_places else diag.live_places
+    places = ", ".join(f"{format_bytes(b)} in the {pool} pool on stream {stream}"
+                       for (pool, stream), b in sorted(live.items(), key=lambda kv: -kv[1])[:3])
+    largest = diag.oom.live if diag.oom is not None and diag.oom.live else diag.largest
+    biggest = "; ".join(f"{format_bytes(a.size)}" + (f" from {a.where[0]}" if a.where else "")
+                        for a in largest[:3])
+    text = (f"This is a shortage, not fragmentation: {judged.words}.{replayed} Plan to cut about "
+            f"{format_bytes(cut)} of live memory. Where the live memory is: {places or 'not in the trace'}"
+            + (f"; the largest live tensors: {biggest} (all of them under LARGEST LIVE ALLOCATIONS)" if biggest else "")
+            + ". What helps is outside the allocator (changes to the program or the hardware, not settings): "
+            + "; ".join(PROGRAM_REMEDIES) + ".")
+    return Verdict("shortage", text, None, None, reduce_by=cut)
+
+
+def _rests_on(t: Trial) -> str:
+    """What a proposed setting's figure rests on."""
+    return "replayed on the recorded requests" + (", on a model of the driver's pool" if t.prediction else "")
+
+
+def _places_json(places: dict) -> list:
+    return [{"pool": pool, "stream": stream, "live": b} for (pool, stream), b in places.items()]
+
+
 def capacity_line(cap: Capacity) -> str:
     return capacity_words(cap)
 
@@ -323,6 +393,8 @@ def _times(n: int) -> str:
 
 
 def _prediction(t: Trial) -> str:
+    if t.cap_note:
+        return f" ({t.cap_note})"
     if not t.prediction:
         return ""
     return f" -- {t.prediction}; the switch costs: {'; '.join(t.costs)}"
@@ -368,11 +440,10 @@ def oom_lines(diag: Diagnosis) -> list[str]:
         f"\"{format_bytes(gap)} is reserved by PyTorch but unallocated\": free blocks stuck in segments that still "
         "hold live tensors, so they could not be given back.",
     ]
-    if o.request > gap + o.device_free:
-        lines.append(f"Even a perfect cache could not have served it: the free device memory plus every cached free "
-                     f"byte ({format_bytes(gap + o.device_free)}) is less than the request: live memory must shrink.")
-    else:
-        lines.append(f"Free device memory plus cached free bytes ({format_bytes(gap + o.device_free)}) would have "
-                     "covered the request: it failed because no single free range was large enough "
-                     "(fragmentation); see the remedies.")
+    judged = judge_request(o.request, o.allocated, o.reserved, o.device_free, o.pending)
+    if o.pending:
+        lines.append(f"Of those unallocated bytes, {pending_words(o.pending)}: freed by the program but waiting for "
+                     "another stream's work (record_stream), so not free yet.")
+    lines.append(("A shortage" if judged.shortage else "Fragmentation") + f": {judged.words}"
+                 + ("." if judged.shortage else "; see the remedies."))
     return lines

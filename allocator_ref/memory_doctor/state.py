@@ -16,12 +16,13 @@ replay, so nothing can be proven by replay.  What the state still says:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from ..trace.device_traces import device_events
 from ..viz.sizes import format_bytes
-from .diagnosis import SegmentHolding, _where_memory_sits
-from .remedies import parse_conf
+from .diagnosis import SegmentHolding, _where_memory_sits, pending_by_stream
+from .remedies import MAX_SPLIT_SWEEP_MB, parse_conf
+from .shortage import MATERIAL_WORDS, PROGRAM_REMEDIES, RULE, judge_state, pending_words
 
 
 @dataclass
@@ -40,6 +41,9 @@ class StateDiagnosis:
     stranded: int = 0             # free bytes in segments that also hold live (or pending) blocks
     releasable: int = 0           # free bytes in wholly free segments (empty_cache gives them back)
     request: Optional[int] = None     # the failed request, when the dump records it
+    device_free: Optional[int] = None     # what the driver said was free at that failure, when recorded
+    pending_by_stream: dict = field(default_factory=dict)   # stream -> bytes freed but waiting
+    judgement: Any = None             # shortage.py's rule on the state
     hints: list = field(default_factory=list)          # (setting, why), each unproven
 
     @property
@@ -79,6 +83,11 @@ def diagnose_state(snapshot: dict, source: str, device: Optional[int] = None) ->
     diag.stranded = sum(h.free for h in diag.holdings) - diag.releasable
     oom = next((e for t in snapshot.get("device_traces") or () for e in t or () if e.get("action") == "oom"), None)
     diag.request = int(oom["size"]) if oom is not None else None
+    if oom is not None and ("device_free" in oom or "addr" in oom):
+        diag.device_free = int(oom.get("device_free", oom.get("addr", 0)))
+    diag.pending_by_stream = pending_by_stream(mine)
+    diag.judgement = judge_state(diag.reserved, diag.allocated, diag.pending_by_stream, diag.largest_free,
+                                 diag.request, diag.device_free)
     diag.hints = _hints(diag)
     return diag
 
@@ -90,7 +99,20 @@ class _Holder:
     by_stream: dict
 
 
+def max_split_for(request: Optional[int]) -> int:
+    """A concrete N for ``max_split_size_mb:N``: the largest of the doctor's sweep at or below the failed
+    request (so blocks of its size are never split for smaller requests), 512 when the request is unknown.
+    PyTorch refuses N below 20 (``parseMaxSplitSize``)."""
+    if request is None:
+        return MAX_SPLIT_SWEEP_MB[0]
+    mib = request / 2**20
+    return next((n for n in MAX_SPLIT_SWEEP_MB if n <= mib), MAX_SPLIT_SWEEP_MB[-1])
+
+
 def _hints(d: StateDiagnosis) -> list:
+    """Settings worth trying, each unproven: none for a shortage (no setting serves it)."""
+    if d.judgement is not None and d.judgement.shortage:
+        return []
     conf = parse_conf(d.config)
     hints = []
     expandable = conf.get("expandable_segments", "").lower() == "true"
@@ -98,15 +120,31 @@ def _hints(d: StateDiagnosis) -> list:
         hints.append(("expandable_segments:True", f"{format_bytes(d.stranded)} is free inside segments that still hold "
                       "live tensors; one growing segment per stream would let the next request reuse such gaps"))
     if d.stranded and "max_split_size_mb" not in conf:
-        hints.append(("max_split_size_mb:N", "large free blocks split for smaller requests are what strands those "
-                      "bytes; not splitting blocks above N MiB keeps them whole for large requests"))
+        n = max_split_for(d.request)
+        hints.append((f"max_split_size_mb:{n}", "large free blocks split for smaller requests are what strands those "
+                      f"bytes; blocks of {n} MiB or more would never be split"
+                      + (f" ({n} MiB: the largest step of the doctor's sweep at or below the failed request)"
+                         if d.request is not None else
+                         f" ({n} MiB: the doctor's first step; the dump does not say the failed request's size)")))
     if d.releasable:
         hints.append(("torch.cuda.empty_cache()", f"{format_bytes(d.releasable)} sits in wholly free segments: a "
                       "flush gives it back (the OOM path already does, so it matters for other processes)"))
     if d.pending:
-        hints.append(("record_stream", f"{format_bytes(d.pending)} is freed but waits for another stream's work; "
-                      "synchronizing that stream sooner (or not recording it) releases it"))
+        hints.append(("record_stream", f"{pending_words(d.pending_by_stream)}: freed but waiting for another "
+                      "stream's work; synchronizing that stream sooner (or not recording it) releases it"))
     return hints
+
+
+# What a trace would add, and how to record one (PyTorch 2.11: torch/cuda/memory.py).
+RECORD_HOW = ("record a trace before the run: torch.cuda.memory._record_memory_history(max_entries=100_000) "
+              "(a ring buffer of that many events: without max_entries it grows without bound), then "
+              "torch.cuda.memory._dump_snapshot(\"oom.pickle\") from an OOM observer: "
+              "torch._C._cuda_attach_out_of_memory_observer(lambda device, alloc, allowed, free: "
+              "torch.cuda.memory._dump_snapshot(\"oom.pickle\"))")
+NEEDS_A_TRACE = ("whether any setting would have fitted (each remedy is a replay of the recorded requests)",
+                 "the request that failed and how much the driver still had free, unless the dump records them",
+                 "the peaks of the run (a state is one moment, not the worst one)",
+                 "the GPU's usable memory (read off flushes and OOMs in a trace)")
 
 
 def state_lines(d: StateDiagnosis) -> list:
@@ -122,20 +160,37 @@ def state_lines(d: StateDiagnosis) -> list:
         out.append(f"  {format_bytes(d.unallocated)} of {format_bytes(d.reserved)} reserved is not allocated; the "
                    f"largest free block is {format_bytes(d.largest_free)} (a larger request needs a new segment). "
                    "The dump does not record the request that failed.")
-    out.append("  Record with torch.cuda.memory._record_memory_history() before the run for a proven answer.")
+    j = d.judgement
+    if j is not None:
+        out.append(f"  {'A shortage' if j.shortage else 'Not decided (shortage or fragmentation)'}: {j.words}.")
+        if j.shortage:
+            out.append("  No allocator setting can help. What helps is outside the allocator (changes to the program "
+                       "or the hardware): " + "; ".join(PROGRAM_REMEDIES) + ".")
+    out += ["", "SHORTAGE OR FRAGMENTATION", f"  the rule: {RULE}", f"  materiality: {MATERIAL_WORDS}",
+            "  with no trace and no failed request in the dump, the rule reads the state: no setting can give back "
+            "more than the cached free bytes, so when they are not a material share of what was reserved, it is a "
+            "shortage"]
+    out += ["", "WHAT THIS DUMP CANNOT TELL (it has no trace)"]
+    out += [f"  {x}" for x in NEEDS_A_TRACE]
+    out.append(f"  to know them, {RECORD_HOW}")
     out += ["", "WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS"]
     out.append(f"  by pool: large {format_bytes(d.by_pool.get('large', 0))}, small {format_bytes(d.by_pool.get('small', 0))}")
     out.append(f"  in segments that still hold live tensors: {format_bytes(d.stranded)}; in wholly free segments: "
                f"{format_bytes(d.releasable)}; freed but waiting for other streams: {format_bytes(d.pending)}")
     for stream, per in sorted(d.by_stream.items(), key=lambda kv: -kv[1]["free"]):
         out.append(f"  stream {stream}: {per['segments']} segments, {format_bytes(per['free'])} cached free, "
-                   f"{format_bytes(per['allocated'])} allocated")
+                   f"{format_bytes(per['allocated'])} allocated"
+                   + (f", {format_bytes(per['pending'])} pending on stream {stream} (freed, waiting for another "
+                      "stream's work)" if per.get("pending") else ""))
     for h in d.holdings[:5]:
         out.append(f"  seg {h.number} ({h.pool} pool, stream {h.stream}, {format_bytes(h.size)}): "
                    f"{format_bytes(h.free)} free, largest free block {format_bytes(h.largest_free)}; "
-                   f"{format_bytes(h.allocated)} allocated")
+                   f"{format_bytes(h.allocated)} allocated"
+                   + (f"; {format_bytes(h.pending)} pending on stream {h.stream}" if h.pending else ""))
     out += ["", "SETTINGS THAT MIGHT HAVE HELPED (unproven without a trace)"]
-    out += [f"  {setting}: {why}" for setting, why in d.hints] or ["  none stands out in this state"]
+    out += [f"  {setting}: {why}" for setting, why in d.hints] or [
+        "  none: a shortage is not the allocator's to fix" if j is not None and j.shortage else
+        "  none stands out in this state"]
     if len(d.devices) > 1:
         others = ", ".join(f"device {x['device']} ({x['segments']} segments)" for x in d.devices if x["device"] != d.device)
         out += ["", f"Other devices in the snapshot: {others}; ask with --device N."]
@@ -146,7 +201,9 @@ def state_json(d: StateDiagnosis) -> dict:
     return {"source": d.source, "device": d.device, "state_only": True, "verdict": "state-only",
             "reserved": d.reserved, "allocated": d.allocated, "unallocated": d.unallocated, "pending_free": d.pending,
             "largest_free_block": d.largest_free, "stranded": d.stranded, "releasable": d.releasable,
-            "failed_request": d.request, "by_pool": d.by_pool, "by_stream": {str(k): v for k, v in d.by_stream.items()},
+            "failed_request": d.request, "by_pool": d.by_pool,
+            "judgement": None if d.judgement is None else d.judgement.to_json(),
+            "needs_a_trace": list(NEEDS_A_TRACE), "how_to_record": RECORD_HOW, "by_stream": {str(k): v for k, v in d.by_stream.items()},
             "segments_holding": [h.__dict__ for h in d.holdings[:20]],
             "hints": [{"setting": s, "why": w, "proven": False} for s, w in d.hints], "devices": d.devices,
             "remedies": []}
@@ -163,7 +220,10 @@ class StateReport:
     @property
     def verdict(self):
         from .report import Verdict
-        return Verdict("state-only", state_lines(self.diagnosis)[3].strip(), None, None)
+        lines = state_lines(self.diagnosis)
+        verdict = lines[lines.index("VERDICT") + 1:]
+        verdict = verdict[:verdict.index("")] if "" in verdict else verdict
+        return Verdict("state-only", " ".join(line.strip() for line in verdict), None, None)
 
     def text(self) -> str:
         return "\n".join(state_lines(self.diagnosis)) + "\n"

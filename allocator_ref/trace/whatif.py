@@ -46,6 +46,7 @@ from ..device.errors import CudaError
 from ..device.sim import SimDevice
 from ..policies.registry import make_allocator     # every design, by name (the policy registry)
 from .rebuild import infer_initial_state
+from .rebuild_expandable import CannotRebuild, rebuild_expandable
 from .replay_device import ManualEvent
 from .replay_pools import PoolRouter
 
@@ -195,13 +196,17 @@ class WhatIfDevice(SimDevice):
         total = (usable if usable is not None else UNCAPPED) + self.info.context_reserve
         self.info = dataclasses.replace(self.info, total_memory=int(total))
         self.planned: deque = deque()           # (addr, size) PyTorch's cudaMalloc returned next
+        self.planned_segments: deque = deque()  # (addr, size, "segment_map"): where rebuild_expandable reserves
         self.freeing_addr: Optional[int] = None
         self.events_by_addr: dict = {}
         self.set_address_hint(self._pytorch_address)
 
     def _pytorch_address(self, kind: str, size: int) -> Optional[int]:
         if kind != "malloc":
-            return None
+            # An expandable segment mapped before the first event is reserved where PyTorch's began
+            # (rebuild_expandable.py plans it); any other reservation goes where the device puts it.
+            planned = next((a for a, _s, action in self.planned_segments if action == "segment_map"), None)
+            return planned if planned is not None and not self._space.overlapping(planned, size) else None
         for k, (addr, planned_size) in enumerate(self.planned):
             if planned_size == size and not self._space.overlapping(addr, size):
                 del self.planned[k]
@@ -287,8 +292,9 @@ class _Replayer:
             config = getattr(self.allocator, "config", None) or AllocatorConfig()
             state = infer_initial_state(self.events, self.finals, config)
         self.out.notes += list(state.notes)
-        held = sum(s.size for s in state.segments)
-        self.out.start_live = sum(b[1] for s in state.segments for b in s.live_blocks)
+        held = sum(s.size for s in state.segments) + sum(s["total_size"] for s in state.expandable)
+        self.out.start_live = sum(b[1] for s in state.segments for b in s.live_blocks) + sum(
+            b["size"] for s in state.expandable for b in s["blocks"] if b["state"] != "inactive")
         self.out.start_reserved = held
         if self.device.usable is not None and held > self.device.usable:
             self.out.start_does_not_fit = True
@@ -300,6 +306,13 @@ class _Replayer:
                 self.live.update(restore_segment(self.allocator, seg.address, seg.size, stream,
                                                  seg.live_blocks, small=seg.small,
                                                  pool_id=self.pools.pool_of({"addr": seg.address})))
+        if self.exact and state.expandable:
+            # Expandable segments mapped when recording began (a run recorded mid-way), laid out as
+            # the verify replay lays them out; a layout that cannot be rebuilt fails the replay.
+            try:
+                self.live.update(rebuild_expandable(self, state.expandable, self.events))
+            except CannotRebuild as exc:
+                raise ValueError(f"expandable segments at the first event not rebuilt: {exc}") from None
         if not self.exact:
             # Another design cannot have PyTorch's layout: it is asked for the same live blocks,
             # and for the memory PyTorch held cached then, given straight back, so that it starts
@@ -308,6 +321,11 @@ class _Replayer:
             for seg in state.segments:
                 for addr, _size, requested in seg.live_blocks:
                     self.live[addr] = self.allocator.malloc(requested, self._stream(seg.stream))
+            for seg in state.expandable:
+                for b in seg["blocks"]:
+                    if b["state"] != "inactive":
+                        self.live[b["address"]] = self.allocator.malloc(b["requested_size"],
+                                                                        self._stream(seg["stream"]))
             cached = held - self.out.start_live
             if cached > 0:
                 self.allocator.free(self.allocator.malloc(cached, self.device.default_stream))

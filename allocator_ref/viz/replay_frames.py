@@ -20,12 +20,12 @@ from .frames import FrameSource, record_frames
 
 
 def frames_of_snapshot(snapshot: Any, start: int = 0, count: Optional[int] = None, device: Optional[int] = None,
-                       keyframe_every: int = 100) -> FrameSource:
+                       keyframe_every: int = 100, profile: str = "h100-80gb") -> FrameSource:
     """The block maps after each of ``count`` trace events from ``start`` (default: to the end)."""
     if start < 0 or (count is not None and count <= 0):
         raise ValueError(f"start must be >= 0 and count > 0 (or None for the rest of the trace), "
                          f"got start={start}, count={count}")
-    stepper = TraceStepper(snapshot, device=device)
+    stepper = TraceStepper(snapshot, device=device, profile=profile)
     if start >= len(stepper.events):
         raise ValueError(f"start={start} is past the trace's {len(stepper.events)} events")
     stepper.run_until(start)

@@ -1,0 +1,265 @@
+"""Several snapshots of one job, one per rank: which rank stands out, why, and one setting for all.
+
+A job that runs out of memory on one rank of many (a pipeline stage with more layers, an
+uneven shard, a rank that also holds the embedding) leaves one snapshot per rank.  Each is
+diagnosed on its own (``doctor``), then compared:
+
+* a table of every rank: peak allocated and reserved, reserved-but-unallocated at the
+  reserved peak (fragmentation), flushes on retry (``num_alloc_retries``), OOMs;
+* the outlier: the rank whose peak reserved is above the others' median by a material
+  amount (``shortage.is_material``).  Why it differs: **more live memory** when its peak
+  allocated is above the median by a material amount too, otherwise **the same live memory
+  laid out worse** (its reserved-but-unallocated bytes are what differ);
+* whether one setting serves every rank: the outlier's remedy, checked on every other
+  rank's own replays (it must fit where that rank has a GPU to fit, and raise no rank's peak
+  reserved by a material amount).
+
+A file that cannot be read, or that does not belong with the others (another
+``PYTORCH_CUDA_ALLOC_CONF``, the same file twice), gets one line naming it; the rest are
+still compared.
+"""
+from __future__ import annotations
+
+import hashlib
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..viz.sizes import format_bytes
+from .shortage import MATERIAL_WORDS, is_material, material_threshold
+
+
+@dataclass
+class Rank:
+    name: str                       # the file's name, as the table shows it
+    report: Any                     # DoctorReport or StateReport
+    peak_allocated: int
+    peak_reserved: int
+    fragmentation: int              # reserved - allocated at the reserved peak
+    retries: Optional[int]          # num_alloc_retries (None: no trace to count them)
+    ooms: Optional[int]
+    config: str
+    state_only: bool = False
+    live_need: int = 0              # live bytes at the worst moment, the failed request counted
+
+    @property
+    def need(self) -> int:
+        """What this rank needed of its GPU: its reserved peak, or more when a request failed."""
+        return max(self.peak_reserved, self.live_need)
+
+    @property
+    def verdict(self):
+        return self.report.verdict
+
+
+@dataclass
+class RanksReport:
+    ranks: list
+    problems: list = field(default_factory=list)      # one line per file that was left out or stands apart
+    outlier: Optional[Rank] = None
+    why: str = ""                   # "more live memory" or "the same live memory laid out worse" (or "")
+    why_words: str = ""
+    setting: Optional[str] = None   # the change that serves every rank, when one does
+    setting_words: str = ""
+    seconds: float = 0.0
+
+    def lines(self) -> list:
+        out = [f"Memory doctor: {len(self.ranks)} ranks of one job, compared", ""]
+        out += [f"  {p}" for p in self.problems]
+        if self.problems:
+            out.append("")
+        out.append(f"  {'rank':28} {'peak allocated':>15} {'peak reserved':>14} {'unallocated @ peak':>19} "
+                   f"{'retries':>8} {'OOMs':>5}  verdict")
+        for r in self.ranks:
+            mark = " <- outlier" if r is self.outlier else ""
+            out.append(f"  {r.name[:28]:28} {format_bytes(r.peak_allocated):>15} {format_bytes(r.peak_reserved):>14} "
+                       f"{format_bytes(r.fragmentation):>19} {_count(r.retries):>8} {_count(r.ooms):>5}  "
+                       f"{r.verdict.kind}{mark}")
+        out += ["", "THE OUTLIER", f"  {self.why_words}", "", "ONE SETTING FOR EVERY RANK", f"  {self.setting_words}",
+                f"  ({MATERIAL_WORDS})"]
+        if self.outlier is not None:
+            out += ["", f"THE OUTLIER'S OWN REPORT ({self.outlier.name})"]
+            out += ["  " + line for line in self.outlier.report.lines()]
+        return out
+
+    def text(self) -> str:
+        return "\n".join(self.lines()) + "\n"
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def to_json(self) -> dict:
+        return {"ranks": [{"name": r.name, "peak_allocated": r.peak_allocated, "peak_reserved": r.peak_reserved,
+                           "unallocated_at_peak": r.fragmentation, "num_alloc_retries": r.retries, "ooms": r.ooms,
+                           "verdict": r.verdict.kind, "state_only": r.state_only} for r in self.ranks],
+                "problems": self.problems, "outlier": None if self.outlier is None else self.outlier.name,
+                "why": self.why or None, "why_words": self.why_words, "one_setting": self.setting,
+                "one_setting_words": self.setting_words, "seconds": self.seconds}
+
+    @property
+    def verdict(self):
+        from .report import Verdict
+        return Verdict("ranks", self.why_words + " " + self.setting_words, None, None)
+
+    @property
+    def diagnosis(self):            # the CLI's exit status reads diagnosis.verified
+        return _AllVerified(all(getattr(r.report.diagnosis, "verified", True) for r in self.ranks))
+
+    def html(self, path=None) -> str:
+        from html import escape
+        page = "<!doctype html><meta charset='utf-8'><title>memory doctor: ranks</title><pre>" + \
+            escape(self.text()) + "</pre>"
+        if path is not None:
+            Path(path).write_text(page, encoding="utf-8")
+        return page
+
+
+@dataclass
+class _AllVerified:
+    verified: bool
+
+
+def _count(n: Optional[int]) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def snapshot_paths(paths: list) -> list:
+    """The files named, a folder standing for every file in it (sorted, hidden ones left out)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith("."))
+        else:
+            out.append(p)
+    return out
+
+
+def rank_of(name: str, report) -> Rank:
+    """One rank's row, read off its doctor report."""
+    d = report.diagnosis
+    if not hasattr(d, "peak_reserved"):             # a state-only dump: one moment, no trace
+        return Rank(name, report, d.allocated, d.reserved, d.unallocated, None, None, d.config, state_only=True)
+    retries = report.remedies.reproduction.alloc_retries if report.remedies is not None else None
+    return Rank(name, report, d.peak_allocated, d.peak_reserved, d.unallocated_at_peak, retries, d.oom_count,
+                d.config, live_need=d.live_need)
+
+
+def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile: str = "h100-80gb",
+                 device: Optional[int] = None) -> RanksReport:
+    """Diagnose every rank's snapshot and compare them (see the module docstring)."""
+    import time
+    from . import doctor
+    start = time.perf_counter()
+    problems, ranks, seen = [], [], {}
+    for path in snapshot_paths(paths):
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:
+            problems.append(f"left out {path}: cannot be read ({exc.strerror or exc})")
+            continue
+        if digest in seen:
+            problems.append(f"left out {path}: the same file as {seen[digest]}")
+            continue
+        seen[digest] = path.name
+        try:
+            report = doctor(str(path), device_memory, device=device, profile=profile)
+        except Exception as exc:          # one bad file must not stop the comparison of the rest
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            first = first[len(str(path)) + 2:] if first.startswith(f"{path}: ") else first
+            problems.append(f"left out {path}: {first[:300]}")
+            continue
+        report = getattr(report, "reports", [report])[0]     # a multi-GPU file: its first device
+        ranks.append(rank_of(path.name, report))
+    if len(ranks) < 2:
+        raise ValueError(f"comparing ranks needs at least two readable snapshots, got {len(ranks)}"
+                         + (f" ({'; '.join(problems)})" if problems else "")
+                         + ": pass every rank's file, or the folder that holds them")
+    configs = [r.config for r in ranks]
+    usual = max(set(configs), key=configs.count)
+    for r in ranks:
+        if r.config != usual:
+            problems.append(f"{r.name} stands apart: recorded with PYTORCH_CUDA_ALLOC_CONF={r.config!r}, the others "
+                            f"with {usual!r}; compared anyway, but part of its difference is the setting")
+    for r in ranks:
+        if r.state_only and not all(x.state_only for x in ranks):
+            problems.append(f"{r.name} has no trace (history was off): its row is the state at one moment, not its "
+                            "peaks, and no replay stands behind it")
+    out = RanksReport(ranks, problems)
+    _find_outlier(out)
+    _one_setting(out)
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def _find_outlier(out: RanksReport) -> None:
+    # The rank that needed the most: its reserved peak, or its live memory plus the request that failed.
+    top = max(out.ranks, key=lambda r: r.need)
+    others = [r for r in out.ranks if r is not top]
+    reserved = statistics.median(r.need for r in others)
+    allocated = statistics.median(max(r.peak_allocated, r.live_need) for r in others)
+    extra = top.need - reserved
+    if not is_material(extra, int(reserved)):
+        out.why_words = (f"no outlier: every rank's need (peak reserved, or live memory plus a failed request) is within "
+                         f"{format_bytes(material_threshold(int(reserved)))} of the others' median "
+                         f"({format_bytes(int(reserved))})")
+        return
+    out.outlier = top
+    top_live = max(top.peak_allocated, top.live_need)
+    more_live = top_live - allocated
+    if is_material(more_live, int(allocated)):
+        out.why = "more live memory"
+        out.why_words = (f"{top.name} needs {format_bytes(int(extra))} more than the other ranks' median "
+                         f"({format_bytes(top.need)} vs {format_bytes(int(reserved))}) because it holds more "
+                         f"live memory: its live tensors peak {format_bytes(int(more_live))} higher "
+                         f"({format_bytes(top_live)} vs {format_bytes(int(allocated))}"
+                         + (", the request that failed counted" if top.live_need > top.peak_allocated else "")
+                         + "): an uneven share of "
+                         "the work (a pipeline stage, a shard, an embedding), which no allocator setting evens out")
+    else:
+        frag = statistics.median(r.fragmentation for r in others)
+        out.why = "the same live memory laid out worse"
+        out.why_words = (f"{top.name} needs {format_bytes(int(extra))} more than the other ranks' median "
+                         f"({format_bytes(top.need)} vs {format_bytes(int(reserved))}) with the same live "
+                         f"memory (peak allocated {format_bytes(top_live)} vs {format_bytes(int(allocated))}): "
+                         f"the same live memory laid out worse, {format_bytes(top.fragmentation)} reserved but "
+                         f"unallocated at its peak against {format_bytes(int(frag))} on the others")
+
+
+def _serves(report, change: str) -> Optional[str]:
+    """None when ``change`` serves this rank (by its own replays), else why not."""
+    r = report.remedies
+    if r is None:
+        return "no trace to replay it on" if not hasattr(report.diagnosis, "peak_reserved") else "not replayed"
+    trial = next((t for t in r.trials if t.change == change), None)
+    if trial is None or trial.skipped:
+        return f"not replayed there ({trial.skipped if trial else 'not tried'})"
+    if r.target is not None and not trial.fits:
+        return f"runs out of memory there ({trial.ooms} OOM in {format_bytes(r.target)})"
+    base = r.recorded.peak_reserved
+    if is_material(trial.peak_reserved - base, base):
+        return f"raises its peak reserved to {format_bytes(trial.peak_reserved)} (from {format_bytes(base)})"
+    return None
+
+
+def _one_setting(out: RanksReport) -> None:
+    lead = out.outlier or max(out.ranks, key=lambda r: r.need)
+    v = lead.verdict
+    if v.kind == "shortage":
+        out.setting_words = (f"none: {lead.name} is short of memory (a shortage, not fragmentation), which no "
+                             "allocator setting serves; cut its live memory (its report says where it lives)")
+        return
+    trial = v.trial if v.trial is not None and v.trial.kind not in ("recorded", "recorded-on-target") else None
+    if trial is None:
+        out.setting_words = (f"none needed: {lead.name}, the rank that reserves the most, has no setting worth "
+                             f"making ({v.kind})")
+        return
+    refused = {r.name: why for r in out.ranks if r is not lead for why in [_serves(r.report, trial.change)] if why}
+    if not refused:
+        out.setting = trial.change
+        out.setting_words = (f"`{trial.line}` serves every rank: it is {lead.name}'s remedy, and on every other rank "
+                             "its replay raises no peak reserved by a material amount (and fits, where the rank has "
+                             "a GPU to fit in)")
+        return
+    out.setting_words = (f"no one setting: `{trial.change}` is {lead.name}'s remedy, but "
+                         + "; ".join(f"on {name} it {why}" for name, why in refused.items()))

@@ -1,0 +1,173 @@
+"""Shortage or fragmentation: could the memory that was reserved but not allocated have served?
+
+The rule, for a request that ran out of memory.  At the moment PyTorch raised the error
+(``DeviceCachingAllocator::malloc``, after ``release_cached_blocks`` gave back every wholly
+free segment), the memory this process could have held split into three parts:
+
+* ``allocated``: live tensors (``memory_allocated()``), which no allocator setting frees;
+* ``pending``: blocks freed by the program but still waiting for another stream's work
+  (``record_stream`` events, ``process_events``): not free until that stream catches up;
+* ``free``: cached free bytes in segments (``reserved - allocated - pending``) plus what the
+  driver still had (``cudaMemGetInfo``'s free, recorded in the trace's ``oom`` entry).
+
+No setting can make a free range larger than ``free``: even a perfect cache that put every
+free byte in one run would stop there.  So the request, rounded as PyTorch rounds it
+(``round_size``: at least 512 bytes, a multiple of 512), is a **shortage** when it is larger
+than ``free``: live memory must shrink by the difference, and no setting is offered.  When
+it is not larger, the memory existed but not in one piece: **fragmentation**, which a
+setting may fix (the replays say which).
+
+For a run with no OOM asked against a GPU (``--device-memory``): a shortage when the live
+peak (``max_memory_allocated()``) is more than the GPU's usable memory, fragmentation when
+only the reserved peak is.
+
+For a state-only dump (no trace, so no request): no setting can give back more than the
+cached free bytes; when they are less than a material share of what was reserved
+(``MATERIAL_SHARE``), the dump is read as a shortage, otherwise as undecided.
+
+**Materiality.**  A gain counts when it is at least ``MATERIAL_SHARE`` (5%) of the recorded
+peak reserved and at least ``MATERIAL_FLOOR`` (64 MiB): smaller differences are what a run's
+own variation moves (input shapes, library workspaces, the CUDA context).  Two results closer
+than that are a tie.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..viz.sizes import format_bytes
+
+MATERIAL_SHARE = 0.05
+MATERIAL_FLOOR = 64 * 2**20
+ROUND = 512                    # kMinBlockSize: round_size never gives less, and rounds to multiples of it
+
+RULE = ("a failed request is a shortage when, rounded as PyTorch rounds it (a multiple of 512 B), it is larger "
+        "than every byte that was neither live nor waiting for another stream: the cached free bytes plus what "
+        "the driver still had; no setting can make a free range larger than that. Otherwise it is fragmentation")
+MATERIAL_WORDS = (f"a gain counts when it is at least {MATERIAL_SHARE:.0%} of the recorded peak reserved and at "
+                  f"least {MATERIAL_FLOOR // 2**20} MiB; closer results are a tie, which goes to PyTorch's own "
+                  "allocator settings, then to the smaller change")
+
+# What helps a shortage: none of it is an allocator setting.
+PROGRAM_REMEDIES = ("a smaller batch or sequence length",
+                    "activation checkpointing (torch.utils.checkpoint: recompute activations in backward)",
+                    "offloading (optimizer state or activations to CPU memory)",
+                    "a GPU with more memory")
+
+
+def rounded(request: int) -> int:
+    """The request as ``round_size`` rounds it at the least (no roundup_power2_divisions)."""
+    return max(ROUND, -(-int(request) // ROUND) * ROUND)
+
+
+def material_threshold(base: int) -> int:
+    """The smallest gain that counts, against a peak of ``base`` bytes."""
+    return max(MATERIAL_FLOOR, int(MATERIAL_SHARE * base))
+
+
+def is_material(gain: int, base: int) -> bool:
+    return gain >= material_threshold(base)
+
+
+@dataclass
+class Judgement:
+    kind: str                      # "shortage", "fragmentation", "fits", "undecided"
+    what: str                      # "request" (an OOM), "peak" (against a target), "state" (a dump)
+    needed: int = 0                # bytes the moment needed: the rounded request, or the live peak
+    free: int = 0                  # bytes any setting could have used (cached free + driver free)
+    cut: int = 0                   # shortage: bytes of live (or pending) memory that must go
+    pending: dict = field(default_factory=dict)     # stream -> bytes waiting for it at that moment
+    words: str = ""                # the decision, with its numbers
+
+    @property
+    def shortage(self) -> bool:
+        return self.kind == "shortage"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "what": self.what, "needed": self.needed, "free": self.free,
+                "cut": self.cut, "pending": {str(k): v for k, v in self.pending.items()}, "words": self.words,
+                "rule": RULE}
+
+
+def pending_words(pending: dict) -> str:
+    """'1.0 GiB pending on stream 7' for each stream with bytes waiting."""
+    return ", ".join(f"{format_bytes(b)} pending on stream {s}" for s, b in sorted(pending.items()) if b)
+
+
+def judge_request(request: int, allocated: int, reserved: int, device_free: int,
+                  pending: Optional[dict] = None) -> Judgement:
+    """The rule for a request that ran out of memory (see the module docstring)."""
+    pending = {s: b for s, b in (pending or {}).items() if b}
+    held = sum(pending.values())
+    cached_free = max(0, reserved - allocated - held)
+    free = cached_free + max(0, device_free)
+    need = rounded(request)
+    wait = f"; {pending_words(pending)} (freed, but not free until that stream's work completes)" if held else ""
+    if need > free:
+        cut = need - free
+        return Judgement("shortage", "request", need, free, cut, pending,
+                         f"the request needed {format_bytes(need)} but only {format_bytes(free)} was "
+                         f"neither live nor pending ({format_bytes(cached_free)} cached free in segments + "
+                         f"{format_bytes(device_free)} the driver still had){wait}; {format_bytes(allocated)} was "
+                         f"live. No allocator setting can serve it: at least {format_bytes(cut)} of live memory "
+                         "must go")
+    return Judgement("fragmentation", "request", need, free, 0, pending,
+                     f"the request needed {format_bytes(need)} and {format_bytes(free)} was neither "
+                     f"live nor pending ({format_bytes(cached_free)} cached free in segments + "
+                     f"{format_bytes(device_free)} the driver still had){wait}, but no single free range was large "
+                     "enough")
+
+
+def judge_peak(peak_allocated: int, peak_reserved: int, usable: int) -> Judgement:
+    """The rule for a run asked against a GPU of ``usable`` bytes (no OOM in the trace)."""
+    if peak_allocated > usable:
+        cut = peak_allocated - usable
+        return Judgement("shortage", "peak", peak_allocated, usable, cut, {},
+                         f"the live tensors alone peaked at {format_bytes(peak_allocated)}, "
+                         f"{format_bytes(cut)} more than the {format_bytes(usable)} usable; no allocator setting "
+                         "can fit them")
+    if peak_reserved > usable:
+        return Judgement("fragmentation", "peak", peak_allocated, usable, 0, {},
+                         f"the live tensors peaked at {format_bytes(peak_allocated)}, within the "
+                         f"{format_bytes(usable)} usable, but reserved memory peaked at {format_bytes(peak_reserved)}")
+    return Judgement("fits", "peak", peak_allocated, usable, 0, {},
+                     f"reserved memory peaked at {format_bytes(peak_reserved)}, within the "
+                     f"{format_bytes(usable)} usable")
+
+
+def judge_state(reserved: int, allocated: int, pending: dict, largest_free: int,
+                request: Optional[int] = None, device_free: Optional[int] = None) -> Judgement:
+    """The rule for a state-only dump: with the failed request when the dump has it, else by materiality."""
+    if request is not None and device_free is not None:
+        return judge_request(request, allocated, reserved, device_free, pending)
+    held = sum(pending.values())
+    cached_free = max(0, reserved - allocated - held)
+    if request is not None and rounded(request) > cached_free:
+        # The driver's free memory is unknown: a shortage only as far as this process's cache goes.
+        return Judgement("undecided", "state", rounded(request), cached_free, 0, pending,
+                         f"the request needed {format_bytes(rounded(request))}, more than all "
+                         f"{format_bytes(cached_free)} cached free; whether the driver had the rest is not in the "
+                         "dump")
+    if not is_material(cached_free, reserved):
+        return Judgement("shortage", "state", 0, cached_free, 0, pending,
+                         f"only {format_bytes(cached_free)} of the {format_bytes(reserved)} reserved was "
+                         f"cached free ({100 * cached_free / reserved if reserved else 0:.2f}%), less than the "
+                         f"{format_bytes(material_threshold(reserved))} that would make any setting worth trying: "
+                         "live memory filled the GPU")
+    return Judgement("undecided", "state", 0, cached_free, 0, pending,
+                     f"{format_bytes(cached_free)} of the {format_bytes(reserved)} reserved was cached free (the "
+                     f"largest block {format_bytes(largest_free)}): fragmentation may have caused the failure, but "
+                     "without the request and a trace nothing decides it")
+
+
+def judge_diagnosis(diag, usable: Optional[int], asked: bool = False) -> Optional[Judgement]:
+    """The rule applied to a replayed run: its first OOM, or (``asked``: --device-memory) its peaks
+    against the GPU asked about; None when nothing is asked and nothing failed."""
+    if asked and usable is not None:
+        return judge_peak(diag.live_need, diag.peak_reserved, usable)
+    if diag.oom is not None:
+        o = diag.oom
+        return judge_request(o.request, o.allocated, o.reserved, o.device_free, o.pending)
+    if usable is not None:
+        return judge_peak(diag.peak_allocated, diag.peak_reserved, usable)
+    return None

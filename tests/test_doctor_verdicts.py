@@ -1,0 +1,361 @@
+"""The doctor's decisions: shortage or fragmentation, material gains and ties, any GPU, several ranks.
+
+Course-made runs (``memory_doctor.examples``) recorded by the reference allocator on simulated
+GPUs of known size; the figures each test checks against come from the recording allocator
+or from re-running the workload, never from the doctor itself.
+"""
+import pickle
+import re
+
+import pytest
+
+import allocator_ref as ar
+from allocator_ref.__main__ import main
+from allocator_ref.memory_doctor import examples
+from allocator_ref.memory_doctor.ranks import doctor_ranks
+from allocator_ref.memory_doctor.remedies import FRACTION_HEADROOM, Remedies, Trial, plan
+from allocator_ref.memory_doctor.diagnosis import reproduced_line
+from allocator_ref.memory_doctor.shortage import (MATERIAL_FLOOR, MATERIAL_SHARE, judge_peak, judge_request,
+                                                  material_threshold)
+
+MiB = 2**20
+GiB = 2**30
+
+
+# ------------------------------------------------------------------ the shortage rule
+
+def test_the_rule_on_both_sides_of_its_boundary():
+    # 100 MiB live of 300 MiB reserved, 50 MiB pending on stream 7, 20 MiB still free on the device:
+    # 300 - 100 - 50 + 20 = 170 MiB is all any setting could use.
+    free = 170 * MiB
+    at = judge_request(free, 100 * MiB, 300 * MiB, 20 * MiB, {7: 50 * MiB})
+    assert at.kind == "fragmentation" and at.free == free
+    over = judge_request(free + 1, 100 * MiB, 300 * MiB, 20 * MiB, {7: 50 * MiB})
+    # one byte more rounds up to the next 512 B: that is what must go
+    assert over.kind == "shortage" and over.cut == 512
+    assert "50.0 MiB pending on stream 7" in over.words
+    assert judge_peak(10, 20, 9).kind == "shortage" and judge_peak(9, 20, 9).kind == "fragmentation"
+    assert judge_peak(9, 9, 9).kind == "fits"
+
+
+def test_a_shortage_gets_no_setting_and_says_what_to_cut_and_where():
+    snap = examples.shortage_run(900)          # 240 MiB live; 900 MiB more cannot fit in the 1 GB GPU
+    report = ar.doctor(snap)
+    v, d = report.verdict, report.diagnosis
+    assert v.kind == "shortage" and v.line is None
+    o = d.oom
+    live, free = o.allocated, o.reserved - o.allocated + o.device_free
+    assert o.request == 900 * MiB and o.request > free
+    assert v.reduce_by >= o.request - free > 0
+    assert "outside the allocator" in v.text and "activation checkpointing" in v.text
+    assert f"{live / MiB:.1f} MiB in the large pool on stream 0" in v.text
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in v.text
+    text = report.text()
+    assert "SHORTAGE OR FRAGMENTATION" in text and "the rule:" in text
+
+
+def test_fragmentation_gets_a_setting_with_a_concrete_value_that_the_rerun_confirms():
+    snap = examples.fragmentation_run(200)     # 200 MiB fits in the free bytes, not in any one of them
+    report = ar.doctor(snap)
+    v = report.verdict
+    assert report.diagnosis.judgement.kind == "fragmentation"
+    assert v.kind == "remedy" and v.line.startswith("PYTORCH_CUDA_ALLOC_CONF=")
+    assert not re.search(r"max_split_size_mb:N\b", report.text())
+    config = v.line.split("=", 1)[1].split("  #")[0]
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), config)
+    live = [a.malloc(6 * MiB) for _ in range(120)]
+    for i, x in enumerate(live):
+        if i % 3 != 2:
+            a.free(x)
+    a.malloc(200 * MiB)                        # no OutOfMemoryError under the recommended line
+
+
+def _state_dump(fragmented: bool) -> dict:
+    """A dump with history off (torch.cuda.memory._snapshot() alone): segments, no trace."""
+    a = ar.CachingAllocator(ar.SimDevice("t4-16gb"), "")
+    xs = [a.malloc(6 * MiB if fragmented else 100 * MiB) for _ in range(900 if fragmented else 110)]
+    if fragmented:
+        for i, x in enumerate(xs):
+            if i % 3:
+                a.free(x)
+    return a.snapshot()
+
+
+def test_a_state_only_dump_on_both_sides_and_what_it_cannot_know():
+    full = ar.doctor(_state_dump(fragmented=False))
+    d = full.diagnosis
+    assert d.reserved - d.allocated < material_threshold(d.reserved)
+    assert d.judgement.kind == "shortage" and d.hints == []
+    assert "No allocator setting can help" in full.text()
+    loose = ar.doctor(_state_dump(fragmented=True))
+    assert loose.diagnosis.judgement.kind == "undecided"
+    settings = [s for s, _ in loose.diagnosis.hints]
+    assert "max_split_size_mb:512" in settings and "max_split_size_mb:N" not in settings
+    for report in (full, loose):
+        text = report.text()
+        assert "_record_memory_history(max_entries=" in text
+        assert "_cuda_attach_out_of_memory_observer" in text and "WHAT THIS DUMP CANNOT TELL" in text
+
+
+def test_pending_free_memory_is_named_by_stream_in_a_state_dump():
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    side = a.device.create_stream()
+    x = a.malloc(8 * MiB)
+    a.malloc(3 * MiB)
+    a.record_stream(x, side)
+    a.device.sleep(side, 5_000)                # the side stream is busy: x's free waits for it
+    a.free(x)
+    report = ar.doctor(a.snapshot())
+    assert report.diagnosis.pending == 8 * MiB
+    assert "8.0 MiB pending on stream 0" in report.text()
+
+
+def test_reproduced_never_reads_zero_of_zero():
+    line = reproduced_line({"allocs": 0, "allocs_exact": 0, "final_state_equal": True}, True)
+    assert "0/0" not in line and "no allocation to compare" in line
+
+
+# ------------------------------------------------------------------ materiality and ties
+
+def _trial(kind, change, peak, order=0, policy="caching"):
+    t = Trial(kind, change, change, policy=policy, order=order)
+    t.peak_reserved = peak
+    return t
+
+
+def _remedies(*trials, recorded=10 * GiB):
+    base = _trial("recorded", "", recorded)
+    return Remedies(None, None, "uncapped", [base, *trials])
+
+
+def test_a_gain_below_the_threshold_is_not_offered_and_one_above_is():
+    peak = 10 * GiB
+    threshold = material_threshold(peak)
+    assert threshold == max(MATERIAL_FLOOR, int(MATERIAL_SHARE * peak))
+    small = _remedies(_trial("expandable", "expandable_segments:True", peak - threshold + 1), recorded=peak)
+    assert small.best_material is None
+    big = _remedies(_trial("expandable", "expandable_segments:True", peak - threshold), recorded=peak)
+    assert big.best_material.kind == "expandable"
+
+
+def test_a_tie_goes_to_pytorchs_own_knob_then_the_smaller_change():
+    peak = 10 * GiB
+    gap = material_threshold(peak) // 2            # closer than the threshold: a tie
+    r = _remedies(_trial("async", "backend:cudaMallocAsync", 7 * GiB, policy="stream_ordered"),
+                  _trial("max_split", "max_split_size_mb:256", 7 * GiB + gap, order=1),
+                  _trial("max_split", "max_split_size_mb:512", 7 * GiB + gap, order=0),
+                  _trial("roundup", "roundup_power2_divisions:8", 7 * GiB), recorded=peak)
+    assert r.best_material.change == "max_split_size_mb:512"
+    # Apart by more than the threshold, the lower peak wins even if it is a backend switch.
+    r = _remedies(_trial("async", "backend:cudaMallocAsync", 6 * GiB, policy="stream_ordered"),
+                  _trial("max_split", "max_split_size_mb:512", 8 * GiB), recorded=peak)
+    assert r.best_material.kind == "async"
+
+
+def test_a_course_made_run_with_an_immaterial_gain_gets_no_setting():
+    snap = examples.job_ranks(1, outlier=-1)[0]
+    report = ar.doctor(snap)
+    r = report.remedies
+    saving = r.recorded.peak_reserved - r.lowest.peak_reserved
+    assert 0 < saving < material_threshold(r.recorded.peak_reserved)
+    assert report.verdict.kind == "no-target" and report.verdict.trial is None
+    assert "No setting is worth making" in report.verdict.text
+
+
+def test_the_fraction_cap_leaves_headroom_and_says_it_was_inferred():
+    target, capacity = 20 * GiB, 21 * GiB
+    gc = next(t for t in plan("", target, capacity) if t.kind == "gc")
+    assert gc.allowed <= target * (1 - FRACTION_HEADROOM) and gc.allowed > target * (1 - 2 * FRACTION_HEADROOM)
+    assert "inferred" in gc.cap_note and "headroom" in gc.cap_note
+    given = next(t for t in plan("", target, capacity, inferred=False) if t.kind == "gc")
+    assert "--device-memory" in given.cap_note
+
+
+# ------------------------------------------------------------------ any GPU
+
+@pytest.fixture(scope="module")
+def big_run():
+    """150 GiB held with expandable segments on a 200 GiB simulated GPU: more than every profile."""
+    import dataclasses
+    dev = ar.SimDevice("h200-141gb")
+    dev.info = dataclasses.replace(dev.info, total_memory=200 * GiB)
+    a = ar.CachingAllocator(dev, "expandable_segments:True")
+    a.record_memory_history(max_entries=1_000_000)
+    live = [a.malloc(GiB - 3 * MiB) for _ in range(150)]
+    for x in live[::3]:
+        a.free(x)
+    live += [a.malloc(512 * MiB) for _ in range(37)]
+    return a, a.snapshot()
+
+
+def test_a_trace_from_a_gpu_larger_than_every_profile_reproduces_with_no_option(big_run, tmp_path, capsys):
+    a, snap = big_run
+    path = tmp_path / "big.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    assert main(["doctor", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Reproduced: yes" in out and "Simulated GPU:" in out and "sized to" in out
+    page = tmp_path / "big.html"
+    assert main(["doctor", str(path), "--html", str(page)]) == 0
+    assert "data-simulated-gpu='h100-80gb@" in page.read_text() and "Reproduced: yes" in page.read_text()
+    report = ar.doctor(snap)
+    d = report.diagnosis
+    assert d.verified and report.remedies.reproduced
+    # The header's figures are the recording allocator's own.
+    assert d.peak_allocated == a.max_memory_allocated() < d.peak_reserved == a.max_memory_reserved()
+    assert report.to_json()["events"] == len(snap["device_traces"][0])
+    # --profile is honoured (and sized up from it), --device-memory larger than it too.
+    assert ar.doctor(snap, profile="t4-16gb", remedies=False).diagnosis.profile.startswith("t4-16gb@")
+    sized = ar.doctor(snap, device_memory=400, remedies=False).diagnosis
+    assert sized.profile == f"h100-80gb@{400 * GiB}" and sized.verified
+
+
+# ------------------------------------------------------------------ several ranks
+
+@pytest.mark.parametrize("why", ["more live memory", "laid out worse"])
+def test_ranks_of_one_job_name_the_outlier_and_why(tmp_path, why):
+    for i, snap in enumerate(examples.job_ranks(4, outlier=2, why=why)):
+        (tmp_path / f"rank{i}.pickle").write_bytes(pickle.dumps(snap))
+    (tmp_path / "notes.txt").write_text("not a snapshot")
+    report = doctor_ranks([str(tmp_path)])
+    assert [r.name for r in report.ranks] == ["rank0.pickle", "rank1.pickle", "rank2.pickle", "rank3.pickle"]
+    assert report.outlier.name == "rank2.pickle"
+    assert report.why == ("more live memory" if why == "more live memory" else "the same live memory laid out worse")
+    assert len(report.problems) == 1 and "notes.txt" in report.problems[0]
+    others = [r for r in report.ranks if r is not report.outlier]
+    if why == "more live memory":
+        assert all(report.outlier.peak_allocated > 1.5 * r.peak_allocated for r in others)
+    else:
+        assert all(abs(report.outlier.peak_allocated - r.peak_allocated) < MiB for r in others)
+        assert all(report.outlier.fragmentation > 2 * r.fragmentation for r in others)
+    assert "ONE SETTING FOR EVERY RANK" in report.text()
+
+
+def test_the_command_line_compares_ranks_and_names_a_bad_file(tmp_path, capsys):
+    paths = []
+    for i, snap in enumerate(examples.job_ranks(3, outlier=1)):
+        paths.append(tmp_path / f"r{i}.pickle")
+        paths[-1].write_bytes(pickle.dumps(snap))
+    hostile = tmp_path / "hostile.pickle"
+    hostile.write_bytes(b"cos\nsystem\n(S'echo hi'\ntR.")
+    assert main(["doctor", *map(str, paths), str(hostile)]) == 0
+    out = capsys.readouterr().out
+    assert "3 ranks of one job" in out and "r1.pickle" in out and "<- outlier" in out
+    assert sum("hostile.pickle" in line for line in out.splitlines()) == 1
+    assert main(["doctor", str(paths[0]), str(hostile)]) == 2         # one good rank is no comparison
+    err = capsys.readouterr().err
+    assert "at least two readable snapshots" in err and "hostile.pickle" in err
+
+
+# ------------------------------------------------------------------ the real snapshots, read as an expert would
+
+TRACES = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+def _real(name):
+    path = TRACES / f"{name}.pickle"
+    if not path.is_file():
+        pytest.skip(f"no {name}.pickle in ../shared/traces (the real snapshots are not in this clone)")
+    return ar.doctor(path)
+
+
+@pytest.mark.slow
+def test_the_real_fine_tune_oom_is_a_shortage_with_no_setting():
+    report = _real("hf-finetune-expandable-oom")
+    o = report.diagnosis.oom
+    assert o.request > o.reserved - o.allocated + o.device_free          # the rule, from PyTorch's own numbers
+    assert report.verdict.kind == "shortage" and report.verdict.line is None
+
+
+@pytest.mark.slow
+def test_real_runs_get_a_headline_only_for_a_material_gain_and_pytorchs_knob_at_a_tie():
+    for name in ("cs336-gpt-ctx128-forward", "cs336-gpt-ctx128-fullstep", "small-from-empty"):
+        report = _real(name)
+        r, v = report.remedies, report.verdict
+        base = r.recorded.peak_reserved
+        threshold = material_threshold(base)
+        best_gain = base - min(t.peak_reserved for t in r.knobs)
+        if best_gain < threshold:
+            assert v.trial is None, name
+            continue
+        assert v.trial is not None and base - v.trial.peak_reserved >= threshold, name
+        # every setting of PyTorch's own allocator within the threshold of the lowest beats a backend switch
+        lowest = min(t.peak_reserved for t in r.knobs if base - t.peak_reserved >= threshold)
+        own = [t for t in r.knobs if t.kind != "async" and t.peak_reserved - lowest < threshold
+               and base - t.peak_reserved >= threshold]
+        if own:
+            assert v.trial.kind != "async", (name, v.line)
+
+
+@pytest.mark.slow
+def test_the_real_multistream_run_gets_a_fraction_cap_with_headroom():
+    report = _real("multistream-select-n")
+    t = report.verdict.trial
+    if t is None or t.allowed is None:
+        pytest.skip(f"the verdict has no fraction cap ({report.verdict.kind})")
+    assert t.allowed <= report.remedies.target * (1 - FRACTION_HEADROOM) and "inferred" in report.verdict.text
+
+
+def test_a_rank_that_ran_short_is_the_outlier_and_no_setting_serves_the_job(tmp_path):
+    for i, snap in enumerate(examples.job_ranks(3, outlier=-1)):
+        (tmp_path / f"rank{i}.pickle").write_bytes(pickle.dumps(snap))
+    (tmp_path / "rank3.pickle").write_bytes(pickle.dumps(examples.shortage_run(900)))
+    report = doctor_ranks([str(tmp_path)])
+    short = report.outlier
+    assert short.name == "rank3.pickle" and short.ooms == 1 and short.verdict.kind == "shortage"
+    assert short.need == short.live_need > max(r.peak_reserved for r in report.ranks)
+    assert report.why == "more live memory" and report.setting is None
+    assert report.setting_words.startswith("none: rank3.pickle is short of memory")
+
+
+def test_an_expandable_run_recorded_mid_way_on_a_big_gpu_reproduces_and_its_what_ifs_start_from_it():
+    """History switched on mid-run (expandable segments already mapped), on a GPU larger than every profile."""
+    import dataclasses
+    dev = ar.SimDevice("h200-141gb")
+    dev.info = dataclasses.replace(dev.info, total_memory=190 * GiB)
+    a = ar.CachingAllocator(dev, "expandable_segments:True")
+    before = [a.malloc(2 * GiB + 5 * MiB) for _ in range(30)]
+    for x in before[::2]:
+        a.free(x)
+    a.reset_peak_memory_stats()
+    a.record_memory_history(max_entries=1_000_000)
+    for _ in range(3):
+        acts = [a.malloc(GiB + 7 * MiB) for _ in range(60)]
+        for x in acts:
+            a.free(x)
+    report = ar.doctor(a.snapshot())
+    d, r = report.diagnosis, report.remedies
+    assert d.verified and r.reproduced, report.verdict.text
+    # more than the default h100-80gb profile holds: the simulated GPU was sized up, and said so
+    assert r.start_held > 0 and d.peak_reserved == a.max_memory_reserved() > 80 * 10**9 and d.profile_note
+    assert d.peak_allocated == a.max_memory_allocated() < d.peak_reserved
+
+
+def test_fewer_flushes_tie_goes_to_pytorchs_own_knob():
+    def fitting(kind, change, retries, policy="caching"):
+        t = _trial(kind, change, 9 * GiB, policy=policy)
+        t.fits, t.alloc_retries = True, retries
+        return t
+    base = _trial("recorded", "", 9 * GiB)
+    base.fits, base.alloc_retries = True, 40
+    r = Remedies(10 * GiB, 11 * GiB, "inferred", [base, fitting("async", "backend:cudaMallocAsync", 0, "stream_ordered"),
+                                                  fitting("gc", "garbage_collection_threshold:0.8", 1)])
+    assert r.fewer_retries.kind == "gc"            # 1 flush against 0: within 5% of 40, a tie
+    r.trials[2].alloc_retries = 10
+    assert r.fewer_retries.kind == "async"         # 10 against 0: not a tie
+    r.trials[1].alloc_retries = r.trials[2].alloc_retries = 39
+    assert r.fewer_retries is None                 # one flush fewer of 40 is not material
+
+
+def test_the_simulated_gpu_is_sized_from_the_snapshot_only_when_the_profile_is_too_small(big_run):
+    from allocator_ref.device.costs import load_profile
+    from allocator_ref.device.sizing import fit_profile, most_reserved
+    a, snap = big_run
+    assert most_reserved(snap["device_traces"][0], snap["segments"]) == a.max_memory_reserved()
+    name, note = fit_profile("h100-80gb", a.max_memory_reserved())
+    prof = load_profile(name)
+    assert prof.total_memory - prof.context_reserve >= a.max_memory_reserved() and "sized to" in note
+    assert prof.total_memory - prof.context_reserve - a.max_memory_reserved() < 2**30     # to the next GiB
+    assert fit_profile("h100-80gb", 10 * GiB) == ("h100-80gb", "")
+    with pytest.raises(ValueError, match="total memory in bytes"):
+        load_profile("h100-80gb@lots")
