@@ -401,8 +401,9 @@ def _prediction(t: Trial) -> str:
 
 
 # Why a remedy that fits may still fragment more or call the device more than the recorded run.
-_WHY = {"expandable": "expandable segments map and unmap memory 2 MiB page by page (cuMemMap/cuMemUnmap), so "
-                      "they make more device calls, and free bytes inside a mapped page count as reserved",
+_WHY = {"expandable": "expandable segments map and unmap memory page by page (cuMemMap/cuMemUnmap; 20 MiB pages "
+                      "in the large pool, 2 MiB in the small one: ExpandableSegment's segment size), so they make "
+                      "more device calls, and free bytes inside a mapped page count as reserved",
         "max_split": "blocks above the limit are never split, so they are cached whole and released first "
                      "when memory runs short (release_available_cached_blocks), which costs cudaFree/cudaMalloc calls",
         "roundup": "rounding requests up to a power-of-two step leaves the rounded-off bytes unallocated in each block",
