@@ -11,7 +11,7 @@ LAB_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: workshop site lab test test-fast venv student gpu-check bench bench-quick clean sync-notebooks
-.PHONY: check-labs nbgrader collect autograde test-labs image
+.PHONY: check-labs nbgrader collect autograde feedback rehearse test-labs image
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,24 +65,39 @@ check-labs: $(STAMP)
 
 # Graded labs with nbgrader (labs/README.md, "Grading"): make nbgrader LAB=02 (the release), the
 # hub hands it out (WORKSHOP_GRADED=build/nbgrader), make collect LAB=02 gathers the learners'
-# copies into build/nbgrader/submitted/, make autograde LAB=02 grades (build/nbgrader/grades.csv).
+# copies into build/nbgrader/submitted/, make autograde LAB=02 grades everyone (build/nbgrader/grades.csv;
+# a broken submission is named, with what to do, and the others are graded), make feedback LAB=02 puts
+# each learner's report in their ~/graded/lab02/feedback/.  Submissions, grades and feedback are
+# readable by the instructor only (allocator_ref/labs/gradebook.py); collect and feedback need sudo
+# when the hub made the learners' Unix users.  make rehearse [LAB=02]: a right and a wrong submission
+# per lab, graded in build/rehearsal, before the day.
 NBGRADER_DIR ?= build/nbgrader
 WORKSHOP_HOMES ?= workshop/.run/homes
+GRADEBOOK := $(PY) -m allocator_ref.labs.gradebook
 nbgrader: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make nbgrader LAB=02"; exit 2)
 	$(PY) -m allocator_ref.labs.grading release $(LAB) --course $(NBGRADER_DIR)
 
 collect: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make collect LAB=02"; exit 2)
-	$(PY) -m allocator_ref.labs.grading collect $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR)
+	$(GRADEBOOK) collect $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR)
 
 autograde: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make autograde LAB=02"; exit 2)
-	$(PY) -m allocator_ref.labs.grading autograde $(LAB) --course $(NBGRADER_DIR)
+	$(GRADEBOOK) autograde $(LAB) --course $(NBGRADER_DIR)
 
-# Keep every .ipynb paired with its MyST .md (edit either, then run this).
+feedback: $(STAMP)
+	@test -n "$(LAB)" || (echo "usage: make feedback LAB=02"; exit 2)
+	$(GRADEBOOK) feedback $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR)
+
+rehearse: $(STAMP)
+	MPLBACKEND=Agg $(GRADEBOOK) rehearse $(LAB)
+
+# Keep every .ipynb paired with its MyST .md (edit either, then run this): the side edited since the
+# last sync is copied into the other; untouched pairs are not rewritten; when both sides were edited
+# it writes nothing for that pair and says how to keep one (make sync-notebooks KEEP=chapters/02_....md).
 sync-notebooks: $(STAMP)
-	$(VENV)/bin/jupytext --sync chapters/*.ipynb labs/source/*.ipynb
+	$(PY) tools/sync_notebooks.py $(if $(KEEP),--keep $(KEEP))
 
 # On a machine with an NVIDIA GPU: the gpu-marked tests, the measurement script, and real torch
 # snapshots of the chapter workloads replayed with --verify (each script skips, saying why, without one).
