@@ -11,7 +11,7 @@ LAB_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: workshop site lab test test-fast venv student gpu-check bench bench-quick clean sync-notebooks
-.PHONY: check-labs nbgrader collect autograde feedback rehearse test-labs image
+.PHONY: check-labs nbgrader hand-out collect autograde feedback rehearse test-labs image
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,17 +78,27 @@ nbgrader: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make nbgrader LAB=02"; exit 2)
 	$(PY) -m allocator_ref.labs.grading release $(LAB) --course $(NBGRADER_DIR)
 
+# A room on Kubernetes (homes are volumes there): HUB=https://... sends hand-out, collect and feedback
+# through the hub with the instructor's token (HUB_TOKEN_FILE, mode 600; workshop/hub_exchange.py).
+HUB ?=
+HUB_TOKEN_FILE ?= $(HOME)/.room-token
+HUB_CERT ?=
+HUB_EXCHANGE = $(PY) workshop/hub_exchange.py $(1) $(LAB) $(HUB) --token-file $(HUB_TOKEN_FILE) --course $(NBGRADER_DIR) $(if $(HUB_CERT),--cert $(HUB_CERT))
+hand-out: $(STAMP)
+	@test -n "$(LAB)" -a -n "$(HUB)" || (echo "usage: make hand-out LAB=02 HUB=https://your-hub (one machine: the hub hands out by itself)"; exit 2)
+	$(call HUB_EXCHANGE,hand-out)
+
 collect: $(STAMP)
-	@test -n "$(LAB)" || (echo "usage: make collect LAB=02"; exit 2)
-	$(GRADEBOOK) collect $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR)
+	@test -n "$(LAB)" || (echo "usage: make collect LAB=02 [HUB=https://your-hub]"; exit 2)
+	$(if $(HUB),$(call HUB_EXCHANGE,collect),$(GRADEBOOK) collect $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR))
 
 autograde: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make autograde LAB=02"; exit 2)
 	$(GRADEBOOK) autograde $(LAB) --course $(NBGRADER_DIR)
 
 feedback: $(STAMP)
-	@test -n "$(LAB)" || (echo "usage: make feedback LAB=02"; exit 2)
-	$(GRADEBOOK) feedback $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR)
+	@test -n "$(LAB)" || (echo "usage: make feedback LAB=02 [HUB=https://your-hub]"; exit 2)
+	$(if $(HUB),$(call HUB_EXCHANGE,feedback),$(GRADEBOOK) feedback $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR))
 
 rehearse: $(STAMP)
 	MPLBACKEND=Agg $(GRADEBOOK) rehearse $(LAB)
@@ -129,8 +139,12 @@ PROXY := workshop/node_modules/.bin/configurable-http-proxy
 $(PROXY): workshop/package.json workshop/package-lock.json
 	npm ci --prefix workshop --no-audit --no-fund --loglevel=error
 	@touch $(PROXY)
+# The learners' servers need a Python every user can run: the course's own when it is open to them,
+# else (pyenv or conda under /root) a venv of the machine's Python in workshop/.run/python, made here
+# (workshop/learner_python.py says which, and proves it as `nobody`); WORKSHOP_PYTHON picks one yourself.
 workshop: $(STAMP) $(PROXY)
-	$(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py
+	@learner_python="$$($(PY) workshop/learner_python.py)" && \
+	 WORKSHOP_PYTHON="$$learner_python" $(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py
 
 # The course image for Zero to JupyterHub (workshop/z2jh-values.yaml): workshop/Dockerfile, built from
 # Debian's archive and PyPI by `docker build` where a Docker engine runs, else by buildah (no daemon:
@@ -143,7 +157,10 @@ IMAGE_BASE ?=
 IMAGE_TOOL ?= $(shell if docker info >/dev/null 2>&1; then echo docker; \
 	elif command -v buildah >/dev/null 2>&1; then echo buildah; \
 	elif command -v podman >/dev/null 2>&1; then echo podman; fi)
-IMAGE_BUILD_ARGS = $(strip -f workshop/Dockerfile -t $(IMAGE) $(if $(IMAGE_BASE),--build-arg BASE=$(IMAGE_BASE)))
+# IMAGE_CUDA=no leaves CuPy and cuda-python out of the image (about 800 MB): enough for rooms on the simulated device.
+IMAGE_CUDA ?= yes
+IMAGE_BUILD_ARGS = $(strip -f workshop/Dockerfile -t $(IMAGE) --build-arg CUDA_WHEELS=$(IMAGE_CUDA) \
+	$(if $(IMAGE_BASE),--build-arg BASE=$(IMAGE_BASE)))
 # buildah's chroot isolation needs no runc and no namespaces of its own (CI containers, VMs)
 export BUILDAH_ISOLATION ?= chroot
 image:

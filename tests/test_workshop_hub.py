@@ -87,30 +87,36 @@ def config():
 
 
 def _learner_python(base: Path) -> Path:
-    """The Python the learners' servers run: this one, unless other users cannot run it (a Python
-    under /root, as on the CI machine): then a venv of the system Python of the same version that
-    sees this one's packages (WORKSHOP_PYTHON, as workshop/README.md says)."""
-    if _open_to_everyone(Path(sys.executable)):
-        return Path(sys.executable)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    system = Path("/usr/bin") / version
-    if not system.exists():
-        pytest.skip(f"{sys.executable} is closed to other users and there is no {system} to use instead")
-    venv = base / "learner-python"
-    subprocess.run([str(system), "-m", "venv", "--without-pip", str(venv)], check=True)
-    import sysconfig
-    packages = Path(sysconfig.get_paths()["purelib"])
-    if not _open_to_everyone(packages):
-        pytest.skip(f"this environment's packages ({packages}) are closed to other users, so no "
-                    "learner's server could import them: put the venv where every user can read it")
-    site = next((venv / "lib").glob("python*/site-packages"))
-    (site / "course.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    for folder in ("etc", "share"):            # Jupyter's extension configs (jupyterlab, nbgrader ...)
-        (venv / folder).symlink_to(Path(sys.prefix) / folder)
-    for p in [venv, *venv.rglob("*")]:
-        if not p.is_symlink():
-            p.chmod(p.stat().st_mode | 0o005 | (0o001 if p.is_dir() else 0))
-    return venv / "bin" / "python"
+    """The Python the learners' servers run, as `sudo make workshop` finds or makes it
+    (workshop/learner_python.py: this one when every user can run it, else a venv of the
+    machine's Python, here in `base`)."""
+    env = {**os.environ, "WORKSHOP_PYTHON_DIR": str(base / "learner-python")}
+    env.pop("WORKSHOP_PYTHON", None)
+    out = subprocess.run([sys.executable, str(WORKSHOP / "learner_python.py")], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def test_make_workshop_finds_or_makes_a_python_every_learner_can_run(tmp_path):
+    """`sudo make workshop` with the course's Python under /root (pyenv: closed to other users):
+    workshop/learner_python.py makes a venv of the machine's Python that `nobody` can run with the
+    course's packages, and says where; with an open Python it returns that one unchanged."""
+    base = Path(tempfile.mkdtemp(prefix="workshop-python-"))
+    base.chmod(0o755)
+    try:
+        python = _learner_python(base)
+        assert "learner_python.py" in (ROOT / "Makefile").read_text()        # what make workshop runs
+        if _open_to_everyone(Path(sys.executable)):
+            assert python == Path(sys.executable)
+        else:
+            assert python == base / "learner-python" / "bin" / "python" and _open_to_everyone(python)
+        out = subprocess.run([str(python), "-c", "import jupyterhub.singleuser, nbgitpuller, nbformat; print('ok')"],
+                             user="nobody", group="nogroup", extra_groups=[], cwd="/",
+                             env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}, capture_output=True, text=True)
+        assert out.stdout.strip() == "ok", out.stderr[-2000:]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _git(*args, cwd):
@@ -380,19 +386,81 @@ def test_the_room_lists_each_notebook_once_and_hides_nbgrader(hub, learners):
         assert r.status_code == 404, (path, r.status_code)
 
 
-def test_a_graded_room_hands_out_the_release_and_collects_it_for_autograde(hub, learners):
-    """The one path from the room to grades: the hub put release/lab01 in each learner's
-    ~/graded (as that learner), and collect gathers exactly those copies for autograde."""
-    from allocator_ref.labs import grading
+PRYING = """import json, os
+def attempt(path):
+    try:
+        open(path, "rb").read()
+        return "allowed"
+    except PermissionError:
+        return "denied"
+    except FileNotFoundError:
+        return "missing"
+print(json.dumps({{name: attempt(path) for name, path in {paths!r}.items()}}))"""
+
+
+def test_a_graded_room_round_trip_keeps_each_learners_work_and_grade_private(hub, learners):
+    """The one path from the room to grades and back: the hub put release/lab01 in each learner's
+    ~/graded (as that learner); make collect, make autograde and make feedback (as root, the
+    instructor) grade everyone and hand each learner their own feedback; then, from inside
+    grace's kernel, ada's submission, graded notebook, feedback, the gradebook and grades.csv
+    cannot be read, while grace reads her own feedback."""
+    from allocator_ref.labs import gradebook
     for learner in learners:
         listing = learner.server("GET", "/contents/graded/lab01").json()["content"]
         assert [item["name"] for item in listing] == ["lab01_measure_it.ipynb"], listing
         copy = Path(pwd.getpwnam(learner.name).pw_dir) / "graded" / "lab01" / "lab01_measure_it.ipynb"
         assert copy.stat().st_uid == pwd.getpwnam(learner.name).pw_uid
-    grading.collect("01", hub["homes"], hub["graded"])
-    submitted = grading.check_submissions("lab01", hub["graded"])       # each is a release copy
-    assert {p.parents[1].name for p in submitted} == set(LEARNERS)
-    assert not (hub["graded"] / "source").stat().st_mode & 0o077        # learners cannot read it
+    course = hub["graded"]
+    assert gradebook.main(["collect", "01", "--homes", str(hub["homes"]), "--course", str(course)]) == 0
+    assert {p.parents[1].name for p in (course / "submitted").glob("*/lab01/*.ipynb")} == set(LEARNERS)
+    _, broken = gradebook.autograde("01", course)
+    assert broken == {}
+    assert all(name in (course / "grades.csv").read_text() for name in LEARNERS)
+    given = gradebook.feedback("01", course, hub["homes"])
+    assert set(given) == set(LEARNERS)
+    assert not (course / "source").stat().st_mode & 0o077                  # the solutions
+
+    ada, grace = LEARNERS[0], learners[1]
+    own = Path(pwd.getpwnam(grace.name).pw_dir) / "graded" / "lab01" / "feedback" / "lab01_measure_it.html"
+    assert own.stat().st_uid == pwd.getpwnam(grace.name).pw_uid
+    paths = {"ada's submission": course / "submitted" / ada / "lab01" / "lab01_measure_it.ipynb",
+             "ada's graded notebook": course / "autograded" / ada / "lab01" / "lab01_measure_it.ipynb",
+             "ada's feedback (course)": course / "feedback" / ada / "lab01" / "lab01_measure_it.html",
+             "ada's feedback (home)": given[ada][0],
+             "the gradebook": course / "gradebook.db", "grades.csv": course / "grades.csv",
+             "the solutions": next((course / "source" / "lab01").glob("*.ipynb"))}
+    assert all(p.exists() for p in paths.values()), paths
+    got = _kernel_says(grace, PRYING.format(paths={**{k: str(v) for k, v in paths.items()},
+                                                   "grace's own feedback": str(own)}))
+    assert got.pop("grace's own feedback") == "allowed"
+    assert set(got.values()) == {"denied"}, got
+
+
+def test_the_hub_exchange_hands_out_and_collects_for_the_instructor_only(hub, learners, tmp_path):
+    """The cluster's path (workshop/hub_exchange.py, homes are volumes there), tried on this hub:
+    the instructor's token reaches each learner's ~/graded through the hub; hand-out keeps started
+    work; collect gets each learner's copy into a private submitted/; a learner's token gets nothing."""
+    import hub_exchange
+    from allocator_ref.labs import grading
+    instructor = room.log_in(hub["url"], ADMIN, ADMIN_PASSWORD, verify=hub["cert"])
+    token = tmp_path / "room-token"
+    token.touch(mode=0o600)
+    token.write_text(instructor.token)
+    me = hub_exchange.instructor(hub["url"], token, hub["cert"])
+    assert set(hub_exchange.learners(me)) >= set(LEARNERS)
+    course = tmp_path / "cluster-course"
+    grading.release("01", course)
+    assert hub_exchange.hand_out("01", me, course) == []          # each already has it: kept as it is
+    got = hub_exchange.collect("01", me, course)
+    assert {p.parents[1].name for p in got} >= set(LEARNERS)
+    assert (course / "submitted").stat().st_mode & 0o077 == 0
+    mine = tmp_path / "learner-token"
+    mine.touch(mode=0o600)
+    mine.write_text(learners[1].token)
+    grace = hub_exchange.instructor(hub["url"], mine, hub["cert"])
+    r = hub_exchange._contents(grace, LEARNERS[0], "GET", "graded/lab01/lab01_measure_it.ipynb",
+                               allow_redirects=False)
+    assert r.status_code in (302, 403, 404), r.status_code           # not ada's notebook
 
 
 def test_edits_survive_a_re_pull_and_stay_private(hub, learners):

@@ -203,6 +203,11 @@ c.LocalAuthenticator.add_user_cmd = ["useradd", "--create-home", "--home-dir", f
 c.Authenticator.username_pattern = r"^[a-z][a-z0-9_-]{0,30}$"       # a valid Unix name
 c.Authenticator.blocked_users = SYSTEM_USERS
 c.Authenticator.admin_users = {ADMIN}
+# The instructor may open learners' servers (graded hand-out and collect through the hub,
+# workshop/hub_exchange.py); the admin role alone manages servers but does not open them.
+c.JupyterHub.load_roles = [{"name": "grader", "description": "hand out, collect and hand back graded labs",
+                            "scopes": ["access:servers", "admin:servers", "list:users", "read:users"],
+                            "users": [ADMIN]}]
 c.Authenticator.allow_all = True           # anyone in the room picks a name and a password
 
 # --- each learner's server ------------------------------------------------------------
