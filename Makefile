@@ -146,6 +146,12 @@ workshop: $(STAMP) $(PROXY)
 	@learner_python="$$($(PY) workshop/learner_python.py)" && \
 	 WORKSHOP_PYTHON="$$learner_python" $(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py
 
+# After the workshop (collect and grade first): remove the learners' Unix accounts the hub made and
+# their homes (KEEP_HOMES=1 keeps the homes): sudo make workshop-clean
+.PHONY: workshop-clean
+workshop-clean:
+	$(PY) workshop/clean_up.py $(if $(KEEP_HOMES),--keep-homes)
+
 # The course image for Zero to JupyterHub (workshop/z2jh-values.yaml): workshop/Dockerfile, built from
 # Debian's archive and PyPI by `docker build` where a Docker engine runs, else by buildah (no daemon:
 # apt-get install buildah), else by podman.

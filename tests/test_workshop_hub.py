@@ -501,6 +501,17 @@ def test_the_instructor_is_admin_and_learners_are_not(hub, learners):
     assert r.status_code == 403 or {u["name"] for u in r.json()} == {learners[0].name}
 
 
+def test_idle_servers_are_culled_by_the_hubs_own_service(hub, learners):
+    """jupyterhub-idle-culler runs as a hub service with the role that lets it stop servers."""
+    instructor = room.log_in(hub["url"], ADMIN, ADMIN_PASSWORD, verify=hub["cert"])
+    services = instructor.api("GET", "/services").json()
+    assert "idle-culler" in services, services
+    import psutil
+    hub["watch"]()
+    assert any("jupyterhub_idle_culler" in " ".join(psutil.Process(p).cmdline())
+               for p in hub["started"] if psutil.pid_exists(p)), "the culler is not running"
+
+
 def test_stopping_the_hub_stops_everything_it_started(hub, learners):
     hub["watch"]()
     assert len(hub["started"]) >= 1 + len(LEARNERS)       # the proxy and a server per learner
@@ -512,6 +523,24 @@ def test_stopping_the_hub_stops_everything_it_started(hub, learners):
 
 
 # ------------------------------------------------------------------ refusals at start (no hub runs)
+
+def test_workshop_clean_removes_the_learners_accounts_and_nothing_else(tmp_path):
+    """sudo make workshop-clean (workshop/clean_up.py): every account whose home is under the
+    hub's homes goes, with its home; the machine's own accounts stay."""
+    homes = Path(tempfile.mkdtemp(prefix="workshop-homes-"))
+    name = f"cleanme-{RUN}"
+    try:
+        subprocess.run(["useradd", "--create-home", "--home-dir", str(homes / name), name], check=True)
+        out = subprocess.run([sys.executable, str(WORKSHOP / "clean_up.py"), "--homes", str(homes)],
+                             capture_output=True, text=True)
+        assert out.returncode == 0 and f"removed {name}" in out.stdout, out.stderr
+        assert name not in {a.pw_name for a in pwd.getpwall()} and not (homes / name).exists()
+        assert "root" in {a.pw_name for a in pwd.getpwall()}
+        assert "workshop/clean_up.py" in (ROOT / "Makefile").read_text()
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+        shutil.rmtree(homes, ignore_errors=True)
+
 
 def _load_config(config, tmp_path, **env_over) -> subprocess.CompletedProcess:
     """Load workshop/jupyterhub_config.py as JupyterHub does (get_config, then the file), nothing more."""

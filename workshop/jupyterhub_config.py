@@ -31,8 +31,8 @@ pass them; no secret is ever one):
                           state folder) or off (plain HTTP: only on 127.0.0.1 or behind an
                           HTTPS reverse proxy; the hub warns otherwise)
     WORKSHOP_HOSTNAME     names the certificate is for, comma-separated (default: this host's name)
-    WORKSHOP_PYTHON       the Python learners' servers run with   (default: the hub's own);
-                          every user must be able to run it and import the course's packages
+    WORKSHOP_PYTHON       the Python learners' servers run with   (default: the hub's own; make
+                          workshop finds or makes one every user can run: learner_python.py)
     WORKSHOP_REPO         the course's git URL or path            (default: this checkout)
     WORKSHOP_BRANCH       the branch to pull                      (default: main)
     WORKSHOP_HOMES        where learners' homes are made          (default: workshop/.run/homes)
@@ -41,6 +41,8 @@ pass them; no secret is ever one):
     WORKSHOP_SETTINGS     the course settings every learner gets  (default: workshop/course-settings.toml)
     WORKSHOP_RUNTIME      where each learner's kernel sockets go, one 0700 folder per user
                           (default: /run/workshop-kernels)
+    WORKSHOP_CULL         seconds of inactivity after which a learner's server is stopped
+                          (jupyterhub-idle-culler; default 3600, 0: never); their files stay
     WORKSHOP_GRADED       a graded workshop: the nbgrader course folder of `make nbgrader`
                           (build/nbgrader); each learner gets its release/labNN/ in ~/graded/
 """
@@ -122,6 +124,7 @@ IP = os.environ.get("WORKSHOP_IP") or "0.0.0.0"
 PORT = int(os.environ.get("WORKSHOP_PORT") or 8000)
 TLS = os.environ.get("WORKSHOP_TLS") or "self-signed"
 PYTHON = Path(os.environ.get("WORKSHOP_PYTHON") or sys.executable).absolute()
+CULL = int(os.environ.get("WORKSHOP_CULL") or 3600)
 PROXY = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
 
 if not PROXY.exists():
@@ -208,6 +211,15 @@ c.Authenticator.admin_users = {ADMIN}
 c.JupyterHub.load_roles = [{"name": "grader", "description": "hand out, collect and hand back graded labs",
                             "scopes": ["access:servers", "admin:servers", "list:users", "read:users"],
                             "users": [ADMIN]}]
+
+# --- idle servers stop (jupyterhub-idle-culler, the JupyterHub project's): a learner's files stay
+if CULL > 0:
+    c.JupyterHub.services = [{"name": "idle-culler",
+                              "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL}",
+                                          f"--cull-every={max(60, CULL // 12)}"]}]
+    c.JupyterHub.load_roles.append({"name": "idle-culler", "services": ["idle-culler"],
+                                    "scopes": ["list:users", "read:users:activity", "read:servers",
+                                               "delete:servers"]})
 c.Authenticator.allow_all = True           # anyone in the room picks a name and a password
 
 # --- each learner's server ------------------------------------------------------------
