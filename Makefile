@@ -146,6 +146,14 @@ workshop: $(STAMP) $(PROXY)
 	@learner_python="$$($(PY) workshop/learner_python.py)" && \
 	 WORKSHOP_PYTHON="$$learner_python" $(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py
 
+# A fix mid-workshop: commit it, then give learners this link (nbgitpuller: pulls into their copy, their
+# edits win, no restart):  make pull-link HUB=https://SERVER:8000 [PAGE=labs/student/lab02_build_the_core.ipynb]
+# WORKSHOP_REPO / WORKSHOP_BRANCH as the hub has them (default: this checkout, main).
+.PHONY: pull-link
+pull-link: $(STAMP)
+	@test -n "$(HUB)" || (echo "usage: make pull-link HUB=https://your-hub [PAGE=chapters/...ipynb]"; exit 2)
+	@$(PY) workshop/pull.py --link $(HUB) $(or $(WORKSHOP_REPO),$(CURDIR)) $(or $(WORKSHOP_BRANCH),main) $(PAGE)
+
 # After the workshop (collect and grade first): remove the learners' Unix accounts the hub made and
 # their homes (KEEP_HOMES=1 keeps the homes): sudo make workshop-clean
 .PHONY: workshop-clean

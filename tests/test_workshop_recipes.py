@@ -228,6 +228,21 @@ def test_the_pull_and_environment_match_the_local_hub():
         (WORKSHOP / "jupyterhub_config.py").read_text().replace("{COURSE_FOLDER}", COURSE_FOLDER)
 
 
+def test_the_pull_link_for_a_mid_workshop_fix_lands_in_each_learners_copy():
+    """make pull-link: nbgitpuller's git-pull URL into the same folder the hub's pull uses."""
+    from urllib.parse import parse_qs, urlparse
+    out = subprocess.run(["make", "-s", "--no-print-directory", "pull-link", "HUB=https://room.example.org:8000/",
+                          "PAGE=labs/student/lab02_build_the_core.ipynb", f"PY={sys.executable}", "STAMP="],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    link = urlparse(out.stdout.strip())
+    assert (link.scheme, link.netloc, link.path) == ("https", "room.example.org:8000", "/hub/user-redirect/git-pull")
+    query = {k: v[0] for k, v in parse_qs(link.query).items()}
+    assert query == {"repo": str(ROOT), "branch": "main", "targetpath": COURSE_FOLDER,
+                     "urlpath": f"lab/tree/{COURSE_FOLDER}/labs/student/lab02_build_the_core.ipynb"}
+    assert (ROOT / "labs/student/lab02_build_the_core.ipynb").is_file()
+
+
 def test_memory_sizes_cover_the_measured_course():
     chapters = {p.stem for p in ROOT.glob("chapters/*.ipynb")}
     assert chapters <= set(MEMORY["chapters"]), (
