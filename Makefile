@@ -146,6 +146,13 @@ workshop: $(STAMP) $(PROXY)
 	@learner_python="$$($(PY) workshop/learner_python.py)" && \
 	 WORKSHOP_PYTHON="$$learner_python" $(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py
 
+# Before the room arrives, with the hub running: two test learners log in, start their servers and run
+# chapter 0 and lab 1 (workshop/room_check.py).  make room-check [HUB=https://127.0.0.1:8000] [USERS=2]
+.PHONY: room-check
+room-check: $(STAMP)
+	$(PY) workshop/room_check.py $(or $(HUB),https://127.0.0.1:8000) --users $(or $(USERS),2) \
+	  $(if $(or $(HUB_CERT),$(wildcard workshop/.run/hub/tls/hub.crt)),--cert $(or $(HUB_CERT),workshop/.run/hub/tls/hub.crt))
+
 # A fix mid-workshop: commit it, then give learners this link (nbgitpuller: pulls into their copy, their
 # edits win, no restart):  make pull-link HUB=https://SERVER:8000 [PAGE=labs/student/lab02_build_the_core.ipynb]
 # WORKSHOP_REPO / WORKSHOP_BRANCH as the hub has them (default: this checkout, main).

@@ -16,6 +16,14 @@ LocalProcessSpawner), then, through the hub's public URLs only:
 * the room shows no `.md` twins and no nbgrader menus;
 * a learner's edit survives a re-pull that brings in a new instructor commit;
 * the instructor is admin (lists every learner; a learner cannot);
+* a graded round trip (hand-out by the hub, make collect, autograde, feedback): from inside a
+  learner's kernel, another learner's submission, graded notebook and feedback, the gradebook,
+  grades.csv and the solutions cannot be read; their own feedback can; the hub exchange (the
+  cluster's path) collects for the instructor's token and gives a learner's token nothing;
+* idle servers are culled by jupyterhub-idle-culler, running as a hub service;
+* the learners' Python is what `make workshop` finds or makes (workshop/learner_python.py):
+  with this machine's Python under /root, a venv of the system Python that `nobody` can run;
+* `make workshop-clean` removes the accounts the hub made and nothing else;
 * stopping the hub leaves no process it started; the test removes the Unix users it made.
 Every listener (the hub's public port, its API, the proxy's API) takes a free port.
 """
