@@ -69,16 +69,24 @@ def sync_pair(root: Path, md: Path, last: str | None, keep: str | None) -> tuple
     md_edited, nb_edited = digest(text_md) != last, digest(text_nb) != last
     if keep == "md" or (keep is None and md_edited and not nb_edited):
         write_ipynb(root, md)
-        return f"{md.relative_to(root)} -> {ipynb.name} (the .md was edited)", digest(text_md)
+        return f"{md.relative_to(root)} -> {ipynb.name} (the .md was edited)", agreed(md)
     if keep == "ipynb" or (keep is None and nb_edited and not md_edited):
         jupytext.write(nbformat.read(ipynb, as_version=4), md, fmt=MD)
-        return f"{ipynb.relative_to(root)} -> {md.name} (the .ipynb was edited)", digest(text_nb)
+        return f"{ipynb.relative_to(root)} -> {md.name} (the .ipynb was edited)", agreed(md)
     rel_md, rel_nb = md.relative_to(root), ipynb.relative_to(root)
     since = "since the last sync" if last else "and no last sync is known (not in git, not synced here)"
     return (f"REFUSED {rel_md} and {rel_nb} differ, both edited {since}: nothing written for them. Keep the "
             f".md (the .ipynb's edit is lost): make sync-notebooks KEEP={rel_md}; keep the .ipynb: "
             f"make sync-notebooks KEEP={rel_nb}; to keep parts of both, copy one edit into the other file "
             "first"), None
+
+
+def agreed(md: Path) -> str:
+    """The digest both files now share, read back from disk (what the next run compares with)."""
+    text_md = cells(jupytext.read(md, fmt=MD))
+    if text_md != cells(nbformat.read(md.with_suffix(".ipynb"), as_version=4)):
+        raise SystemExit(f"{md}: its pair still differs after the sync: please report this")
+    return digest(text_md)
 
 
 def write_ipynb(root: Path, md: Path) -> None:

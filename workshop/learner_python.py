@@ -18,6 +18,7 @@ as it is (the hub checks it).
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -42,7 +43,8 @@ def works_for_others(python: Path) -> bool:
     """Does `python` import what a learner's server needs, run as `nobody`?  (Only root can ask.)"""
     if os.getuid() != 0:
         return open_to_everyone(python)
-    out = subprocess.run([str(python), "-c", PROBE], user="nobody", group="nogroup", extra_groups=[],
+    nobody = pwd.getpwnam("nobody")
+    out = subprocess.run([str(python), "-c", PROBE], user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[],
                          cwd="/", env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
                                        "PYTHONPATH": str(HERE.parent)},
                          capture_output=True, text=True)

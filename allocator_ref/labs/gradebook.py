@@ -241,7 +241,7 @@ def _known_wrong(released: Path, lab: int) -> tuple[str, str, Path]:
     for path in sorted((generate.ROOT / "labs" / "wrong").glob(f"lab{lab}_*.py")):
         text = path.read_text()
         ex_id = re.search(r'^EXERCISE = "([^"]+)"', text, re.M).group(1)
-        m = re.search(rf"check\('{re.escape(ex_id)}', (\w+)", text_of)
+        m = re.search(rf"""["']{re.escape(ex_id)}["']\s*,\s*(\w+)""", text_of)     # check('<id>', <name>, ...)
         if m:
             return ex_id, re.sub(r"\bSUBMISSION\b", m.group(1), text), path
     raise grading.GradingError(f"no labs/wrong/lab{lab}_*.py matches a check cell of {released.name}: add one "
