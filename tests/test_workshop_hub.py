@@ -498,6 +498,19 @@ def test_edits_survive_a_re_pull_and_stay_private(hub, learners):
     errata = ada.server("GET", "/contents/allocator-course/ERRATA.md?type=file&format=text")
     assert errata.status_code == 200 and "best fit" in errata.json()["content"]
     assert "ada was here" not in saved(grace)
+    # grace's server keeps running: she opens the guide's link instead (make pull-link), whose
+    # page calls nbgitpuller's git-pull API in her server with these arguments
+    sys.path.insert(0, str(WORKSHOP))
+    from pull import pull_link
+    from urllib.parse import parse_qs, urlparse
+    link = urlparse(pull_link(hub["url"], str(hub["course"]), "main"))
+    assert link.path == "/hub/user-redirect/git-pull"
+    query = {k: v[0] for k, v in parse_qs(link.query).items() if k != "urlpath"}
+    stream = grace.get(f"{hub['url']}/user/{grace.name}/git-pull/api", params=query,
+                       headers={"Authorization": f"token {grace.token}"}, timeout=120).text
+    assert '"phase": "finished"' in stream, stream[-2000:]
+    errata = grace.server("GET", "/contents/allocator-course/ERRATA.md?type=file&format=text")
+    assert errata.status_code == 200 and "best fit" in errata.json()["content"]
 
 
 def test_the_instructor_is_admin_and_learners_are_not(hub, learners):

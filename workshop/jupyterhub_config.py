@@ -255,6 +255,19 @@ c.Spawner.environment = {
 }
 
 
+# nbgitpuller's link (make pull-link) pulls inside the learner's server, where git refuses a local
+# repository another user owns unless it is a safe.directory, and only a global config file counts
+# for the process that serves a local clone: one file, readable by all, names the course's
+# repository (as pull.py does for the pull before start) and includes the learner's own ~/.gitconfig.
+if Path(REPO).exists():
+    GITCONFIG = HOMES / ".course-gitconfig"             # in HOMES: no user name starts with a dot
+    GITCONFIG.write_text("".join(f"[safe]\n\tdirectory = {p}\n" for p in sorted(
+        {REPO, str(Path(REPO).resolve()), f"{REPO}/.git", f"{Path(REPO).resolve()}/.git"}))
+        + "[include]\n\tpath = ~/.gitconfig\n")
+    GITCONFIG.chmod(0o644)
+    c.Spawner.environment["GIT_CONFIG_GLOBAL"] = str(GITCONFIG)
+
+
 def _pull_as_the_learner(spawner) -> None:
     """Clone the course into the learner's home, or merge upstream into it, as the learner
     (so every file is theirs); refuse any account the hub did not make."""

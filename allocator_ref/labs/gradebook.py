@@ -106,6 +106,9 @@ def collect(lab: str, homes: Path, course: Path = grading.COURSE_DIR) -> list[Pa
         for home in sorted(p for p in homes.iterdir() if p.is_dir() and not p.is_symlink()):
             try:
                 notebooks = _read_handed_in(home, name)
+            except PermissionError:
+                raise grading.GradingError(f"cannot read {home}: the learners' homes are theirs only; "
+                                           "run it as root: sudo make collect LAB=" + name[3:]) from None
             except OSError:                   # no ~/graded/labNN, or a link in its place
                 continue
             for file_name, data in notebooks.items():
