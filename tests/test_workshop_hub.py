@@ -462,6 +462,10 @@ def test_the_hub_exchange_hands_out_and_collects_for_the_instructor_only(hub, le
     got = hub_exchange.collect("01", me, course)
     assert {p.parents[1].name for p in got} >= set(LEARNERS)
     assert (course / "submitted").stat().st_mode & 0o077 == 0
+    given = hub_exchange.hand_back("01", me, hub["graded"])     # the round trip's feedback, through the hub
+    assert len(given) == len(LEARNERS)
+    got = learners[0].server("GET", "/contents/graded/lab01/feedback/lab01_measure_it.html?type=file&format=text")
+    assert got.status_code == 200 and "lab01" in got.json()["content"]
     mine = tmp_path / "learner-token"
     mine.touch(mode=0o600)
     mine.write_text(learners[1].token)
