@@ -249,6 +249,8 @@ def test_following_the_guide_on_a_scratch_copy(tmp_path):
     guide.write_text(guide.read_text().replace(row8, row8 + "\n| 9 Double it | `lab9.double` | twice n |", 1))
     _make(root, "student")
     _name_in_guide_list(guide, "pure", None, "lab9.double")          # function_exercise(..., pure=True)
+    guide.write_text(guide.read_text().replace("`lab08_own_the_pool.ipynb`.",       # step 4: its student copy
+                                               "`lab08_own_the_pool.ipynb`, `lab09_double_it.ipynb`.", 1))
     _make(root, "check-labs", "LAB=9")
     assert (root / "labs" / "student" / "lab09_double_it.ipynb").exists()
     assert (root / "labs" / "source" / "lab09_double_it.ipynb").exists()
