@@ -77,6 +77,7 @@ GRADEBOOK := $(PY) -m allocator_ref.labs.gradebook
 nbgrader: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make nbgrader LAB=02"; exit 2)
 	$(PY) -m allocator_ref.labs.grading release $(LAB) --course $(NBGRADER_DIR)
+	@$(GRADEBOOK) private --course $(NBGRADER_DIR)
 
 # A room on Kubernetes (homes are volumes there): HUB=https://... sends hand-out, collect and feedback
 # through the hub with the instructor's token (HUB_TOKEN_FILE, mode 600; workshop/hub_exchange.py).

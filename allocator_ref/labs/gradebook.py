@@ -4,6 +4,7 @@
     make autograde LAB=02   grades every learner; a broken submission is reported, not a stop
     make feedback LAB=02    nbgrader generate_feedback, then each learner's report into their
                             own ~/graded/lab02/feedback/ (written as that learner)
+    make nbgrader LAB=02    (grading.py's release, then `private`: an older course folder closed too)
     make rehearse [LAB=02]  before the day: a right and a wrong submission per lab, graded in
                             build/rehearsal, and whether each scored as it should
 
@@ -289,12 +290,17 @@ def rehearse(labs: list[str], course: Path = REHEARSAL_DIR) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.gradebook", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["collect", "autograde", "feedback", "rehearse"])
+    parser.add_argument("action", choices=["collect", "autograde", "feedback", "rehearse", "private"])
     parser.add_argument("lab", nargs="?", help="the lab number, e.g. 02 (rehearse: every lab when left out)")
     parser.add_argument("--course", type=Path, help="the nbgrader course folder (default build/nbgrader; "
                                                     "rehearse: build/rehearsal)")
     parser.add_argument("--homes", type=Path, help="the hub's homes folder (WORKSHOP_HOMES)")
     args = parser.parse_args(argv)
+    if args.action == "private":              # make nbgrader runs it after each release
+        course = (args.course or grading.COURSE_DIR).resolve()
+        if course.is_dir():
+            private(course)
+        return 0
     if args.lab is None and args.action != "rehearse":
         print(f"usage: make {args.action} LAB=02", file=sys.stderr)
         return 2
