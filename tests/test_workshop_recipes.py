@@ -224,8 +224,9 @@ def test_the_pull_and_environment_match_the_local_hub():
     url = single["defaultUrl"]
     assert url == f"/lab/tree/{COURSE_FOLDER}/chapters/00_setup_and_tour.ipynb"
     assert (ROOT / url.removeprefix(f"/lab/tree/{COURSE_FOLDER}/")).is_file()
-    assert f"/lab/tree/{COURSE_FOLDER}/chapters/00_setup_and_tour.ipynb" in \
-        (WORKSHOP / "jupyterhub_config.py").read_text().replace("{COURSE_FOLDER}", COURSE_FOLDER)
+    from pull import FIRST_PAGE                    # the local hub's landing page (WORKSHOP_FIRST_PAGE unset)
+    assert url == f"/lab/tree/{COURSE_FOLDER}/{FIRST_PAGE}"
+    assert "or FIRST_PAGE}" in (WORKSHOP / "jupyterhub_config.py").read_text()
 
 
 def test_the_pull_link_for_a_mid_workshop_fix_lands_in_each_learners_copy():

@@ -41,6 +41,7 @@ pass them; no secret is ever one):
     WORKSHOP_SETTINGS     the course settings every learner gets  (default: workshop/course-settings.toml)
     WORKSHOP_RUNTIME      where each learner's kernel sockets go, one 0700 folder per user
                           (default: /run/workshop-kernels)
+    WORKSHOP_FIRST_PAGE   the notebook learners land on, in their copy (default: chapters/00_setup_and_tour.ipynb)
     WORKSHOP_CULL         seconds of inactivity after which a learner's server is stopped
                           (jupyterhub-idle-culler; default 3600, 0: never); their files stay
     WORKSHOP_GRADED       a graded workshop: the nbgrader course folder of `make nbgrader`
@@ -62,7 +63,7 @@ from jupyterhub.auth import LocalAuthenticator
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from pull import COURSE_FOLDER  # noqa: E402  (workshop/pull.py, next to this file)
+from pull import COURSE_FOLDER, FIRST_PAGE  # noqa: E402  (workshop/pull.py, next to this file)
 from tls import self_signed  # noqa: E402  (workshop/tls.py)
 
 c = get_config()  # noqa: F821  (JupyterHub defines get_config when it loads this file)
@@ -230,7 +231,8 @@ c.Spawner.cmd = [str(PYTHON), "-m", "jupyterhub.singleuser"]
 # The folder is short (/run/workshop-kernels/UID), as a Unix socket's path must be under 108 bytes.
 c.Spawner.args = ["--KernelManager.transport=ipc"]
 RUNTIME = Path(os.environ.get("WORKSHOP_RUNTIME") or "/run/workshop-kernels")
-c.Spawner.default_url = f"/lab/tree/{COURSE_FOLDER}/chapters/00_setup_and_tour.ipynb"
+# where learners land (WORKSHOP_FIRST_PAGE: e.g. another edition's first chapter; make pull-link PAGE= agrees)
+c.Spawner.default_url = f"/lab/tree/{COURSE_FOLDER}/{os.environ.get('WORKSHOP_FIRST_PAGE') or FIRST_PAGE}"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 
