@@ -207,6 +207,7 @@ c.LocalAuthenticator.add_user_cmd = ["useradd", "--create-home", "--home-dir", f
 c.Authenticator.username_pattern = r"^[a-z][a-z0-9_-]{0,30}$"       # a valid Unix name
 c.Authenticator.blocked_users = SYSTEM_USERS
 c.Authenticator.admin_users = {ADMIN}
+c.Authenticator.allow_all = True           # anyone in the room picks a name and a password
 # The instructor may open learners' servers (graded hand-out and collect through the hub,
 # workshop/hub_exchange.py); the admin role alone manages servers but does not open them.
 c.JupyterHub.load_roles = [{"name": "grader", "description": "hand out, collect and hand back graded labs",
@@ -221,7 +222,6 @@ if CULL > 0:
     c.JupyterHub.load_roles.append({"name": "idle-culler", "services": ["idle-culler"],
                                     "scopes": ["list:users", "read:users:activity", "read:servers",
                                                "delete:servers"]})
-c.Authenticator.allow_all = True           # anyone in the room picks a name and a password
 
 # --- each learner's server ------------------------------------------------------------
 c.JupyterHub.spawner_class = "localprocess"  # as the learner's Unix user (the hub is root)
