@@ -11,7 +11,7 @@ LAB_ARGS ?=
 STAMP := $(VENV)/.installed
 
 .PHONY: workshop site lab test test-fast venv student gpu-check bench bench-quick clean sync-notebooks
-.PHONY: check-labs nbgrader translations collect autograde test-labs image
+.PHONY: check-labs nbgrader translations hand-out collect autograde feedback rehearse test-labs image
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,24 +78,50 @@ check-labs: $(STAMP)
 
 # Graded labs with nbgrader (labs/README.md, "Grading"): make nbgrader LAB=02 (the release), the
 # hub hands it out (WORKSHOP_GRADED=build/nbgrader), make collect LAB=02 gathers the learners'
-# copies into build/nbgrader/submitted/, make autograde LAB=02 grades (build/nbgrader/grades.csv).
+# copies into build/nbgrader/submitted/, make autograde LAB=02 grades everyone (build/nbgrader/grades.csv;
+# a broken submission is named, with what to do, and the others are graded), make feedback LAB=02 puts
+# each learner's report in their ~/graded/lab02/feedback/.  Submissions, grades and feedback are
+# readable by the instructor only (allocator_ref/labs/gradebook.py); collect and feedback need sudo
+# when the hub made the learners' Unix users.  make rehearse [LAB=02]: a right and a wrong submission
+# per lab, graded in build/rehearsal, before the day.
 NBGRADER_DIR ?= build/nbgrader
 WORKSHOP_HOMES ?= workshop/.run/homes
+GRADEBOOK := $(PY) -m allocator_ref.labs.gradebook
 nbgrader: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make nbgrader LAB=02"; exit 2)
 	$(PY) -m allocator_ref.labs.grading release $(LAB) --course $(NBGRADER_DIR)
+	@$(GRADEBOOK) private --course $(NBGRADER_DIR)
+
+# A room on Kubernetes (homes are volumes there): HUB=https://... sends hand-out, collect and feedback
+# through the hub with the instructor's token (HUB_TOKEN_FILE, mode 600; workshop/hub_exchange.py).
+HUB ?=
+HUB_TOKEN_FILE ?= $(HOME)/.room-token
+HUB_CERT ?=
+HUB_EXCHANGE = $(PY) workshop/hub_exchange.py $(1) $(LAB) $(HUB) --token-file $(HUB_TOKEN_FILE) --course $(NBGRADER_DIR) $(if $(HUB_CERT),--cert $(HUB_CERT))
+hand-out: $(STAMP)
+	@test -n "$(LAB)" -a -n "$(HUB)" || (echo "usage: make hand-out LAB=02 HUB=https://your-hub (one machine: the hub hands out by itself)"; exit 2)
+	$(call HUB_EXCHANGE,hand-out)
 
 collect: $(STAMP)
-	@test -n "$(LAB)" || (echo "usage: make collect LAB=02"; exit 2)
-	$(PY) -m allocator_ref.labs.grading collect $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR)
+	@test -n "$(LAB)" || (echo "usage: make collect LAB=02 [HUB=https://your-hub]"; exit 2)
+	$(if $(HUB),$(call HUB_EXCHANGE,collect),$(GRADEBOOK) collect $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR))
 
 autograde: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make autograde LAB=02"; exit 2)
-	$(PY) -m allocator_ref.labs.grading autograde $(LAB) --course $(NBGRADER_DIR)
+	$(GRADEBOOK) autograde $(LAB) --course $(NBGRADER_DIR)
 
-# Keep every .ipynb paired with its MyST .md (edit either, then run this).
+feedback: $(STAMP)
+	@test -n "$(LAB)" || (echo "usage: make feedback LAB=02 [HUB=https://your-hub]"; exit 2)
+	$(if $(HUB),$(call HUB_EXCHANGE,feedback),$(GRADEBOOK) feedback $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR))
+
+rehearse: $(STAMP)
+	MPLBACKEND=Agg $(GRADEBOOK) rehearse $(LAB)
+
+# Keep every .ipynb paired with its MyST .md (edit either, then run this): the side edited since the
+# last sync is copied into the other; untouched pairs are not rewritten; when both sides were edited
+# it writes nothing for that pair and says how to keep one (make sync-notebooks KEEP=chapters/02_....md).
 sync-notebooks: $(STAMP)
-	$(VENV)/bin/jupytext --sync chapters/*.ipynb labs/source/*.ipynb
+	$(PY) tools/sync_notebooks.py $(if $(KEEP),--keep $(KEEP))
 
 # On a machine with an NVIDIA GPU: the gpu-marked tests, the measurement script, and real torch
 # snapshots of the chapter workloads replayed with --verify (each script skips, saying why, without one).
@@ -127,8 +153,33 @@ PROXY := workshop/node_modules/.bin/configurable-http-proxy
 $(PROXY): workshop/package.json workshop/package-lock.json
 	npm ci --prefix workshop --no-audit --no-fund --loglevel=error
 	@touch $(PROXY)
+# The learners' servers need a Python every user can run: the course's own when it is open to them,
+# else (pyenv or conda under /root) a venv of the machine's Python in workshop/.run/python, made here
+# (workshop/learner_python.py says which, and proves it as `nobody`); WORKSHOP_PYTHON picks one yourself.
 workshop: $(STAMP) $(PROXY)
-	$(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py
+	@learner_python="$$($(PY) workshop/learner_python.py)" && \
+	 WORKSHOP_PYTHON="$$learner_python" $(VENV)/bin/jupyterhub -f workshop/jupyterhub_config.py
+
+# Before the room arrives, with the hub running: two test learners log in, start their servers and run
+# chapter 0 and lab 1 (workshop/room_check.py).  make room-check [HUB=https://127.0.0.1:8000] [USERS=2]
+.PHONY: room-check
+room-check: $(STAMP)
+	$(PY) workshop/room_check.py $(or $(HUB),https://127.0.0.1:8000) --users $(or $(USERS),2) \
+	  $(if $(or $(HUB_CERT),$(wildcard workshop/.run/hub/tls/hub.crt)),--cert $(or $(HUB_CERT),workshop/.run/hub/tls/hub.crt))
+
+# A fix mid-workshop: commit it, then give learners this link (nbgitpuller: pulls into their copy, their
+# edits win, no restart):  make pull-link HUB=https://SERVER:8000 [PAGE=labs/student/lab02_build_the_core.ipynb]
+# WORKSHOP_REPO / WORKSHOP_BRANCH as the hub has them (default: this checkout, main).
+.PHONY: pull-link
+pull-link: $(STAMP)
+	@test -n "$(HUB)" || (echo "usage: make pull-link HUB=https://your-hub [PAGE=chapters/...ipynb]"; exit 2)
+	@$(PY) workshop/pull.py --link $(HUB) $(or $(WORKSHOP_REPO),$(CURDIR)) $(or $(WORKSHOP_BRANCH),main) $(PAGE)
+
+# After the workshop (collect and grade first): remove the learners' Unix accounts the hub made and
+# their homes (KEEP_HOMES=1 keeps the homes): sudo make workshop-clean
+.PHONY: workshop-clean
+workshop-clean:
+	$(PY) workshop/clean_up.py $(if $(KEEP_HOMES),--keep-homes)
 
 # The course image for Zero to JupyterHub (workshop/z2jh-values.yaml): workshop/Dockerfile, built from
 # Debian's archive and PyPI by `docker build` where a Docker engine runs, else by buildah (no daemon:
@@ -141,7 +192,11 @@ IMAGE_BASE ?=
 IMAGE_TOOL ?= $(shell if docker info >/dev/null 2>&1; then echo docker; \
 	elif command -v buildah >/dev/null 2>&1; then echo buildah; \
 	elif command -v podman >/dev/null 2>&1; then echo podman; fi)
-IMAGE_BUILD_ARGS = $(strip -f workshop/Dockerfile -t $(IMAGE) $(if $(IMAGE_BASE),--build-arg BASE=$(IMAGE_BASE)))
+# IMAGE_CUDA=no leaves CuPy and cuda-python out of the image (244 MB installed, measured in the course's venv):
+# enough for rooms on the simulated device.
+IMAGE_CUDA ?= yes
+IMAGE_BUILD_ARGS = $(strip -f workshop/Dockerfile -t $(IMAGE) --build-arg CUDA_WHEELS=$(IMAGE_CUDA) \
+	$(if $(IMAGE_BASE),--build-arg BASE=$(IMAGE_BASE)))
 # buildah's chroot isolation needs no runc and no namespaces of its own (CI containers, VMs)
 export BUILDAH_ISOLATION ?= chroot
 image:

@@ -206,6 +206,16 @@ def _make(root: Path, *args: str, ok: bool = True) -> subprocess.CompletedProces
     return proc
 
 
+def _name_in_guide_list(guide: Path, kind: str, after, name: str) -> None:
+    """Add `name` to the guide's "(kind: ...)" prose list, after `after` (else at its end)."""
+    text = guide.read_text()
+    start = text.index(f"({kind}:")
+    end = text.index(")", start)
+    listed = text[start:end]
+    listed = listed.replace(after, f"{after}, {name}", 1) if after else f"{listed}, {name}"
+    guide.write_text(text[:start] + listed + text[end:])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "python").exists(), reason="the guide's make targets need .venv")
 def test_following_the_guide_on_a_scratch_copy(tmp_path):
@@ -219,9 +229,13 @@ def test_following_the_guide_on_a_scratch_copy(tmp_path):
     _make(root, "student")
     missing = _make(root, "check-labs", "LAB=2", ok=False)
     assert missing.returncode != 0 and "lab2.get_free_block: no known-wrong answer: add labs/wrong/lab2_" in missing.stdout
+    assert "lab2.get_free_block: marked neither pure nor observed" in missing.stdout   # step 2 left out
     (root / "labs" / "wrong" / "lab2_get_free_block_ignores_max_split.py").write_text(WRONG_GFB)
     guide = root / "labs" / "README.md"            # the guide's table names the new exercise
     guide.write_text(guide.read_text().replace("`lab2.merge`", "`lab2.merge`, `lab2.get_free_block`", 1))
+    # step 2: it hands the learner's function live objects (compare plugs it in): observed, and so named
+    lab2.write_text(lab2.read_text().replace('id="lab2.get_free_block", lab=2,', 'id="lab2.get_free_block", observed=True, lab=2,'))
+    _name_in_guide_list(guide, "observed", "lab2.merge", "get_free_block")
     _make(root, "check-labs", "LAB=2")
     student2 = (root / "labs" / "student" / "lab02_build_the_core.ipynb").read_text()
     assert "def get_free_block(allocator, p)" in student2 and "p.pool.remove(block)" not in student2
@@ -234,6 +248,9 @@ def test_following_the_guide_on_a_scratch_copy(tmp_path):
     row8 = next(line for line in guide.read_text().splitlines() if line.startswith("| 8 "))
     guide.write_text(guide.read_text().replace(row8, row8 + "\n| 9 Double it | `lab9.double` | twice n |", 1))
     _make(root, "student")
+    _name_in_guide_list(guide, "pure", None, "lab9.double")          # function_exercise(..., pure=True)
+    guide.write_text(guide.read_text().replace("`lab08_own_the_pool.ipynb`.",       # step 4: its student copy
+                                               "`lab08_own_the_pool.ipynb`, `lab09_double_it.ipynb`.", 1))
     _make(root, "check-labs", "LAB=9")
     assert (root / "labs" / "student" / "lab09_double_it.ipynb").exists()
     assert (root / "labs" / "source" / "lab09_double_it.ipynb").exists()

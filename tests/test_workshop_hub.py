@@ -16,6 +16,14 @@ LocalProcessSpawner), then, through the hub's public URLs only:
 * the room shows no `.md` twins and no nbgrader menus;
 * a learner's edit survives a re-pull that brings in a new instructor commit;
 * the instructor is admin (lists every learner; a learner cannot);
+* a graded round trip (hand-out by the hub, make collect, autograde, feedback): from inside a
+  learner's kernel, another learner's submission, graded notebook and feedback, the gradebook,
+  grades.csv and the solutions cannot be read; their own feedback can; the hub exchange (the
+  cluster's path) collects for the instructor's token and gives a learner's token nothing;
+* idle servers are culled by jupyterhub-idle-culler, running as a hub service;
+* the learners' Python is what `make workshop` finds or makes (workshop/learner_python.py):
+  with this machine's Python under /root, a venv of the system Python that `nobody` can run;
+* `make workshop-clean` removes the accounts the hub made and nothing else;
 * stopping the hub leaves no process it started; the test removes the Unix users it made.
 Every listener (the hub's public port, its API, the proxy's API) takes a free port.
 """
@@ -87,30 +95,36 @@ def config():
 
 
 def _learner_python(base: Path) -> Path:
-    """The Python the learners' servers run: this one, unless other users cannot run it (a Python
-    under /root, as on the CI machine): then a venv of the system Python of the same version that
-    sees this one's packages (WORKSHOP_PYTHON, as workshop/README.md says)."""
-    if _open_to_everyone(Path(sys.executable)):
-        return Path(sys.executable)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    system = Path("/usr/bin") / version
-    if not system.exists():
-        pytest.skip(f"{sys.executable} is closed to other users and there is no {system} to use instead")
-    venv = base / "learner-python"
-    subprocess.run([str(system), "-m", "venv", "--without-pip", str(venv)], check=True)
-    import sysconfig
-    packages = Path(sysconfig.get_paths()["purelib"])
-    if not _open_to_everyone(packages):
-        pytest.skip(f"this environment's packages ({packages}) are closed to other users, so no "
-                    "learner's server could import them: put the venv where every user can read it")
-    site = next((venv / "lib").glob("python*/site-packages"))
-    (site / "course.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    for folder in ("etc", "share"):            # Jupyter's extension configs (jupyterlab, nbgrader ...)
-        (venv / folder).symlink_to(Path(sys.prefix) / folder)
-    for p in [venv, *venv.rglob("*")]:
-        if not p.is_symlink():
-            p.chmod(p.stat().st_mode | 0o005 | (0o001 if p.is_dir() else 0))
-    return venv / "bin" / "python"
+    """The Python the learners' servers run, as `sudo make workshop` finds or makes it
+    (workshop/learner_python.py: this one when every user can run it, else a venv of the
+    machine's Python, here in `base`)."""
+    env = {**os.environ, "WORKSHOP_PYTHON_DIR": str(base / "learner-python")}
+    env.pop("WORKSHOP_PYTHON", None)
+    out = subprocess.run([sys.executable, str(WORKSHOP / "learner_python.py")], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def test_make_workshop_finds_or_makes_a_python_every_learner_can_run(tmp_path):
+    """`sudo make workshop` with the course's Python under /root (pyenv: closed to other users):
+    workshop/learner_python.py makes a venv of the machine's Python that `nobody` can run with the
+    course's packages, and says where; with an open Python it returns that one unchanged."""
+    base = Path(tempfile.mkdtemp(prefix="workshop-python-"))
+    base.chmod(0o755)
+    try:
+        python = _learner_python(base)
+        assert "learner_python.py" in (ROOT / "Makefile").read_text()        # what make workshop runs
+        if _open_to_everyone(Path(sys.executable)):
+            assert python == Path(sys.executable)
+        else:
+            assert python == base / "learner-python" / "bin" / "python" and _open_to_everyone(python)
+        out = subprocess.run([str(python), "-c", "import jupyterhub.singleuser, nbgitpuller, nbformat; print('ok')"],
+                             user="nobody", group="nogroup", extra_groups=[], cwd="/",
+                             env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}, capture_output=True, text=True)
+        assert out.stdout.strip() == "ok", out.stderr[-2000:]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _git(*args, cwd):
@@ -380,19 +394,85 @@ def test_the_room_lists_each_notebook_once_and_hides_nbgrader(hub, learners):
         assert r.status_code == 404, (path, r.status_code)
 
 
-def test_a_graded_room_hands_out_the_release_and_collects_it_for_autograde(hub, learners):
-    """The one path from the room to grades: the hub put release/lab01 in each learner's
-    ~/graded (as that learner), and collect gathers exactly those copies for autograde."""
-    from allocator_ref.labs import grading
+PRYING = """import json, os
+def attempt(path):
+    try:
+        open(path, "rb").read()
+        return "allowed"
+    except PermissionError:
+        return "denied"
+    except FileNotFoundError:
+        return "missing"
+print(json.dumps({{name: attempt(path) for name, path in {paths!r}.items()}}))"""
+
+
+def test_a_graded_room_round_trip_keeps_each_learners_work_and_grade_private(hub, learners):
+    """The one path from the room to grades and back: the hub put release/lab01 in each learner's
+    ~/graded (as that learner); make collect, make autograde and make feedback (as root, the
+    instructor) grade everyone and hand each learner their own feedback; then, from inside
+    grace's kernel, ada's submission, graded notebook, feedback, the gradebook and grades.csv
+    cannot be read, while grace reads her own feedback."""
+    from allocator_ref.labs import gradebook
     for learner in learners:
         listing = learner.server("GET", "/contents/graded/lab01").json()["content"]
         assert [item["name"] for item in listing] == ["lab01_measure_it.ipynb"], listing
         copy = Path(pwd.getpwnam(learner.name).pw_dir) / "graded" / "lab01" / "lab01_measure_it.ipynb"
         assert copy.stat().st_uid == pwd.getpwnam(learner.name).pw_uid
-    grading.collect("01", hub["homes"], hub["graded"])
-    submitted = grading.check_submissions("lab01", hub["graded"])       # each is a release copy
-    assert {p.parents[1].name for p in submitted} == set(LEARNERS)
-    assert not (hub["graded"] / "source").stat().st_mode & 0o077        # learners cannot read it
+    course = hub["graded"]
+    assert gradebook.main(["collect", "01", "--homes", str(hub["homes"]), "--course", str(course)]) == 0
+    assert {p.parents[1].name for p in (course / "submitted").glob("*/lab01/*.ipynb")} == set(LEARNERS)
+    _, broken = gradebook.autograde("01", course)
+    assert broken == {}
+    assert all(name in (course / "grades.csv").read_text() for name in LEARNERS)
+    given = gradebook.feedback("01", course, hub["homes"])
+    assert set(given) == set(LEARNERS)
+    assert not (course / "source").stat().st_mode & 0o077                  # the solutions
+
+    ada, grace = LEARNERS[0], learners[1]
+    own = Path(pwd.getpwnam(grace.name).pw_dir) / "graded" / "lab01" / "feedback" / "lab01_measure_it.html"
+    assert own.stat().st_uid == pwd.getpwnam(grace.name).pw_uid
+    paths = {"ada's submission": course / "submitted" / ada / "lab01" / "lab01_measure_it.ipynb",
+             "ada's graded notebook": course / "autograded" / ada / "lab01" / "lab01_measure_it.ipynb",
+             "ada's feedback (course)": course / "feedback" / ada / "lab01" / "lab01_measure_it.html",
+             "ada's feedback (home)": given[ada][0],
+             "the gradebook": course / "gradebook.db", "grades.csv": course / "grades.csv",
+             "the solutions": next((course / "source" / "lab01").glob("*.ipynb"))}
+    assert all(p.exists() for p in paths.values()), paths
+    got = _kernel_says(grace, PRYING.format(paths={**{k: str(v) for k, v in paths.items()},
+                                                   "grace's own feedback": str(own)}))
+    assert got.pop("grace's own feedback") == "allowed"
+    assert set(got.values()) == {"denied"}, got
+
+
+def test_the_hub_exchange_hands_out_and_collects_for_the_instructor_only(hub, learners, tmp_path):
+    """The cluster's path (workshop/hub_exchange.py, homes are volumes there), tried on this hub:
+    the instructor's token reaches each learner's ~/graded through the hub; hand-out keeps started
+    work; collect gets each learner's copy into a private submitted/; a learner's token gets nothing."""
+    import hub_exchange
+    from allocator_ref.labs import grading
+    instructor = room.log_in(hub["url"], ADMIN, ADMIN_PASSWORD, verify=hub["cert"])
+    token = tmp_path / "room-token"
+    token.touch(mode=0o600)
+    token.write_text(instructor.token)
+    me = hub_exchange.instructor(hub["url"], token, hub["cert"])
+    assert set(hub_exchange.learners(me)) >= set(LEARNERS)
+    course = tmp_path / "cluster-course"
+    grading.release("01", course)
+    assert hub_exchange.hand_out("01", me, course) == []          # each already has it: kept as it is
+    got = hub_exchange.collect("01", me, course)
+    assert {p.parents[1].name for p in got} >= set(LEARNERS)
+    assert (course / "submitted").stat().st_mode & 0o077 == 0
+    given = hub_exchange.hand_back("01", me, hub["graded"])     # the round trip's feedback, through the hub
+    assert len(given) == len(LEARNERS)
+    got = learners[0].server("GET", "/contents/graded/lab01/feedback/lab01_measure_it.html?type=file&format=text")
+    assert got.status_code == 200 and "lab01" in got.json()["content"]
+    mine = tmp_path / "learner-token"
+    mine.touch(mode=0o600)
+    mine.write_text(learners[1].token)
+    grace = hub_exchange.instructor(hub["url"], mine, hub["cert"])
+    r = hub_exchange._contents(grace, LEARNERS[0], "GET", "graded/lab01/lab01_measure_it.ipynb",
+                               allow_redirects=False)
+    assert r.status_code in (302, 403, 404), r.status_code           # not ada's notebook
 
 
 def test_edits_survive_a_re_pull_and_stay_private(hub, learners):
@@ -422,6 +502,19 @@ def test_edits_survive_a_re_pull_and_stay_private(hub, learners):
     errata = ada.server("GET", "/contents/allocator-course/ERRATA.md?type=file&format=text")
     assert errata.status_code == 200 and "best fit" in errata.json()["content"]
     assert "ada was here" not in saved(grace)
+    # grace's server keeps running: she opens the guide's link instead (make pull-link), whose
+    # page calls nbgitpuller's git-pull API in her server with these arguments
+    sys.path.insert(0, str(WORKSHOP))
+    from pull import pull_link
+    from urllib.parse import parse_qs, urlparse
+    link = urlparse(pull_link(hub["url"], str(hub["course"]), "main"))
+    assert link.path == "/hub/user-redirect/git-pull"
+    query = {k: v[0] for k, v in parse_qs(link.query).items() if k != "urlpath"}
+    stream = grace.get(f"{hub['url']}/user/{grace.name}/git-pull/api", params=query,
+                       headers={"Authorization": f"token {grace.token}"}, timeout=120).text
+    assert '"phase": "finished"' in stream, stream[-2000:]
+    errata = grace.server("GET", "/contents/allocator-course/ERRATA.md?type=file&format=text")
+    assert errata.status_code == 200 and "best fit" in errata.json()["content"]
 
 
 def test_the_instructor_is_admin_and_learners_are_not(hub, learners):
@@ -431,6 +524,17 @@ def test_the_instructor_is_admin_and_learners_are_not(hub, learners):
     assert instructor.api("GET", f"/users/{ADMIN}").json()["admin"] is True
     r = learners[0].api("GET", "/users")
     assert r.status_code == 403 or {u["name"] for u in r.json()} == {learners[0].name}
+
+
+def test_idle_servers_are_culled_by_the_hubs_own_service(hub, learners):
+    """jupyterhub-idle-culler runs as a hub service with the role that lets it stop servers."""
+    instructor = room.log_in(hub["url"], ADMIN, ADMIN_PASSWORD, verify=hub["cert"])
+    services = instructor.api("GET", "/services").json()
+    assert "idle-culler" in services, services
+    import psutil
+    hub["watch"]()
+    assert any("jupyterhub_idle_culler" in " ".join(psutil.Process(p).cmdline())
+               for p in hub["started"] if psutil.pid_exists(p)), "the culler is not running"
 
 
 def test_stopping_the_hub_stops_everything_it_started(hub, learners):
@@ -444,6 +548,24 @@ def test_stopping_the_hub_stops_everything_it_started(hub, learners):
 
 
 # ------------------------------------------------------------------ refusals at start (no hub runs)
+
+def test_workshop_clean_removes_the_learners_accounts_and_nothing_else(tmp_path):
+    """sudo make workshop-clean (workshop/clean_up.py): every account whose home is under the
+    hub's homes goes, with its home; the machine's own accounts stay."""
+    homes = Path(tempfile.mkdtemp(prefix="workshop-homes-"))
+    name = f"cleanme-{RUN}"
+    try:
+        subprocess.run(["useradd", "--create-home", "--home-dir", str(homes / name), name], check=True)
+        out = subprocess.run([sys.executable, str(WORKSHOP / "clean_up.py"), "--homes", str(homes)],
+                             capture_output=True, text=True)
+        assert out.returncode == 0 and f"removed {name}" in out.stdout, out.stderr
+        assert name not in {a.pw_name for a in pwd.getpwall()} and not (homes / name).exists()
+        assert "root" in {a.pw_name for a in pwd.getpwall()}
+        assert "workshop/clean_up.py" in (ROOT / "Makefile").read_text()
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+        shutil.rmtree(homes, ignore_errors=True)
+
 
 def _load_config(config, tmp_path, **env_over) -> subprocess.CompletedProcess:
     """Load workshop/jupyterhub_config.py as JupyterHub does (get_config, then the file), nothing more."""

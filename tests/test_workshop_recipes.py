@@ -136,6 +136,59 @@ def test_the_schema_check_catches_a_misspelt_key_and_a_wrong_type():
     assert any(e.startswith("cull.timeout") for e in _errors(schema, wrong))
 
 
+def test_the_room_serves_https_only_merged_over_the_charts_defaults():
+    """proxy.https on, as helm renders it: Let's Encrypt for a named host (or a certificate of the
+    room's own), the plain HTTP port kept only for the redirect and the ACME challenge."""
+    defaults = Z2JH / "values.yaml"
+    if not defaults.exists():
+        pytest.skip(f"{defaults} is absent: the chart's defaults come with the course's shared/ folder")
+    merged = _coalesce(yaml.safe_load(defaults.read_text()), VALUES)
+    assert _errors(_schema(), merged) == []
+    https = merged["proxy"]["https"]
+    assert https["enabled"] is True and https["hosts"], https
+    assert https["type"] in ("letsencrypt", "secret", "manual"), https["type"]
+    if https["type"] == "letsencrypt":
+        assert "@" in (https["letsencrypt"]["contactEmail"] or ""), "Let's Encrypt needs a contact e-mail"
+        assert merged["proxy"]["service"]["disableHttpPort"] is False     # its challenge comes on port 80
+    off = _coalesce(merged, {"proxy": {"https": {"enabled": "yes"}}})
+    assert any(e.startswith("proxy.https.enabled") for e in _errors(_schema(), off))   # the schema bites
+
+
+def test_the_instructor_is_preset_from_a_secret_not_whoever_logs_in_first(tmp_path):
+    """hub.extraConfig's PresetInstructor, run as the hub runs it, with the Secret's file: the
+    instructor's password works, a learner claiming the name first gets nothing."""
+    import asyncio
+    from traitlets.config import Config
+    hub = VALUES["hub"]
+    mount = next(m for m in hub["extraVolumeMounts"] if m["name"] == "course-instructor")
+    assert any(v.get("secret", {}).get("secretName") == "course-instructor" for v in hub["extraVolumes"])
+    code = hub["extraConfig"]["instructor.py"]
+    secret = tmp_path / "password"
+    secret.write_text("the-instructors-own-password\n")
+    c = Config()
+    exec(compile(code.replace(mount["mountPath"] + "/password", str(secret)), "instructor.py", "exec"), {"c": c})
+    Preset = c.JupyterHub.authenticator_class
+    auth = Preset(dbm_path=str(tmp_path / "passwords.dbm"), min_password_length=8)
+    login = lambda name, password: asyncio.run(auth.authenticate(None, {"username": name, "password": password}))
+    assert login("instructor", "a-learner-was-first") is None
+    assert login("instructor", "the-instructors-own-password") is not None
+    assert "instructor" in hub["config"]["Authenticator"]["admin_users"]
+
+
+def test_the_graders_role_is_real_jupyterhub_scopes():
+    from jupyterhub.scopes import scope_definitions
+    role = VALUES["hub"]["loadRoles"]["grader"]
+    assert role["users"] == ["instructor"] and set(role["scopes"]) <= set(scope_definitions), role
+    assert "access:servers" in role["scopes"]                   # what hand-out and collect need
+
+
+def test_the_slim_image_leaves_the_cuda_wheels_out_on_request():
+    dockerfile = (WORKSHOP / "Dockerfile").read_text()
+    assert "ARG CUDA_WHEELS=yes" in dockerfile and "'$CUDA_WHEELS' != 'no'" in dockerfile
+    assert "--build-arg CUDA_WHEELS=$(IMAGE_CUDA)" in (ROOT / "Makefile").read_text()
+    assert "IMAGE_CUDA=no" in (WORKSHOP / "z2jh-values.yaml").read_text()
+
+
 def test_hub_settings_are_real_jupyterhub_settings():
     from firstuseauthenticator import FirstUseAuthenticator
     from jupyterhub.app import JupyterHub
@@ -171,8 +224,24 @@ def test_the_pull_and_environment_match_the_local_hub():
     url = single["defaultUrl"]
     assert url == f"/lab/tree/{COURSE_FOLDER}/chapters/00_setup_and_tour.ipynb"
     assert (ROOT / url.removeprefix(f"/lab/tree/{COURSE_FOLDER}/")).is_file()
-    assert f"/lab/tree/{COURSE_FOLDER}/chapters/00_setup_and_tour.ipynb" in \
-        (WORKSHOP / "jupyterhub_config.py").read_text().replace("{COURSE_FOLDER}", COURSE_FOLDER)
+    from pull import FIRST_PAGE                    # the local hub's landing page (WORKSHOP_FIRST_PAGE unset)
+    assert url == f"/lab/tree/{COURSE_FOLDER}/{FIRST_PAGE}"
+    assert "or FIRST_PAGE}" in (WORKSHOP / "jupyterhub_config.py").read_text()
+
+
+def test_the_pull_link_for_a_mid_workshop_fix_lands_in_each_learners_copy():
+    """make pull-link: nbgitpuller's git-pull URL into the same folder the hub's pull uses."""
+    from urllib.parse import parse_qs, urlparse
+    out = subprocess.run(["make", "-s", "--no-print-directory", "pull-link", "HUB=https://room.example.org:8000/",
+                          "PAGE=labs/student/lab02_build_the_core.ipynb", f"PY={sys.executable}", "STAMP="],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    link = urlparse(out.stdout.strip())
+    assert (link.scheme, link.netloc, link.path) == ("https", "room.example.org:8000", "/hub/user-redirect/git-pull")
+    query = {k: v[0] for k, v in parse_qs(link.query).items()}
+    assert query == {"repo": str(ROOT), "branch": "main", "targetpath": COURSE_FOLDER,
+                     "urlpath": f"lab/tree/{COURSE_FOLDER}/labs/student/lab02_build_the_core.ipynb"}
+    assert (ROOT / "labs/student/lab02_build_the_core.ipynb").is_file()
 
 
 def test_memory_sizes_cover_the_measured_course():

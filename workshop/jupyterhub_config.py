@@ -31,8 +31,8 @@ pass them; no secret is ever one):
                           state folder) or off (plain HTTP: only on 127.0.0.1 or behind an
                           HTTPS reverse proxy; the hub warns otherwise)
     WORKSHOP_HOSTNAME     names the certificate is for, comma-separated (default: this host's name)
-    WORKSHOP_PYTHON       the Python learners' servers run with   (default: the hub's own);
-                          every user must be able to run it and import the course's packages
+    WORKSHOP_PYTHON       the Python learners' servers run with   (default: the hub's own; make
+                          workshop finds or makes one every user can run: learner_python.py)
     WORKSHOP_REPO         the course's git URL or path            (default: this checkout)
     WORKSHOP_BRANCH       the branch to pull                      (default: main)
     WORKSHOP_HOMES        where learners' homes are made          (default: workshop/.run/homes)
@@ -41,6 +41,9 @@ pass them; no secret is ever one):
     WORKSHOP_SETTINGS     the course settings every learner gets  (default: workshop/course-settings.toml)
     WORKSHOP_RUNTIME      where each learner's kernel sockets go, one 0700 folder per user
                           (default: /run/workshop-kernels)
+    WORKSHOP_FIRST_PAGE   the notebook learners land on, in their copy (default: chapters/00_setup_and_tour.ipynb)
+    WORKSHOP_CULL         seconds of inactivity after which a learner's server is stopped
+                          (jupyterhub-idle-culler; default 3600, 0: never); their files stay
     WORKSHOP_GRADED       a graded workshop: the nbgrader course folder of `make nbgrader`
                           (build/nbgrader); each learner gets its release/labNN/ in ~/graded/
 """
@@ -60,7 +63,7 @@ from jupyterhub.auth import LocalAuthenticator
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from pull import COURSE_FOLDER  # noqa: E402  (workshop/pull.py, next to this file)
+from pull import COURSE_FOLDER, FIRST_PAGE  # noqa: E402  (workshop/pull.py, next to this file)
 from tls import self_signed  # noqa: E402  (workshop/tls.py)
 
 c = get_config()  # noqa: F821  (JupyterHub defines get_config when it loads this file)
@@ -122,6 +125,7 @@ IP = os.environ.get("WORKSHOP_IP") or "0.0.0.0"
 PORT = int(os.environ.get("WORKSHOP_PORT") or 8000)
 TLS = os.environ.get("WORKSHOP_TLS") or "self-signed"
 PYTHON = Path(os.environ.get("WORKSHOP_PYTHON") or sys.executable).absolute()
+CULL = int(os.environ.get("WORKSHOP_CULL") or 3600)
 PROXY = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
 
 if not PROXY.exists():
@@ -204,6 +208,20 @@ c.Authenticator.username_pattern = r"^[a-z][a-z0-9_-]{0,30}$"       # a valid Un
 c.Authenticator.blocked_users = SYSTEM_USERS
 c.Authenticator.admin_users = {ADMIN}
 c.Authenticator.allow_all = True           # anyone in the room picks a name and a password
+# The instructor may open learners' servers (graded hand-out and collect through the hub,
+# workshop/hub_exchange.py); the admin role alone manages servers but does not open them.
+c.JupyterHub.load_roles = [{"name": "grader", "description": "hand out, collect and hand back graded labs",
+                            "scopes": ["access:servers", "admin:servers", "list:users", "read:users"],
+                            "users": [ADMIN]}]
+
+# --- idle servers stop (jupyterhub-idle-culler, the JupyterHub project's): a learner's files stay
+if CULL > 0:
+    c.JupyterHub.services = [{"name": "idle-culler",
+                              "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL}",
+                                          f"--cull-every={max(60, CULL // 12)}"]}]
+    c.JupyterHub.load_roles.append({"name": "idle-culler", "services": ["idle-culler"],
+                                    "scopes": ["list:users", "read:users:activity", "read:servers",
+                                               "delete:servers"]})
 
 # --- each learner's server ------------------------------------------------------------
 c.JupyterHub.spawner_class = "localprocess"  # as the learner's Unix user (the hub is root)
@@ -213,7 +231,8 @@ c.Spawner.cmd = [str(PYTHON), "-m", "jupyterhub.singleuser"]
 # The folder is short (/run/workshop-kernels/UID), as a Unix socket's path must be under 108 bytes.
 c.Spawner.args = ["--KernelManager.transport=ipc"]
 RUNTIME = Path(os.environ.get("WORKSHOP_RUNTIME") or "/run/workshop-kernels")
-c.Spawner.default_url = f"/lab/tree/{COURSE_FOLDER}/chapters/00_setup_and_tour.ipynb"
+# where learners land (WORKSHOP_FIRST_PAGE: e.g. another edition's first chapter; make pull-link PAGE= agrees)
+c.Spawner.default_url = f"/lab/tree/{COURSE_FOLDER}/{os.environ.get('WORKSHOP_FIRST_PAGE') or FIRST_PAGE}"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 
@@ -236,6 +255,19 @@ c.Spawner.environment = {
     # connection files and the kernels' sockets (see RUNTIME above)
     "JUPYTER_RUNTIME_DIR": lambda spawner: str(RUNTIME / str(pwd.getpwnam(spawner.user.name).pw_uid)),
 }
+
+
+# nbgitpuller's link (make pull-link) pulls inside the learner's server, where git refuses a local
+# repository another user owns unless it is a safe.directory, and only a global config file counts
+# for the process that serves a local clone: one file, readable by all, names the course's
+# repository (as pull.py does for the pull before start) and includes the learner's own ~/.gitconfig.
+if Path(REPO).exists():
+    GITCONFIG = HOMES / ".course-gitconfig"             # in HOMES: no user name starts with a dot
+    GITCONFIG.write_text("".join(f"[safe]\n\tdirectory = {p}\n" for p in sorted(
+        {REPO, str(Path(REPO).resolve()), f"{REPO}/.git", f"{Path(REPO).resolve()}/.git"}))
+        + "[include]\n\tpath = ~/.gitconfig\n")
+    GITCONFIG.chmod(0o644)
+    c.Spawner.environment["GIT_CONFIG_GLOBAL"] = str(GITCONFIG)
 
 
 def _pull_as_the_learner(spawner) -> None:

@@ -43,6 +43,16 @@ def pull_course(repo: str, branch: str, home: Path) -> Path:
 
 
 GRADED_FOLDER = "graded"               # allocator_ref/labs/grading.py collects from here
+FIRST_PAGE = "chapters/00_setup_and_tour.ipynb"
+
+
+def pull_link(hub: str, repo: str, branch: str = "main", page: str = FIRST_PAGE) -> str:
+    """nbgitpuller's link: a learner who opens it pulls the course's new commits into their own
+    copy (their edits win any conflict) and lands on `page`, without restarting their server."""
+    from urllib.parse import urlencode
+    query = urlencode({"repo": repo, "branch": branch, "targetpath": COURSE_FOLDER,
+                       "urlpath": f"lab/tree/{COURSE_FOLDER}/{page}"})
+    return f"{hub.rstrip('/')}/hub/user-redirect/git-pull?{query}"
 
 
 def hand_out(release: Path, home: Path) -> list[Path]:
@@ -61,9 +71,14 @@ def hand_out(release: Path, home: Path) -> list[Path]:
 if __name__ == "__main__":
     # The local hub runs this as the learner's own Unix user (so every file is theirs):
     #     python pull.py REPO BRANCH HOME [RELEASE]
+    # and `make pull-link` prints the link for a mid-workshop fix:
+    #     python pull.py --link HUB REPO BRANCH [PAGE]
     import os
     import sys
     import tempfile
+    if sys.argv[1] == "--link":
+        print(pull_link(*sys.argv[2:]))
+        sys.exit(0)
     repo, safe = Path(sys.argv[1]), None
     if repo.exists():
         # A course folder owned by the instructor (root): git refuses to read another user's

@@ -209,8 +209,9 @@ def main(argv=None) -> int:
     edited = [p for p in sources() if _pair_edited_later(p)]
     for p in edited:
         print(f"{p.with_suffix('.ipynb').relative_to(ROOT)} was edited after {p.name} and they differ: the .md is "
-              f"the source. Keep the notebook's edit with `make sync-notebooks` (it copies the newer file into "
-              f"the older), or discard it by deleting the .ipynb; then run `make student` again.")
+              f"the source. Keep the notebook's edit with `make sync-notebooks` (it copies the side edited since "
+              f"the last sync into the other, and refuses, saying what to do, when both were), or discard it by "
+              f"deleting the .ipynb; then run `make student` again.")
     if edited:
         return 1
     wanted = outputs()

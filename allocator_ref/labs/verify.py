@@ -21,7 +21,11 @@ The known-wrong answers are a sample of the mistakes, not their list.  So, besid
    meet each one: a wrong answer nobody wrote down is met where it goes wrong;
 7. every exercise's solution, run as the instructor notebook runs it (the lab's code cells in order),
    passes a full check for every seed: a solution that returns 12345 is reported;
-8. the exercise table of ``labs/README.md`` names every exercise, in its lab's row.
+8. the exercise table of ``labs/README.md`` names every exercise, in its lab's row;
+9. every exercise says how a graded check judges it apart (``pure=True`` or ``observed=True``), and
+   the guide's prose lists of each kind ("(pure: ...)", "(observed: ...)") name exactly those;
+10. the student copies, ``labs/solutions.json`` and the ``.ipynb`` pairs are what ``make student``
+    writes now, and the guide's list of student copies names each one.
 
 Each problem is printed as one line that says what to add or change.  tests/test_labs.py
 runs the same functions, so CI enforces exactly what this command reports.
@@ -227,11 +231,61 @@ def guide_problems() -> list:
     return problems
 
 
+def _prose_list(guide: str, opening: str) -> Optional[set]:
+    """The exercise ids of the guide's "(pure: lab1.explain, lab2.round_size, get_allocation_size, ...)"
+    list: a bare name belongs to the lab named last.  None when the guide has no such list."""
+    if opening not in guide:
+        return None
+    named, lab = set(), None
+    for word in re.findall(r"[\w.]+", guide.split(opening, 1)[1].split(")", 1)[0]):
+        lab, name = word.split(".", 1) if "." in word else (lab, word)
+        named.add(f"{lab}.{name}")
+    return named
+
+
+def apart_problems(guide_text: Optional[str] = None) -> list:
+    """Rule 9: each exercise marked pure or observed, and the guide's prose lists say which."""
+    _load_all()
+    problems = [f"{ex.id}: marked neither pure nor observed, so a graded check cannot judge it apart: in its "
+                f"register(...) or function_exercise(...) in allocator_ref/labs/lab{ex.lab}.py add pure=True "
+                "when the judge reads only what the submission returns, else observed=True with a runner "
+                "(labs/README.md, 'Change a lab', step 2)"
+                for ex in sorted(EXERCISES.values(), key=lambda e: e.id) if not (ex.pure or ex.observed)]
+    guide = " ".join((guide_text if guide_text is not None else
+                      (generate.ROOT / "labs" / "README.md").read_text()).split())
+    for kind in ("pure", "observed"):
+        marked = {i for i, ex in EXERCISES.items() if getattr(ex, kind)}
+        listed = _prose_list(guide, f"({kind}:")
+        if listed is None:
+            problems.append(f"labs/README.md: no '({kind}: ...)' list of the exercises judged that way: write one "
+                            "in the paragraph on what the open mode does not promise")
+            continue
+        if marked - listed:
+            problems.append(f"labs/README.md: add {', '.join(sorted(marked - listed))} to the '({kind}: ...)' list")
+        if listed - marked:
+            problems.append(f"labs/README.md: the '({kind}: ...)' list names {', '.join(sorted(listed - marked))}, "
+                            f"not marked {kind}=True: remove it or fix the mark")
+    return problems
+
+
+def student_copy_problems() -> list:
+    """Rule 10: what make student writes is what is there, and the guide lists every student copy."""
+    where = lambda p: p.relative_to(generate.ROOT) if p.is_relative_to(generate.ROOT) else p   # noqa: E731
+    problems = [f"{where(p)}: stale (it is not what `make student` writes from labs/source/ "
+                "now): run `make student` and commit what it writes" for p in generate.stale()]
+    guide = (generate.ROOT / "labs" / "README.md").read_text()
+    listed = guide[guide.find("Student copies:"):][:800]
+    problems += [f"labs/README.md: add {p.name} to the list after 'Student copies:'"
+                 for p in sorted(generate.STUDENT_DIR.glob("*.ipynb")) if p.name not in listed]
+    return problems
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.verify", description=__doc__.split("\n")[0])
     parser.add_argument("--lab", type=int, help="only this lab (e.g. 2)")
     args = parser.parse_args(argv)
-    problems = exercise_problems(args.lab) + guide_problems() + coverage_problems(args.lab)
+    problems = student_copy_problems() + exercise_problems(args.lab) + guide_problems() + apart_problems()
+    problems += coverage_problems(args.lab)
     problems += solution_problems(args.lab)
     for path in wrong_files(args.lab):
         verdict = verify_wrong(path)

@@ -1,0 +1,334 @@
+"""The instructor's loop of a graded room, one command a step, the grades kept private.
+
+    make collect LAB=02     each learner's ~/graded/lab02/ copy into submitted/<learner>/lab02/
+    make autograde LAB=02   grades every learner; a broken submission is reported, not a stop
+    make feedback LAB=02    nbgrader generate_feedback, then each learner's report into their
+                            own ~/graded/lab02/feedback/ (written as that learner)
+    make nbgrader LAB=02    (grading.py's release, then `private`: an older course folder closed too)
+    make rehearse [LAB=02]  before the day: a right and a wrong submission per lab, graded in
+                            build/rehearsal, and whether each scored as it should
+
+(``python -m allocator_ref.labs.gradebook collect|autograde|feedback|rehearse``.)  The release
+itself is ``make nbgrader LAB=02`` (grading.py).
+
+Private: the hub hands learners release/ from the course folder, so that folder is open to
+them, but what learners hand in and what they get back is not: submitted/, autograded/,
+feedback/, source/ (the solutions), gradebook.db, grades.csv and nbgrader's log are the
+instructor's only (folders 0700, files 0600).  Every step runs with umask 077, so none of them
+is readable by others even for a moment, and `private()` closes what an older run left open.
+
+Collect never follows a learner's link: a learner who made ~/graded/lab02/x.ipynb a link to
+the solutions (or to any file only root reads) would otherwise get it back as "feedback".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import re
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+
+from . import generate, grading
+
+PRIVATE = ("source", "submitted", "autograded", "feedback", "gradebook.db", "grades.csv", ".nbgrader.log")
+REHEARSAL_DIR = generate.ROOT / "build" / "rehearsal"
+RIGHT, WRONG = "rehearsal-right", "rehearsal-wrong"
+
+
+@contextmanager
+def private_files():
+    """Everything made inside is readable by its owner only (nbgrader writes with the umask)."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def private(course: Path) -> None:
+    """Close the course folder's grades and submissions to everyone but the instructor; learners
+    may still pass through it to release/ (0711: they cannot list it)."""
+    course.chmod(0o711)
+    for name in PRIVATE:
+        top = course / name
+        if not top.exists() or top.is_symlink():
+            continue
+        for path in [top, *top.rglob("*")] if top.is_dir() else [top]:
+            if not path.is_symlink():
+                path.chmod(0o700 if path.is_dir() else 0o600)
+
+
+def _nbgrader(course: Path, *args: str) -> str:
+    with private_files():
+        return grading._nbgrader(course, *args).stdout
+
+
+# ------------------------------------------------------------------ collect
+
+def _read_handed_in(home: Path, name: str) -> dict[str, bytes]:
+    """{file name: bytes} of home/graded/<name>/*.ipynb, opened without following any link
+    (each folder and file opened O_NOFOLLOW, relative to the one above it: no race either)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW
+    fds = [os.open(home, flags | os.O_DIRECTORY)]
+    try:
+        for part in (grading.GRADED_FOLDER, name):
+            fds.append(os.open(part, flags | os.O_DIRECTORY, dir_fd=fds[-1]))
+        owner = os.fstat(fds[0]).st_uid
+        found = {}
+        for entry in os.listdir(fds[-1]):
+            if not entry.endswith(".ipynb"):
+                continue
+            try:
+                fd = os.open(entry, flags, dir_fd=fds[-1])
+            except OSError:                   # a link (ELOOP) or gone: not a handed-in notebook
+                continue
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_uid == owner and (st.st_mode & 0o170000) == 0o100000:   # a regular file of theirs
+                    found[entry] = f.read()
+        return found
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def collect(lab: str, homes: Path, course: Path = grading.COURSE_DIR) -> list[Path]:
+    """Copy each learner's ~/graded/labNN/*.ipynb (handed out by the hub) into
+    submitted/<learner>/labNN/, where autograde reads it, readable by the instructor only."""
+    name, course, homes = grading.assignment_name(lab), course.resolve(), homes.resolve()
+    copied = []
+    with private_files():
+        for home in sorted(p for p in homes.iterdir() if p.is_dir() and not p.is_symlink()):
+            try:
+                notebooks = _read_handed_in(home, name)
+            except PermissionError:
+                raise grading.GradingError(f"cannot read {home}: the learners' homes are theirs only; "
+                                           "run it as root: sudo make collect LAB=" + name[3:]) from None
+            except OSError:                   # no ~/graded/labNN, or a link in its place
+                continue
+            for file_name, data in notebooks.items():
+                dest = course / "submitted" / home.name / name
+                dest.mkdir(parents=True, exist_ok=True)
+                (dest / file_name).write_bytes(data)
+                copied.append(dest / file_name)
+    if not copied:
+        raise grading.GradingError(f"no ~/{grading.GRADED_FOLDER}/{name}/*.ipynb in any home under {homes}: "
+                                   f"was the hub started with WORKSHOP_GRADED={course}?")
+    private(course)
+    print(f"collected {len(copied)} notebooks into {course / 'submitted'} (readable by you only)")
+    return copied
+
+
+# ------------------------------------------------------------------ autograde
+
+def _grade_ids(nb) -> set:
+    return {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")}
+
+
+def _problem(folder: Path, released: Path, ids: set) -> str | None:
+    """Why this learner's folder cannot be graded, with what to do; None when it can."""
+    submitted = folder / released.name
+    if not submitted.exists():
+        there = ", ".join(p.name for p in folder.glob("*.ipynb")) or "nothing"
+        return (f"no {released.name} in {folder} (found {there}): the file must keep the released name; "
+                "rename it there and run make autograde again")
+    try:
+        nb = nbformat.read(submitted, as_version=4)
+    except Exception as exc:                  # not JSON, not a notebook: nbformat says which
+        return (f"{submitted} is not a notebook ({type(exc).__name__}: {str(exc)[:120]}): ask the learner "
+                f"to save it again in JupyterLab, or hand them a fresh copy of {released}")
+    missing = ids - _grade_ids(nb)
+    if missing:
+        return (f"{submitted} is not a copy of the release (no graded cells {sorted(missing)[:3]}): most likely "
+                f"labs/student/{released.name}, the self-paced copy. Ask the learner to paste their answers "
+                f"into {released} and hand that in")
+    return None
+
+
+def autograde(lab: str, course: Path = grading.COURSE_DIR) -> tuple[Path, dict]:
+    """Grade every learner of one lab, each on their own, then export grades.csv.  Returns
+    (grades.csv, {learner: why they were not graded}); one broken submission stops nobody else."""
+    name, course = grading.assignment_name(lab), course.resolve()
+    released = sorted((course / "release" / name).glob("*.ipynb"))
+    if not released:
+        raise grading.GradingError(f"no release for {name} in {course}: run make nbgrader LAB={name[3:]} first")
+    ids = _grade_ids(nbformat.read(released[0], as_version=4))
+    folders = sorted(p for p in (course / "submitted").glob(f"*/{name}") if p.is_dir())
+    if not folders:
+        raise grading.GradingError(f"no submissions: put each learner's notebook in {course}/submitted/<learner>/"
+                                   f"{name}/ (make collect LAB={name[3:]} does it from the hub's homes)")
+    broken = {}
+    for folder in folders:
+        learner = folder.parent.name
+        broken[learner] = _problem(folder, released[0], ids)
+        if broken[learner] is None:
+            try:
+                _nbgrader(course, "autograde", name, "--student", learner, "--force")
+            except grading.GradingError as exc:
+                broken[learner] = f"nbgrader could not grade it: {str(exc).strip().splitlines()[-1][:300]}"
+    broken = {k: v for k, v in broken.items() if v}
+    grades = course / "grades.csv"
+    _nbgrader(course, "export", "--to", str(grades))
+    private(course)
+    print(f"graded {len(folders) - len(broken)} of {len(folders)} learners: {grades} (readable by you only)")
+    for learner, why in broken.items():
+        print(f"NOT GRADED {learner}: {why}")
+    return grades, broken
+
+
+# ------------------------------------------------------------------ feedback
+
+WRITE_AS_LEARNER = 'umask 077 && mkdir -p "$1" && cat > "$1/$2"'
+
+
+def _hand_back(data: bytes, home: Path, folder: str, file_name: str) -> Path:
+    """Write one file into the learner's home *as the learner* (so a link they planted leads
+    only where they could write anyway); the hub's homes are 0700 and theirs."""
+    st = home.stat()
+    target = home / folder
+    if os.getuid() == 0 and st.st_uid != 0:
+        subprocess.run(["sh", "-c", WRITE_AS_LEARNER, "sh", str(target), file_name], input=data, check=True,
+                       user=st.st_uid, group=st.st_gid, extra_groups=[], cwd="/")
+    elif st.st_uid == os.getuid():
+        subprocess.run(["sh", "-c", WRITE_AS_LEARNER, "sh", str(target), file_name], input=data, check=True)
+    else:
+        raise PermissionError(f"{home} is not yours and this is not root: run make feedback with sudo")
+    return target / file_name
+
+
+def feedback(lab: str, course: Path = grading.COURSE_DIR, homes: Path | None = None) -> dict[str, list[Path]]:
+    """nbgrader generate_feedback for every graded learner, then each one's report into
+    homes/<learner>/graded/labNN/feedback/ (nothing handed back without homes)."""
+    name, course = grading.assignment_name(lab), course.resolve()
+    if not (course / "autograded").is_dir():
+        raise grading.GradingError(f"nothing graded in {course}: run make autograde LAB={name[3:]} first")
+    _nbgrader(course, "generate_feedback", name, "--force")
+    private(course)
+    given: dict[str, list[Path]] = {}
+    for report in sorted((course / "feedback").glob(f"*/{name}/*.html")):
+        learner = report.parents[1].name
+        if homes is None:                     # a room on Kubernetes: workshop/hub_exchange.py hands it back
+            continue
+        home = homes / learner
+        if not home.is_dir() or home.is_symlink():
+            print(f"feedback for {learner}: {report} (no home under {homes}: hand it over yourself)")
+            continue
+        path = _hand_back(report.read_bytes(), home, f"{grading.GRADED_FOLDER}/{name}/feedback", report.name)
+        given.setdefault(learner, []).append(path)
+    if homes is not None:
+        print(f"feedback handed back to {len(given)} learners, in ~/{grading.GRADED_FOLDER}/{name}/feedback/")
+    return given
+
+
+# ------------------------------------------------------------------ rehearse
+
+def _answer_cells(released: Path, answers: dict) -> nbformat.NotebookNode:
+    nb = nbformat.read(released, as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        for ex_id, text in answers.items():
+            if grade_id == f"{ex_id}-answer".replace(".", "-"):
+                cell.source = text
+    return nb
+
+
+def _known_wrong(released: Path, lab: int) -> tuple[str, str, Path]:
+    """(exercise id, the answer cell, the file): the first labs/wrong answer of the lab whose
+    exercise has a check cell, its SUBMISSION renamed to the name that cell checks."""
+    text_of = "\n".join(c.source for c in nbformat.read(released, as_version=4).cells)
+    for path in sorted((generate.ROOT / "labs" / "wrong").glob(f"lab{lab}_*.py")):
+        text = path.read_text()
+        ex_id = re.search(r'^EXERCISE = "([^"]+)"', text, re.M).group(1)
+        m = re.search(rf"""["']{re.escape(ex_id)}["']\s*,\s*(\w+)""", text_of)     # check('<id>', <name>, ...)
+        if m:
+            return ex_id, re.sub(r"\bSUBMISSION\b", m.group(1), text), path
+    raise grading.GradingError(f"no labs/wrong/lab{lab}_*.py matches a check cell of {released.name}: add one "
+                               "(labs/README.md, 'A known-wrong answer')")
+
+
+def _scores(course: Path, name: str) -> tuple[dict, float]:
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=grading.COURSE_ID) as gb:
+        return ({s: gb.find_submission(name, s).score for s in (RIGHT, WRONG)},
+                gb.find_assignment(name).max_score)
+
+
+def rehearse(labs: list[str], course: Path = REHEARSAL_DIR) -> list[str]:
+    """Per lab: release, submit the solutions and one known-wrong answer, autograde, compare.
+    Returns the problems (empty: every lab scores the right full marks and the wrong less)."""
+    course, problems = course.resolve(), []
+    for lab in labs:
+        name = grading.assignment_name(lab)
+        released = grading.release(lab, course)
+        _, solutions = generate.build(grading.source_for(lab))
+        ex_id, wrong, wrong_file = _known_wrong(released, int(lab))
+        with private_files():
+            for learner, answers in ((RIGHT, solutions), (WRONG, {**solutions, ex_id: wrong})):
+                folder = course / "submitted" / learner / name
+                folder.mkdir(parents=True, exist_ok=True)
+                nbformat.write(_answer_cells(released, answers), folder / released.name)
+        _, broken = autograde(lab, course)
+        if broken:
+            problems += [f"{name}: {who} was not graded: {why}" for who, why in broken.items()]
+            continue
+        scores, top = _scores(course, name)
+        line = (f"{name}: right {scores[RIGHT]:g}/{top:g}, wrong {scores[WRONG]:g}/{top:g} "
+                f"({ex_id}, labs/wrong/{wrong_file.name})")
+        print("REHEARSAL " + line)
+        if scores[RIGHT] != top:
+            problems.append(f"{line}: the solutions lose points; open {course}/autograded/{RIGHT}/{name}/")
+        if scores[WRONG] >= top:
+            problems.append(f"{line}: the known-wrong answer gets full marks; its check does not catch it")
+    return problems
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.gradebook", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["collect", "autograde", "feedback", "rehearse", "private"])
+    parser.add_argument("lab", nargs="?", help="the lab number, e.g. 02 (rehearse: every lab when left out)")
+    parser.add_argument("--course", type=Path, help="the nbgrader course folder (default build/nbgrader; "
+                                                    "rehearse: build/rehearsal)")
+    parser.add_argument("--homes", type=Path, help="the hub's homes folder (WORKSHOP_HOMES)")
+    args = parser.parse_args(argv)
+    if args.action == "private":              # make nbgrader runs it after each release
+        course = (args.course or grading.COURSE_DIR).resolve()
+        if course.is_dir():
+            private(course)
+        return 0
+    if args.lab is None and args.action != "rehearse":
+        print(f"usage: make {args.action} LAB=02", file=sys.stderr)
+        return 2
+    try:
+        if args.action == "collect":
+            if args.homes is None:
+                raise grading.GradingError("collect needs --homes, the hub's WORKSHOP_HOMES folder")
+            collect(args.lab, args.homes, args.course or grading.COURSE_DIR)
+        elif args.action == "autograde":
+            _, broken = autograde(args.lab, args.course or grading.COURSE_DIR)
+            if broken:
+                print(f"{len(broken)} not graded (above, each with what to do); the others are in grades.csv",
+                      file=sys.stderr)
+                return 1
+        elif args.action == "feedback":
+            feedback(args.lab, args.course or grading.COURSE_DIR, args.homes)
+        else:
+            labs = [args.lab] if args.lab else [p.stem[3:5] for p in generate.sources()]
+            problems = rehearse(labs, args.course or REHEARSAL_DIR)
+            for line in problems:
+                print(f"REHEARSAL PROBLEM {line}", file=sys.stderr)
+            print(json.dumps({"labs": len(labs), "problems": len(problems)}))
+            return 1 if problems else 0
+    except (grading.GradingError, ValueError, PermissionError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
