@@ -1,0 +1,197 @@
+"""Record what a PyTorch program would ask the CUDA caching allocator, without a GPU.
+
+The program runs on ``meta`` tensors: shapes, dtypes and lifetimes are real,
+no byte is stored, nothing is computed.  A ``TorchDispatchMode`` sees every ATen
+op after autograd, so the forward, the backward (the autograd engine keeps the
+mode) and the optimizer all pass through it.  Each output's storage is an
+allocation the caching allocator would serve (``nbytes`` is what
+``CUDACachingAllocator::malloc`` is asked for); a ``weakref.finalize`` on the
+storage fires when its last reference dies, which is when PyTorch hands the
+block back (``CUDACachingAllocator::free``).  This is how
+``torch.distributed._tools.mem_tracker.MemTracker`` tracks storages
+(``_WeakRefInfo.create_winfo``, ``_track``); it keeps a running total, this
+keeps the ordered events with their Python stacks, in the ``device_traces``
+shape of ``torch.cuda.memory._snapshot()``.
+
+Why ``meta`` and not ``FakeTensorMode`` with a fake ``cuda`` device: on a CPU
+build of PyTorch the autograd engine asks for the CUDA device guard of every
+fake CUDA tensor and aborts the process ("PyTorch is not linked with support for
+cuda devices").  ``CudaAsMeta`` turns ``device="cuda"``, ``.cuda()`` and
+``.to("cuda")`` into ``meta`` so unchanged model code records too.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import weakref
+from contextlib import contextmanager
+from typing import Any, Callable, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from .unseen import cublas_workspace_bytes
+
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# torch's own plumbing between the program and the mode (the dispatch and function modes, dynamo's
+# disable wrapper): a real snapshot shows none of them.
+_PLUMBING = tuple(os.sep + os.path.join("torch", *p.split("/")) for p in (
+    "utils/_python_dispatch.py", "overrides.py", "_dynamo/eval_frame.py", "_compile.py", "_ops.py",
+    "utils/_device.py"))
+
+# ATen ops that call cuBLAS (at::cuda::blas::gemm / bgemm / gemv ...): the first one on a thread
+# makes that thread's cuBLAS workspace (getCurrentCUDABlasHandle -> getNewWorkspace).
+_GEMMS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "_addmm_activation",
+          "addr", "ger"}
+
+BASE_ADDRESS = 0x7F0000000000      # where the recorder's made-up addresses start (they only pair frees)
+
+
+def _is_cuda(device) -> bool:
+    if isinstance(device, str):
+        return device == "cuda" or device.startswith("cuda:")
+    return isinstance(device, torch.device) and device.type == "cuda"
+
+
+class CudaAsMeta(TorchFunctionMode):
+    """``device="cuda"``, ``tensor.cuda()`` and ``.to("cuda")`` become ``meta`` (model code runs unchanged)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.cuda:
+            return args[0].to("meta", non_blocking=kwargs.get("non_blocking", False))
+        if _is_cuda(kwargs.get("device")):
+            kwargs["device"] = "meta"
+        if func is torch.Tensor.to:
+            args = tuple("meta" if _is_cuda(a) else a for a in args)
+        return func(*args, **kwargs)
+
+
+def _stack(limit: int = 48) -> list[dict]:
+    """The Python stack as a snapshot's ``frames`` (innermost first), without this package and
+    torch's mode plumbing: what ``torch.cuda.memory._record_memory_history(stacks="python")`` keeps."""
+    frames = []
+    frame = sys._getframe(2)
+    while frame is not None and len(frames) < limit:
+        name = frame.f_code.co_filename
+        if not name.startswith(_HERE) and not name.endswith(_PLUMBING):
+            frames.append({"filename": name, "line": frame.f_lineno, "name": frame.f_code.co_name})
+        frame = frame.f_back
+    return frames
+
+
+class AllocationRecorder(TorchDispatchMode):
+    """Every ``meta`` storage's birth and death, in program order, as snapshot trace entries."""
+
+    def __init__(self, workspace_bytes: int = 0, stacks: bool = True) -> None:
+        super().__init__()
+        self.events: list[dict] = []
+        self.workspace_bytes = workspace_bytes
+        self.stacks = stacks
+        self.workspaces: dict[str, int] = {}        # "forward"/"backward" -> address (kept to the end)
+        self._live: dict[int, tuple[int, int]] = {}  # StorageImpl pointer -> (address, size)
+        self._next = BASE_ADDRESS
+        self._t0 = time.perf_counter()
+
+    # ---- events
+    def _time_us(self) -> int:
+        return int((time.perf_counter() - self._t0) * 1e6)
+
+    def _alloc(self, size: int, frames: Optional[list]) -> int:
+        addr = self._next
+        self._next += max(512, -(-size // 512) * 512)
+        entry = {"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": self._time_us()}
+        if frames is not None:
+            entry["frames"] = frames
+        self.events.append(entry)
+        return addr
+
+    def _free(self, key: int) -> None:
+        addr, size = self._live.pop(key, (None, 0))
+        if addr is None:
+            return
+        now = self._time_us()
+        # PyTorch records free_requested when the tensor dies and free_completed when its stream's
+        # work is done; on one stream with no record_stream both come at once.
+        for action in ("free_requested", "free_completed"):
+            self.events.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": now})
+
+    def _track(self, t: torch.Tensor) -> None:
+        st = t.untyped_storage()
+        key, size = st._cdata, st.nbytes()
+        seen = self._live.get(key)
+        if seen is not None:
+            if size > seen[1]:            # resize_ / an out= op grew it: a new block, the old one freed
+                self._free(key)
+                self._live[key] = (self._alloc(size, _stack() if self.stacks else None), size)
+            return
+        if size == 0:                      # CUDACachingAllocator returns nullptr for 0 bytes, records nothing
+            return
+        self._live[key] = (self._alloc(size, _stack() if self.stacks else None), size)
+        weakref.finalize(st, self._free, key)
+
+    def _workspace(self) -> None:
+        """The cuBLAS workspace of this thread, at its first GEMM (CublasHandlePool.cpp getNewWorkspace)."""
+        thread = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+        if self.workspace_bytes and thread not in self.workspaces:
+            frames = _stack() if self.stacks else None
+            if frames is not None:
+                frames = [{"filename": "??", "line": 0, "name": "at::cuda::getCurrentCUDABlasHandle()"}] + frames
+            self.workspaces[thread] = self._alloc(self.workspace_bytes, frames)
+
+    # ---- the mode
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.device.type == "meta":
+                self._track(t)
+        if func._overloadpacket.__name__ in _GEMMS:
+            self._workspace()        # after the output: at::empty runs before the gemm asks for its handle
+        return out
+
+
+@contextmanager
+def _foreach_on_meta():
+    """Optimizers pick ``foreach`` kernels by device (``_default_to_fused_or_foreach``): on CUDA
+    they do, on ``meta`` they would not; count ``meta`` as CUDA so the same kernels (and the
+    same temporary lists of tensors) are recorded."""
+    import torch.optim.optimizer as optimizer
+    original = optimizer._get_foreach_kernels_supported_devices
+    optimizer._get_foreach_kernels_supported_devices = lambda: [*original(), "meta"]
+    try:
+        yield
+    finally:
+        optimizer._get_foreach_kernels_supported_devices = original
+
+
+def record_program(step_fn: Callable[..., Any], *args, profile: str = "h100-80gb",
+                   cublas_workspace: Optional[int] = None, stacks: bool = True,
+                   allocator_conf: str = "", **kwargs) -> dict:
+    """Run ``step_fn(*args, **kwargs)`` on ``meta`` tensors and return its allocations as a snapshot dict.
+
+    The dict is PyTorch's ``_dump_snapshot()`` shape with no segments (no allocator ran yet):
+    ``device_traces[0]`` holds ``alloc`` / ``free_requested`` / ``free_completed`` entries with
+    sizes, stream 0 and Python ``frames``.  ``cublas_workspace`` (bytes) defaults to the size
+    PyTorch picks for ``profile``'s GPU; 0 leaves the workspaces out.  Storages still alive when
+    ``step_fn`` returns are freed at the end only if the caller drops them (they stay live).
+    """
+    if cublas_workspace is None:
+        cublas_workspace = cublas_workspace_bytes(profile)
+    recorder = AllocationRecorder(cublas_workspace, stacks)
+    with _foreach_on_meta(), CudaAsMeta(), recorder:
+        result = step_fn(*args, **kwargs)
+        del result                     # what the step returns dies here, inside the recording
+    events = list(recorder.events)
+    return {
+        "segments": [],
+        "device_traces": [events],
+        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": allocator_conf},
+        "external_annotations": [],
+        "recorded_with": (f"allocator_ref.predict on torch {torch.__version__}: meta tensors on the CPU, "
+                          f"cuBLAS workspace {cublas_workspace:,} B per thread"),
+    }
+
+
