@@ -9,14 +9,17 @@ sandbox.py   ``python -m allocator_ref predict SCRIPT``: the user's script in a 
     p = P.predict(step, profile="t4-16gb", batch_size=16)   # step(batch_size) builds with device="cuda"
     print(p.text())
 """
-from .unseen import Unseen, cublas_workspace_bytes
-from .forecast import Prediction, forecast, predict, replay_program
+import importlib
+
+# public name -> module (imported on first use: the command line loads cli.py without the allocator)
+_EXPORTS = {"Prediction": "forecast", "forecast": "forecast", "predict": "forecast", "replay_program": "forecast",
+            "Unseen": "unseen", "cublas_workspace_bytes": "unseen", "record_program": "record"}
 
 
-def record_program(*args, **kwargs):
-    """See :func:`allocator_ref.predict.record.record_program` (imports torch only when called)."""
-    from .record import record_program as _record
-    return _record(*args, **kwargs)
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'allocator_ref.predict' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
 
 
 __all__ = ["Prediction", "Unseen", "cublas_workspace_bytes", "forecast", "predict", "record_program",

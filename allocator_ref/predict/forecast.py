@@ -31,10 +31,11 @@ class Replayed:
     oom: Optional[str]
     at_peak: list                       # [(size, frames)] largest first, live when allocated peaked
     snapshot: dict
+    window_peak_allocated: int = 0      # the peak from event ``since`` on (a run recorded mid-way)
 
 
 def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Optional[int] = None,
-                   config: Optional[str] = None) -> Replayed:
+                   config: Optional[str] = None, since: int = 0) -> Replayed:
     """Hand ``program``'s requests to a CachingAllocator on a simulated ``profile`` GPU (of
     ``device_memory`` bytes when given) and return what it did.  Stops at the first OOM."""
     device = SimDevice(profile)
@@ -49,8 +50,8 @@ def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Opt
     stats = allocator.device_allocator.stats
     live: dict[int, Any] = {}           # recorded address -> Allocation
     sizes: dict[int, tuple] = {}        # recorded address -> (size, frames)
-    peak, at_peak, oom = -1, [], None
-    for e in program["device_traces"][0]:
+    peak, at_peak, oom, window_peak = -1, [], None, 0
+    for index, e in enumerate(program["device_traces"][0]):
         action = e["action"]
         if action == "alloc":
             frames_now[0] = e.get("frames")
@@ -61,6 +62,8 @@ def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Opt
                 break
             sizes[e["addr"]] = (e["size"], e.get("frames") or [])
             now = stats.allocated_bytes[AGGREGATE].current
+            if index >= since:
+                window_peak = max(window_peak, now)
             if now > peak:
                 peak = now
                 at_peak = list(live)
@@ -70,7 +73,7 @@ def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Opt
     frames_now[0] = None
     holders = sorted((sizes[a] for a in at_peak if a in sizes), key=lambda s: -s[0])
     return Replayed(stats.allocated_bytes[AGGREGATE].peak, stats.reserved_bytes[AGGREGATE].peak, oom,
-                    holders[:8], allocator.snapshot())
+                    holders[:8], allocator.snapshot(), window_peak)
 
 
 @dataclass
@@ -119,7 +122,8 @@ class Prediction:
             lines.append(f"  fits: yes, {mib(self.headroom)} to spare "
                          f"({100 * self.peak_reserved / self.usable:.1f}% of the {mib(self.usable)} the allocator may use)")
         else:
-            lines.append(f"  fits: NO ({self.oom or 'peak reserved above the usable memory'})")
+            why = (self.oom or "peak reserved above the usable memory").split(" GPU 0 ")[0]
+            lines.append(f"  fits: NO ({why}; the peaks above are up to that point)")
         lines.append("  live at the allocated peak (largest first):")
         for size, frames in self.at_peak[:5]:
             lines.append(f"    {mib(size):>12}  {_where(frames)}")
@@ -167,9 +171,27 @@ def forecast(program: dict, profile: str = "h100-80gb", device_memory: Optional[
     prediction = Prediction(profile, capacity, context, run.peak_allocated, run.peak_reserved, run.oom,
                             run.at_peak, unseen_items(profile, context, workspaces, ws), program, run.snapshot)
     if what_if and run.oom is None:
-        from ..__main__ import compare_rows
-        prediction.what_if = compare_rows(run.snapshot, profile, capacity / GiB)
+        prediction.what_if = what_if_rows(run.snapshot, profile, capacity)
     return prediction
+
+
+# The settings `python -m allocator_ref compare` and the doctor try (__main__.WHAT_IFS).
+WHAT_IFS = (("caching", "expandable_segments:True"), ("caching", "max_split_size_mb:128"),
+            ("caching", "roundup_power2_divisions:4"), ("stream_ordered", ""), ("bfc", ""), ("direct", ""))
+
+
+def what_if_rows(snapshot: dict, profile: str, capacity: int) -> list[dict]:
+    """The doctor's anchored what-if (``memory_doctor.what_if``) on the predicted snapshot, one row each."""
+    from ..memory_doctor import what_if
+    trials, _ = what_if(snapshot, WHAT_IFS, device_memory=capacity / GiB, profile=profile)
+    rows = []
+    for t in trials:
+        if t.skipped:
+            continue
+        label = t.change or {"recorded": "(as predicted)", "recorded-on-target": "(on this GPU)"}.get(t.kind, "(default)")
+        rows.append({"policy": t.policy, "config": label, "peak_reserved": t.peak_reserved,
+                     "peak_allocated": t.peak_allocated, "fits": t.fits if t.kind != "recorded" else None})
+    return rows
 
 
 def predict(step_fn: Callable[..., Any], *, profile: str = "h100-80gb", device_memory: Optional[int] = None,

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
 import torch
+import torch._prims_common
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -46,6 +47,18 @@ _PLUMBING = tuple(os.sep + os.path.join("torch", *p.split("/")) for p in (
 # makes that thread's cuBLAS workspace (getCurrentCUDABlasHandle -> getNewWorkspace).
 _GEMMS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "_addmm_activation",
           "addr", "ger"}
+
+# The GEMMs whose CUDA implementation copies an operand cuBLAS cannot read as it is
+# (aten/src/ATen/native/cuda/Blas.cpp: prepare_matrix_for_cublas / prepare_batch_matrix_for_cublas
+# clone a matrix whose strides are neither row- nor column-major, e.g. an expanded gradient):
+# the copy is made after the output and freed before the op returns.
+_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "_addmm_activation": (1, 2)}
+
+# Out-of-place ops a backward formula uses, under a Python mode, instead of the in-place one it
+# runs on a plain CUDA tensor, on a buffer of zeros it has just made (_FRESH_BUFFERS).
+_FILLS_FRESH_BUFFER = {torch.ops.aten.scatter_add.default, torch.ops.aten.scatter.src, torch.ops.aten.scatter.value,
+                       torch.ops.aten.index_put.default, torch.ops.aten.index_add.default}
+_FRESH_BUFFERS = {torch.ops.aten.new_zeros.default, torch.ops.aten.zeros_like.default, torch.ops.aten.zeros.default}
 
 BASE_ADDRESS = 0x7F0000000000      # where the recorder's made-up addresses start (they only pair frees)
 
@@ -77,10 +90,22 @@ def _stack(limit: int = 48) -> list[dict]:
     frame = sys._getframe(2)
     while frame is not None and len(frames) < limit:
         name = frame.f_code.co_filename
-        if not name.startswith(_HERE) and not name.endswith(_PLUMBING):
+        if not name.startswith(_HERE) and not name.endswith(_PLUMBING) and not name.startswith("<frozen"):
             frames.append({"filename": name, "line": frame.f_lineno, "name": frame.f_code.co_name})
         frame = frame.f_back
     return frames
+
+
+def _cublas_ready(t: torch.Tensor) -> bool:
+    """``prepare_(batch_)matrix_for_cublas``: can cuBLAS read the last two dims as they are
+    (row-major or column-major with a leading dimension at least the row length)?"""
+    if t.dim() == 2 and torch._prims_common.is_non_overlapping_and_dense(t):
+        return True                  # prepare_matrix_for_cublas's common case: any dense layout serves
+    rows, cols = t.shape[-2], t.shape[-1]
+    s_rows, s_cols = t.stride()[-2], t.stride()[-1]
+    if (s_cols == 1 or cols == 1) and s_rows >= max(1, cols):
+        return True
+    return (s_rows == 1 or rows == 1) and s_cols >= max(1, rows)
 
 
 class AllocationRecorder(TorchDispatchMode):
@@ -91,6 +116,9 @@ class AllocationRecorder(TorchDispatchMode):
         self.events: list[dict] = []
         self.workspace_bytes = workspace_bytes
         self.stacks = stacks
+        self.marks: list[int] = []
+        self._fresh: set = set()                      # zero buffers a backward formula just made
+        self._op = ""
         self.workspaces: dict[str, int] = {}        # "forward"/"backward" -> address (kept to the end)
         self._live: dict[int, tuple[int, int]] = {}  # StorageImpl pointer -> (address, size)
         self._next = BASE_ADDRESS
@@ -101,6 +129,9 @@ class AllocationRecorder(TorchDispatchMode):
         return int((time.perf_counter() - self._t0) * 1e6)
 
     def _alloc(self, size: int, frames: Optional[list]) -> int:
+        if frames is not None and self._op:
+            # the ATen operator, as a C++ frame of a stacks="all" snapshot names the kernel
+            frames = [{"filename": "??", "line": 0, "name": self._op}] + frames
         addr = self._next
         self._next += max(512, -(-size // 512) * 512)
         entry = {"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": self._time_us()}
@@ -138,19 +169,85 @@ class AllocationRecorder(TorchDispatchMode):
         thread = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
         if self.workspace_bytes and thread not in self.workspaces:
             frames = _stack() if self.stacks else None
-            if frames is not None:
-                frames = [{"filename": "??", "line": 0, "name": "at::cuda::getCurrentCUDABlasHandle()"}] + frames
+            self._op = "at::cuda::getCurrentCUDABlasHandle()"
             self.workspaces[thread] = self._alloc(self.workspace_bytes, frames)
+
+    def _operand_copies(self, name: str, args) -> list[int]:
+        """Addresses of the operand copies the CUDA GEMM would make (see _OPERANDS), allocated now."""
+        copies = []
+        for i in _OPERANDS.get(name, ()):
+            t = args[i] if i < len(args) else None
+            if isinstance(t, torch.Tensor) and t.device.type == "meta" and t.dim() in (2, 3) and not _cublas_ready(t):
+                size = t.numel() * t.element_size()
+                if size:
+                    copies.append(self._alloc(size, _stack() if self.stacks else None))
+        return copies
+
+    def _free_copies(self, copies: list[int], sizes) -> None:
+        for addr in copies:
+            size = next(e["size"] for e in reversed(self.events) if e["action"] == "alloc" and e["addr"] == addr)
+            for action in ("free_requested", "free_completed"):
+                self.events.append({"action": action, "addr": addr, "size": size, "stream": 0,
+                                    "time_us": self._time_us()})
+
+    def _accumulates_in_place(self, func, args, kwargs, out) -> bool:
+        """Autograd's InputBuffer::accumulate adds a second gradient INTO the first (``add_``, no new
+        block) when it holds the last reference to a dense first one; under any Python dispatch mode
+        it adds out of place instead (``isTensorSubclassLike`` is true while a mode is on), so the
+        recording would show a block the real run never makes.  Put it back: the sum takes over the
+        first gradient's block."""
+        if torch.is_grad_enabled() or torch._C._current_graph_task_id() == -1 or not args:
+            return False
+        first = args[0]
+        if func in _FILLS_FRESH_BUFFER:
+            # The same switch inside backward formulas (gather_backward, value_selecting_reduction_backward
+            # ...: ``areAnyTensorSubclassLike`` picks scatter/scatter_add over scatter_/scatter_add_):
+            # the real run writes into the zeros it just made.
+            if not (isinstance(first, torch.Tensor) and first.untyped_storage()._cdata in self._fresh):
+                return False
+        elif func is not torch.ops.aten.add.Tensor or kwargs or len(args) != 2:
+            return False
+        if not (isinstance(first, torch.Tensor) and isinstance(out, torch.Tensor) and first.device.type == "meta"
+                and first.shape == out.shape and first.dtype == out.dtype and first.is_contiguous()):
+            return False
+        old = first.untyped_storage()._cdata
+        if old not in self._live or out.untyped_storage().nbytes() != self._live[old][1]:
+            return False
+        st = out.untyped_storage()
+        self._fresh.discard(old)
+        self._live[st._cdata] = self._live.pop(old)          # the first gradient's block, now holding the sum
+        weakref.finalize(st, self._free, st._cdata)
+        return True
 
     # ---- the mode
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if self._accumulates_in_place(func, args, kwargs, out):
+            return out
+        self._op = func.name()          # named as the innermost frame of what it allocates
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and t.device.type == "meta":
                 self._track(t)
-        if func._overloadpacket.__name__ in _GEMMS:
+        if func in _FRESH_BUFFERS and isinstance(out, torch.Tensor) and torch._C._current_graph_task_id() != -1:
+            self._fresh.add(out.untyped_storage()._cdata)
+        name = func._overloadpacket.__name__
+        if name in _GEMMS:
+            copies = self._operand_copies(name, args)
             self._workspace()        # after the output: at::empty runs before the gemm asks for its handle
+            self._free_copies(copies, None)
         return out
+
+
+_ACTIVE: list = []          # the recorder of the record_program call running now (for mark())
+
+
+def mark() -> int:
+    """Note "here" in the recording (e.g. where a real run started its memory history); returns the
+    index of the next event.  The snapshot lists the marks under ``predict_marks``."""
+    if not _ACTIVE:
+        raise RuntimeError("mark() is for code running inside record_program / predict")
+    _ACTIVE[-1].marks.append(len(_ACTIVE[-1].events))
+    return _ACTIVE[-1].marks[-1]
 
 
 @contextmanager
@@ -167,6 +264,35 @@ def _foreach_on_meta():
         optimizer._get_foreach_kernels_supported_devices = original
 
 
+# torch.nn.init's in-place initializers: on a CPU tensor their values never reach the GPU's
+# memory (the tensor is copied to the device later, whatever it holds), and computing them
+# for hundreds of millions of parameters takes minutes; on a meta tensor they still run.
+_INITIALIZERS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
+                 "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
+                 "sparse_")
+
+
+@contextmanager
+def _skip_cpu_initialization():
+    import torch.nn.init as init
+    originals = {name: getattr(init, name) for name in _INITIALIZERS if hasattr(init, name)}
+
+    def skipping(original):
+        def initializer(tensor, *args, **kwargs):
+            if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu":
+                return tensor
+            return original(tensor, *args, **kwargs)
+        return initializer
+
+    for name, original in originals.items():
+        setattr(init, name, skipping(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(init, name, original)
+
+
 def record_program(step_fn: Callable[..., Any], *args, profile: str = "h100-80gb",
                    cublas_workspace: Optional[int] = None, stacks: bool = True,
                    allocator_conf: str = "", **kwargs) -> dict:
@@ -181,15 +307,20 @@ def record_program(step_fn: Callable[..., Any], *args, profile: str = "h100-80gb
     if cublas_workspace is None:
         cublas_workspace = cublas_workspace_bytes(profile)
     recorder = AllocationRecorder(cublas_workspace, stacks)
-    with _foreach_on_meta(), CudaAsMeta(), recorder:
-        result = step_fn(*args, **kwargs)
-        del result                     # what the step returns dies here, inside the recording
+    _ACTIVE.append(recorder)
+    try:
+        with _foreach_on_meta(), _skip_cpu_initialization(), CudaAsMeta(), recorder:
+            result = step_fn(*args, **kwargs)
+            del result                     # what the step returns dies here, inside the recording
+    finally:
+        _ACTIVE.pop()
     events = list(recorder.events)
     return {
         "segments": [],
         "device_traces": [events],
         "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": allocator_conf},
         "external_annotations": [],
+        "predict_marks": list(recorder.marks),
         "recorded_with": (f"allocator_ref.predict on torch {torch.__version__}: meta tensors on the CPU, "
                           f"cuBLAS workspace {cublas_workspace:,} B per thread"),
     }
