@@ -29,7 +29,6 @@ from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
 import torch
-import torch._prims_common
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -99,7 +98,7 @@ def _stack(limit: int = 48) -> list[dict]:
 def _cublas_ready(t: torch.Tensor) -> bool:
     """``prepare_(batch_)matrix_for_cublas``: can cuBLAS read the last two dims as they are
     (row-major or column-major with a leading dimension at least the row length)?"""
-    if t.dim() == 2 and torch._prims_common.is_non_overlapping_and_dense(t):
+    if t.dim() == 2 and (t.is_contiguous() or t.t().is_contiguous()):
         return True                  # prepare_matrix_for_cublas's common case: any dense layout serves
     rows, cols = t.shape[-2], t.shape[-1]
     s_rows, s_cols = t.stride()[-2], t.stride()[-1]
