@@ -19,7 +19,14 @@ _EXPORTS = {"Prediction": "forecast", "forecast": "forecast", "predict": "foreca
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'allocator_ref.predict' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    try:
+        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+    except ImportError as exc:
+        if "torch" not in str(exc):
+            raise
+        raise ImportError("allocator_ref.predict records on PyTorch's meta tensors: pip install torch "
+                          "(the CPU wheel is enough)") from exc
+    return getattr(module, name)
 
 
 __all__ = ["Prediction", "Unseen", "cublas_workspace_bytes", "forecast", "predict", "record_program",

@@ -204,7 +204,11 @@ def predict(step_fn: Callable[..., Any], *, profile: str = "h100-80gb", device_m
     each value of that keyword and reports the largest that fits.  ``step_fn`` builds its model
     and tensors with ``device="cuda"`` (or ``.cuda()``): they are made on ``meta``.
     """
-    from .record import record_program
+    try:
+        from .record import record_program
+    except ImportError as exc:
+        raise ImportError("predict records on PyTorch's meta tensors: pip install torch (the CPU wheel is "
+                          "enough)") from exc
     if cublas_workspace is None:
         cublas_workspace = cublas_workspace_bytes(profile)
     program = record_program(step_fn, profile=profile, cublas_workspace=cublas_workspace, **knobs)
