@@ -263,6 +263,25 @@ def _foreach_on_meta():
         optimizer._get_foreach_kernels_supported_devices = original
 
 
+@contextmanager
+def _cuda_as_present():
+    """Scripts written for a GPU ask ``torch.cuda.is_available()`` to pick their device and call
+    ``synchronize`` / ``empty_cache`` / ``reset_peak_memory_stats`` between phases: on a CPU build
+    those raise.  While recording they answer as a GPU would (True; nothing to wait for or drop);
+    the allocator's effect of ``empty_cache`` is not recorded (say so where it matters)."""
+    import torch.cuda as cuda
+    names = {"is_available": lambda: True, "synchronize": lambda *a, **k: None,
+             "empty_cache": lambda *a, **k: None, "reset_peak_memory_stats": lambda *a, **k: None}
+    originals = {name: getattr(cuda, name) for name in names}
+    for name, stand_in in names.items():
+        setattr(cuda, name, stand_in)
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(cuda, name, original)
+
+
 # torch.nn.init's in-place initializers: on a CPU tensor their values never reach the GPU's
 # memory (the tensor is copied to the device later, whatever it holds), and computing them
 # for hundreds of millions of parameters takes minutes; on a meta tensor they still run.
@@ -308,7 +327,7 @@ def record_program(step_fn: Callable[..., Any], *args, profile: str = "h100-80gb
     recorder = AllocationRecorder(cublas_workspace, stacks)
     _ACTIVE.append(recorder)
     try:
-        with _foreach_on_meta(), _skip_cpu_initialization(), CudaAsMeta(), recorder:
+        with _foreach_on_meta(), _skip_cpu_initialization(), _cuda_as_present(), CudaAsMeta(), recorder:
             result = step_fn(*args, **kwargs)
             del result                     # what the step returns dies here, inside the recording
     finally:
