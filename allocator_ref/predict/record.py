@@ -212,6 +212,10 @@ class AllocationRecorder(TorchDispatchMode):
         old = first.untyped_storage()._cdata
         if old not in self._live or out.untyped_storage().nbytes() != self._live[old][1]:
             return False
+        # can_accumulate_inplace asks "storage().use_count() == 1"; here the call into this mode holds
+        # one more reference than the engine's buffer, so 2 means "only the gradient itself"
+        if func is torch.ops.aten.add.Tensor and torch._C._storage_Use_Count(old) > 2:
+            return False
         st = out.untyped_storage()
         self._fresh.discard(old)
         self._live[st._cdata] = self._live.pop(old)          # the first gradient's block, now holding the sum
