@@ -28,10 +28,14 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
-import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+try:
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+except ImportError:        # the course installs and imports without torch; record_program then says so
+    torch = None
+    TorchFunctionMode = TorchDispatchMode = object
 
 from .unseen import cublas_workspace_bytes
 
@@ -55,9 +59,9 @@ _OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "_
 
 # Out-of-place ops a backward formula uses, under a Python mode, instead of the in-place one it
 # runs on a plain CUDA tensor, on a buffer of zeros it has just made (_FRESH_BUFFERS).
-_FILLS_FRESH_BUFFER = {torch.ops.aten.scatter_add.default, torch.ops.aten.scatter.src, torch.ops.aten.scatter.value,
-                       torch.ops.aten.index_put.default, torch.ops.aten.index_add.default}
-_FRESH_BUFFERS = {torch.ops.aten.new_zeros.default, torch.ops.aten.zeros_like.default, torch.ops.aten.zeros.default}
+_FILLS_FRESH_BUFFER = {"aten::scatter_add", "aten::scatter.src", "aten::scatter.value", "aten::index_put",
+                       "aten::index_add"}
+_FRESH_BUFFERS = {"aten::new_zeros", "aten::zeros_like", "aten::zeros"}
 
 BASE_ADDRESS = 0x7F0000000000      # where the recorder's made-up addresses start (they only pair frees)
 
@@ -189,7 +193,7 @@ class AllocationRecorder(TorchDispatchMode):
                 self.events.append({"action": action, "addr": addr, "size": size, "stream": 0,
                                     "time_us": self._time_us()})
 
-    def _accumulates_in_place(self, func, args, kwargs, out) -> bool:
+    def _accumulates_in_place(self, op: str, args, kwargs, out) -> bool:
         """Autograd's InputBuffer::accumulate adds a second gradient INTO the first (``add_``, no new
         block) when it holds the last reference to a dense first one; under any Python dispatch mode
         it adds out of place instead (``isTensorSubclassLike`` is true while a mode is on), so the
@@ -198,13 +202,13 @@ class AllocationRecorder(TorchDispatchMode):
         if torch.is_grad_enabled() or torch._C._current_graph_task_id() == -1 or not args:
             return False
         first = args[0]
-        if func in _FILLS_FRESH_BUFFER:
+        if op in _FILLS_FRESH_BUFFER:
             # The same switch inside backward formulas (gather_backward, value_selecting_reduction_backward
             # ...: ``areAnyTensorSubclassLike`` picks scatter/scatter_add over scatter_/scatter_add_):
             # the real run writes into the zeros it just made.
             if not (isinstance(first, torch.Tensor) and first.untyped_storage()._cdata in self._fresh):
                 return False
-        elif func is not torch.ops.aten.add.Tensor or kwargs or len(args) != 2:
+        elif op != "aten::add.Tensor" or kwargs or len(args) != 2:
             return False
         if not (isinstance(first, torch.Tensor) and isinstance(out, torch.Tensor) and first.device.type == "meta"
                 and first.shape == out.shape and first.dtype == out.dtype and first.is_contiguous()):
@@ -214,7 +218,7 @@ class AllocationRecorder(TorchDispatchMode):
             return False
         # can_accumulate_inplace asks "storage().use_count() == 1"; here the call into this mode holds
         # one more reference than the engine's buffer, so 2 means "only the gradient itself"
-        if func is torch.ops.aten.add.Tensor and torch._C._storage_Use_Count(old) > 2:
+        if op == "aten::add.Tensor" and torch._C._storage_Use_Count(old) > 2:
             return False
         st = out.untyped_storage()
         self._fresh.discard(old)
@@ -225,13 +229,14 @@ class AllocationRecorder(TorchDispatchMode):
     # ---- the mode
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self._accumulates_in_place(func, args, kwargs, out):
+        op = func.name()
+        if self._accumulates_in_place(op, args, kwargs, out):
             return out
-        self._op = func.name()          # named as the innermost frame of what it allocates
+        self._op = op                   # named as the innermost frame of what it allocates
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and t.device.type == "meta":
                 self._track(t)
-        if func in _FRESH_BUFFERS and isinstance(out, torch.Tensor) and torch._C._current_graph_task_id() != -1:
+        if op in _FRESH_BUFFERS and isinstance(out, torch.Tensor) and torch._C._current_graph_task_id() != -1:
             self._fresh.add(out.untyped_storage()._cdata)
         name = func._overloadpacket.__name__
         if name in _GEMMS:
@@ -326,6 +331,9 @@ def record_program(step_fn: Callable[..., Any], *args, profile: str = "h100-80gb
     PyTorch picks for ``profile``'s GPU; 0 leaves the workspaces out.  Storages still alive when
     ``step_fn`` returns are freed at the end only if the caller drops them (they stay live).
     """
+    if torch is None:
+        raise ImportError("record_program runs the step on PyTorch's meta tensors: pip install torch "
+                          "(the CPU wheel is enough)")
     if cublas_workspace is None:
         cublas_workspace = cublas_workspace_bytes(profile)
     recorder = AllocationRecorder(cublas_workspace, stacks)
