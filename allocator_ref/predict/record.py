@@ -18,6 +18,13 @@ build of PyTorch the autograd engine asks for the CUDA device guard of every
 fake CUDA tensor and aborts the process ("PyTorch is not linked with support for
 cuda devices").  ``CudaAsMeta`` turns ``device="cuda"``, ``.cuda()`` and
 ``.to("cuda")`` into ``meta`` so unchanged model code records too.
+
+Where a meta run under a dispatch mode differs from the same program on a GPU, the
+recorder puts the GPU's behaviour back, each case named where it is done:
+the cuBLAS workspaces (one per thread, at its first GEMM), the operand copies a CUDA
+GEMM makes of a matrix cuBLAS cannot read, autograd's in-place gradient sums (any
+Python mode makes them out of place), optimizers' ``foreach`` path, and no
+initialisation work on CPU tensors.  What stays unseen is listed in unseen.py.
 """
 from __future__ import annotations
 
@@ -144,6 +151,7 @@ class AllocationRecorder(TorchDispatchMode):
         return addr
 
     def _free(self, key: int) -> None:
+        self._fresh.discard(key)                  # its StorageImpl address may be reused by a later storage
         addr, size = self._live.pop(key, (None, 0))
         if addr is None:
             return
@@ -175,20 +183,19 @@ class AllocationRecorder(TorchDispatchMode):
             self._op = "at::cuda::getCurrentCUDABlasHandle()"
             self.workspaces[thread] = self._alloc(self.workspace_bytes, frames)
 
-    def _operand_copies(self, name: str, args) -> list[int]:
-        """Addresses of the operand copies the CUDA GEMM would make (see _OPERANDS), allocated now."""
+    def _operand_copies(self, name: str, args) -> list[tuple[int, int]]:
+        """(address, size) of the operand copies the CUDA GEMM would make (see _OPERANDS), allocated now."""
         copies = []
         for i in _OPERANDS.get(name, ()):
             t = args[i] if i < len(args) else None
             if isinstance(t, torch.Tensor) and t.device.type == "meta" and t.dim() in (2, 3) and not _cublas_ready(t):
                 size = t.numel() * t.element_size()
                 if size:
-                    copies.append(self._alloc(size, _stack() if self.stacks else None))
+                    copies.append((self._alloc(size, _stack() if self.stacks else None), size))
         return copies
 
-    def _free_copies(self, copies: list[int], sizes) -> None:
-        for addr in copies:
-            size = next(e["size"] for e in reversed(self.events) if e["action"] == "alloc" and e["addr"] == addr)
+    def _free_copies(self, copies: list[tuple[int, int]]) -> None:
+        for addr, size in copies:
             for action in ("free_requested", "free_completed"):
                 self.events.append({"action": action, "addr": addr, "size": size, "stream": 0,
                                     "time_us": self._time_us()})
@@ -242,7 +249,7 @@ class AllocationRecorder(TorchDispatchMode):
         if name in _GEMMS:
             copies = self._operand_copies(name, args)
             self._workspace()        # after the output: at::empty runs before the gemm asks for its handle
-            self._free_copies(copies, None)
+            self._free_copies(copies)
         return out
 
 
