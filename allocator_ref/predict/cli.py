@@ -9,11 +9,25 @@ HELP = ("will it fit? record SCRIPT's step on meta tensors (no GPU) and replay i
         "allocator. THIS RUNS THE SCRIPT'S CODE, in a child process bounded by --timeout and --memory-limit")
 
 
+def memory_gib(text: str) -> float:
+    """--memory-limit: GiB of address space for the script's process (importing torch alone maps a few)."""
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB (e.g. 16)") from None
+    if not 2 <= value <= 2**20:
+        raise argparse.ArgumentTypeError(f"{text!r}: give between 2 and 1,048,576 GiB (torch needs a few GiB "
+                                         "of address space just to import)")
+    return value
+
+
 def add_parser(sub, profile_name, device_gib, seconds, output_file) -> None:
     """The argument checkers come from __main__ (passed in: predict/ sits below the command line)."""
     p = sub.add_parser("predict", help=HELP, description=HELP + ". SCRIPT defines a function (default "
                        "'step') that builds its model and tensors with device='cuda' and runs one step; "
-                       "its `if __name__ == \"__main__\"` block is not run.")
+                       "its `if __name__ == \"__main__\"` block is not run. Exit status 0 when it fits, 1 when it "
+                       "does not, 2 on an error.")
     p.add_argument("script", help="a Python file defining the step function (its code runs)")
     p.add_argument("--entry", default="step", help="the function to call (default: step)")
     p.add_argument("--set", dest="knobs", action="append", default=[], metavar="NAME=VALUE",
@@ -23,7 +37,7 @@ def add_parser(sub, profile_name, device_gib, seconds, output_file) -> None:
     p.add_argument("--profile", type=profile_name, default="h100-80gb", help="simulated GPU")
     p.add_argument("--device-memory", type=device_gib, default=None, help="GiB: the GPU's size (default: the profile's)")
     p.add_argument("--timeout", type=seconds, default=300.0, help="seconds the script may run (default 300)")
-    p.add_argument("--memory-limit", type=device_gib, default=16.0,
+    p.add_argument("--memory-limit", type=memory_gib, default=16.0,
                    help="GiB of address space the script may map (RLIMIT_AS, default 16)")
     p.add_argument("--snapshot", default=None, help="write the predicted snapshot (PyTorch's pickle format) here")
     p.add_argument("--no-what-if", action="store_true", help="skip the doctor's what-if table")
