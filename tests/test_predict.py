@@ -240,3 +240,11 @@ def test_bench_writes_the_predicted_vs_recorded_table(tmp_path):
     row = next(r for r in out["rows"] if r["trace"] == "small-from-empty.pickle")
     assert row["predicted_peak_reserved"] == row["recorded_peak_reserved"]
     assert row["matched_in_order"] >= row["recorded_allocs"] - 2       # only the reduction kernel's staging
+
+
+def test_the_player_and_the_doctor_read_a_predicted_snapshot():
+    from allocator_ref.viz.replay_frames import frames_of_snapshot
+    p = predict(known_step, profile="t4-16gb", what_if=False)
+    assert len(frames_of_snapshot(p.snapshot)) == len(events(p.snapshot))
+    report = ar.doctor(p.snapshot, 0.3 + 40 / 1024, profile="t4-16gb")     # 40 MiB for the allocator
+    assert report.remedies.reproduced
