@@ -5,6 +5,7 @@
     python -m allocator_ref compare snap.pickle --plot compare.png   # the what-if table
     python -m allocator_ref traces fetch                         # download the real snapshots (sha256-checked)
     python -m allocator_ref doctor snap.pickle --html report.html    # diagnosis + remedies, proven by replay
+    python -m allocator_ref predict train.py --set batch_size=16 --profile t4-16gb   # will it fit? (runs train.py's step)
 
 A bad argument or a bad file is one line on stderr (exit 2); ``--debug`` shows the traceback.
 """
@@ -361,6 +362,8 @@ def main(argv=None) -> int:
     d.add_argument("--profile", type=profile_name, default="h100-80gb",
                    help="simulated device profile for the replays")
     d.set_defaults(func=cmd_doctor)
+    from .predict.cli import add_parser as add_predict_parser     # predict/cli.py: runs user code, bounded
+    add_predict_parser(sub, profile_name, device_gib, seconds, output_file)
     for subparser in sub.choices.values():      # --debug after the command works too
         if "--debug" not in subparser._option_string_actions:
             subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import bench_doctor, bench_fragmentation, bench_gpu, bench_replay, bench_warm_path
+from . import bench_doctor, bench_fragmentation, bench_gpu, bench_predict, bench_replay, bench_warm_path
 from .common import RESULTS, machine, write_result
 
 BENCHMARKS = {
@@ -23,6 +23,7 @@ BENCHMARKS = {
     "fragmentation": bench_fragmentation.run,
     "gpu": bench_gpu.run,
     "doctor": bench_doctor.run,
+    "predict": bench_predict.run,
 }
 
 
@@ -140,6 +141,11 @@ def report(results: dict, quick: bool) -> str:
                          f"reproduced: {'yes' if d['big_reproduced'] else 'NO'}, simulated GPU "
                          f"{d['big_simulated_gpu']}) | {_fmt(d['doctor_big_expandable_s'])} s | | |")
         lines.append("")
+    p = results.get("predict")
+    if p:
+        lines += ["## Predict before you run (benchmarks/bench_predict.py)", ""]
+        lines += ([f"Skipped: {p['skipped']}", ""] if p.get("skipped") else
+                  bench_predict.markdown(p["rows"], p["gpt2_medium"]).splitlines()[2:] + [""])
     v = results.get("viz")
     if v:
         lines += ["## Block map and player (benchmarks/bench_viz.py)", "", "| figure | value |", "|---|---:|"]

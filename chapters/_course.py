@@ -255,6 +255,11 @@ def claim_needs_real_trace(name: str) -> None:
     _record_claim({"name": name, "value": None, "unchecked": "no real PyTorch snapshot found"})
 
 
+def claim_needs_torch(name: str) -> None:
+    """A claim the "predict before you run" cells compute with PyTorch, unchecked where torch is absent."""
+    _record_claim({"name": name, "value": None, "unchecked": "torch is not installed"})
+
+
 def result_words(condition: bool, yes: str, no: str) -> str:
     """The words a sentence states as a result (``claim(name, result_words(...))``): ``yes`` when the
     cell's condition holds, else ``no``, so the prose can only say what this run shows."""

@@ -1,0 +1,226 @@
+"""Will it fit?  A recorded program replayed on the reference allocator for a chosen GPU.
+
+``record.py`` gives the program's requests (sizes, order, lifetimes, stacks); this
+file hands them, one by one, to the course's ``CachingAllocator`` on a simulated
+GPU of the chosen profile or size, with memory history on.  What comes back is
+what PyTorch's own allocator would do with the same requests: segments made,
+blocks split and rounded, the peak of reserved memory, and an OOM if the GPU is
+too small.  The allocator's snapshot of that replay is a real-looking
+``_dump_snapshot()`` (segments and all), so ``replay --verify``, ``compare``, the
+doctor and PyTorch's ``torch.cuda._memory_viz`` read it like a recorded one.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from ..caching import CachingAllocator, OutOfMemoryError
+from ..device.sim.device import SimDevice
+from .unseen import Unseen, cublas_workspace_bytes, unseen_items
+
+GiB = 2**30
+AGGREGATE = 0       # StatType::AGGREGATE
+
+
+@dataclass
+class Replayed:
+    """One replay of a program: its peaks, the OOM if any, the live blocks at the allocated peak."""
+    peak_allocated: int
+    peak_reserved: int
+    oom: Optional[str]
+    at_peak: list                       # [(size, frames)] largest first, live when allocated peaked
+    snapshot: dict
+    window_peak_allocated: int = 0      # the peak from event ``since`` on (a run recorded mid-way)
+
+
+def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Optional[int] = None,
+                   config: Optional[str] = None, since: int = 0) -> Replayed:
+    """Hand ``program``'s requests to a CachingAllocator on a simulated ``profile`` GPU (of
+    ``device_memory`` bytes when given) and return what it did.  Stops at the first OOM."""
+    device = SimDevice(profile)
+    if device_memory is not None:
+        device.info = dataclasses.replace(device.info, total_memory=int(device_memory))
+    conf = config if config is not None else program.get("allocator_settings", {}).get("PYTORCH_CUDA_ALLOC_CONF", "")
+    allocator = CachingAllocator(device, conf)
+    allocator.record_memory_history("all")
+    frames_now: list = [None]
+    # gatherContext() would take the replay's own stack: the recorded one stands in for it.
+    allocator.device_allocator.maybe_gather_context = lambda levels: frames_now[0]
+    stats = allocator.device_allocator.stats
+    live: dict[int, Any] = {}           # recorded address -> Allocation
+    sizes: dict[int, tuple] = {}        # recorded address -> (size, frames)
+    peak, at_peak, oom, window_peak = -1, [], None, 0
+    for index, e in enumerate(program["device_traces"][0]):
+        action = e["action"]
+        if action == "alloc":
+            frames_now[0] = e.get("frames")
+            try:
+                live[e["addr"]] = allocator.malloc(e["size"])
+            except OutOfMemoryError as exc:
+                oom = str(exc).splitlines()[0]
+                break
+            sizes[e["addr"]] = (e["size"], e.get("frames") or [])
+            now = stats.allocated_bytes[AGGREGATE].current
+            if index >= since:
+                window_peak = max(window_peak, now)
+            if now > peak:
+                peak = now
+                at_peak = list(live)
+        elif action == "free_completed" and e["addr"] in live:
+            frames_now[0] = None
+            allocator.free(live.pop(e["addr"]))
+    frames_now[0] = None
+    holders = sorted((sizes[a] for a in at_peak if a in sizes), key=lambda s: -s[0])
+    return Replayed(stats.allocated_bytes[AGGREGATE].peak, stats.reserved_bytes[AGGREGATE].peak, oom,
+                    holders[:8], allocator.snapshot(), window_peak)
+
+
+@dataclass
+class Prediction:
+    """What ``predict`` answers: peaks, fit, where the peak is, what is not traced, what-if, sweep."""
+    profile: str
+    capacity: int                        # the GPU's memory (what nvidia-smi calls total)
+    context: int                         # the CUDA context's share of it (the profile's estimate)
+    peak_allocated: int
+    peak_reserved: int
+    oom: Optional[str]
+    at_peak: list
+    unseen: list
+    program: dict                        # the recorded requests (no segments)
+    snapshot: dict                       # the reference allocator's snapshot of their replay
+    what_if: list = field(default_factory=list)
+    sweep: Optional[dict] = None
+
+    @property
+    def usable(self) -> int:
+        return self.capacity - self.context
+
+    @property
+    def fits(self) -> bool:
+        return self.oom is None and self.peak_reserved <= self.usable
+
+    @property
+    def headroom(self) -> int:
+        """Bytes left between the predicted peak reserved and what the allocator may take."""
+        return self.usable - self.peak_reserved
+
+    def to_json(self) -> dict:
+        return {"profile": self.profile, "capacity": self.capacity, "context": self.context,
+                "peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved,
+                "fits": self.fits, "headroom": self.headroom, "oom": self.oom,
+                "at_peak": [{"size": s, "where": _where(f)} for s, f in self.at_peak],
+                "unseen": [u.to_json() for u in self.unseen], "what_if": self.what_if, "sweep": self.sweep,
+                "requests": sum(1 for e in self.program["device_traces"][0] if e["action"] == "alloc")}
+
+    def text(self) -> str:
+        mib = lambda n: f"{n / 2**20:,.1f} MiB"
+        lines = [f"predicted on a simulated {self.profile} ({self.capacity / GiB:.2f} GiB, CUDA context "
+                 f"{mib(self.context)} estimated): {self.to_json()['requests']:,} allocations traced on meta tensors",
+                 f"  peak allocated {mib(self.peak_allocated)}, peak reserved {mib(self.peak_reserved)}"]
+        if self.fits:
+            lines.append(f"  fits: yes, {mib(self.headroom)} to spare "
+                         f"({100 * self.peak_reserved / self.usable:.1f}% of the {mib(self.usable)} the allocator may use)")
+        else:
+            why = (self.oom or "peak reserved above the usable memory").split(" GPU 0 ")[0]
+            lines.append(f"  fits: NO ({why}; the peaks above are up to that point)")
+        lines.append("  live at the allocated peak (largest first):")
+        for size, frames in self.at_peak[:5]:
+            lines.append(f"    {mib(size):>12}  {_where(frames)}")
+        lines.append("  not traced (estimates, public sources):")
+        for u in self.unseen:
+            amount = "unknown" if u.nbytes is None else mib(u.nbytes)
+            how = "added to the trace" if u.added_to_trace else ("through the allocator" if u.through_allocator
+                                                                 else "beside the allocator")
+            lines.append(f"    {u.name}: {amount}, {how} ({u.source})")
+        if self.what_if:
+            lines.append("  what the doctor's settings would change (replays of the predicted run):")
+            for r in self.what_if:
+                fit = "" if r.get("fits") is None else ("  fits" if r["fits"] else "  NO (OOM)")
+                lines.append(f"    {r['policy']:<15} {r['config']:<28} reserved {mib(r['peak_reserved']):>12}{fit}")
+        if self.sweep:
+            s = self.sweep
+            for v, reserved, ok in s["points"]:
+                lines.append(f"    {s['knob']}={v}: peak reserved {mib(reserved) if reserved else '-'}  "
+                             f"{'fits' if ok else 'does not fit'}")
+            best = s["largest_fitting"]
+            lines.append(f"  largest {s['knob']} that fits: {best if best is not None else 'none of those tried'}")
+        return "\n".join(lines) + "\n"
+
+
+def _where(frames: list, keep: int = 2) -> str:
+    """The innermost user frames, 'file:line name' (torch's own files skipped when others exist)."""
+    mine = [f for f in frames if "/torch/" not in f["filename"] and f["filename"] != "??"] or frames
+    return " < ".join(f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}" for f in mine[:keep]) or "(no stack)"
+
+
+def _capacity(profile: str, device_memory: Optional[int]) -> tuple[int, int]:
+    info = SimDevice(profile).info
+    return (int(device_memory) if device_memory is not None else info.total_memory), info.context_reserve
+
+
+def forecast(program: dict, profile: str = "h100-80gb", device_memory: Optional[int] = None,
+             what_if: bool = False) -> Prediction:
+    """A Prediction for an already recorded ``program`` (record_program's dict)."""
+    capacity, context = _capacity(profile, device_memory)
+    run = replay_program(program, profile, capacity)
+    workspaces = sum(1 for e in program["device_traces"][0] if e["action"] == "alloc"
+                     and (e.get("frames") or [{}])[0].get("name") == "at::cuda::getCurrentCUDABlasHandle()")
+    ws = (next((e["size"] for e in program["device_traces"][0] if e["action"] == "alloc"
+                and (e.get("frames") or [{}])[0].get("name") == "at::cuda::getCurrentCUDABlasHandle()"), 0))
+    prediction = Prediction(profile, capacity, context, run.peak_allocated, run.peak_reserved, run.oom,
+                            run.at_peak, unseen_items(profile, context, workspaces, ws), program, run.snapshot)
+    if what_if and run.oom is None:
+        prediction.what_if = what_if_rows(run.snapshot, profile, capacity)
+    return prediction
+
+
+# The settings `python -m allocator_ref compare` and the doctor try (__main__.WHAT_IFS).
+WHAT_IFS = (("caching", "expandable_segments:True"), ("caching", "max_split_size_mb:128"),
+            ("caching", "roundup_power2_divisions:4"), ("stream_ordered", ""), ("bfc", ""), ("direct", ""))
+
+
+def what_if_rows(snapshot: dict, profile: str, capacity: int) -> list[dict]:
+    """The doctor's anchored what-if (``memory_doctor.what_if``) on the predicted snapshot, one row each."""
+    from ..memory_doctor import what_if
+    trials, _ = what_if(snapshot, WHAT_IFS, device_memory=capacity / GiB, profile=profile)
+    rows = []
+    for t in trials:
+        if t.skipped:
+            continue
+        label = t.change or {"recorded": "(as predicted)", "recorded-on-target": "(on this GPU)"}.get(t.kind, "(default)")
+        rows.append({"policy": t.policy, "config": label, "peak_reserved": t.peak_reserved,
+                     "peak_allocated": t.peak_allocated, "fits": t.fits if t.kind != "recorded" else None})
+    return rows
+
+
+def predict(step_fn: Callable[..., Any], *, profile: str = "h100-80gb", device_memory: Optional[int] = None,
+            sweep: Optional[str] = None, values: tuple = (), what_if: bool = True,
+            cublas_workspace: Optional[int] = None, **knobs) -> Prediction:
+    """Record ``step_fn(**knobs)`` on meta tensors and replay it for a GPU: will it fit?
+
+    ``profile`` names a simulated GPU (``h100-80gb``, ``t4-16gb`` ...); ``device_memory`` (bytes)
+    overrides its size.  ``sweep="batch_size", values=(8, 16, 32)`` also records the step at
+    each value of that keyword and reports the largest that fits.  ``step_fn`` builds its model
+    and tensors with ``device="cuda"`` (or ``.cuda()``): they are made on ``meta``.
+    """
+    try:
+        from .record import record_program
+    except ImportError as exc:
+        raise ImportError("predict records on PyTorch's meta tensors: pip install torch (the CPU wheel is "
+                          "enough)") from exc
+    if cublas_workspace is None:
+        cublas_workspace = cublas_workspace_bytes(profile)
+    program = record_program(step_fn, profile=profile, cublas_workspace=cublas_workspace, **knobs)
+    prediction = forecast(program, profile, device_memory, what_if=what_if)
+    if sweep:
+        if not values:
+            raise ValueError(f"sweep={sweep!r} needs values to try, e.g. values=(8, 16, 32)")
+        points = []
+        for v in values:
+            trial = forecast(record_program(step_fn, profile=profile, cublas_workspace=cublas_workspace,
+                                            stacks=False, **{**knobs, sweep: v}), profile, device_memory)
+            points.append((v, trial.peak_reserved if trial.oom is None else None, trial.fits))
+        fitting = [v for v, _, ok in points if ok]
+        prediction.sweep = {"knob": sweep, "points": points, "largest_fitting": max(fitting) if fitting else None}
+    return prediction

@@ -1,0 +1,100 @@
+"""``python -m allocator_ref predict SCRIPT``: the user's script recorded in a bounded subprocess.
+
+Predicting RUNS THE USER'S CODE (that is how a meta-tensor recording works), so it never
+happens implicitly and never in this process: a child Python imports SCRIPT with
+``runpy.run_path`` (its ``if __name__ == "__main__":`` block does not run), calls the
+function it names (``step`` by default) with the knobs given, and writes the recorded
+programs to a JSON file.  The child runs with an address-space limit (``RLIMIT_AS``),
+in its own process group, and is killed with that group when it runs past the timeout.
+The replay on the reference allocator then happens here, on plain data.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_MEMORY_GIB = 16.0     # address space, not resident memory: importing torch maps several GiB
+
+
+def parse_knob(text: str) -> tuple[str, object]:
+    """``--set batch_size=16`` -> ("batch_size", 16); a value that is no Python literal stays a string."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise ValueError(f"--set {text!r}: write NAME=VALUE, e.g. --set batch_size=16")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name, value
+
+
+def record_in_subprocess(script: str, entry: str, knobs: dict, sweep: Optional[str], values: list,
+                         profile: str, timeout: float = DEFAULT_TIMEOUT_S,
+                         memory_gib: float = DEFAULT_MEMORY_GIB) -> dict:
+    """Run the script's ``entry`` in a child and return {"program": ..., "sweep": [(value, program)]}."""
+    path = Path(script)
+    if not path.is_file():
+        raise ValueError(f"{script!r} is not a file: give the Python script that defines {entry}(...)")
+    with tempfile.TemporaryDirectory(prefix="allocator-ref-predict-") as tmp:
+        out = Path(tmp) / "programs.json"
+        job = {"script": str(path.resolve()), "entry": entry, "knobs": knobs, "sweep": sweep,
+               "values": values, "profile": profile, "out": str(out), "memory_gib": memory_gib}
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                                       os.environ.get("PYTHONPATH")])))
+        child = subprocess.Popen([sys.executable, "-m", "allocator_ref.predict.sandbox"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                 cwd=str(path.resolve().parent), start_new_session=True)
+        try:
+            output, _ = child.communicate(json.dumps(job), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            raise ValueError(f"{script}: {entry}() ran past the {timeout:g} s limit and was stopped; "
+                             "a meta-tensor step takes seconds: look for a loop that never ends, or raise --timeout") from None
+        if child.returncode != 0 or not out.is_file():
+            tail = " | ".join(line for line in output.strip().splitlines()[-3:]) or f"exit status {child.returncode}"
+            if child.returncode is not None and child.returncode < 0:
+                tail = f"killed by signal {-child.returncode} ({tail})"
+            raise ValueError(f"{script}: recording {entry}() failed: {tail[:1500]}")
+        return json.loads(out.read_text())
+
+
+def _limit_memory(gib: float) -> None:
+    import resource
+    limit = int(gib * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _child() -> int:
+    job = json.loads(sys.stdin.read())
+    _limit_memory(job["memory_gib"])
+    sys.path.insert(0, os.path.dirname(job["script"]))
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("predict needs PyTorch (the CPU wheel is enough): pip install torch", file=sys.stderr)
+        return 3
+    import runpy
+    from .record import record_program
+    namespace = runpy.run_path(job["script"], run_name="__allocator_ref_predict__")
+    step = namespace.get(job["entry"])
+    if not callable(step):
+        print(f"the script defines no function {job['entry']}(); name it with --entry", file=sys.stderr)
+        return 4
+    result = {"program": record_program(step, profile=job["profile"], **job["knobs"]), "sweep": []}
+    for value in job["values"]:
+        program = record_program(step, profile=job["profile"], stacks=False, **{**job["knobs"], job["sweep"]: value})
+        result["sweep"].append([value, program])
+    Path(job["out"]).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child())
