@@ -102,15 +102,7 @@ def plot_path(text: str) -> str:
                                          f"{', '.join('.' + f for f in sorted(formats))}")
     return text
 
-# compare's settings of the caching allocator; every other registered design follows them.
-CACHING_WHAT_IFS = ("", "expandable_segments:True", "max_split_size_mb:128", "roundup_power2_divisions:4")
-
-
-def what_if_designs() -> list[tuple[str, str]]:
-    """compare's rows, as (policy, config): the caching allocator under each setting of
-    CACHING_WHAT_IFS, then every other design of the policy registry with its defaults."""
-    from .policies.registry import policy_names
-    return [("caching", c) for c in CACHING_WHAT_IFS] + [(p, "") for p in policy_names() if p != "caching"]
+from .policies.registry import what_if_designs   # compare's rows: the registry names them once
 
 
 

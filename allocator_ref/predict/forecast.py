@@ -175,15 +175,17 @@ def forecast(program: dict, profile: str = "h100-80gb", device_memory: Optional[
     return prediction
 
 
-# The settings `python -m allocator_ref compare` and the doctor try (__main__.WHAT_IFS).
-WHAT_IFS = (("caching", "expandable_segments:True"), ("caching", "max_split_size_mb:128"),
-            ("caching", "roundup_power2_divisions:4"), ("stream_ordered", ""), ("bfc", ""), ("direct", ""))
+def what_ifs() -> list:
+    """The settings `python -m allocator_ref compare` tries (the policy registry's what-if rows),
+    less the recorded default, which the prediction itself is."""
+    from ..policies.registry import what_if_designs
+    return [row for row in what_if_designs() if row != ("caching", "")]
 
 
 def what_if_rows(snapshot: dict, profile: str, capacity: int) -> list[dict]:
     """The doctor's anchored what-if (``memory_doctor.what_if``) on the predicted snapshot, one row each."""
     from ..memory_doctor import what_if
-    trials, _ = what_if(snapshot, WHAT_IFS, device_memory=capacity / GiB, profile=profile)
+    trials, _ = what_if(snapshot, what_ifs(), device_memory=capacity / GiB, profile=profile)
     rows = []
     for t in trials:
         if t.skipped:
