@@ -84,6 +84,23 @@ VERIFIED = {
     "https://developer.nvidia.com/blog/using-cuda-stream-ordered-memory-allocator-part-1/": "cudaMallocAsync (CUDA 11.2)",
     "https://developer.nvidia.com/blog/nvidia-grace-hopper-superchip-architecture-in-depth/": "NVLink-C2C 900 GB/s, 7x PCIe Gen5",
     "https://docs.pytorch.org/docs/stable/multiprocessing.html": "Sharing CUDA tensors: producer keeps it alive",
+    # issue 40, the casebook (chapter 9; each read with the search tool's issues corpus)
+    "https://github.com/pytorch/pytorch/issues/27600": "Free Memory after CUDA out of memory error: a second call OOMs at once; gc.collect() only sometimes helps",
+    "https://github.com/pytorch/pytorch/pull/191302": "re-search the pool after release_cached_blocks (#189504): OOM, then an identical retry succeeds",
+    "https://github.com/BatsResearch/labelmodels/issues/4": "running_loss sums non-detached tensors: the graph of every batch kept; loss.item() fixes it",
+    "https://github.com/NovaSky-AI/SkyRL/pull/1768": "expandable_segments controls; baseline OOMs at step 2 with ~20 GiB reserved-but-unallocated",
+    "https://github.com/NVIDIA-NeMo/RL/issues/2319": "OOM from intra-step fragmentation; expandable_segments unavailable in colocated mode (CuMemAllocator)",
+    "https://github.com/vllm-project/vllm/pull/11743": "fully transparent sleep mode; comment: 'Sleep mode freed 0.00 GiB' under expandable_segments:True",
+    "https://github.com/vllm-project/vllm-ascend/pull/9242": "toggle expandable segments off around the CuMemAllocator pool instead of asserting",
+    "https://github.com/pytorch/pytorch/issues/145661": "PYTORCH_NO_CUDA_MEMORY_CACHING=0 treated as =1 (torch 2.5.1)",
+    "https://github.com/pytorch/pytorch/issues/15872": "GPU memory very high at the beginning of training; cudnn.benchmark",
+    "https://github.com/pytorch/pytorch/pull/120925": "cublasLt workspace 32 MiB for Hopper, per the cuBLAS recommendation",
+    "https://github.com/vllm-project/vllm/issues/14011": "Why 0 device need more memory? will it cause OOM?",
+    "https://github.com/pytorch/pytorch/pull/196378": "prime the cudagraph pool with one large allocation (triton.cudagraph_initial_mempool_allocation_gb)",
+    "https://github.com/vllm-project/vllm/issues/17549": "understanding gpu_memory_utilization and CUDA graph memory",
+    "https://github.com/vllm-project/vllm/issues/57475": "CUDA graph memory estimate under-reserves: 0.98 crashes in capture, 0.97 boots",
+    "https://github.com/vllm-project/vllm/issues/27951": "RFC: fixing the inaccurate memory profiling (MoE, CUDA graphs)",
+    "https://github.com/vllm-project/vllm/pull/30515": "account for CUDA graphs during memory profiling (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)",
 }
 CHECKED_HOSTS = re.compile(r"https?://(github\.com|docs\.nvidia\.com|developer\.nvidia\.com|docs\.pytorch\.org)/")
 URL = re.compile(r"https?://[^\s)>\"'`]+")

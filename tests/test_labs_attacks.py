@@ -125,7 +125,8 @@ STACK_READER = """
 
 
 @pytest.mark.parametrize("exercise_id", ["lab1.explain", "lab4.diagnose", "lab7.peaks", "lab7.largest_free",
-                                         "lab8.get_pool", "lab2.round_size", "lab8.cross_stream_free"])
+                                         "lab8.get_pool", "lab2.round_size", "lab8.cross_stream_free",
+                                         "lab9.stranded"])
 def test_a_graded_check_gives_the_submission_no_expected_value_to_read(exercise_id):
     rc, out, err = run_script(STACK_READER, f"""
         from allocator_ref.labs import check

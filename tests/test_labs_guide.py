@@ -127,19 +127,19 @@ def SUBMISSION(allocator, p):
     return True
 '''
 
-LAB9 = '''"""Lab 9 -- a lab added by following labs/README.md (one declaration per exercise)."""
+LAB10 = '''"""Lab 10 -- a lab added by following labs/README.md (one declaration per exercise)."""
 from .spec import Edge, edges, function_exercise
 
 function_exercise(
-    id="lab9.double", lab=9, title="double(n)", reference=lambda n: 2 * n,
+    id="lab10.double", lab=10, title="double(n)", reference=lambda n: 2 * n,
     public=[(3,)], hidden=lambda rng: [(rng.randint(10, 10 ** 6),) for _ in range(3)],
     explain=lambda args, expected: f"twice {args[0]} is {expected}",
     nudge="Look at the number above.", hint="Return n * 2.", pure=True,
 )
-edges("lab9.double", Edge("a number of 10 or more", lambda data: data[0] >= 10))
+edges("lab10.double", Edge("a number of 10 or more", lambda data: data[0] >= 10))
 '''
 
-LAB9_SOURCE = '''---
+LAB10_SOURCE = '''---
 jupytext:
   formats: ipynb,md:myst
   text_representation:
@@ -153,14 +153,14 @@ kernelspec:
   name: python3
 ---
 
-# Lab 9 — Double it
+# Lab 10 — Double it
 
 ```{code-cell} ipython3
 from allocator_ref.labs import check, hint, show_solution, progress
 ```
 
 ```{code-cell} ipython3
-# exercise: lab9.double
+# exercise: lab10.double
 def double(n):
     """Twice n."""
     ### BEGIN SOLUTION
@@ -169,12 +169,12 @@ def double(n):
 ```
 
 ```{code-cell} ipython3
-check("lab9.double", double);
+check("lab10.double", double);
 ```
 '''
 
-WRONG9 = '''"""Adds one too many."""
-EXERCISE = "lab9.double"
+WRONG10 = '''"""Adds one too many."""
+EXERCISE = "lab10.double"
 EXPECTED_REASON = "returned"
 
 
@@ -241,26 +241,26 @@ def test_following_the_guide_on_a_scratch_copy(tmp_path):
     assert "def get_free_block(allocator, p)" in student2 and "p.pool.remove(block)" not in student2
     assert "p.pool.remove(block)" in (root / "labs" / "source" / "lab02_build_the_core.ipynb").read_text()
 
-    # "Add a lab": lab 9, found by its file name.
-    (root / "allocator_ref" / "labs" / "lab9.py").write_text(LAB9)
-    (root / "labs" / "source" / "lab09_double_it.md").write_text(LAB9_SOURCE)
-    (root / "labs" / "wrong" / "lab9_off_by_one.py").write_text(WRONG9)
-    row8 = next(line for line in guide.read_text().splitlines() if line.startswith("| 8 "))
-    guide.write_text(guide.read_text().replace(row8, row8 + "\n| 9 Double it | `lab9.double` | twice n |", 1))
+    # "Add a lab": lab 10 (9 labs exist), found by its file name.
+    (root / "allocator_ref" / "labs" / "lab10.py").write_text(LAB10)
+    (root / "labs" / "source" / "lab10_double_it.md").write_text(LAB10_SOURCE)
+    (root / "labs" / "wrong" / "lab10_off_by_one.py").write_text(WRONG10)
+    row9 = next(line for line in guide.read_text().splitlines() if line.startswith("| 9 "))
+    guide.write_text(guide.read_text().replace(row9, row9 + "\n| 10 Double it | `lab10.double` | twice n |", 1))
     _make(root, "student")
-    _name_in_guide_list(guide, "pure", None, "lab9.double")          # function_exercise(..., pure=True)
-    guide.write_text(guide.read_text().replace("`lab08_own_the_pool.ipynb`.",       # step 4: its student copy
-                                               "`lab08_own_the_pool.ipynb`, `lab09_double_it.ipynb`.", 1))
-    _make(root, "check-labs", "LAB=9")
-    assert (root / "labs" / "student" / "lab09_double_it.ipynb").exists()
-    assert (root / "labs" / "source" / "lab09_double_it.ipynb").exists()
+    _name_in_guide_list(guide, "pure", None, "lab10.double")         # function_exercise(..., pure=True)
+    guide.write_text(guide.read_text().replace("`lab09_casebook.ipynb`.",            # step 4: its student copy
+                                               "`lab09_casebook.ipynb`, `lab10_double_it.ipynb`.", 1))
+    _make(root, "check-labs", "LAB=10")
+    assert (root / "labs" / "student" / "lab10_double_it.ipynb").exists()
+    assert (root / "labs" / "source" / "lab10_double_it.ipynb").exists()
     gen = subprocess.run([str(root / ".venv" / "bin" / "python"), "-m", "allocator_ref.labs.generate", "--check"],
                          cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True)
     assert gen.returncode == 0, gen.stdout
 
     # "Grading with nbgrader": the new lab exported for grading, without its solution.
-    _make(root, "nbgrader", "LAB=09", f"NBGRADER_DIR={tmp_path / 'graded'}")
-    released = (tmp_path / "graded" / "release" / "lab09" / "lab09_double_it.ipynb").read_text()
-    assert "return n + n" not in released and "assert check('lab9.double', double, seed=" in released
+    _make(root, "nbgrader", "LAB=10", f"NBGRADER_DIR={tmp_path / 'graded'}")
+    released = (tmp_path / "graded" / "release" / "lab10" / "lab10_double_it.ipynb").read_text()
+    assert "return n + n" not in released and "assert check('lab10.double', double, seed=" in released
     usage = _make(root, "nbgrader", ok=False)
     assert usage.returncode != 0 and "usage: make nbgrader LAB=02" in usage.stdout + usage.stderr
