@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..trace.device_traces import device_events
-from ..trace.replay import replay
-from ..trace.snapshot import load_snapshot
-from ..viz.replay_frames import frames_of_snapshot
+from ..trace.recording import load_recording
+from ..trace.replay import TraceStepper
+from ..viz.replay_frames import frames_of_stepper
 
 SMALL_SEGMENT = 2 * 2**20
 ROUND = 512      # kMinBlockSize: every request is rounded up to a multiple of 512 bytes (round_size)
@@ -93,6 +93,7 @@ class Diagnosis:
     readings: dict = field(default_factory=dict)         # how the verify replay read the program
     user_empty_caches: list = field(default_factory=list)   # (DeviceReplay.readings / user_empty_caches)
     program: Any = None                  # the program's actions (trace/whatif.py), once whatif_run read them
+    recording: Any = None                # the Recording it was read from (trace/recording.py), loaded once
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -118,21 +119,16 @@ class Diagnosis:
 
 def whatif_run(diag: "Diagnosis", profile: str = "h100-80gb"):
     """What the anchored what-ifs replay: this device's trace, its program, the recorded curve."""
-    from ..trace.whatif import program_of, start_state
+    from ..trace.whatif import program_of
     from .remedies import Run
-    # The events the verify replay walked (and the frames and readings index): the same list
-    # as the file's trace, unless the loader left entries out (``snapshot`` entries).
-    events = diag.snapshot["device_traces"][diag.device]
-    walked = getattr(diag.frames, "events", None)
-    if walked is not None and len(walked) == len(diag.reserved) != len(events):
-        # Entries were left out: keep the file's own entries (they carry device_free, frames)
-        # for the ones walked, matched in order.
-        kept = iter(events)
-        events = [next(e for e in kept if e.get("action") == w.get("action") and e.get("addr") == w.get("addr"))
-                  for w in walked]
-    finals = [s for s in diag.snapshot.get("segments", []) if s.get("device", 0) == diag.device]
+    recording = diag.recording if diag.recording is not None else load_recording(diag.snapshot, diag.source)
+    dev = recording.device(diag.device)
+    # The events the verify replay walked (the frames and readings index them): the file's own
+    # entries, 'snapshot' entries set aside.
+    events, finals = dev.events, dev.segments
     diag.program = program_of(events, diag.readings, diag.user_empty_caches, diag.reserved)
-    diag.program.start = start_state(events, finals, diag.config)       # rebuilt once for every replay
+    diag.program.start = dev.start_state()       # rebuilt once, the same the verify replay used
+    diag.program.recording = dev
     return Run(events, finals, diag.program, diag.reserved,
                diag.device, profile)
 
@@ -173,20 +169,20 @@ def python_frames(frames: Optional[list], keep: int = 3) -> list:
 
 
 def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
-    """Replay ``snapshot`` (a path or a dict) at PyTorch's addresses and read the facts off it."""
-    source = "<dict>"
-    if not isinstance(snapshot, dict):
-        source = str(snapshot)
-        snapshot = load_snapshot(snapshot)
+    """Replay ``snapshot`` (a Recording, or a path, bytes, a dict...) at PyTorch's addresses
+    and read the facts off it."""
+    recording = load_recording(snapshot)          # checked once; a Recording comes back as it is
+    source, snapshot = recording.source, recording.snapshot
     if device is None:
         device = _focus_device(snapshot)
     traces = [device_events(snapshot, i) for i in range(len(snapshot.get("device_traces", [])))]
     if not 0 <= device < len(traces) or not traces[device]:
         raise ValueError(f"device {device} has no trace events in this snapshot")
-    only = device_snapshot(snapshot, device)
-    frames = frames_of_snapshot(only, device=device)
-    # The frames came from a --verify replay of the whole trace: its report is the verification.
-    verify = frames.verify_result or replay(only, verify=True, progress=False)
+    # One replay at PyTorch's addresses (the replay engine) makes the frames, and finishing it
+    # (the final-state comparison) is the verification: nothing is replayed twice.
+    stepper = TraceStepper(recording, device=device)
+    frames = frames_of_stepper(stepper)
+    verify = stepper.finish()
     summary = verify.to_json()
     totals = frames.memory_totals()
     allocated = [a for a, _ in totals]
@@ -205,7 +201,8 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
                      verified=verify.perfect, verify_summary=summary, frames=frames,
                      allocated=allocated, reserved=reserved,
                      peak_allocated=allocated[peak_allocated_at], peak_allocated_at=peak_allocated_at,
-                     peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at)
+                     peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at,
+                     recording=recording)
     mine = next((r for r in verify.devices if r.device == device), None)
     if mine is not None:
         diag.readings, diag.user_empty_caches = dict(mine.readings), list(mine.user_empty_caches)
