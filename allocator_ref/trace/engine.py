@@ -41,7 +41,6 @@ from .recording import DeviceRecording
 from .replay_device import TraceDevice
 from .replay_pools import PoolRouter
 from .replay_report import Anchored, DeviceReplay, Divergence
-from .trace_index import TraceIndex
 from .validate import SnapshotError
 
 USER_ACTIONS = ("alloc", "free_requested")
@@ -105,7 +104,7 @@ class Engine:
         self.pos = 0
         self._bar = _NoBar()
         # Every "what comes next" question is answered from tables built once (linear replay).
-        self.lookup = TraceIndex(events)
+        self.lookup = recording.lookup
         self._replayed_malloc = -1           # the last alloc/oom event replayed: never twice
         # Trials copy the allocator; their total cost is capped so that no trace makes the
         # replay quadratic (past the cap the default reading is taken, and a note says so).
@@ -715,18 +714,23 @@ class Engine:
         return True
 
     def _malloc_action(self, act) -> None:
-        self.device.planned = deque(act.segments)
-        e = self.events[act.pos]
+        planned = act.segments       # where PyTorch's cudaMalloc put this malloc's segments
+        if planned:
+            self.device.planned = deque(planned)
         try:
-            pool_id = self.pools.pool_of(e) if act.kind == "malloc" else (0, 0)
-            with self.pools.route(self.allocator, pool_id):
+            pool_id = self.pools.pool_of(self.events[act.pos]) if act.kind == "malloc" else (0, 0)
+            if pool_id == (0, 0):
                 allocation = self.allocator.malloc(act.size, self._stream(act.stream))
+            else:
+                with self.pools.route(self.allocator, pool_id):
+                    allocation = self.allocator.malloc(act.size, self._stream(act.stream))
         except OutOfMemoryError:
             self.out.ooms += 1
             self.out.oom_at.append(act.pos)
             return
         finally:
-            self.device.planned = deque()
+            if planned:
+                self.device.planned = deque()
         if act.kind == "malloc":
             self.live[act.addr] = allocation
         # A request PyTorch refused that fits here stays live: the run stopped there.

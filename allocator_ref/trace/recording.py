@@ -41,6 +41,7 @@ class DeviceRecording:
     config: str                   # the recorded PYTORCH_CUDA_ALLOC_CONF
     source: str = "<dict>"
     _start: Any = field(default=None, repr=False)
+    _lookup: Any = field(default=None, repr=False)
 
     @property
     def snapshot_entries(self) -> int:
@@ -62,6 +63,14 @@ class DeviceRecording:
             from .rebuild import infer_initial_state
             self._start = infer_initial_state(self.events, self.segments, recorded_config(self))
         return self._start
+
+    @property
+    def lookup(self):
+        """The trace's "what comes next" tables (trace_index.py), built once for every replay."""
+        if self._lookup is None:
+            from .trace_index import TraceIndex
+            self._lookup = TraceIndex(self.events)
+        return self._lookup
 
     @property
     def peak_reserved(self) -> int:
