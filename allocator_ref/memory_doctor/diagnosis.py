@@ -178,18 +178,16 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
     traces = [device_events(snapshot, i) for i in range(len(snapshot.get("device_traces", [])))]
     if not 0 <= device < len(traces) or not traces[device]:
         raise ValueError(f"device {device} has no trace events in this snapshot")
-    # One replay at PyTorch's addresses (the replay engine) makes the frames, and finishing it
-    # (the final-state comparison) is the verification: nothing is replayed twice.
-    stepper = TraceStepper(recording, device=device)
-    frames = frames_of_stepper(stepper)
-    verify = stepper.finish()
+    # One replay at PyTorch's addresses (the replay engine): its counters after each event are
+    # the totals, and finishing it (the final-state comparison) is the verification.
+    facts = _replay_facts(recording, device)
+    frames, verify, allocated, reserved, actions = facts["frames"], facts["verify"], facts["allocated"], \
+        facts["reserved"], facts["actions"]
     summary = verify.to_json()
-    totals = frames.memory_totals()
-    allocated = [a for a, _ in totals]
-    reserved = [r for _, r in totals]
+    totals = allocated
     # The peak is read where a user call finished (a malloc's segment_alloc comes a moment
     # before its alloc: in between, the new segment would count as unallocated).
-    calls = [i for i, e in enumerate(frames.events) if e.get("action") in CALL_ACTIONS] or list(range(len(totals)))
+    calls = [i for i, a in enumerate(actions) if a in CALL_ACTIONS] or list(range(len(totals)))
     peak_reserved_at = max(calls, key=reserved.__getitem__)
     peak_allocated_at = max(calls, key=allocated.__getitem__)
     devices = []
@@ -207,16 +205,51 @@ def diagnose(snapshot: Any, device: Optional[int] = None) -> Diagnosis:
     if mine is not None:
         diag.readings, diag.user_empty_caches = dict(mine.readings), list(mine.user_empty_caches)
     events = traces[device]
-    _where_memory_sits(diag, frames.state(peak_reserved_at), frames.segment_ids)
-    diag.largest = _largest_live(frames.state(peak_reserved_at), events, frames.first_event + peak_reserved_at)
+    at_peak, segment_ids = facts["state_at"](peak_reserved_at), facts["segment_ids"]()
+    _where_memory_sits(diag, at_peak, segment_ids)
+    diag.largest = _largest_live(at_peak, events, frames.first_event + peak_reserved_at)
     diag.oom = _oom_facts(events, frames, allocated, reserved)
     diag.oom_count = sum(1 for e in events if e.get("action") == "oom")
     # Freed blocks still waiting for another stream's work (record_stream) are active but not allocated.
-    pending = [active - alloc for alloc, active in frames.segment_sums("allocated_size", "active_size")]
+    pending = facts["pending"]
     if pending and max(pending) > 0:
         diag.pending_max_at = max(range(len(pending)), key=pending.__getitem__)
         diag.pending_max = pending[diag.pending_max_at]
     return diag
+
+
+def _replay_facts(recording, device: int) -> dict:
+    """What one verify replay of ``device`` shows after each event, and how to get the block map
+    at one event.  Read off the replay engine's counters (trace/verify_facts.py) where they can
+    stand in for the frames, with the frames recorded only if the player or the page asks
+    (``LazyFrames``); else (expandable segments, a replay that diverged) off the frames."""
+    from ..trace.verify_facts import VerifyFacts, available, state_after
+    from ..viz.replay_frames import LazyFrames
+    dev = recording.device(device)
+    if available(dev):
+        facts = VerifyFacts(TraceStepper(recording, device=device))
+        t = facts.totals
+        if facts.result.perfect and len(t.actions) == len(dev.events):
+            cached: dict = {}
+
+            def state_at(i: int) -> list:
+                if i not in cached:
+                    exact = state_after(recording, device, i)
+                    cached[i] = exact if exact is not None else frames.recorded.state(i)
+                return cached[i]
+
+            frames = LazyFrames(recording, device, len(dev.events))
+            return {"frames": frames, "verify": facts.result, "allocated": t.allocated, "reserved": t.reserved,
+                    "actions": t.actions, "pending": [a - b for a, b in zip(t.active, t.allocated)],
+                    "state_at": state_at, "segment_ids": facts.segment_numbers}
+    stepper = TraceStepper(recording, device=device)
+    frames = frames_of_stepper(stepper)
+    verify = stepper.finish()
+    totals = frames.memory_totals()
+    return {"frames": frames, "verify": verify, "allocated": [a for a, _ in totals],
+            "reserved": [r for _, r in totals], "actions": [e.get("action") for e in frames.events],
+            "pending": [active - alloc for alloc, active in frames.segment_sums("allocated_size", "active_size")],
+            "state_at": frames.state, "segment_ids": lambda: frames.segment_ids}
 
 
 def _where_memory_sits(diag: Diagnosis, segments: list, ids: dict) -> None:

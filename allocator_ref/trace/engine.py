@@ -668,8 +668,7 @@ class Engine:
         a, out = self.allocator, self.out
         out.peak_reserved, out.peak_allocated = a.memory_reserved(), a.memory_allocated()
         out.fragmentation = out.peak_reserved - out.peak_allocated
-        for k, act in enumerate(program.actions):
-            self._do(k, act)
+        self._run_actions(program.actions)
         c = self.device.counters
         out.device_calls = c.malloc_calls + c.free_calls + c.vmm_calls + c.malloc_async_calls + c.free_async_calls
         out.device_call_us = float(c.api_time_us)
@@ -742,27 +741,32 @@ class Engine:
         for event in self.device.events_by_addr.pop(addr, []):
             event.ready = True
 
-    def _do(self, k: int, act) -> None:
-        kind = act.kind
-        if kind in ("malloc", "request"):
-            self._malloc_action(act)
-        elif kind == "free":
-            self._free(act.addr, act.deferred, done_at=self._done_at.get(k, NEVER))
-        elif kind == "complete":
-            self._complete(act.addr)
-            return
-        elif kind == "process":
-            da = getattr(self.allocator, "device_allocator", None)  # the policies have no events to process
-            if da is not None:
-                da.process_events()
-        elif kind == "empty_cache":
-            self.allocator.empty_cache()
-        self._record_sample(act.sample_at if act.sample_at >= 0 else act.pos)
+    def _run_actions(self, actions: list) -> None:
+        """Every action in order, each followed by a sample of reserved and allocated (but a
+        completion: its effect shows at the next process_events).  The hot loop of every
+        what-if: a dozen of them run per doctor, so lookups are hoisted out of it."""
+        malloc, free, complete, sample = self._malloc_action, self._free, self._complete, self._record_sample
+        done_at = self._done_at
+        da = getattr(self.allocator, "device_allocator", None)   # the policies have no events to process
+        for k, act in enumerate(actions):
+            kind = act.kind
+            if kind == "malloc" or kind == "request":
+                malloc(act)
+            elif kind == "free":
+                free(act.addr, act.deferred, done_at.get(k, NEVER) if act.deferred else NEVER)
+            elif kind == "complete":
+                complete(act.addr)
+                continue
+            elif kind == "process":
+                if da is not None:
+                    da.process_events()
+            elif kind == "empty_cache":
+                self.allocator.empty_cache()
+            sample(act.sample_at if act.sample_at >= 0 else act.pos)
 
     def _record_sample(self, pos: int) -> None:
-        a = self.allocator
+        a, out = self.allocator, self.out
         reserved, allocated = a.memory_reserved(), a.memory_allocated()
-        out = self.out
         out.positions.append(pos)
         out.reserved.append(reserved)
         out.allocated.append(allocated)

@@ -50,3 +50,37 @@ def frames_of_stepper(stepper: TraceStepper, start: int = 0, count: Optional[int
     frames.first_event = first            # frame i shows the state after trace event first + i
     frames.divergence = stepper.divergence
     return frames
+
+
+class LazyFrames:
+    """The frames of a whole trace, recorded only when something asks for them.
+
+    The doctor reads its facts off the replay engine (trace/verify_facts.py); the frames are
+    for the player and the HTML page, so they are recorded (one more replay) the first time
+    one of them is used.  ``len`` and ``first_event`` are known without recording.
+    """
+
+    def __init__(self, snapshot: Any, device: Optional[int], count: int, first_event: int = 0) -> None:
+        self._snapshot, self._device, self._count = snapshot, device, count
+        self.first_event = first_event
+        self._frames: Optional[FrameSource] = None
+
+    @property
+    def recorded(self) -> FrameSource:
+        if self._frames is None:
+            self._frames = frames_of_snapshot(self._snapshot, device=self._device)
+        return self._frames
+
+    def __len__(self) -> int:
+        return self._count if self._frames is None else len(self._frames)
+
+    def __getitem__(self, i):
+        return self.recorded[i]
+
+    def __iter__(self):
+        return iter(self.recorded)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("_snapshot", "_device", "_count", "_frames"):
+            raise AttributeError(name)
+        return getattr(self.recorded, name)
