@@ -54,3 +54,17 @@ def test_pending_frees_cost_linear_work(tool, monkeypatch):
     # 4x the frees must not cost much more than 4x the work (one guard stream per pending free
     # made it 16x: every malloc asked every pending free's stream).
     assert large <= 4.5 * max(small, 1), (small, large)
+
+
+@pytest.mark.slow
+def test_the_engine_benchmark_runs_and_writes_its_figures(tmp_path):
+    import json
+
+    from benchmarks import bench_engine
+    payload = bench_engine.run(quick=True, out_dir=tmp_path)
+    data = json.loads((tmp_path / "engine.json").read_text())
+    assert data["benchmark"] == "engine" and set(payload["targets"]) == {"pending_frees_growth",
+                                                                         "doctor_vs_replay_cpu"}
+    rows = data["pending_frees"]["rows"]
+    assert {r["tool"] for r in rows} == {"replay --verify", "doctor"}
+    assert all(r["verified"] for r in rows if r["tool"] == "replay --verify")

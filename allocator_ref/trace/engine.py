@@ -65,11 +65,21 @@ def make_device(profile: str, index: int = 0, *, verify: bool, usable: Optional[
     return device
 
 
+def make_allocator(policy: str, device, config: str):
+    """A fresh allocator of the named design on ``device``."""
+    if policy == "caching":
+        return CachingAllocator(device, config)
+    from .. import policies
+    classes = {"direct": "DirectAllocator", "stream_ordered": "StreamOrderedAllocator", "bfc": "BFCAllocator"}
+    if policy not in classes:
+        raise ValueError(f"unknown policy {policy!r}: choose one of caching, {', '.join(classes)}")
+    return getattr(policies, classes[policy])(device)
+
+
 def make_replay_allocator(policy: str, device, config: str, factory: Optional[Callable] = None):
     """The allocator a replay drives: ``factory(device, config)``, or the named policy."""
     if factory is not None:
         return factory(device, config)
-    from .replay import make_allocator
     return make_allocator(policy, device, config)
 
 

@@ -61,7 +61,8 @@ class DeviceRecording:
         """
         if self._start is None:
             from .rebuild import infer_initial_state
-            self._start = infer_initial_state(self.events, self.segments, recorded_config(self))
+            self._start = infer_initial_state(self.events, self.segments,
+                                              recorded_config(self.config, self.source))
         return self._start
 
     @property
@@ -93,15 +94,15 @@ class DeviceRecording:
         return sum(1 for e in self.events if e["action"] == "oom")
 
 
-def recorded_config(dev: DeviceRecording):
+def recorded_config(config: str, source: str = "<dict>"):
     """The recorded setting as an AllocatorConfig; a value PyTorch could not have had is refused
     naming the file and the field."""
     from ..caching.config import AllocatorConfig
     try:
-        return AllocatorConfig.parse(dev.config) if dev.config else AllocatorConfig()
+        return AllocatorConfig.parse(config) if config else AllocatorConfig()
     except ValueError as exc:
-        raise SnapshotError(f"{dev.source}: allocator_settings['PYTORCH_CUDA_ALLOC_CONF'] = "
-                            f"{dev.config[:80]!r} cannot be used: {exc}") from None
+        raise SnapshotError(f"{source}: allocator_settings['PYTORCH_CUDA_ALLOC_CONF'] = "
+                            f"{config[:80]!r} cannot be used: {exc}") from None
 
 
 @dataclass

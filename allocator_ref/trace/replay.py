@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..caching.allocator import CachingAllocator
-from .engine import GUARD_HANDLES, REORDER_WINDOW, Engine    # noqa: F401  (the engine's figures, named here too)
+from .engine import GUARD_HANDLES, REORDER_WINDOW, Engine, make_allocator    # noqa: F401  (named here too)
 from .recording import load_recording, recorded_config
 from .replay_report import Divergence, ReplayResult
 from .validate import SnapshotError
@@ -56,13 +56,13 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
     if verify and (policy != "caching" or allocator_factory is not None or not same_config):
         raise ValueError("--verify compares against PyTorch's own decisions: it needs the caching "
                          "policy and the snapshot's own config")
+    if same_config and policy == "caching" and allocator_factory is None:
+        recorded_config(config, source)  # the file's own setting: refused in the loader's words
     devices = []
     # Every device with trace events or segments (device_traces may be shorter than the
     # devices the segments name); ``snapshot`` entries are left out (device_traces.py).
     for index in recording.devices:
         dev = recording.device(index)
-        if same_config and policy == "caching" and allocator_factory is None:
-            recorded_config(dev)         # the file's own setting: refused in the loader's words
         if not dev.events and not verify:
             continue                     # a what-if has no requests to replay on this device
         try:
@@ -75,17 +75,6 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
         result.snapshot_entries = dev.snapshot_entries
         devices.append(result)
     return ReplayResult(source, policy, config, verify, devices)
-
-
-def make_allocator(policy: str, device, config: str):
-    """A fresh allocator of the named design on ``device``."""
-    if policy == "caching":
-        return CachingAllocator(device, config)
-    from .. import policies
-    classes = {"direct": "DirectAllocator", "stream_ordered": "StreamOrderedAllocator", "bfc": "BFCAllocator"}
-    if policy not in classes:
-        raise ValueError(f"unknown policy {policy!r}: choose one of caching, {', '.join(classes)}")
-    return getattr(policies, classes[policy])(device)
 
 
 class TraceStepper:
