@@ -184,3 +184,6 @@ def test_a_recording_is_what_every_tool_takes():
     frames = frames_of_snapshot(rec)
     assert frames.verify_result.perfect and len(frames) == len(rec.device(0).events)
     assert doctor(rec).diagnosis.recording is rec
+    from allocator_ref.viz.timeline import memory_curves
+    curves, from_dict = memory_curves(rec), memory_curves(rec.snapshot)
+    assert len(curves.reserved) > 30 and list(curves.reserved) == list(from_dict.reserved)
