@@ -17,7 +17,7 @@ Which is which is read off the ``--verify`` replay (``DeviceReplay.readings`` an
 
 * a run of ``segment_free`` that the verify replay had to cause with ``empty_cache()``
   is the user's call (nothing in the malloc that follows would have released it:
-  ``_user_empty_cache_end`` in replay.py); a run of releases inside a malloc's group is the
+  ``_user_empty_cache_end`` in engine.py); a run of releases inside a malloc's group is the
   malloc's own retry ladder (``release_cached_blocks`` after ``alloc_block`` failed in
   ``DeviceCachingAllocator::malloc``) and is re-derived, not replayed;
 * a ``free_completed`` that the malloc's ``process_events`` found ready is the program's
@@ -28,7 +28,8 @@ Every replay starts from the state at the first event (``rebuild.infer_initial_s
 the same rebuild ``--verify`` uses), restored segment by segment at PyTorch's addresses, and
 new segments go where PyTorch put them whenever that range is free, so under the recorded
 settings the replay makes PyTorch's decisions and its reserved curve is the recorded one.
-``anchored_replay`` returns that curve (reserved after each program action) for the doctor
+The replay is the replay engine's what-if mode (engine.py ``Engine.run_program``, on the
+same TraceDevice as every replay); ``anchored_replay`` returns that curve (reserved after each program action) for the doctor
 to compare and rank.
 """
 from __future__ import annotations
