@@ -227,10 +227,15 @@ def _replay_facts(recording, device: int) -> dict:
     from ..viz.replay_frames import LazyFrames
     dev = recording.device(device)
     if available(dev):
-        facts = VerifyFacts(TraceStepper(recording, device=device))
+        # A verified replay makes the recorded reserved curve, so its peak (read as diagnose reads
+        # it: where a user call finished) is known before the run: its block map is kept then.
+        recorded = dev.reserved_after_each_event()
+        calls = [i for i, e in enumerate(dev.events) if e["action"] in CALL_ACTIONS]
+        peak = max(calls, key=recorded.__getitem__) if calls else None
+        facts = VerifyFacts(TraceStepper(recording, device=device), capture_at=peak)
         t = facts.totals
         if facts.result.perfect and len(t.actions) == len(dev.events):
-            cached: dict = {}
+            cached: dict = {} if t.captured is None else {peak: t.captured}
 
             def state_at(i: int) -> list:
                 if i not in cached:

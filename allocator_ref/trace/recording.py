@@ -73,21 +73,27 @@ class DeviceRecording:
             self._lookup = TraceIndex(self.events)
         return self._lookup
 
-    @property
-    def peak_reserved(self) -> int:
-        """The most memory the trace shows reserved at once: the segments held at the first
-        event plus every ``segment_alloc``/``segment_map`` less every release, at its highest."""
+    def reserved_after_each_event(self) -> list:
+        """memory_reserved() after each event, as recorded: the segments held at the first event
+        plus every ``segment_alloc``/``segment_map`` less every release up to it."""
         state = self.start_state()
         reserved = sum(s.size for s in state.segments) + sum(s["total_size"] for s in state.expandable)
-        peak = reserved
+        out = []
         for e in self.events:
             action = e["action"]
             if action in NEW_MEMORY:
                 reserved += e["size"]
-                peak = max(peak, reserved)
             elif action in RELEASES:
                 reserved -= e["size"]
-        return peak
+            out.append(reserved)
+        return out
+
+    @property
+    def peak_reserved(self) -> int:
+        """The most memory the trace shows reserved at once (the recorded peak)."""
+        state = self.start_state()
+        start = sum(s.size for s in state.segments) + sum(s["total_size"] for s in state.expandable)
+        return max([start] + self.reserved_after_each_event())
 
     @property
     def ooms(self) -> int:

@@ -13,8 +13,9 @@ verify run of the engine (engine.py) reports :class:`VerifyFacts`:
   ``DeviceCachingAllocator`` does), so the listener adds that change itself, as the frames do
   (``viz.frames.settle``); and a ``free_requested`` no other stream holds back shows its
   block free at once, as the block map reads it;
-* the block map at one event comes from a second engine run stopped right after it
-  (``state_after``);
+* the block map at one event is kept during the run when the event is known beforehand
+  (the recorded peak: ``capture_at``), else comes from a second engine run stopped right
+  after it (``state_after``);
 * segment numbers ("seg N") follow the player's rule: the segments at the start by address,
   then each new segment in the order the trace allocates it.
 
@@ -43,9 +44,11 @@ def available(dev: DeviceRecording) -> bool:
 class TotalsAfterEachEvent:
     """A trace listener: (action, allocated, reserved, active) after each event the allocator makes."""
 
-    def __init__(self, allocator) -> None:
+    def __init__(self, allocator, capture_at: Optional[int] = None) -> None:
         self.allocator = allocator
         self.da = allocator.device_allocator
+        self.capture_at = capture_at      # the event after which to keep the whole block map
+        self.captured: Optional[list] = None
         self.actions: list = []
         self.allocated: list = []
         self.reserved: list = []
@@ -73,6 +76,9 @@ class TotalsAfterEachEvent:
                 active -= block.size
         elif action == "segment_free":           # reserved drops right after
             reserved -= entry.size
+        if len(self.actions) == self.capture_at and action in ("alloc", "oom"):
+            # The last event of a malloc: the blocks already are what they are after it.
+            self.captured = self.allocator.segments(record=False)
         self.actions.append(action)
         self.allocated.append(allocated)
         self.reserved.append(reserved)
@@ -92,12 +98,14 @@ class _Muted:
 class VerifyFacts:
     """One verify run of a device with the totals after each event (see the module doc)."""
 
-    def __init__(self, stepper: TraceStepper) -> None:
+    def __init__(self, stepper: TraceStepper, capture_at: Optional[int] = None) -> None:
+        """``capture_at``: an event whose block map to keep (the recorded peak, say: a verified
+        replay makes the recorded curve, so it is known before the run)."""
         self.stepper = stepper
         allocator = stepper.allocator
         # The player numbers the segments present at the start by address (FrameSource).
         self.start_addresses = sorted(s["address"] for s in allocator.segments(record=False))
-        self.totals = TotalsAfterEachEvent(allocator)
+        self.totals = TotalsAfterEachEvent(allocator, capture_at)
         stop = allocator.trace.add_listener(self.totals)
         try:
             self.result = stepper.finish()
