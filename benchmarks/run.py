@@ -143,7 +143,7 @@ def report(results: dict, quick: bool) -> str:
         lines += ["## Replay engine: pending frees and the doctor's cost (benchmarks/bench_engine.py)", "",
                   "Generated traces with a backlog of record_stream frees (benchmarks/gen_pending_frees.py), "
                   "the recording loaded before the clock starts.", "",
-                  "| tool | pending frees | events | seconds | us per event |", "|---|---:|---:|---:|---:|"]
+                  "| tool | pending frees | events | CPU seconds | us per event |", "|---|---:|---:|---:|---:|"]
         for r in e["pending_frees"]["rows"]:
             lines.append(f"| {r['tool']} | {r['frees']:,} | {r['events']:,} | {r['seconds']:.3f} | "
                          f"{r['us_per_event']:.1f} |")
