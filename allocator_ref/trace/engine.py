@@ -19,10 +19,13 @@ Both start from the allocator state at the first event, rebuilt once per recordi
 its events go on a guard stream whose queue completes in the order the trace completes them
 (``_guard_stream``), so a backlog of thousands of pending frees costs each event the same as
 none.  ``make_device`` is the one place a replay's simulated GPU is built.
+
+One class, three files: the stepper and what both modes share (here), the verify mode's
+reading of ambiguous groups (engine_readings.py), the what-if mode's program steps
+(engine_program.py).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 from collections import deque
@@ -37,6 +40,8 @@ from ..caching.restore import restore_segment
 from ..device.errors import CudaError
 from .rebuild import infer_initial_state
 from .rebuild_expandable import CannotRebuild, rebuild_expandable
+from .engine_program import NEVER, UNCAPPED, ProgramSteps    # noqa: F401  (UNCAPPED: whatif.py's default)
+from .engine_readings import ReadingInference, _NoBar
 from .recording import DeviceRecording
 from .replay_device import TraceDevice
 from .replay_pools import PoolRouter
@@ -47,8 +52,6 @@ USER_ACTIONS = ("alloc", "free_requested")
 RELEASES = ("segment_free", "segment_unmap")
 GUARD_HANDLES = 2**64     # stream handles of the replay's own guard streams (_guard_stream)
 REORDER_WINDOW = 64       # how far ahead _take_produced looks for an event emitted out of order
-UNCAPPED = 1 << 40        # "no capacity known": a 1 TiB GPU, far above any real one
-NEVER = float("inf")      # the completion point of a free the trace never completes
 
 
 def make_device(profile: str, index: int = 0, *, verify: bool, usable: Optional[int] = None,
@@ -83,7 +86,7 @@ def make_replay_allocator(policy: str, device, config: str, factory: Optional[Ca
     return make_allocator(policy, device, config)
 
 
-class Engine:
+class Engine(ReadingInference, ProgramSteps):
     """Replays one device of a recording (see the module doc); ``verify`` picks the mode."""
 
     def __init__(self, recording: DeviceRecording, *, verify: bool, config: Optional[str] = None,
@@ -435,154 +438,6 @@ class Engine:
         # Nothing we can cause: skip it (a whole run of completions nobody waited for at once).
         self.pos = self.lookup.completed_end[pos] if e["action"] == "free_completed" else pos + 1
 
-    # A malloc's group of events can be read more than one way when deferred frees complete
-    # in it: by the malloc's own process_events (they were ready), or by the
-    # synchronize_and_free_events of its retry path, or by an empty_cache() the user called
-    # just before.  The trace cannot tell; the replay tries each reading on a copy of itself
-    # and keeps the first that reproduces the group exactly.
-    READINGS = ("sync", "ready", "empty_cache")
-
-    def _choose_reading(self, pos: int, j: int) -> str:
-        group = self.events[pos:j + 1]
-        actions = {g["action"] for g in group}
-        pending = any(g["action"] == "free_completed" and g["addr"] in self.device.events_by_addr
-                      for g in group)
-        default = "sync" if actions & set(RELEASES) else "ready"
-        # Completions that the malloc's process_events or a sync may have made ...
-        completions_unclear = pending and bool(actions & (set(RELEASES) | {"oom"}))
-        # ... or unmaps then a map: a malloc whose first try reserved a new segment before
-        # failing, or the user's empty_cache() freeing the address range the map then reuses.
-        reservation_unclear = {"segment_unmap", "segment_map"} <= actions
-        if self._in_trial or not (completions_unclear or reservation_unclear) or not self._can_try():
-            return default
-        for reading in (default,) + tuple(r for r in self.READINGS if r != default):
-            if self._reading_reproduces(pos, j, reading):
-                return reading
-        return default
-
-    def _reading_reproduces(self, pos: int, j: int, reading: str) -> bool:
-        def try_reading(clone: "Engine") -> None:
-            clone._replay_malloc(pos, j, reading)
-            clone._run_until(j + 1)
-        return self._trial(try_reading)
-
-    def _trial(self, attempt: Callable[["Engine"], None]) -> bool:
-        """Run ``attempt`` on a copy of this replayer: did it reproduce the trace exactly?"""
-        clone = self._clone()
-        clone._in_trial = True
-        clone.result.first_divergence = None
-        try:
-            attempt(clone)
-        except CudaError:
-            return False                     # this reading asks the device for the impossible
-        # Every event the attempt made must be one the trace shows, and nothing left over.
-        return clone.result.first_divergence is None and not clone.produced
-
-    def _clone(self) -> "Engine":
-        """A copy to try a reading on; the trace and its tables are shared, not copied."""
-        da = getattr(self.allocator, "device_allocator", None)      # None for the policies
-        self._trial_budget -= 1 + (len(da.active_blocks) if da is not None else 0) + len(self.live)
-        self.result.work += 1 + len(self.live)
-        return copy.deepcopy(self, {id(self.events): self.events, id(self.finals): self.finals,
-                                    id(self._bar): _NoBar(), id(self.lookup): self.lookup,
-                                    id(self.recording): self.recording})
-
-    def _can_try(self) -> bool:
-        if self._trial_budget > 0:
-            return True
-        note = "trial budget spent: later ambiguous groups took the default reading"
-        if note not in self.result.inferred:
-            self.result.inferred.append(note)
-        return False
-
-    def _completion_unclear(self, pos: int) -> bool:
-        """Was the free at ``pos`` completed at once, or by a failing malloc's sync right after?
-
-        ``free_requested`` then ``free_completed`` usually means no other stream used the
-        block.  But when the next malloc goes on to release cached memory (or fails), its
-        synchronize_and_free_events may have completed a deferred free just there.
-        """
-        if self._in_trial or not self._can_try():
-            return False
-        j = self._next_malloc(pos + 2)
-        if j < 0:
-            return False
-        if self.events[j]["stream"] != self.events[pos]["stream"]:
-            # The freed block cannot serve a malloc on another stream (get_free_block looks
-            # only at the malloc's stream), so both readings make the same events: no trial.
-            # (A trial copies the whole state; on a trace with 10,000 streams it cost seconds.)
-            return False
-        return any(g["action"] in RELEASES + ("oom",) for g in self.events[pos + 2:j + 1])
-
-    def _free_reproduces(self, pos: int, deferred: bool) -> bool:
-        def try_free(clone: "Engine") -> None:
-            clone._free(self.events[pos]["addr"], deferred=deferred,
-                        done_at=self.lookup.completion_at.get(pos, NEVER))
-            clone._run_until(self._next_malloc(pos + 2) + 1)
-        return self._trial(try_free)
-
-    def _replay_malloc(self, pos: int, j: int, reading: str) -> None:
-        if not self._in_trial:               # how the group was read, for the what-if (whatif.py)
-            if reading == "empty_cache":
-                self.result.user_empty_caches.append(pos)
-            else:
-                self.result.readings[pos] = reading
-        if reading == "empty_cache":
-            self.allocator.empty_cache()     # the malloc itself follows in the next step
-            return
-        self._replayed_malloc = j
-        self._prepare_malloc(pos, complete_frees=(reading == "ready"))
-        self._malloc(j)
-
-    def _complete_leading_frees(self, pos: int) -> bool:
-        """Complete the deferred frees the trace shows from ``pos``; True if any was produced.
-
-        Frees that complete right before a release of cached segments were completed by that
-        release's ``synchronize_and_free_events`` (an ``empty_cache``, or a malloc's retry
-        path), not by ``process_events``: those are left for the release to complete.
-        """
-        j = self.lookup.completed_end[pos] if self.events[pos]["action"] == "free_completed" else pos
-        self.result.work += j - pos
-        if j < len(self.events) and self.events[j]["action"] in RELEASES:
-            return False
-        ready = False
-        for e in self.events[pos:j]:
-            for event in self.device.events_by_addr.pop(e["addr"], []):
-                event.ready = ready = True
-        if ready:
-            self.allocator.device_allocator.process_events()
-        return bool(self.produced)
-
-    def _user_empty_cache_end(self, pos: int) -> int:
-        """If the events from ``pos`` hold a user's ``empty_cache()``, the index just after it, else -1.
-
-        A malloc releases cached memory only on its way to a new segment (GC, release of
-        oversize blocks, or the full release before the retry), so its releases are always
-        followed by a ``segment_alloc``/``segment_map`` or by its ``oom``.  A run of releases
-        followed by anything else was the user emptying the cache.
-        """
-        events, n, index = self.events, len(self.events), self.lookup
-        stop = index.next_user[pos]          # the user's next call: the releases must come first
-        j = index.next_release[pos]
-        if j >= stop:
-            return -1
-        k = index.release_end[j]
-        if k == n or events[k]["action"] not in ("segment_alloc", "segment_map", "oom"):
-            return k
-        # Releases then new memory: a malloc's own retry path -- unless the cache could have
-        # served that malloc before the release, in which case the malloc never reached a
-        # release: the user emptied the cache first.  (It is the same malloc for every run of
-        # releases before the user's next call, so one check answers for all of them.)
-        m = self._next_malloc(k)
-        if m >= 0 and self._cache_would_serve(self.events[m]):
-            return k
-        bare = index.bare_release_end[k]     # a later run of releases not followed by new memory
-        return bare if 0 <= bare <= stop else -1
-
-    def _cache_would_serve(self, e: dict) -> bool:
-        check = getattr(self.allocator, "can_serve_from_cache", None)
-        return bool(check and check(e["size"], self._stream(e["stream"])))
-
     def _take_produced(self, expected: dict):
         """The next event we produced, or the one matching ``expected`` a little further on.
 
@@ -661,151 +516,6 @@ class Engine:
                 self.result.final_state_diff = _diff(ours, theirs)
 
 
-
-    # ------------------------------------------------------------ what-if: the program's actions
-    def run_program(self, program) -> Anchored:
-        """Replay ``program`` (whatif.program_of: what the user's code did) from the state at
-        the first event; what it measured, sample by sample (the anchored what-if)."""
-        self.anchored = True
-        self.out = Anchored([], [], [])
-        self._done_at = _completions(program)
-        try:
-            if not self._restore_program_start(program):
-                return self.out
-        except (ValueError, RuntimeError, CudaError) as exc:
-            raise ValueError(f"the allocator state at the trace's first event cannot be rebuilt: {exc}") from None
-        # The state at the first event is the first sample: a run that never grows peaks there.
-        a, out = self.allocator, self.out
-        out.peak_reserved, out.peak_allocated = a.memory_reserved(), a.memory_allocated()
-        out.fragmentation = out.peak_reserved - out.peak_allocated
-        self._run_actions(program.actions)
-        c = self.device.counters
-        out.device_calls = c.malloc_calls + c.free_calls + c.vmm_calls + c.malloc_async_calls + c.free_async_calls
-        out.device_call_us = float(c.api_time_us)
-        out.syncs = int(c.implicit_syncs)
-        stats = a.memory_stats() if hasattr(a, "memory_stats") else {}
-        out.alloc_retries = int(stats.get("num_alloc_retries", 0))
-        return out
-
-    def _restore_program_start(self, program) -> bool:
-        # The state at the first event is a fact of the recorded run, whatever the setting
-        # replayed: rebuilt once, under the recorded settings, and shared (program.start).
-        state = program.start if program.start is not None else self._start_state()
-        out = self.out
-        out.notes += list(state.notes)
-        held = sum(s.size for s in state.segments)
-        out.start_live = sum(b[1] for s in state.segments for b in s.live_blocks)
-        out.start_reserved = held
-        usable = self.device.info.total_memory - self.device.info.context_reserve
-        if usable < UNCAPPED and held > usable:
-            out.start_does_not_fit = True
-            return False
-        for seg in state.segments:
-            stream = self._stream(seg.stream)
-            if self.exact:
-                self.device.planned.appendleft((seg.address, seg.size))
-                self.live.update(restore_segment(self.allocator, seg.address, seg.size, stream,
-                                                 seg.live_blocks, small=seg.small,
-                                                 pool_id=self.pools.pool_of({"addr": seg.address})))
-        if not self.exact:
-            # Another design cannot have PyTorch's layout: it is asked for the same live blocks,
-            # and for the memory PyTorch held cached then, given straight back, so that it starts
-            # holding what the run held (a pool that keeps memory keeps it; one that does not,
-            # releases it: each design's own answer).
-            for seg in state.segments:
-                for addr, _size, requested in seg.live_blocks:
-                    self.live[addr] = self.allocator.malloc(requested, self._stream(seg.stream))
-            cached = held - out.start_live
-            if cached > 0:
-                self.allocator.free(self.allocator.malloc(cached, self.device.default_stream))
-        for addr in state.pending_free:
-            self._free(addr, deferred=True, done_at=self._done_at.get(("start", addr), NEVER))
-        return True
-
-    def _malloc_action(self, act) -> None:
-        planned = act.segments       # where PyTorch's cudaMalloc put this malloc's segments
-        if planned:
-            self.device.planned = deque(planned)
-        try:
-            pool_id = self.pools.pool_of(self.events[act.pos]) if act.kind == "malloc" else (0, 0)
-            if pool_id == (0, 0):
-                allocation = self.allocator.malloc(act.size, self._stream(act.stream))
-            else:
-                with self.pools.route(self.allocator, pool_id):
-                    allocation = self.allocator.malloc(act.size, self._stream(act.stream))
-        except OutOfMemoryError:
-            self.out.ooms += 1
-            self.out.oom_at.append(act.pos)
-            return
-        finally:
-            if planned:
-                self.device.planned = deque()
-        if act.kind == "malloc":
-            self.live[act.addr] = allocation
-        # A request PyTorch refused that fits here stays live: the run stopped there.
-
-    def _complete(self, addr: int) -> None:
-        held = self.held.pop(addr, None)
-        if held is not None:
-            self.allocator.free(held)
-        for event in self.device.events_by_addr.pop(addr, []):
-            event.ready = True
-
-    def _run_actions(self, actions: list) -> None:
-        """Every action in order, each followed by a sample of reserved and allocated (but a
-        completion: its effect shows at the next process_events).  The hot loop of every
-        what-if: a dozen of them run per doctor, so lookups are hoisted out of it."""
-        malloc, free, complete, sample = self._malloc_action, self._free, self._complete, self._record_sample
-        done_at = self._done_at
-        da = getattr(self.allocator, "device_allocator", None)   # the policies have no events to process
-        for k, act in enumerate(actions):
-            kind = act.kind
-            if kind == "malloc" or kind == "request":
-                malloc(act)
-            elif kind == "free":
-                free(act.addr, act.deferred, done_at.get(k, NEVER) if act.deferred else NEVER)
-            elif kind == "complete":
-                complete(act.addr)
-                continue
-            elif kind == "process":
-                if da is not None:
-                    da.process_events()
-            elif kind == "empty_cache":
-                self.allocator.empty_cache()
-            sample(act.sample_at if act.sample_at >= 0 else act.pos)
-
-    def _record_sample(self, pos: int) -> None:
-        a, out = self.allocator, self.out
-        reserved, allocated = a.memory_reserved(), a.memory_allocated()
-        out.positions.append(pos)
-        out.reserved.append(reserved)
-        out.allocated.append(allocated)
-        if reserved > out.peak_reserved:
-            out.peak_reserved, out.peak_reserved_at, out.fragmentation = reserved, pos, reserved - allocated
-        if allocated > out.peak_allocated:
-            out.peak_allocated = allocated
-
-
-def _completions(program) -> dict:
-    """Where each deferred free of ``program`` completes: action index -> index of the first
-    ``complete`` action for its address after it (("start", addr) for the frees pending at the
-    first event).  One backward pass, kept on the program: every what-if of it shares it."""
-    found = getattr(program, "completion_at", None)
-    if found is not None:
-        return found
-    found, next_complete = {}, {}
-    for k in range(len(program.actions) - 1, -1, -1):
-        act = program.actions[k]
-        if act.kind == "complete":
-            next_complete[act.addr] = k
-        elif act.kind == "free" and act.deferred:
-            found[k] = next_complete.get(act.addr, NEVER)
-    for addr, k in next_complete.items():
-        found[("start", addr)] = k
-    program.completion_at = found
-    return found
-
-
 def _same_event(expected: dict, got) -> bool:
     """Same action, address and size (an ``oom`` compares only its action: device_free differs)."""
     if got.action != expected["action"]:
@@ -851,14 +561,6 @@ def _short(seg) -> str:
 
 def _brief(e: dict) -> dict:
     return {k: v for k, v in e.items() if k in ("action", "addr", "size", "stream", "device_free")}
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _progress_bar(total: int, enabled: bool, desc: str):
