@@ -180,8 +180,8 @@ def compare_rows(snapshot, profile: str = "h100-80gb", device_memory: float | No
     replays from an empty allocator, and every row says so (``anchored`` False).
     """
     from .memory_doctor import what_if
-    from .trace.snapshot import load_snapshot
-    data = load_snapshot(snapshot) if not isinstance(snapshot, dict) else snapshot
+    from .trace.recording import load_recording
+    data = load_recording(snapshot)           # loaded and checked once, for every row
     try:
         trials, capacity = what_if(data, [(p, c) for p, c in what_if_designs() if (p, c) != ("caching", "")],
                                    device_memory=device_memory, profile=profile)

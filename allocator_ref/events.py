@@ -37,9 +37,10 @@ ACTIONS = (
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep     # allocator_ref/
 
 
-def python_frames(limit: int = 32) -> list:
+def gather_python_stack(limit: int = 32) -> list:
     """The calling Python stack, innermost first, without this package's own frames.
 
+    (Gathers a live stack; ``memory_doctor.diagnosis.python_frames`` formats a recorded one.)
     The reference allocator's ``GatheredContext``: what a snapshot shows as ``frames``
     so a learner sees which line of *their* code made an allocation.
     """

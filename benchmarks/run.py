@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import bench_doctor, bench_fragmentation, bench_gpu, bench_predict, bench_replay, bench_warm_path
+from . import bench_doctor, bench_engine, bench_fragmentation, bench_gpu, bench_predict, bench_replay, bench_warm_path
 from .common import RESULTS, machine, write_result
 
 BENCHMARKS = {
@@ -24,6 +24,7 @@ BENCHMARKS = {
     "gpu": bench_gpu.run,
     "doctor": bench_doctor.run,
     "predict": bench_predict.run,
+    "engine": bench_engine.run,
 }
 
 
@@ -146,6 +147,28 @@ def report(results: dict, quick: bool) -> str:
         lines += ["## Predict before you run (benchmarks/bench_predict.py)", ""]
         lines += ([f"Skipped: {p['skipped']}", ""] if p.get("skipped") else
                   bench_predict.markdown(p["rows"], p["gpt2_medium"]).splitlines()[2:] + [""])
+    e = results.get("engine")
+    if e:
+        t = e["targets"]
+        lines += ["## Replay engine: pending frees and the doctor's cost (benchmarks/bench_engine.py)", "",
+                  "Generated traces with a backlog of record_stream frees (benchmarks/gen_pending_frees.py), "
+                  "the recording loaded before the clock starts.", "",
+                  "| tool | pending frees | events | CPU seconds | us per event |", "|---|---:|---:|---:|---:|"]
+        for r in e["pending_frees"]["rows"]:
+            lines.append(f"| {r['tool']} | {r['frees']:,} | {r['events']:,} | {r['seconds']:.3f} | "
+                         f"{r['us_per_event']:.1f} |")
+        growth = ", ".join(f"{k} {v:.2f}x" for k, v in e["pending_frees"]["growth_per_event"].items())
+        lines += ["", f"- cost per event, largest over smallest: {growth or '-'}; target <= 1.5x (linear): "
+                      f"**{_mark(t['pending_frees_growth']['pass'])}**"]
+        dv = e.get("doctor_vs_replay")
+        if dv:
+            lines.append(f"- `doctor` / `replay --verify` on the full step, whole processes in turn "
+                         f"({dv['runs']} runs, medians): CPU {dv['doctor_cpu_s']:.2f} s / {dv['replay_cpu_s']:.2f} s "
+                         f"= **{dv['ratio_cpu']:.2f}x**, wall {dv['ratio_wall']:.2f}x; target <= 3x: "
+                         f"**{_mark(t['doctor_vs_replay_cpu']['pass'])}**")
+        else:
+            lines.append("- `doctor` / `replay --verify`: skipped (no ../shared/traces)")
+        lines.append("")
     v = results.get("viz")
     if v:
         lines += ["## Block map and player (benchmarks/bench_viz.py)", "", "| figure | value |", "|---|---:|"]

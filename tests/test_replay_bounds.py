@@ -5,7 +5,9 @@ event examined, so a quadratic replay shows up as work growing 4x when the trace
 """
 import pytest
 
-from allocator_ref.trace.replay import REORDER_WINDOW, _DeviceReplayer, replay
+from allocator_ref.trace.engine import REORDER_WINDOW, Engine
+from allocator_ref.trace.recording import device_recording
+from allocator_ref.trace.replay import replay
 
 
 def snapshot_run(n: int) -> list:
@@ -73,8 +75,7 @@ def test_a_malloc_that_makes_no_event_cannot_stall_the_replay():
     # Built below the field checks (which refuse a size-0 alloc): the loop itself must end.
     events = [{"action": "alloc", "addr": 0x1000, "size": 0, "stream": 0},
               {"action": "alloc", "addr": 0x2000, "size": 0, "stream": 0}]
-    replayer = _DeviceReplayer(index=0, events=events, finals=[], config="", verify=True,
-                               profile="h100-80gb", progress=False)
+    replayer = Engine(device_recording(events, []), verify=True, progress=False)
     result = replayer.run()
     assert result.first_divergence is not None and result.work <= 10
 

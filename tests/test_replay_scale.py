@@ -6,12 +6,13 @@ import random
 import pytest
 
 from allocator_ref.device import SimDevice
-from allocator_ref.trace.replay import _DeviceReplayer, replay
-from allocator_ref.trace.replay_device import ManyStreamsDevice, ReplayDevice
+from allocator_ref.trace.engine import Engine
+from allocator_ref.trace.replay import replay
+from allocator_ref.trace.replay_device import ManyStreamsDevice, TraceDevice
 from benchmarks.bench_replay import stream_heavy_snapshot
 
 
-@pytest.mark.parametrize("cls", [ManyStreamsDevice, ReplayDevice])
+@pytest.mark.parametrize("cls", [ManyStreamsDevice, TraceDevice])
 def test_the_o1_drain_time_is_the_scan_over_every_stream(cls):
     """cudaFree's wait: the running maximum must equal SimDevice's scan, whatever happened."""
     rng = random.Random(5)
@@ -40,17 +41,17 @@ def test_the_stream_heavy_trace_replays_exactly_without_trials():
     snap = stream_heavy_snapshot(events=5_000, streams=500)
     assert len({e["stream"] for e in snap["device_traces"][0]}) == 500
     clones = []
-    original = _DeviceReplayer._clone
+    original = Engine._clone
 
     def counting(self):
         clones.append(1)
         return original(self)
 
-    _DeviceReplayer._clone = counting
+    Engine._clone = counting
     try:
         result = replay(snap, verify=True, progress=False)
     finally:
-        _DeviceReplayer._clone = original
+        Engine._clone = original
     device = result.devices[0]
     assert result.perfect and device.allocs == device.allocs_exact == 1_000
     # A trial copies the whole state (every stream and segment): none is needed here.

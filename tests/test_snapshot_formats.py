@@ -163,9 +163,9 @@ def test_a_state_only_file_is_rebuilt_and_compared_exactly(tmp_path, capsys):
 
 def test_pending_free_blocks_come_back_pending():
     snap = state_only(snapshot_with_pending())
-    from allocator_ref.trace.replay import _DeviceReplayer
-    replayer = _DeviceReplayer(index=0, events=[], finals=snap["segments"], config="", verify=True,
-                               profile="h100-80gb", progress=False)
+    from allocator_ref.trace.engine import Engine
+    from allocator_ref.trace.recording import device_recording
+    replayer = Engine(device_recording([], snap["segments"], ""), verify=True, progress=False)
     replayer.run()
     states = lambda segs: sorted((b["address"], b["state"]) for s in segs for b in s["blocks"])  # noqa: E731
     assert states(replayer.allocator.segments(record=False)) == states(snap["segments"])
@@ -329,9 +329,10 @@ def test_a_state_only_file_with_expandable_segments_and_holes_is_verified(tmp_pa
     assert len(segments) > len(streams)                   # several mapped ranges share a reservation
     assert any(b["state"] == "active_pending_free" for s in segments for b in s["blocks"])
     from allocator_ref.caching import check_stats_consistency
-    from allocator_ref.trace.replay import _DeviceReplayer
-    replayer = _DeviceReplayer(index=0, events=[], finals=snap["segments"], config="expandable_segments:True",
-                               verify=True, profile="h100-80gb", progress=False)
+    from allocator_ref.trace.engine import Engine
+    from allocator_ref.trace.recording import device_recording
+    replayer = Engine(device_recording([], snap["segments"], "expandable_segments:True"), verify=True,
+                      progress=False)
     result = replayer.run()
     assert result.final_state_equal is True, result.final_state_diff
     check_stats_consistency(replayer.allocator.segments(record=False), replayer.allocator.memory_stats())

@@ -26,7 +26,7 @@ from contextlib import nullcontext
 from typing import Any, Callable, Optional
 
 from ..device.errors import CudaOutOfMemoryError
-from ..events import TraceEntry, TraceRecorder, python_frames
+from ..events import TraceEntry, TraceRecorder, gather_python_stack
 from .block import Block, BlockPool
 from .capture_rules import stream_get_capture_info, update_visited
 from .checkpoint import PrivatePoolState, RestoreResult, SegmentState
@@ -146,7 +146,7 @@ class DeviceCachingAllocator:
         level in ``levels`` (PyTorch passes the lowest level; here the levels that include it)."""
         if self.trace.enabled is None or self.trace.context not in levels:
             return None
-        return python_frames()
+        return gather_python_stack()
 
     # ---- malloc and free ("All public methods (except the above) acquire the allocator mutex")
     def malloc(self, orig_size: int, stream: Any) -> Block:

@@ -106,8 +106,8 @@ def training_snapshot() -> tuple:
     from ..trace.fetch import find_trace
     path = find_trace(REAL_FROM_EMPTY)
     if path is not None:
-        from ..trace import load_snapshot
-        return load_snapshot(path), f"real PyTorch snapshot {REAL_FROM_EMPTY}"
+        from ..trace.recording import load_recording
+        return load_recording(path).snapshot, f"real PyTorch snapshot {REAL_FROM_EMPTY}"
     return course_snapshot(7), "course-made snapshot (CachingAllocator.snapshot(), seed 7)"
 
 

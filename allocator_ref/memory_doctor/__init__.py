@@ -32,7 +32,7 @@ GiB = 2**30
 
 def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Optional[int] = None,
            profile: str = "h100-80gb", remedies: bool = True):
-    """Diagnose ``snapshot`` (a path or a dict): a :class:`~allocator_ref.memory_doctor.report.DoctorReport`.
+    """Diagnose ``snapshot`` (a path, bytes, a dict, a list of segments or a Recording): a :class:`~allocator_ref.memory_doctor.report.DoctorReport`.
 
     ``device_memory`` (GiB) is the GPU to fit in; without it, a snapshot that ran out of
     memory tells the target itself (what was reserved at the OOM plus what the driver said
@@ -47,29 +47,25 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
 
     if device_memory is not None and not (isinstance(device_memory, (int, float)) and device_memory > 0):
         raise ValueError(f"device_memory is the GPU's size in GiB, a positive number; got {device_memory!r}")
-    from ..trace.snapshot import load_snapshot
-    from ..trace.device_traces import device_events
-    from .state import StateReport, diagnose_state, is_state_only
+    from ..trace.recording import load_recording
+    from .state import StateReport, diagnose_state
 
     start = time.perf_counter()
-    source = "<dict>" if isinstance(snapshot, dict) else str(snapshot)
-    data = snapshot if isinstance(snapshot, dict) else load_snapshot(snapshot)
-    if is_state_only(data):               # history was off: the state alone, nothing replayed
+    recording = load_recording(snapshot)  # checked once, whatever it was given (a path, a dict, a list)
+    source, data = recording.source, recording.snapshot
+    if recording.state_only:              # history was off: the state alone, nothing replayed
         report = StateReport(diagnose_state(data, source, device))
         report.seconds = time.perf_counter() - start
         return report
     if device is None:
         # Several devices and none ran out of memory: each device with events is diagnosed.
-        traces = [device_events(data, i) for i in range(len(data.get("device_traces") or []))]
-        busy = sorted((i for i, t in enumerate(traces) if t), key=lambda i: -len(traces[i]))
-        if len(busy) > 1 and not any(e.get("action") == "oom" for t in traces for e in t):
-            reports = [doctor(data, device_memory, device=i, profile=profile, remedies=remedies) for i in busy]
-            for r in reports:
-                r.diagnosis.source = source
+        busy = sorted(recording.devices_with_events, key=lambda i: -len(recording.device(i).events))
+        if len(busy) > 1 and not any(recording.device(i).ooms for i in busy):
+            reports = [doctor(recording, device_memory, device=i, profile=profile, remedies=remedies)
+                       for i in busy]
             return DevicesReport(reports, seconds=time.perf_counter() - start)
-    diag = diagnose(data, device=device, profile=profile,
+    diag = diagnose(recording, device=device, profile=profile,
                     device_memory=None if device_memory is None else int(device_memory * GiB))
-    diag.source = source
     profile = diag.profile                # sized up when the snapshot needs a bigger GPU
     plan = capacity = None
     if diag.verified and remedies:
@@ -148,7 +144,7 @@ def what_if(snapshot: Any, settings=(("caching", "expandable_segments:True"),), 
     from .diagnosis import diagnose, whatif_run
     from .remedies import Trial, context_reserve, run_trial, with_change
 
-    diag = diagnose(snapshot, device=device, profile=profile,
+    diag = diagnose(snapshot, device=device, profile=profile,     # (diagnose loads it once: load_recording)
                     device_memory=None if device_memory is None else int(device_memory * GiB))
     profile = diag.profile
     if not diag.verified:

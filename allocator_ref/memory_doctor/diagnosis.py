@@ -23,9 +23,9 @@ from typing import Any, Optional
 
 from ..device.sizing import profile_for_snapshot
 from ..trace.device_traces import device_events
-from ..trace.replay import replay
-from ..trace.snapshot import load_snapshot
-from ..viz.replay_frames import frames_of_snapshot
+from ..trace.recording import load_recording
+from ..trace.replay import TraceStepper
+from ..viz.replay_frames import frames_of_stepper
 
 SMALL_SEGMENT = 2 * 2**20
 ROUND = 512      # kMinBlockSize: every request is rounded up to a multiple of 512 bytes (round_size)
@@ -101,6 +101,7 @@ class Diagnosis:
     profile_note: str = ""               # one line when it was sized up for this snapshot
     live_places: dict = field(default_factory=dict)    # (pool, stream) -> live bytes at the reserved peak
     judgement: Any = None                # shortage or fragmentation (shortage.py), once the doctor judged it
+    recording: Any = None                # the Recording it was read from (trace/recording.py), loaded once
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -126,21 +127,16 @@ class Diagnosis:
 
 def whatif_run(diag: "Diagnosis", profile: str = "h100-80gb"):
     """What the anchored what-ifs replay: this device's trace, its program, the recorded curve."""
-    from ..trace.whatif import program_of, start_state
+    from ..trace.whatif import program_of
     from .remedies import Run
-    # The events the verify replay walked (and the frames and readings index): the same list
-    # as the file's trace, unless the loader left entries out (``snapshot`` entries).
-    events = diag.snapshot["device_traces"][diag.device]
-    walked = getattr(diag.frames, "events", None)
-    if walked is not None and len(walked) == len(diag.reserved) != len(events):
-        # Entries were left out: keep the file's own entries (they carry device_free, frames)
-        # for the ones walked, matched in order.
-        kept = iter(events)
-        events = [next(e for e in kept if e.get("action") == w.get("action") and e.get("addr") == w.get("addr"))
-                  for w in walked]
-    finals = [s for s in diag.snapshot.get("segments", []) if s.get("device", 0) == diag.device]
+    recording = diag.recording if diag.recording is not None else load_recording(diag.snapshot, diag.source)
+    dev = recording.device(diag.device)
+    # The events the verify replay walked (the frames and readings index them): the file's own
+    # entries, 'snapshot' entries set aside.
+    events, finals = dev.events, dev.segments
     diag.program = program_of(events, diag.readings, diag.user_empty_caches, diag.reserved)
-    diag.program.start = start_state(events, finals, diag.config)       # rebuilt once for every replay
+    diag.program.start = dev.start_state()       # rebuilt once, the same the verify replay used
+    diag.program.recording = dev
     return Run(events, finals, diag.program, diag.reserved,
                diag.device, profile)
 
@@ -182,32 +178,31 @@ def python_frames(frames: Optional[list], keep: int = 3) -> list:
 
 def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-80gb",
              device_memory: Optional[int] = None) -> Diagnosis:
-    """Replay ``snapshot`` (a path or a dict) at PyTorch's addresses and read the facts off it.
+    """Replay ``snapshot`` (a Recording, or a path, bytes, a dict...) at PyTorch's addresses
+    and read the facts off it.
 
     The replay runs on ``profile``, sized up when the trace held more than it, or when
     ``device_memory`` (bytes, the GPU asked about) is larger than it (device/sizing.py).
     """
-    source = "<dict>"
-    if not isinstance(snapshot, dict):
-        source = str(snapshot)
-        snapshot = load_snapshot(snapshot)
+    recording = load_recording(snapshot)          # checked once; a Recording comes back as it is
+    source, snapshot = recording.source, recording.snapshot
     if device is None:
         device = _focus_device(snapshot)
     traces = [device_events(snapshot, i) for i in range(len(snapshot.get("device_traces", [])))]
     if not 0 <= device < len(traces) or not traces[device]:
         raise ValueError(f"device {device} has no trace events in this snapshot")
-    only = device_snapshot(snapshot, device)
-    profile, profile_note = profile_for_snapshot(only, device, profile, traces[device], device_memory)
-    frames = frames_of_snapshot(only, device=device, profile=profile)
-    # The frames came from a --verify replay of the whole trace: its report is the verification.
-    verify = frames.verify_result or replay(only, verify=True, progress=False, profile=profile)
+    profile, profile_note = profile_for_snapshot(device_snapshot(snapshot, device), device, profile, traces[device],
+                                                 device_memory)
+    # One replay at PyTorch's addresses (the replay engine): its counters after each event are
+    # the totals, and finishing it (the final-state comparison) is the verification.
+    facts = _replay_facts(recording, device, profile)
+    frames, verify, allocated, reserved, actions = facts["frames"], facts["verify"], facts["allocated"], \
+        facts["reserved"], facts["actions"]
     summary = verify.to_json()
-    totals = frames.memory_totals()
-    allocated = [a for a, _ in totals]
-    reserved = [r for _, r in totals]
+    totals = allocated
     # The peak is read where a user call finished (a malloc's segment_alloc comes a moment
     # before its alloc: in between, the new segment would count as unallocated).
-    calls = [i for i, e in enumerate(frames.events) if e.get("action") in CALL_ACTIONS] or list(range(len(totals)))
+    calls = [i for i, a in enumerate(actions) if a in CALL_ACTIONS] or list(range(len(totals)))
     peak_reserved_at = max(calls, key=reserved.__getitem__)
     peak_allocated_at = max(calls, key=allocated.__getitem__)
     devices = []
@@ -220,14 +215,15 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
                      allocated=allocated, reserved=reserved,
                      peak_allocated=allocated[peak_allocated_at], peak_allocated_at=peak_allocated_at,
                      peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at,
-                     profile=profile, profile_note=profile_note)
+                     profile=profile, profile_note=profile_note, recording=recording)
     mine = next((r for r in verify.devices if r.device == device), None)
     if mine is not None:
         diag.readings, diag.user_empty_caches = dict(mine.readings), list(mine.user_empty_caches)
     events = traces[device]
-    _where_memory_sits(diag, frames.state(peak_reserved_at), frames.segment_ids)
-    diag.largest = _largest_live(frames.state(peak_reserved_at), events, frames.first_event + peak_reserved_at)
-    diag.live_places = live_places(frames.state(peak_reserved_at))
+    at_peak, segment_ids = facts["state_at"](peak_reserved_at), facts["segment_ids"]()
+    _where_memory_sits(diag, at_peak, segment_ids)
+    diag.largest = _largest_live(at_peak, events, frames.first_event + peak_reserved_at)
+    diag.live_places = live_places(at_peak)
     diag.oom = _oom_facts(events, frames, allocated, reserved)
     if diag.oom is not None:
         at = min(max(diag.oom.event_index - frames.first_event, 0), len(reserved) - 1)
@@ -237,11 +233,50 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
         diag.oom.live_places = live_places(state)
     diag.oom_count = sum(1 for e in events if e.get("action") == "oom")
     # Freed blocks still waiting for another stream's work (record_stream) are active but not allocated.
-    pending = [active - alloc for alloc, active in frames.segment_sums("allocated_size", "active_size")]
+    pending = facts["pending"]
     if pending and max(pending) > 0:
         diag.pending_max_at = max(range(len(pending)), key=pending.__getitem__)
         diag.pending_max = pending[diag.pending_max_at]
     return diag
+
+
+def _replay_facts(recording, device: int, profile: str = "h100-80gb") -> dict:
+    """What one verify replay of ``device`` shows after each event, and how to get the block map
+    at one event.  Read off the replay engine's counters (trace/verify_facts.py) where they can
+    stand in for the frames, with the frames recorded only if the player or the page asks
+    (``LazyFrames``); else (expandable segments, a replay that diverged) off the frames."""
+    from ..trace.verify_facts import VerifyFacts, available, state_after
+    from ..viz.replay_frames import LazyFrames
+    dev = recording.device(device)
+    if available(dev):
+        # A verified replay makes the recorded reserved curve, so its peak (read as diagnose reads
+        # it: where a user call finished) is known before the run: its block map is kept then.
+        recorded = dev.reserved_after_each_event()
+        calls = [i for i, e in enumerate(dev.events) if e["action"] in CALL_ACTIONS]
+        peak = max(calls, key=recorded.__getitem__) if calls else None
+        facts = VerifyFacts(TraceStepper(recording, device=device, profile=profile), capture_at=peak)
+        t = facts.totals
+        if facts.result.perfect and len(t.actions) == len(dev.events):
+            cached: dict = {} if t.captured is None else {peak: t.captured}
+
+            def state_at(i: int) -> list:
+                if i not in cached:
+                    exact = state_after(recording, device, i, profile)
+                    cached[i] = exact if exact is not None else frames.recorded.state(i)
+                return cached[i]
+
+            frames = LazyFrames(recording, device, len(dev.events), profile=profile)
+            return {"frames": frames, "verify": facts.result, "allocated": t.allocated, "reserved": t.reserved,
+                    "actions": t.actions, "pending": [a - b for a, b in zip(t.active, t.allocated)],
+                    "state_at": state_at, "segment_ids": facts.segment_numbers}
+    stepper = TraceStepper(recording, device=device, profile=profile)
+    frames = frames_of_stepper(stepper)
+    verify = stepper.finish()
+    totals = frames.memory_totals()
+    return {"frames": frames, "verify": verify, "allocated": [a for a, _ in totals],
+            "reserved": [r for _, r in totals], "actions": [e.get("action") for e in frames.events],
+            "pending": [active - alloc for alloc, active in frames.segment_sums("allocated_size", "active_size")],
+            "state_at": frames.state, "segment_ids": lambda: frames.segment_ids}
 
 
 def _where_memory_sits(diag: Diagnosis, segments: list, ids: dict) -> None:

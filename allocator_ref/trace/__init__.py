@@ -10,14 +10,20 @@ trace_index.py  O(1) "what comes next" lookups that keep the replay linear
 rmm_csv.py   RMM's logging_resource_adaptor CSV
 rebuild.py   the allocator state at the start of a mid-run trace
 rebuild_expandable.py  expandable segments laid out from a snapshot alone (state-only files)
-replay.py    replay a trace, verify it against PyTorch, or ask "what if"
-replay_device.py  the simulated GPU a --verify replay runs on (follows the trace's script)
+recording.py the Recording: a snapshot loaded and checked once (load_recording), split by device
+engine.py    the replay engine: one stepper, verify or what-if mode (make_device builds its GPU);
+             engine_readings.py (verify: reading ambiguous groups), engine_program.py (what-if steps)
+replay.py    replay a trace, verify it against PyTorch, or ask "what if"; TraceStepper
+whatif.py    the anchored what-if: the program's actions, replayed under another setting
+verify_facts.py  the totals after each event of a verify run, without drawing frames (the doctor)
+replay_device.py  TraceDevice: the simulated GPU a replay runs on (follows the trace)
 replay_report.py  what a replay reports
 record_torch.py   a real PyTorch model's allocations, recorded on the CPU
 """
 from ..events import ACTIONS, TraceEntry, TraceRecorder
 from .snapshot import SnapshotError, load_snapshot, loads_snapshot, save_snapshot
 from .rmm_csv import read_rmm_log
+from .recording import Recording, load_recording
 
 
 def replay(*args, **kwargs):
@@ -27,4 +33,4 @@ def replay(*args, **kwargs):
 
 
 __all__ = ["ACTIONS", "TraceEntry", "TraceRecorder", "SnapshotError", "load_snapshot",
-           "loads_snapshot", "save_snapshot", "read_rmm_log", "replay"]
+           "loads_snapshot", "save_snapshot", "read_rmm_log", "replay", "Recording", "load_recording"]

@@ -1,17 +1,25 @@
-"""The simulated GPU a ``--verify`` replay runs on: it follows the trace's script.
+"""The simulated GPU a replay runs on: one ``TraceDevice`` that follows the recorded trace.
 
-A ``ReplayDevice`` is a ``SimDevice`` that knows the trace being replayed:
+A ``TraceDevice`` is a ``SimDevice`` that knows the trace being replayed.  In both of the
+replay engine's modes (engine.py) it puts new segments where PyTorch's cudaMalloc put them
+and lets the replay complete the events a ``record_stream`` free waits on
+(``ManualEvent``) where the trace says; the modes differ in who decides what fails:
 
-* it hands out the addresses PyTorch's cudaMalloc / cuMemAddressReserve returned
-  (the trace's ``segment_alloc`` / first ``segment_map`` of a segment);
-* a device allocation succeeds exactly when the trace shows the segment it made
-  next, and fails when the trace shows a release or an ``oom`` next -- so the
-  allocator walks the same retry ladder it walked on the GPU;
-* events are ``ManualEvent``s that the replay completes where the trace says
-  ``free_completed``.
+* **verify** (``follows_script=True``): the trace does.  It hands out the addresses
+  PyTorch's cudaMalloc / cuMemAddressReserve returned, in the trace's order (the
+  ``segment_alloc`` / first ``segment_map`` of a segment); a device allocation succeeds
+  exactly when the trace shows the segment it made next, and fails when the trace shows a
+  release or an ``oom`` next -- so the allocator walks the same retry ladder it walked on
+  the GPU.  Every event is manual.
+* **what-if**: the capacity does (``usable`` bytes, a real SimDevice charge).  A new
+  segment goes where PyTorch put the segment of that size for this malloc when that range
+  is free here (``planned``), else wherever the simulated device places it.
+
+``make_device`` in engine.py is the one place a replay builds one.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from typing import Optional
 
@@ -70,20 +78,27 @@ class ManyStreamsDevice(SimDevice):
         return start, end
 
 
-class ReplayDevice(ManyStreamsDevice):
-    """A SimDevice the replay steers: planned addresses, planned failures, manual events."""
+class TraceDevice(ManyStreamsDevice):
+    """A SimDevice the replay steers: planned addresses, manual events, and in verify mode
+    planned failures (see the module doc)."""
 
-    def __init__(self, profile: str, index: int = 0) -> None:
+    def __init__(self, profile: str, index: int = 0, *, follows_script: bool = True,
+                 total_memory: Optional[int] = None) -> None:
         super().__init__(profile, index=index)
-        self.planned_segments: deque = deque()   # (addr, size) of upcoming segment_alloc/map
-        self.script: Optional[list] = None       # the trace, while a malloc is replayed ...
+        if total_memory is not None:
+            self.info = dataclasses.replace(self.info, total_memory=int(total_memory))
+        self.follows_script = follows_script
+        self.planned_segments: deque = deque()   # verify: (addr, size, action) of upcoming segment_alloc/map
+        self.planned: deque = deque()            # what-if: (addr, size) PyTorch's cudaMalloc returned next
+        self.script: Optional[list] = None       # verify: the trace, while a malloc is replayed ...
         self.script_pos = 0                      # ... and the next event it should produce
-        self.events_by_addr: dict = {}
+        self.events_by_addr: dict = {}           # trace address of a deferred free -> its events
         self.freeing_addr: Optional[int] = None
         self._replay_reservations: dict = {}      # base -> (nominal size, claimed in the address space)
         self._extent: dict = {}                   # base -> highest mapped end so far
-        self.set_address_hint(self._hint_address)
+        self.set_address_hint(self._hint_address if follows_script else self._pytorch_address)
 
+    # ------------------------------------------------------------ where new memory goes
     def _hint_address(self, kind: str, size: int) -> Optional[int]:
         if kind == "malloc":
             while self.planned_segments and self.planned_segments[0][2] != "segment_alloc":
@@ -98,11 +113,25 @@ class ReplayDevice(ManyStreamsDevice):
                 return addr
         return None
 
+    def _pytorch_address(self, kind: str, size: int) -> Optional[int]:
+        """What-if: PyTorch's address for a cudaMalloc of this size in this malloc, if free here."""
+        if kind != "malloc":
+            # An expandable segment mapped before the first event is reserved where PyTorch's began
+            # (rebuild_expandable.py plans it); any other reservation goes where the device puts it.
+            planned = next((a for a, _s, action in self.planned_segments if action == "segment_map"), None)
+            return planned if planned is not None and not self._space.overlapping(planned, size) else None
+        for k, (addr, planned_size) in enumerate(self.planned):
+            if planned_size == size and not self._space.overlapping(addr, size):
+                del self.planned[k]
+                return addr
+        return None
+
     def _free_or_none(self, addr: int, size: int) -> Optional[int]:
         # After a divergence the planned address may still be in use here: place it elsewhere
         # (the replay reports the divergence) rather than fail the device call.
         return None if self._space.overlapping(addr, size) else addr
 
+    # ------------------------------------------------------------ verify: the trace decides
     def _maybe_fail(self, name: str, succeeds_before: str) -> None:
         # Follow the script: a device allocation succeeded on the GPU exactly when the next
         # thing the trace shows is the segment it made.  If the trace shows a release or an
@@ -122,15 +151,17 @@ class ReplayDevice(ManyStreamsDevice):
         return super().mem_create(size)
 
     def _charge(self, nbytes: int, error: str, call: str) -> None:
+        if not self.follows_script:
+            return super()._charge(nbytes, error, call)      # what-if: the capacity decides
         # Which calls failed is decided by the trace (the script), not by a capacity.
         self._used += nbytes
 
     # The trace tells where each expandable segment's address range started, not how long
-    # it was (1.125x the recording GPU's memory, which a snapshot does not record).  So
-    # reservations here are kept apart from the address space: two may overlap, only the
-    # pages mapped into them may not (mem_map still checks that).
+    # it was (1.125x the recording GPU's memory, which a snapshot does not record).  So in
+    # verify mode reservations are kept apart from the address space: two may overlap, only
+    # the pages mapped into them may not (mem_map still checks that).
     def address_reserve(self, size: int, alignment: int = 0) -> int:
-        planned = self._hint_address("reserve", size)
+        planned = self._hint_address("reserve", size) if self.follows_script else None
         if planned is None:
             return super().address_reserve(size, alignment)
         self.counters.vmm_calls += 1
@@ -175,7 +206,10 @@ class ReplayDevice(ManyStreamsDevice):
             if start <= ptr < start + length:
                 self._extent[start] = max(self._extent.get(start, start), ptr + size)
 
+    # ------------------------------------------------------------ events the replay completes
     def create_event(self, timing: bool = True):
+        if not self.follows_script and self.freeing_addr is None:
+            return super().create_event(timing)      # what-if: an ordinary event (a sync, say)
         event = ManualEvent(self)
         if self.freeing_addr is not None:
             self.events_by_addr.setdefault(self.freeing_addr, []).append(event)

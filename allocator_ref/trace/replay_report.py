@@ -112,3 +112,25 @@ class ReplayResult:
             "devices": [{k: v for k, v in asdict(d).items() if k not in ("first_divergence", "readings")}
                         for d in self.devices],
         }
+
+
+@dataclass
+class Anchored:
+    """What one anchored replay measured."""
+    positions: list               # trace event of each sample
+    reserved: list                # memory_reserved() after that program action
+    allocated: list
+    peak_reserved: int = 0
+    peak_reserved_at: int = -1    # trace event
+    fragmentation: int = 0        # reserved - allocated at that peak
+    peak_allocated: int = 0
+    start_reserved: int = 0
+    start_live: int = 0
+    ooms: int = 0
+    oom_at: list = field(default_factory=list)       # trace events whose request failed here
+    alloc_retries: int = 0        # num_alloc_retries: each a full flush and a device-wide sync
+    device_calls: int = 0
+    device_call_us: float = 0.0   # simulated time in cudaMalloc/cudaFree/VMM calls
+    syncs: int = 0                # device-wide syncs (cudaFree's implicit one, the flush's own)
+    start_does_not_fit: bool = False
+    notes: list = field(default_factory=list)

@@ -4,7 +4,8 @@ The replay asks, at each step, "what does the trace show from here until the use
 next call?".  Scanning forward to answer made it quadratic on a run of events that
 are not user calls (16,000 ``snapshot`` events took 37 s).  These tables are built
 once, backwards, in one pass, so every such question costs O(1) and a replay is
-linear in the trace.
+linear in the trace.  ``completion_at`` also says where each free completes, which is
+how the replay queues a backlog of ``record_stream`` frees (engine.py ``_guard_stream``).
 """
 from __future__ import annotations
 
@@ -26,8 +27,14 @@ class TraceIndex:
         self.bare_release_end = [-1] * (n + 1)  # end of the first release run at/after i that
         #                                        is not followed by new memory (-1: none)
         self.completed_end = [n] * (n + 1)    # inside a run of free_completed: where it ends
+        self.completion_at: dict = {}         # free_requested index -> its free_completed (n: none)
+        next_completed: dict = {}             # address -> the nearest free_completed after i
         for i in range(n - 1, -1, -1):
             action = actions[i]
+            if action == "free_completed":
+                next_completed[events[i]["addr"]] = i
+            elif action == "free_requested":
+                self.completion_at[i] = next_completed.get(events[i]["addr"], n)
             self.next_user[i] = i if action in USER_CALLS else self.next_user[i + 1]
             if action in RELEASES:
                 self.next_release[i] = i
@@ -41,3 +48,5 @@ class TraceIndex:
             if action == "free_completed":
                 self.completed_end[i] = self.completed_end[i + 1] if i + 1 < n and \
                     actions[i + 1] == "free_completed" else i + 1
+        # A free made before recording completes at the first free_completed of its address.
+        self.first_completion = next_completed

@@ -162,10 +162,27 @@ class _Checker:
             top = SIZE_LIMIT if state == "inactive" else size + 1
             _int(block, "requested_size", here, 0, top, required=False)
             self.frames(block, here)
+            if "history" in block:
+                self.history(block["history"], here)
             cursor += size
         if cursor != address + total:
             raise SnapshotError(f"{where}: its blocks add up to {cursor - address} bytes, not its "
                                 f"total_size {total}")
+
+    def history(self, history: Any, where: str) -> None:
+        """PyTorch 2.0's per-block ``history``: a list of ``{addr, real_size, frames}`` records.
+
+        Checked here like every other field (formats.py then reads the first one), so a bad
+        frame is refused at load naming its block, not later by whoever reads the stack."""
+        if not isinstance(history, list):
+            raise SnapshotError(f"{where}: 'history' is {show(history)}; expected a list of dicts")
+        for h, entry in enumerate(history):
+            here = f"{where} history {h}"
+            if not isinstance(entry, dict):
+                raise SnapshotError(f"{here}: is {show(entry)}; expected a dict")
+            _int(entry, "addr", here, 0, ADDRESS_LIMIT, required=False)
+            _int(entry, "real_size", here, 0, SIZE_LIMIT, required=False)
+            self.frames(entry, here)
 
     def entry(self, d: int, k: int, e: Any) -> None:
         if type(e) is dict and _plain_entry(e):

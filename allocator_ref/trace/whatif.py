@@ -17,7 +17,7 @@ Which is which is read off the ``--verify`` replay (``DeviceReplay.readings`` an
 
 * a run of ``segment_free`` that the verify replay had to cause with ``empty_cache()``
   is the user's call (nothing in the malloc that follows would have released it:
-  ``_user_empty_cache_end`` in replay.py); a run of releases inside a malloc's group is the
+  ``_user_empty_cache_end`` in engine.py); a run of releases inside a malloc's group is the
   malloc's own retry ladder (``release_cached_blocks`` after ``alloc_block`` failed in
   ``DeviceCachingAllocator::malloc``) and is re-derived, not replayed;
 * a ``free_completed`` that the malloc's ``process_events`` found ready is the program's
@@ -28,29 +28,22 @@ Every replay starts from the state at the first event (``rebuild.infer_initial_s
 the same rebuild ``--verify`` uses), restored segment by segment at PyTorch's addresses, and
 new segments go where PyTorch put them whenever that range is free, so under the recorded
 settings the replay makes PyTorch's decisions and its reserved curve is the recorded one.
-``anchored_replay`` returns that curve (reserved after each program action) for the doctor
+The replay is the replay engine's what-if mode (engine.py ``Engine.run_program``, on the
+same TraceDevice as every replay); ``anchored_replay`` returns that curve (reserved after each program action) for the doctor
 to compare and rank.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
-from ..caching.allocator import CachingAllocator
 from ..caching.config import AllocatorConfig
-from ..caching.oom import OutOfMemoryError
-from ..caching.restore import restore_segment
-from ..device.errors import CudaError
-from ..device.sim import SimDevice
-from ..policies.registry import make_allocator     # every design, by name (the policy registry)
+from .engine import UNCAPPED, Engine
 from .rebuild import infer_initial_state
-from .rebuild_expandable import CannotRebuild, rebuild_expandable
-from .replay_device import ManualEvent
-from .replay_pools import PoolRouter
+from .recording import DeviceRecording, device_recording
+from .replay_report import Anchored    # noqa: F401  (what an anchored replay measured; imported from here)
 
-UNCAPPED = 1 << 40        # "no capacity known": a 1 TiB GPU, far above any real one
 RELEASES = ("segment_free", "segment_unmap")
 
 
@@ -75,6 +68,8 @@ class Program:
     ladder_flushes: list          # trace positions of mallocs that flushed the cache on retry
     ooms: list                    # trace positions of the refused requests
     start: Optional[object] = None    # the rebuilt state at the first event (rebuild.InitialState), once
+    completion_at: Optional[dict] = None   # where each deferred free completes (engine._completions), once
+    recording: Optional[DeviceRecording] = None   # the device's recording the program was read off
 
 
 def program_of(events: list, readings: dict, user_empty_caches: list, reserved: Optional[list] = None) -> Program:
@@ -185,245 +180,25 @@ def _standalone_completion(events: list, i: int) -> bool:
     return j == len(events) or events[j]["action"] == "free_requested"
 
 
-# ---------------------------------------------------------------- the device
-
-class WhatIfDevice(SimDevice):
-    """A simulated GPU of a given usable capacity that puts segments where PyTorch did when it can."""
-
-    def __init__(self, profile: str, index: int, usable: Optional[int]) -> None:
-        super().__init__(profile, index=index)
-        self.usable = usable
-        total = (usable if usable is not None else UNCAPPED) + self.info.context_reserve
-        self.info = dataclasses.replace(self.info, total_memory=int(total))
-        self.planned: deque = deque()           # (addr, size) PyTorch's cudaMalloc returned next
-        self.planned_segments: deque = deque()  # (addr, size, "segment_map"): where rebuild_expandable reserves
-        self.freeing_addr: Optional[int] = None
-        self.events_by_addr: dict = {}
-        self.set_address_hint(self._pytorch_address)
-
-    def _pytorch_address(self, kind: str, size: int) -> Optional[int]:
-        if kind != "malloc":
-            # An expandable segment mapped before the first event is reserved where PyTorch's began
-            # (rebuild_expandable.py plans it); any other reservation goes where the device puts it.
-            planned = next((a for a, _s, action in self.planned_segments if action == "segment_map"), None)
-            return planned if planned is not None and not self._space.overlapping(planned, size) else None
-        for k, (addr, planned_size) in enumerate(self.planned):
-            if planned_size == size and not self._space.overlapping(addr, size):
-                del self.planned[k]
-                return addr
-        return None
-
-    def create_event(self, timing: bool = True):
-        if self.freeing_addr is None:
-            return super().create_event(timing)
-        event = ManualEvent()
-        self.events_by_addr.setdefault(self.freeing_addr, []).append(event)
-        return event
-
-
 # ---------------------------------------------------------------- the replay
-
-@dataclass
-class Anchored:
-    """What one anchored replay measured."""
-    positions: list               # trace event of each sample
-    reserved: list                # memory_reserved() after that program action
-    allocated: list
-    peak_reserved: int = 0
-    peak_reserved_at: int = -1    # trace event
-    fragmentation: int = 0        # reserved - allocated at that peak
-    peak_allocated: int = 0
-    start_reserved: int = 0
-    start_live: int = 0
-    ooms: int = 0
-    oom_at: list = field(default_factory=list)       # trace events whose request failed here
-    alloc_retries: int = 0        # num_alloc_retries: each a full flush and a device-wide sync
-    device_calls: int = 0
-    device_call_us: float = 0.0   # simulated time in cudaMalloc/cudaFree/VMM calls
-    syncs: int = 0                # device-wide syncs (cudaFree's implicit one, the flush's own)
-    start_does_not_fit: bool = False
-    notes: list = field(default_factory=list)
-
 
 def anchored_replay(events: list, finals: list, program: Program, *, config: str = "",
                     policy: str = "caching", usable: Optional[int] = None, profile: str = "h100-80gb",
-                    index: int = 0, allocator_factory=None) -> Anchored:
-    """Replay ``program`` (from ``program_of``) from the state at the trace's first event."""
-    return _Replayer(events, finals, config, policy, usable, profile, index, allocator_factory).run(program)
+                    index: int = 0, allocator_factory=None, recording: Optional[DeviceRecording] = None) -> Anchored:
+    """Replay ``program`` (from ``program_of``) from the state at the trace's first event.
 
-
-class _Replayer:
-    def __init__(self, events, finals, config, policy, usable, profile, index, factory) -> None:
-        self.events, self.finals = events, finals
-        self.device = WhatIfDevice(profile, index, usable)
-        self.allocator = factory(self.device, config) if factory else make_allocator(self.device, policy, config)
-        self.exact = isinstance(self.allocator, CachingAllocator)
-        self.pools = PoolRouter(events, finals)
-        self.streams: dict = {0: self.device.default_stream}
-        self.live: dict = {}
-        self.held: dict = {}          # another design's deferred frees, until their event completes
-        self.guards: list = []
-        self.out = Anchored([], [], [])
-
-    def _stream(self, handle: int):
-        stream = self.streams.get(handle)
-        if stream is None:
-            stream = self.streams[handle] = self.device.create_stream(handle=handle)
-        return stream
-
-    def _guard_stream(self):
-        # One queue per pending free, as in replay.py: events on one stream complete in order,
-        # and the trace does not say which stream a free waited on.
-        da = getattr(self.allocator, "device_allocator", None)      # None for the policies
-        busy = da.cuda_events if da is not None else {}
-        for stream in self.guards:
-            if stream.handle not in busy:
-                return stream
-        stream = self.device.create_stream(handle=max(self.streams) + 0x1000 + len(self.guards))
-        self.guards.append(stream)
-        return stream
-
-    # ------------------------------------------------------------ start
-    def _restore(self, program: Program) -> bool:
-        # The state at the first event is a fact of the recorded run, whatever the setting
-        # replayed: rebuilt once, under the recorded settings (start_state), and shared.
-        state = program.start
-        if state is None:
-            config = getattr(self.allocator, "config", None) or AllocatorConfig()
-            state = infer_initial_state(self.events, self.finals, config)
-        self.out.notes += list(state.notes)
-        held = sum(s.size for s in state.segments) + sum(s["total_size"] for s in state.expandable)
-        self.out.start_live = sum(b[1] for s in state.segments for b in s.live_blocks) + sum(
-            b["size"] for s in state.expandable for b in s["blocks"] if b["state"] != "inactive")
-        self.out.start_reserved = held
-        if self.device.usable is not None and held > self.device.usable:
-            self.out.start_does_not_fit = True
-            return False
-        for seg in state.segments:
-            stream = self._stream(seg.stream)
-            if self.exact:
-                self.device.planned.appendleft((seg.address, seg.size))
-                self.live.update(restore_segment(self.allocator, seg.address, seg.size, stream,
-                                                 seg.live_blocks, small=seg.small,
-                                                 pool_id=self.pools.pool_of({"addr": seg.address})))
-        if self.exact and state.expandable:
-            # Expandable segments mapped when recording began (a run recorded mid-way), laid out as
-            # the verify replay lays them out; a layout that cannot be rebuilt fails the replay.
-            try:
-                self.live.update(rebuild_expandable(self, state.expandable, self.events))
-            except CannotRebuild as exc:
-                raise ValueError(f"expandable segments at the first event not rebuilt: {exc}") from None
-        if not self.exact:
-            # Another design cannot have PyTorch's layout: it is asked for the same live blocks,
-            # and for the memory PyTorch held cached then, given straight back, so that it starts
-            # holding what the run held (a pool that keeps memory keeps it; one that does not,
-            # releases it: each design's own answer).
-            for seg in state.segments:
-                for addr, _size, requested in seg.live_blocks:
-                    self.live[addr] = self.allocator.malloc(requested, self._stream(seg.stream))
-            for seg in state.expandable:
-                for b in seg["blocks"]:
-                    if b["state"] != "inactive":
-                        self.live[b["address"]] = self.allocator.malloc(b["requested_size"],
-                                                                        self._stream(seg["stream"]))
-            cached = held - self.out.start_live
-            if cached > 0:
-                self.allocator.free(self.allocator.malloc(cached, self.device.default_stream))
-        for addr in state.pending_free:
-            self._free(addr, deferred=True)
-        return True
-
-    # ------------------------------------------------------------ actions
-    def _malloc(self, act: Action) -> None:
-        self.device.planned = deque(act.segments)
-        e = self.events[act.pos]
-        try:
-            pool_id = self.pools.pool_of(e) if act.kind == "malloc" else (0, 0)
-            with self.pools.route(self.allocator, pool_id):
-                allocation = self.allocator.malloc(act.size, self._stream(act.stream))
-        except OutOfMemoryError:
-            self.out.ooms += 1
-            self.out.oom_at.append(act.pos)
-            return
-        finally:
-            self.device.planned = deque()
-        if act.kind == "malloc":
-            self.live[act.addr] = allocation
-        # A request PyTorch refused that fits here stays live: the run stopped there.
-
-    def _free(self, addr: int, deferred: bool) -> None:
-        allocation = self.live.pop(addr, None)
-        if allocation is None:        # its malloc ran out of memory in this replay
-            return
-        if deferred and not self.exact:
-            # Another design orders the free after the other stream's work its own way (the
-            # driver's pool: cudaFreeAsync on a stream that waits for it): the memory is free
-            # for reuse once that work is done, where the program's event completes.
-            self.held[addr] = allocation
-            return
-        if deferred:
-            self.allocator.record_stream(allocation, self._guard_stream())
-            self.device.freeing_addr = addr
-        try:
-            self.allocator.free(allocation)
-        finally:
-            self.device.freeing_addr = None
-
-    def _complete(self, addr: int) -> None:
-        held = self.held.pop(addr, None)
-        if held is not None:
-            self.allocator.free(held)
-        for event in self.device.events_by_addr.pop(addr, []):
-            event.ready = True
-
-    def _do(self, act: Action) -> None:
-        kind = act.kind
-        if kind in ("malloc", "request"):
-            self._malloc(act)
-        elif kind == "free":
-            self._free(act.addr, act.deferred)
-        elif kind == "complete":
-            self._complete(act.addr)
-            return
-        elif kind == "process":
-            da = getattr(self.allocator, "device_allocator", None)  # the policies have no events to process
-            if da is not None:
-                da.process_events()
-        elif kind == "empty_cache":
-            self.allocator.empty_cache()
-        self._sample(act.sample_at if act.sample_at >= 0 else act.pos)
-
-    def _sample(self, pos: int) -> None:
-        a = self.allocator
-        reserved, allocated = a.memory_reserved(), a.memory_allocated()
-        out = self.out
-        out.positions.append(pos)
-        out.reserved.append(reserved)
-        out.allocated.append(allocated)
-        if reserved > out.peak_reserved:
-            out.peak_reserved, out.peak_reserved_at, out.fragmentation = reserved, pos, reserved - allocated
-        if allocated > out.peak_allocated:
-            out.peak_allocated = allocated
-
-    def run(self, program: Program) -> Anchored:
-        try:
-            if not self._restore(program):
-                return self.out
-        except (ValueError, RuntimeError, CudaError) as exc:
-            raise ValueError(f"the allocator state at the trace's first event cannot be rebuilt: {exc}") from None
-        # The state at the first event is the first sample: a run that never grows peaks there.
-        a = self.allocator
-        self.out.peak_reserved, self.out.peak_allocated = a.memory_reserved(), a.memory_allocated()
-        self.out.fragmentation = self.out.peak_reserved - self.out.peak_allocated
-        for act in program.actions:
-            self._do(act)
-        c = self.device.counters
-        self.out.device_calls = c.malloc_calls + c.free_calls + c.vmm_calls + c.malloc_async_calls + c.free_async_calls
-        self.out.device_call_us = float(c.api_time_us)
-        self.out.syncs = int(c.implicit_syncs)
-        stats = self.allocator.memory_stats() if hasattr(self.allocator, "memory_stats") else {}
-        self.out.alloc_retries = int(stats.get("num_alloc_retries", 0))
-        return self.out
+    The replay engine's what-if mode (engine.py ``Engine.run_program``), on a GPU of ``usable``
+    bytes (uncapped when None).  ``recording`` is the device's recording when the caller
+    holds one (``events`` and ``finals`` are then its own).
+    """
+    if recording is None:
+        held = program.recording      # the device's recording, when the program was read off one
+        recording = held if held is not None and held.events is events and held.index == index else \
+            device_recording(events, finals, config, index)
+    engine = Engine(recording, verify=False, config=config, policy=policy, profile=profile,
+                    factory=allocator_factory, progress=False,
+                    usable=UNCAPPED if usable is None else usable)
+    return engine.run_program(program)
 
 
 def start_state(events: list, finals: list, config: str):

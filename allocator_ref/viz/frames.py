@@ -412,7 +412,7 @@ class _Recorder:
 
     def __deepcopy__(self, memo: dict) -> "_Muted":
         # A replay tries readings of an ambiguous trace on deep copies of its allocator
-        # (trace/replay.py, _reading_reproduces): what a copy does is not the story told.
+        # (trace/engine.py, _reading_reproduces): what a copy does is not the story told.
         return _Muted()
 
 

@@ -75,8 +75,15 @@ class MemorySamples:
 
 # ---------------------------------------------------------------- reading sources
 
+def _snapshot_of(source: Any) -> Any:
+    """A Recording (trace/recording.py) is read through the snapshot it checked."""
+    from ..trace.recording import Recording
+    return source.snapshot if isinstance(source, Recording) else source
+
+
 def trace_events(source: Any, device: int = 0) -> list[dict]:
-    """The trace-entry dicts of ``source`` (a snapshot dict, an allocator, or a list of events)."""
+    """The trace-entry dicts of ``source`` (a snapshot dict or Recording, an allocator, or a list of events)."""
+    source = _snapshot_of(source)
     if hasattr(source, "trace") and hasattr(source.trace, "dicts"):
         return source.trace.dicts()
     if isinstance(source, dict):
@@ -89,6 +96,7 @@ def trace_events(source: Any, device: int = 0) -> list[dict]:
 
 def final_segments(source: Any, device: int = 0) -> Optional[list]:
     """The segments at the end of the trace, when the source has them."""
+    source = _snapshot_of(source)
     if isinstance(source, dict) and "segments" in source:
         return [s for s in source["segments"] if s.get("device", 0) == device]
     return None

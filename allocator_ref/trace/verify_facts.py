@@ -1,0 +1,139 @@
+"""What a verify replay shows after each event, read off the engine without drawing a frame.
+
+The doctor needs, for every event of a trace, memory allocated, reserved and held for other
+streams, and the whole block map at one moment (the reserved peak).  Recording a frame per
+event (``viz.record_frames``) answers that, but costs three times the replay itself.  So a
+verify run of the engine (engine.py) reports :class:`VerifyFacts`:
+
+* the totals after each event come from the allocator's own counters
+  (``memory_allocated``/``memory_reserved``/``active_bytes``), read by a trace listener.  Three
+  events are reported a moment before the change they announce (the allocator records
+  ``alloc`` before ``stats.on_alloc_found_block``, ``free_completed`` before
+  ``on_free_block``, ``segment_free`` before it lowers ``reserved_bytes``, as PyTorch's
+  ``DeviceCachingAllocator`` does), so the listener adds that change itself, as the frames do
+  (``viz.frames.settle``); and a ``free_requested`` no other stream holds back shows its
+  block free at once, as the block map reads it;
+* the block map at one event is kept during the run when the event is known beforehand
+  (the recorded peak: ``capture_at``), else comes from a second engine run stopped right
+  after it (``state_after``);
+* segment numbers ("seg N") follow the player's rule: the segments at the start by address,
+  then each new segment in the order the trace allocates it.
+
+Only the caching allocator's plain segments are read this way: a trace with expandable
+segments (whose mapped ranges split and join) takes the frames (``available`` says which).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..caching.snapshot import block_state
+from ..caching.stats import AGGREGATE
+from .recording import DeviceRecording
+from .replay import TraceStepper
+
+EXPANDABLE_ACTIONS = ("segment_map", "segment_unmap")
+
+
+def available(dev: DeviceRecording) -> bool:
+    """Can these facts stand in for the frames on this device (no expandable segments)?"""
+    if any(s.get("is_expandable") for s in dev.segments):
+        return False
+    return not any(e["action"] in EXPANDABLE_ACTIONS for e in dev.events) and not dev.start_state().expandable
+
+
+class TotalsAfterEachEvent:
+    """A trace listener: (action, allocated, reserved, active) after each event the allocator makes."""
+
+    def __init__(self, allocator, capture_at: Optional[int] = None) -> None:
+        self.allocator = allocator
+        self.da = allocator.device_allocator
+        self.capture_at = capture_at      # the event after which to keep the whole block map
+        self.captured: Optional[list] = None
+        self.actions: list = []
+        self.allocated: list = []
+        self.reserved: list = []
+        self.active: list = []
+
+    def __call__(self, entry) -> None:
+        action = entry.action
+        if action == "snapshot":                 # a look at the state, not a change
+            return
+        stats = self.da.stats
+        allocated = stats.allocated_bytes[AGGREGATE].current
+        reserved = stats.reserved_bytes[AGGREGATE].current
+        active = stats.active_bytes[AGGREGATE].current
+        if action == "alloc":                    # counted right after it is recorded
+            size = self.da.active_blocks[entry.addr].size
+            allocated += size
+            active += size
+        elif action == "free_completed":         # the block leaves active right after
+            active -= self.da.active_blocks[entry.addr].size
+        elif action == "free_requested":
+            # A free no other stream holds back is shown free at once (the block map reads the
+            # block's state: block_state), though the counters move at its free_completed.
+            block = self.da.active_blocks[entry.addr]
+            if block_state(block) == "inactive":
+                active -= block.size
+        elif action == "segment_free":           # reserved drops right after
+            reserved -= entry.size
+        if len(self.actions) == self.capture_at and action in ("alloc", "oom"):
+            # The last event of a malloc: the blocks already are what they are after it.
+            self.captured = self.allocator.segments(record=False)
+        self.actions.append(action)
+        self.allocated.append(allocated)
+        self.reserved.append(reserved)
+        self.active.append(active)
+
+    def __deepcopy__(self, memo: dict) -> "_Muted":
+        # The replay tries readings of an ambiguous trace on copies of its allocator: what a
+        # copy does is not what happened.
+        return _Muted()
+
+
+class _Muted:
+    def __call__(self, entry) -> None:
+        pass
+
+
+class VerifyFacts:
+    """One verify run of a device with the totals after each event (see the module doc)."""
+
+    def __init__(self, stepper: TraceStepper, capture_at: Optional[int] = None) -> None:
+        """``capture_at``: an event whose block map to keep (the recorded peak, say: a verified
+        replay makes the recorded curve, so it is known before the run)."""
+        self.stepper = stepper
+        allocator = stepper.allocator
+        # The player numbers the segments present at the start by address (FrameSource).
+        self.start_addresses = sorted(s["address"] for s in allocator.segments(record=False))
+        self.totals = TotalsAfterEachEvent(allocator, capture_at)
+        stop = allocator.trace.add_listener(self.totals)
+        try:
+            self.result = stepper.finish()
+        finally:
+            stop()
+        self.first_event = 0
+
+    def segment_numbers(self) -> dict:
+        """address -> the number the player shows as "seg N" (stable over the trace)."""
+        ids: dict = {}
+        for address in self.start_addresses:
+            ids.setdefault(address, len(ids))
+        for e in self.stepper.events:
+            if e["action"] == "segment_alloc":
+                ids.setdefault(e["addr"], len(ids))
+        return ids
+
+
+def state_after(recording, device: int, index: int, profile: str = "h100-80gb") -> Optional[list]:
+    """The segments right after event ``index`` of ``device`` (an ``alloc`` or ``oom``: the last
+    event of its malloc) from an engine run stopped there; None when it cannot stop exactly there."""
+    if recording.device(device).events[index]["action"] not in ("alloc", "oom"):
+        return None
+    stepper = TraceStepper(recording, device=device, profile=profile)
+    stepper.run_until(index + 1)
+    if stepper.next_event != index + 1 or stepper.divergence is not None:
+        return None
+    return stepper.allocator.segments(record=False)
+
+
+__all__ = ["available", "TotalsAfterEachEvent", "VerifyFacts", "state_after"]
