@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..caching.allocator import CachingAllocator
+from ..device.sizing import fit_profile, most_reserved
 from .engine import GUARD_HANDLES, REORDER_WINDOW, Engine, make_allocator    # noqa: F401  (named here too)
 from .recording import load_recording, recorded_config
 from .replay_report import Divergence, ReplayResult
@@ -52,7 +53,9 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
     same_config = config is None
     config = recording.config if config is None else config
     if verify and device_memory is not None:
-        raise ValueError("--verify replays on the GPU the trace was recorded on; drop --device-memory")
+        raise ValueError("--verify follows the trace (what failed on the GPU fails here, nothing else), so a GPU "
+                         "size does not apply: drop --device-memory, or replay without --verify to ask what "
+                         "happens on a GPU of that size")
     if verify and (policy != "caching" or allocator_factory is not None or not same_config):
         raise ValueError("--verify compares against PyTorch's own decisions: it needs the caching "
                          "policy and the snapshot's own config")
@@ -65,10 +68,15 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
         dev = recording.device(index)
         if not dev.events and not verify:
             continue                     # a what-if has no requests to replay on this device
+        # A verify replay runs on a simulated GPU that holds what the trace held (a B200's 150 GiB
+        # run does not fit the default 80 GB profile): device/sizing.py, said in the result's notes.
+        dev_profile, sized = fit_profile(profile, most_reserved(dev.events, dev.segments)) if verify else (profile, "")
         try:
-            engine = Engine(dev, verify=verify, config=config, policy=policy, profile=profile,
+            engine = Engine(dev, verify=verify, config=config, policy=policy, profile=dev_profile,
                             factory=allocator_factory, progress=progress, total_memory=device_memory)
             result = engine.run()
+            if sized:
+                result.inferred.insert(0, sized)
         except SnapshotError as exc:
             message = str(exc)
             raise SnapshotError(message if message.startswith(f"{source}: ") else f"{source}: {message}") from None
