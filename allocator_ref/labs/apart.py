@@ -31,8 +31,11 @@ checker's own code in the notebook) changes an expected value or a verdict.
 What it does not promise: the account of what an ``observed`` submission did is
 made in the notebook's process, next to the submission, so code written to
 forge that account (patch the device's counters, or the runner itself) is not
-stopped; nor is code that replaces ``check`` itself before the check cell runs
-(the learner's kernel is the learner's).  Every exercise is marked one or the other
+stopped; and the verdict comes back to the notebook's process, which shows it:
+code there can change what it shows (rebind ``check``, patch the result, wrap
+``receive``).  That is why the recorded grade is not this one: ``make
+autograde`` judges every submission again with the same machinery, from
+processes the learner's kernel never ran in (regrade.py).  Every exercise is marked one or the other
 (tests/test_labs_attacks.py keeps it so); one marked neither would be judged in the
 notebook's process, as in the open mode.
 """
