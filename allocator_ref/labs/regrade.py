@@ -260,6 +260,7 @@ def judge_main() -> None:
 def serve_main() -> None:
     """Run the learner's cells, take the functions the checks name, then answer the judge's calls."""
     import builtins
+    import linecache
     import traceback
     inbox = os.fdopen(os.dup(0), "rb")
     outbox = os.fdopen(os.dup(1), "wb")
@@ -272,8 +273,12 @@ def serve_main() -> None:
     missing: dict = {}
     for number, cell in enumerate(request["cells"], 1):
         if "code" in cell:
+            name = f"<cell {number}>"
+            # As IPython does: the cell's text in linecache, so inspect.getsource() finds a function
+            # defined there (lab 6 sends the receiver's source to another process).
+            linecache.cache[name] = (len(cell["code"]), None, cell["code"].splitlines(True), name)
             try:
-                exec(compile(cell["code"], f"<cell {number}>", "exec"), namespace)   # noqa: S102 -- the learner's own notebook
+                exec(compile(cell["code"], name, "exec"), namespace)   # noqa: S102 -- the learner's own notebook
             except BaseException:                  # noqa: B036 -- as nbgrader does: the next cells still run
                 traceback.print_exc()
             continue
