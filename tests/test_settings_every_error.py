@@ -3,7 +3,7 @@ what escapes is one SettingsError naming that variable (or file) and what to do,
 API and from the CLI (a usage error, exit 2), never a RuntimeError from deep inside.
 
 Before: ALLOCATOR_REF_TRACES=~nosuchuser/x raised an uncaught RuntimeError (Path.expanduser), as did
-XDG_CACHE_HOME=~nosuchuser/x; a bad device or profile was a plain ValueError from open_device only.
+XDG_CACHE_HOME=~nosuchuser/x; a bad device or profile was a plain ValueError from open_device.
 (ALLOCATOR_REF_MAX_SNAPSHOT_MB is the snapshot loader's: a SnapshotError naming it, tested there.)
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ BAD = [
     ("XDG_CACHE_HOME", "~nosuchuser-h41/cache", "cannot be used for the traces cache"),
 ]
 LOOKUP = ("from allocator_ref import settings; from allocator_ref.trace import fetch; "
-          "print(settings.describe()); print(fetch.search_dirs())")
+          "from allocator_ref.device import open_device; "
+          "print(settings.describe()); print(fetch.search_dirs()); open_device('sim')")
 
 
 def run(env_extra: dict, *args: str, cwd: Path):

@@ -243,7 +243,7 @@ def autograde(lab: str, course: Path = COURSE_DIR) -> Path:
     # What that run scored is the learner's copy (their kernel ran the asserts); the grade
     # recorded is the one judged again apart from every submission (regrade.py).
     from .regrade import record
-    record(name, course)
+    record(name, course, COURSE_ID)
     grades = course / "grades.csv"
     _nbgrader(course, "export", "--to", str(grades))
     print(f"grades: {grades}")

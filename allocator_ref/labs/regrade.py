@@ -149,12 +149,11 @@ def judge_notebook(cells: list[dict], checks: list[GradedCheck], folder: Path,
     return verdicts
 
 
-def record(name: str, course: Path, say: Callable[[str], None] = print) -> dict:
+def record(name: str, course: Path, course_id: str, say: Callable[[str], None] = print) -> dict:
     """Judge every submission of assignment ``name`` again and write the scores into the gradebook.
     Returns {student: {grade_id: score}}."""
     import nbformat
     from nbgrader.api import Gradebook
-    from .grading import COURSE_ID
     _not_dumpable()          # the judges' verdicts arrive on pipes: no process of this user may open ours
     source = next((course / "source" / name).glob("*.ipynb"))
     checks = graded_checks(nbformat.read(source, as_version=4))
@@ -165,7 +164,7 @@ def record(name: str, course: Path, say: Callable[[str], None] = print) -> dict:
         verdicts = judge_notebook(cells, checks, submitted.parent)
         scores[student] = {g.grade_id: g.points if all(verdicts[c["key"]][0] for c in g.calls) else 0
                            for g in checks}
-        with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=COURSE_ID) as gb:
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=course_id) as gb:
             for graded in checks:
                 grade = gb.find_grade(graded.grade_id, source.stem, name, student)
                 score = scores[student][graded.grade_id]
