@@ -8,6 +8,7 @@ again in processes of its own (allocator_ref/labs/regrade.py).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import nbformat
@@ -161,3 +162,26 @@ def test_a_notebook_judged_apart_gets_the_verdicts_of_its_functions(tmp_path, mo
     ended = regrade.judge_notebook([{"code": "import os\nos._exit(3)"}] + cells, checks, tmp_path)
     assert not any(passed for passed, _ in ended.values())
     assert "ended before its cells had run" in ended["a/0"][1], ended
+
+
+@pytest.mark.slow
+def test_the_recorded_grade_stops_a_submission_that_switches_its_timer_off(tmp_path, monkeypatch):
+    """In the learner's own kernel a submission may cancel check()'s timer (signal.setitimer(..., 0));
+    the autograder's judge still ends it: it waits for each answer the case's limit plus a grace,
+    then ends the submission's process, and the check fails as stopped."""
+    from allocator_ref.labs import apart, regrade
+    monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")
+    code = ("import signal, time\n"
+            "def peaks(snapshot):\n"
+            "    signal.setitimer(signal.ITIMER_REAL, 0)\n"
+            "    while True:\n"
+            "        try:\n"
+            "            time.sleep(0.2)\n"
+            "        except BaseException:\n"
+            "            pass\n")
+    checks = [regrade.GradedCheck("a", 1, [{"key": "a/0", "exercise": "lab7.peaks", "expression": "peaks",
+                                           "seed": 3, "hidden": None, "time_limit": 1}])]
+    started = time.monotonic()
+    verdicts = regrade.judge_notebook([{"code": code}, {"take": [["a/0", "peaks"]]}], checks, tmp_path)
+    assert verdicts["a/0"][0] is False and "stopped after 1 s" in verdicts["a/0"][1], verdicts
+    assert time.monotonic() - started < 1 + apart.REPLY_GRACE_S + 60
