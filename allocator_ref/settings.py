@@ -177,19 +177,71 @@ def _check_table(path: Path, data: dict) -> dict[str, str]:
 
 
 def get(name: str, start: Optional[Path] = None) -> Setting:
-    """One setting with where it came from (environment, file, or default)."""
+    """One setting with where it came from (environment, file, or default); a value the course
+    cannot use is a SettingsError here, naming the variable or file, whoever asks."""
     if name not in SETTINGS:
         raise KeyError(f"no course setting {name!r}; known: {', '.join(SETTINGS)}")
     env_name, default = SETTINGS[name]
     env = os.environ.get(env_name)
     if env not in (None, ""):
-        return Setting(name, env, env_name)
-    path = settings_file(start)
-    if path is not None:
-        values = _read_file(path)
-        if name in values:
-            return Setting(name, values[name], f"{FILE_NAME} at {path}")
-    return Setting(name, default, "default")
+        setting = Setting(name, env, env_name)
+    else:
+        path = settings_file(start)
+        values = _read_file(path) if path is not None else {}
+        setting = (Setting(name, values[name], f"{FILE_NAME} at {path}") if name in values
+                   else Setting(name, default, "default"))
+    CHECKS.get(name, lambda s: None)(setting)
+    return setting
+
+
+def bad(setting: Setting, what: str) -> SettingsError:
+    """The settings error for a value the course cannot use: names the variable (or key and file)."""
+    return _bad(setting, what)
+
+
+def _bad(setting: Setting, what: str) -> SettingsError:
+    if setting.source in ENV_NAMES:
+        return SettingsError(f"{setting.source}={_short(setting.value)} {what}")
+    return SettingsError(f"{setting.name}={_short(setting.value)} (from {setting.source}) {what}")
+
+
+def _check_device(setting: Setting) -> None:
+    if setting.value.strip().lower() not in ("auto", "sim", "cuda"):
+        raise _bad(setting, "is not a device kind; use one of auto, sim, cuda")
+
+
+def _check_lab_seed(setting: Setting) -> None:
+    if setting.value != "user":
+        try:
+            int(setting.value)
+        except ValueError:
+            raise _bad(setting, "must be 'user' or a whole number") from None
+
+
+def _check_traces(setting: Setting) -> None:
+    folder(setting)
+
+
+# (profile: the device layer knows the profiles, and checks the name where it opens one: device/select.py)
+CHECKS = {"device": _check_device, "lab_seed": _check_lab_seed,
+          "traces": _check_traces}
+ENV_NAMES = {env for env, _ in SETTINGS.values()}
+OFF = "none"                 # a folder setting turned off (traces = "none": no real snapshots)
+
+
+def folder(setting: Setting) -> Optional[Path]:
+    """A folder-valued setting as a Path (``~`` expanded), or None when empty or 'none'."""
+    if not setting.value or setting.value.lower() == OFF:
+        return None
+    try:
+        path = Path(setting.value).expanduser()
+        os.fspath(path).encode()                  # a lone surrogate from undecodable bytes
+        if "\0" in setting.value or len(os.fsencode(path)) > 4096:
+            raise ValueError("a NUL byte or more than 4096 bytes")
+    except (RuntimeError, ValueError, UnicodeError, OSError) as exc:   # ~nosuchuser, no home, NUL, too long
+        raise _bad(setting, f"cannot be used as a folder ({_why(exc)}: {exc}); set it to a folder, "
+                            f"'{OFF}', or unset it") from None
+    return path
 
 
 def value(name: str, start: Optional[Path] = None) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .. import settings
-from .costs import load_profile
+from .costs import load_profile, profile_names
 from .errors import cuda_error
 
 KINDS = ("auto", "sim", "cuda")
@@ -38,9 +38,13 @@ def _kind(kind: Optional[str]) -> tuple[str, str]:
 
 
 def _profile(profile: Optional[str]) -> str:
-    name = profile if profile is not None else settings.value("profile")
-    load_profile(name)                 # ValueError naming the known profiles
-    return name
+    if profile is None:                # the course setting: a bad name is the settings error, naming it
+        setting = settings.get("profile")
+        if setting.value not in profile_names():
+            raise settings.bad(setting, f"is not a device profile; choose one of {profile_names()}")
+        profile = setting.value
+    load_profile(profile)              # ValueError naming the known profiles
+    return profile
 
 
 def open_device(kind: Optional[str] = None, profile: Optional[str] = None, index: int = 0):

@@ -31,8 +31,11 @@ checker's own code in the notebook) changes an expected value or a verdict.
 What it does not promise: the account of what an ``observed`` submission did is
 made in the notebook's process, next to the submission, so code written to
 forge that account (patch the device's counters, or the runner itself) is not
-stopped; nor is code that replaces ``check`` itself before the check cell runs
-(the learner's kernel is the learner's).  Every exercise is marked one or the other
+stopped; and the verdict comes back to the notebook's process, which shows it:
+code there can change what it shows (rebind ``check``, patch the result, wrap
+``receive``).  That is why the recorded grade is not this one: ``make
+autograde`` judges every submission again with the same machinery, from
+processes the learner's kernel never ran in (regrade.py).  Every exercise is marked one or the other
 (tests/test_labs_attacks.py keeps it so); one marked neither would be judged in the
 notebook's process, as in the open mode.
 """
@@ -61,6 +64,10 @@ REPLY_GRACE_S = 30.0          # past a case's limit, how long the clean process 
 
 class NotPlainData(TypeError):
     """The submission returned something a graded check cannot carry (a class instance, a numpy number...)."""
+
+
+class ProcessEnded(Exception):
+    """The process that runs the submission stopped answering: its case fails, and every later one."""
 
 
 class SubmissionRaised(Exception):
@@ -122,39 +129,80 @@ def send(stream, message: dict) -> None:
     stream.flush()
 
 
-def receive(stream) -> Optional[dict]:
-    head = stream.read(4)
+class Silent(Exception):
+    """The other side sent nothing before the deadline (a submission that escaped its time limit,
+    a judge that hangs): the caller stops waiting and ends that process."""
+
+
+def receive(stream, deadline: Optional[float] = None) -> Optional[dict]:
+    """The next message, or None when the other side closed the pipe; past ``deadline`` (a
+    ``time.monotonic()`` value) raise Silent.  Reads the file descriptor itself, never a buffer,
+    so that waiting with a deadline sees every byte that has arrived."""
+    head = _read_exactly(stream.fileno(), 4, deadline)
     if len(head) < 4:
         return None
     (size,) = struct.unpack(">I", head)
     if size > MAX_MESSAGE:
         raise ValueError(f"a message of {size} bytes (more than {MAX_MESSAGE})")
-    body = stream.read(size)
+    body = _read_exactly(stream.fileno(), size, deadline)
     if len(body) < size:
         return None
     return json.loads(body)
 
 
+def _read_exactly(fd: int, size: int, deadline: Optional[float]) -> bytes:
+    import select
+    import time
+    parts, got = [], 0
+    while got < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise Silent()
+        chunk = os.read(fd, min(size - got, 1 << 20))
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
 # ---------------------------------------------------------------- the notebook's side
+STARTUP_S = 60.0              # the clean process's own start (imports) before its first message
+
+
+def judge_command() -> list:
+    """The clean process: ``python -I`` (no PYTHON* variables, no user site, not the notebook's folder)."""
+    return [sys.executable, "-I", "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); from allocator_ref.labs.apart import main; main()",
+            PACKAGE_ROOT]
+
+
 def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: float):
-    """Run ``ex``'s cases in a clean process, calling ``submission`` here; return the CheckResult."""
-    cmd = [sys.executable, "-I", "-c",
-           "import sys; sys.path.insert(0, sys.argv[1]); from allocator_ref.labs.apart import main; main()",
-           PACKAGE_ROOT]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    """Run ``ex``'s cases in a clean process, calling ``submission`` here; return the CheckResult.
+
+    The wait has a deadline too: the clean process speaks at least once per case (each call of the
+    submission, then the verdict), so a silence longer than a case's limit plus the two processes'
+    grace means it hangs; it is then ended and the report says so."""
+    import tempfile
+    import time
+    errors = tempfile.TemporaryFile()         # its stderr: a file, so that no full pipe can block it
+    proc = subprocess.Popen(judge_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
+    wait = time_limit + 2 * REPLY_GRACE_S + STARTUP_S
     try:
         send(proc.stdin, {"exercise": ex.id, "seed": seed, "hidden": hidden, "time_limit": time_limit})
         while True:
             try:
-                message = receive(proc.stdout)
+                message = receive(proc.stdout, time.monotonic() + wait)
             except KeyboardInterrupt:                 # the stop button while the judge works
-                result = CheckResult(exercise=ex.id, seed=seed)
-                result.cases = [CaseResult("the graded check", False, False, "interrupted (the stop button or "
-                                           "Ctrl-C): the remaining cases were not run", stopped=True)]
-                result.explanation = result.cases[0].explanation
-                return result
+                return _stopped(ex, seed, "interrupted (the stop button or Ctrl-C): the remaining cases "
+                                "were not run")
+            except Silent:
+                return _stopped(ex, seed, f"stopped: the graded judge sent nothing for {wait:g} s (each case "
+                                f"may take {time_limit:g} s); it was ended and the remaining cases were not run")
             if message is None:
-                err = proc.stderr.read().decode(errors="replace")[-2000:]
+                errors.seek(0)
+                err = errors.read().decode(errors="replace")[-2000:]
                 raise RuntimeError(f"the graded judge process ended before it answered (exit code "
                                    f"{proc.wait()}):\n{err}")
             if "done" in message:
@@ -162,15 +210,26 @@ def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: fl
                 result.cases = [CaseResult(**c) for c in message["done"]["cases"]]
                 result.explanation = message["done"]["explanation"]
                 return result
-            send(proc.stdin, _call_here(submission, message))
+            reply = _call_here(submission, message)
+            try:
+                send(proc.stdin, reply)
+            except OSError:                           # it gave up on this reply (too late): read its verdict
+                pass
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
+        for stream in (proc.stdin, proc.stdout, errors):
             stream.close()
         if ex.teardown is not None:            # what the runners started here (lab 6's receiver process)
             ex.teardown()
+
+
+def _stopped(ex, seed: int, why: str) -> CheckResult:
+    result = CheckResult(exercise=ex.id, seed=seed)
+    result.cases = [CaseResult("the graded check", False, False, why, stopped=True)]
+    result.explanation = why
+    return result
 
 
 def _call_here(submission, message: dict) -> dict:
@@ -232,9 +291,12 @@ def _describe_raised(exc: BaseException) -> dict:
 class _Remote(Apart):
     """The submission as the clean process's judges see it: each call is answered by the notebook."""
 
-    def __init__(self, inbox, outbox, time_limit: float) -> None:
+    def __init__(self, inbox, outbox, time_limit: float, key: Optional[str] = None, on_silence=None) -> None:
         self.inbox, self.outbox, self.time_limit = inbox, outbox, time_limit
         self.deadline = None
+        self.key = key                    # which submission, when the other side holds several (regrade.py)
+        self.on_silence = on_silence      # what to do when the other side misses a reply's deadline
+        self.silent = False
 
     def __call__(self, *args, **kwargs):
         return self._ask({}, args, kwargs)
@@ -248,12 +310,25 @@ class _Remote(Apart):
 
     def _ask(self, message: dict, args: tuple, kwargs: dict):
         import time
+        if self.silent:                            # it missed a deadline or ended: nothing more to ask it
+            raise ProcessEnded("the process running your code stopped answering at an earlier case")
         left = max(self.deadline - time.monotonic(), 0.001) if self.deadline else self.time_limit
+        if self.key is not None:
+            message = dict(message, key=self.key)
         send(self.outbox, dict(message, args=base64.b64encode(pickle.dumps((args, kwargs))).decode(),
                                time_left=left))
-        reply = receive(self.inbox)
-        if reply is None:
-            raise SystemExit(0)                    # the notebook went away: nothing left to judge
+        try:
+            # The submission's side stops the call at ``left``; past that and a grace, it escaped.
+            reply = receive(self.inbox, time.monotonic() + left + REPLY_GRACE_S)
+        except Silent:
+            self.silent = True
+            if self.on_silence is not None:
+                self.on_silence()                  # regrade.py: end the submission's process
+            raise CaseTimeout() from None
+        if reply is None:                          # the notebook's process ended (os._exit, a crash, killed)
+            self.silent = True
+            raise ProcessEnded("the process running your code ended during this call (os._exit(), a crash, "
+                               "or it was killed): nothing came back to judge")
         if reply.get("output"):
             print(reply["output"], end="")         # run_guarded here captures it as the case's output
         if reply.get("timeout"):
@@ -295,27 +370,34 @@ def _not_dumpable() -> None:
         pass                                       # not Linux: nothing to switch off
 
 
-def main() -> None:
-    """The clean process: read the request, judge every case, write the result."""
+def judge_here(ex, remote: _Remote, seed: int, hidden: Optional[int], time_limit: float) -> CheckResult:
+    """The clean process's verdict on ``ex``: every judge runs here, calling ``remote`` for the submission."""
+    import importlib
     import time
+    check_module = importlib.import_module("allocator_ref.labs.check")   # (the package exports check(), the function)
+    original = check_module.run_case
+
+    def run_case(case, submission, limit=None):
+        remote.deadline = time.monotonic() + time_limit
+        # The submission's side stops it at the limit and says so; this process waits a little
+        # longer, so that a reply is never left unread (the next call would read it).
+        return original(case, submission, time_limit + REPLY_GRACE_S, shown_limit=time_limit)
+    check_module.run_case = run_case
+    try:
+        return check_module.judge(ex, remote, seed, hidden=hidden, time_limit=time_limit)
+    finally:
+        check_module.run_case = original
+
+
+def main() -> None:
+    """The clean process of a notebook's graded check: read the request, judge every case, write the result."""
+    import importlib
     _not_dumpable()
     inbox = sys.stdin.buffer
     outbox = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                                  # whatever a judge prints must not enter the message stream
     request = receive(inbox)
-    import importlib
-    check_module = importlib.import_module("allocator_ref.labs.check")   # (the package exports check(), the function)
-    ex = check_module.exercise(request["exercise"])
+    ex = importlib.import_module("allocator_ref.labs.check").exercise(request["exercise"])
     remote = _Remote(inbox, outbox, request["time_limit"])
-    original = check_module.run_case
-
-    def run_case(case, submission, time_limit=None):
-        remote.deadline = time.monotonic() + request["time_limit"]
-        # The notebook stops the submission at the limit and says so; this process waits a little
-        # longer, so that a reply is never left unread (the next call would read it).
-        return original(case, submission, request["time_limit"] + REPLY_GRACE_S, shown_limit=request["time_limit"])
-    check_module.run_case = run_case
-    result = check_module.judge(ex, remote, request["seed"], hidden=request["hidden"],
-                                time_limit=request["time_limit"])
-    cases = [dict(vars(c)) for c in result.cases]
-    send(outbox, {"done": {"cases": cases, "explanation": result.explanation}})
+    result = judge_here(ex, remote, request["seed"], request["hidden"], request["time_limit"])
+    send(outbox, {"done": {"cases": [dict(vars(c)) for c in result.cases], "explanation": result.explanation}})

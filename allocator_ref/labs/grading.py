@@ -54,6 +54,8 @@ from . import generate
 COURSE_DIR = generate.ROOT / "build" / "nbgrader"
 COURSE_ID = "allocator-course"
 GRADED_FOLDER = "graded"          # where the hub hands each learner the release (~/graded/labNN/)
+# The locked cell imports check() itself: a learner's cell may have rebound the name `check`.
+GRADED_IMPORT = "from allocator_ref.labs.check import check"
 CHECK_LINE = re.compile(r"""^(\s*)check\(\s*(["'])(lab\d+\.\w+)\2\s*,\s*(.*?)\)\s*;?\s*$""")
 CONFIG = '''# Written by `make nbgrader` (allocator_ref/labs/grading.py).
 c = get_config()  # noqa: F821
@@ -116,6 +118,8 @@ def graded_notebook(path: Path, seed: int):
                     indent, _, ex_id, args = m.groups()
                     args = re.sub(r",?\s*seed\s*=\s*[^,]+", "", args)
                     ids.append(ex_id)
+                    if not ids[:-1]:
+                        lines.append(f"{indent}{GRADED_IMPORT}")
                     line = (f"{indent}assert check({ex_id!r}, {args}, seed={seed}, graded=True).passed, "
                             f"\"{ex_id} does not pass yet: read the report above\"")
                 lines.append(line)
@@ -236,6 +240,10 @@ def autograde(lab: str, course: Path = COURSE_DIR) -> Path:
     name, course = assignment_name(lab), course.resolve()     # nbgrader runs in the course folder
     check_submissions(name, course)
     _nbgrader(course, "autograde", name, "--force")
+    # What that run scored is the learner's copy (their kernel ran the asserts); the grade
+    # recorded is the one judged again apart from every submission (regrade.py).
+    from .regrade import record
+    record(name, course, COURSE_ID)
     grades = course / "grades.csv"
     _nbgrader(course, "export", "--to", str(grades))
     print(f"grades: {grades}")

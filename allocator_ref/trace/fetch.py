@@ -116,8 +116,14 @@ class UnknownTrace(KeyError, ValueError):
 
 def cache_dir() -> Path:
     """The per-user cache (XDG Base Directory spec): $XDG_CACHE_HOME/allocator-ref/traces."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "allocator-ref" / "traces"
+    named = os.environ.get("XDG_CACHE_HOME")
+    try:
+        base = Path(named).expanduser() if named else Path.home() / ".cache"
+    except (RuntimeError, ValueError) as exc:     # ~nosuchuser, no HOME and no passwd entry
+        what = f"XDG_CACHE_HOME={named!r}" if named else "the home folder (HOME)"
+        raise settings.SettingsError(f"{what} cannot be used for the traces cache ({exc}); set "
+                                     "ALLOCATOR_REF_TRACES or XDG_CACHE_HOME to a folder") from None
+    return base / "allocator-ref" / "traces"
 
 
 def shared_dir() -> Path:
@@ -129,8 +135,7 @@ OFF = "none"     # ALLOCATOR_REF_TRACES=none: use no real snapshot (what a clone
 
 
 def setting_dir() -> Optional[Path]:
-    value = settings.value("traces")
-    return Path(value).expanduser() if value and value.lower() != OFF else None
+    return settings.folder(settings.get("traces"))       # a path it cannot use is a SettingsError
 
 
 def search_dirs() -> list[tuple[Path, str]]:

@@ -1,0 +1,80 @@
+"""Every setting error is the settings error (issue 41): whatever a variable the course reads holds,
+what escapes is one SettingsError naming that variable (or file) and what to do, from the settings
+API and from the CLI (a usage error, exit 2), never a RuntimeError from deep inside.
+
+Before: ALLOCATOR_REF_TRACES=~nosuchuser/x raised an uncaught RuntimeError (Path.expanduser), as did
+XDG_CACHE_HOME=~nosuchuser/x; a bad device or profile was a plain ValueError from open_device.
+(ALLOCATOR_REF_MAX_SNAPSHOT_MB is the snapshot loader's: a SnapshotError naming it, tested there.)
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BAD = [
+    ("ALLOCATOR_REF_TRACES", "~nosuchuser-h41/traces", "cannot be used as a folder"),
+    ("ALLOCATOR_REF_TRACES", "t" * 5000, "cannot be used as a folder"),
+    ("ALLOCATOR_REF_DEVICE", "gpu", "auto, sim, cuda"),
+    ("ALLOCATOR_REF_PROFILE", "a100", "h100-80gb"),
+    ("ALLOCATOR_REF_PROFILE", "../profiles/h100-80gb", "h100-80gb"),
+    ("ALLOCATOR_REF_LAB_SEED", "twelve", "'user' or a whole number"),
+    ("ALLOCATOR_REF_LAB_SEED", "9" * 5000, "'user' or a whole number"),
+    ("ALLOCATOR_REF_SETTINGS", "~nosuchuser-h41/course-settings.toml", "cannot use this path"),
+    ("XDG_CACHE_HOME", "~nosuchuser-h41/cache", "cannot be used for the traces cache"),
+]
+LOOKUP = ("from allocator_ref import settings; from allocator_ref.trace import fetch; "
+          "from allocator_ref.device import open_device; "
+          "print(settings.describe()); print(fetch.search_dirs()); open_device('sim')")
+
+
+def run(env_extra: dict, *args: str, cwd: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOCATOR_REF_") and k != "XDG_CACHE_HOME"}
+    env.update(PYTHONPATH=str(ROOT), **env_extra)
+    return subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("variable, value, words", BAD, ids=[f"{v}={x[:30]}" for v, x, _ in BAD])
+def test_a_bad_value_of_every_variable_is_one_settings_error_naming_it(variable, value, words, tmp_path):
+    proc = run({variable: value}, "-c", LOOKUP, cwd=tmp_path)
+    last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+    assert proc.returncode == 1 and last.startswith("allocator_ref.settings.SettingsError"), proc.stderr[-1500:]
+    assert variable in last and words in last and len(last) < 1000, last
+
+
+READ_BY_TRACES_LIST = [b for b in BAD if b[0] in ("ALLOCATOR_REF_TRACES", "ALLOCATOR_REF_SETTINGS", "XDG_CACHE_HOME")]
+
+
+@pytest.mark.parametrize("variable, value, words", READ_BY_TRACES_LIST,
+                         ids=[f"{v}={x[:30]}" for v, x, _ in READ_BY_TRACES_LIST])
+def test_the_cli_reports_every_bad_value_it_reads_as_a_usage_error(variable, value, words, tmp_path):
+    proc = run({variable: value}, "-m", "allocator_ref", "traces", "list", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: "), proc.stderr[-1500:]
+    assert variable in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("line, words", [
+    ('traces = "a\\u0000b"', "cannot be used as a folder"),
+    ('device = "gpu"', "auto, sim, cuda"),
+    ('profile = "t4"', "t4-16gb"),
+    ('lab_seed = "twelve"', "'user' or a whole number"),
+])
+def test_a_bad_value_in_the_settings_file_names_the_key_and_the_file(line, words, tmp_path):
+    (tmp_path / "course-settings.toml").write_text(f"[course]\n{line}\n")
+    proc = run({}, "-c", LOOKUP, cwd=tmp_path)
+    last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+    assert last.startswith("allocator_ref.settings.SettingsError"), proc.stderr[-1500:]
+    key = line.split(" =")[0]
+    assert f"{key}=" in last and "course-settings.toml" in last and words in last, last
+
+
+def test_good_values_still_pass(tmp_path):
+    proc = run({"ALLOCATOR_REF_TRACES": "~/traces", "ALLOCATOR_REF_DEVICE": " SIM ", "ALLOCATOR_REF_LAB_SEED": "42",
+                "ALLOCATOR_REF_PROFILE": "t4-16gb"}, "-c", LOOKUP, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert str(Path.home() / "traces") in proc.stdout
