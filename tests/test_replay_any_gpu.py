@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from allocator_ref.memory_doctor.examples import big_expandable_run
-from allocator_ref.trace import replay, save_snapshot
+from allocator_ref.trace.replay import replay
+from allocator_ref.trace.snapshot import save_snapshot
 
 
 @pytest.fixture(scope="module")

@@ -126,7 +126,12 @@ def test_make_image_is_the_documented_command_and_builds_the_dockerfile(image):
                            "IMAGE_TOOL=docker"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
     commands = [" ".join(line.split()) for line in plan.stdout.splitlines()]
-    assert "docker build -f workshop/Dockerfile -t registry.example/allocator-course:2026.11 ." in commands
+    assert ("docker build -f workshop/Dockerfile -t registry.example/allocator-course:2026.11 "
+            "--build-arg CUDA_WHEELS=yes .") in commands, commands
+    slim = subprocess.run(["make", "-n", "-s", "image", "IMAGE=registry.example/allocator-course:2026.11",
+                           "IMAGE_TOOL=docker", "IMAGE_CUDA=no"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert "--build-arg CUDA_WHEELS=no" in slim.stdout, slim.stdout     # the slim image for simulated rooms
     for guide in (ROOT / "README.md", WORKSHOP / "README.md", WORKSHOP / "z2jh-values.yaml"):
         assert "make image IMAGE=" in guide.read_text(), f"{guide.name} does not give the command"
     # the values file's image is this one: its user, working directory and entrypoint
