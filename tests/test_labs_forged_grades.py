@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from allocator_ref.labs import gradebook
 from allocator_ref.labs import generate, grading
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +108,8 @@ def test_no_forged_pass_reaches_the_recorded_grade(tmp_path, monkeypatch):
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / release.name)
 
-    assert grading.main(["autograde", "07", "--course", str(course)]) == 0
+    # what `make autograde LAB=07` runs (labs/gradebook.py)
+    assert gradebook.main(["autograde", "07", "--course", str(course)]) == 0
     with nbgrader_api.Gradebook(f"sqlite:///{(course / 'gradebook.db').resolve()}",
                                 course_id=grading.COURSE_ID) as gb:
         scores = {s: gb.find_submission("lab07", s).score for s in submissions}

@@ -173,6 +173,10 @@ def autograde(lab: str, course: Path = grading.COURSE_DIR) -> tuple[Path, dict]:
             except grading.GradingError as exc:
                 broken[learner] = f"nbgrader could not grade it: {str(exc).strip().splitlines()[-1][:300]}"
     broken = {k: v for k, v in broken.items() if v}
+    # What nbgrader scored is the learner's own kernel's run of the asserts; the grade recorded is
+    # the one a judge the submission never reaches gives (regrade.py), for every learner graded.
+    from .regrade import record
+    record(name, course, grading.COURSE_ID, students={f.parent.name for f in folders} - set(broken))
     grades = course / "grades.csv"
     _nbgrader(course, "export", "--to", str(grades))
     private(course)

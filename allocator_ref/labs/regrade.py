@@ -149,9 +149,11 @@ def judge_notebook(cells: list[dict], checks: list[GradedCheck], folder: Path,
     return verdicts
 
 
-def record(name: str, course: Path, course_id: str, say: Callable[[str], None] = print) -> dict:
-    """Judge every submission of assignment ``name`` again and write the scores into the gradebook.
-    Returns {student: {grade_id: score}}."""
+def record(name: str, course: Path, course_id: str, say: Callable[[str], None] = print,
+           students: Optional[set] = None) -> dict:
+    """Judge every submission of assignment ``name`` again (only ``students``, when given: the ones
+    nbgrader graded) and write the scores into the gradebook. Returns {student: {grade_id: score}}.
+    A submission the judge cannot run is recorded 0, never left at what the learner's kernel claimed."""
     import nbformat
     from nbgrader.api import Gradebook
     _not_dumpable()          # the judges' verdicts arrive on pipes: no process of this user may open ours
@@ -160,8 +162,14 @@ def record(name: str, course: Path, course_id: str, say: Callable[[str], None] =
     scores: dict = {}
     for submitted in sorted((course / "submitted").glob(f"*/{name}/{source.name}")):
         student = submitted.parents[1].name
-        cells = learner_cells(nbformat.read(submitted, as_version=4), checks)
-        verdicts = judge_notebook(cells, checks, submitted.parent)
+        if students is not None and student not in students:
+            continue
+        try:
+            cells = learner_cells(nbformat.read(submitted, as_version=4), checks)
+            verdicts = judge_notebook(cells, checks, submitted.parent)
+        except Exception as exc:          # noqa: BLE001 (one broken submission stops nobody else)
+            say(f"{student} {name}: not judged ({type(exc).__name__}: {str(exc)[:160]}); recorded 0")
+            verdicts = {c["key"]: (False, "not judged") for g in checks for c in g.calls}
         scores[student] = {g.grade_id: g.points if all(verdicts[c["key"]][0] for c in g.calls) else 0
                            for g in checks}
         with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=course_id) as gb:
