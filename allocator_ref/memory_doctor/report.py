@@ -183,7 +183,8 @@ class DoctorReport:
             rest = sum(h.free + h.pending for h in d.holdings[5:])
             out.append(f"  ... and {len(d.holdings) - 5} more segments holding {format_bytes(rest)}")
         if "expandable_segments:true" in d.config.replace(" ", "").lower():
-            out.append("  this run uses expandable segments: memory is mapped in 2 MiB pages, so reserved-but-unallocated "
+            out.append("  this run uses expandable segments: memory is mapped page by page (20 MiB pages in the large "
+                       "pool, 2 MiB in the small one), so reserved-but-unallocated "
                        "bytes are mostly the unused parts of partly used pages (and whole free pages not yet unmapped), "
                        "not stranded blocks")
         out += ["", "LARGEST LIVE ALLOCATIONS AT THE PEAK"]
