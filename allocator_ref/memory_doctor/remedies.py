@@ -192,9 +192,7 @@ class Remedies:
         better = [t for t in self.knobs if t.fits and base.alloc_retries - t.alloc_retries >= slack]
         if not better:
             return None
-        fewest = min(t.alloc_retries for t in better)
-        tied = [t for t in better if t.alloc_retries - fewest < slack]
-        return min(tied, key=lambda t: (t.kind == "async", t.rank))
+        return _tie_to_pytorch(better, lambda t: t.alloc_retries, slack)
 
     @property
     def best_material(self) -> Optional[Trial]:
@@ -208,9 +206,7 @@ class Remedies:
         material = [t for t in self.knobs if base - t.peak_reserved >= threshold]
         if not material:
             return None
-        lowest = min(t.peak_reserved for t in material)
-        tied = [t for t in material if t.peak_reserved - lowest < threshold]
-        return min(tied, key=lambda t: (t.kind == "async", t.rank))
+        return _tie_to_pytorch(material, lambda t: t.peak_reserved, threshold)
 
     @property
     def lowest(self) -> Trial:
@@ -397,3 +393,11 @@ def context_reserve(profile: str) -> int:
     """Bytes the simulated GPU keeps for the CUDA context (they are not the allocator's to use)."""
     from ..device.sim import SimDevice
     return SimDevice(profile).info.context_reserve
+
+
+def _tie_to_pytorch(candidates: list, measure, within) -> Trial:
+    """The winner among ``candidates``: those within ``within`` of the lowest ``measure`` are a tie,
+    won by PyTorch's own allocator settings (not a backend switch), then by the smaller change."""
+    lowest = min(measure(t) for t in candidates)
+    tied = [t for t in candidates if measure(t) - lowest < within]
+    return min(tied, key=lambda t: (t.kind == "async", t.rank))

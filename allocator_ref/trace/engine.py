@@ -204,19 +204,22 @@ class Engine(ReadingInference, ProgramSteps):
         if exact:
             self._restore_expandable(state)
         else:
-            # Another design cannot have PyTorch's layout: ask it for the same live blocks instead.
-            for seg in state.segments:
-                for addr, size, requested in seg.live_blocks:
-                    self.live[addr] = self.allocator.malloc(requested, self._stream(seg.stream))
-            for seg in state.expandable:
-                for b in seg["blocks"]:
-                    if b["state"] != "inactive":
-                        self.live[b["address"]] = self.allocator.malloc(b["requested_size"],
-                                                                        self._stream(seg["stream"]))
+            self._request_live_blocks(state)
         for addr in state.pending_free:
             if addr in self.live:
                 self._free(addr, deferred=True, done_at=self.lookup.first_completion.get(addr, NEVER))
         self.produced.clear()
+
+    def _request_live_blocks(self, state) -> None:
+        """Another design cannot have PyTorch's layout: ask it for the same live blocks instead,
+        those of cudaMalloc segments and of expandable ones, each on its stream."""
+        for seg in state.segments:
+            for addr, _size, requested in seg.live_blocks:
+                self.live[addr] = self.allocator.malloc(requested, self._stream(seg.stream))
+        for seg in state.expandable:
+            for b in seg["blocks"]:
+                if b["state"] != "inactive":
+                    self.live[b["address"]] = self.allocator.malloc(b["requested_size"], self._stream(seg["stream"]))
 
     def _restore_expandable(self, state) -> None:
         """The expandable segments mapped at the first event, laid out as inferred (rebuild_expandable.py)."""

@@ -79,14 +79,7 @@ class ProgramSteps:
             # and for the memory PyTorch held cached then, given straight back, so that it starts
             # holding what the run held (a pool that keeps memory keeps it; one that does not,
             # releases it: each design's own answer).
-            for seg in state.segments:
-                for addr, _size, requested in seg.live_blocks:
-                    self.live[addr] = self.allocator.malloc(requested, self._stream(seg.stream))
-            for seg in state.expandable:
-                for b in seg["blocks"]:
-                    if b["state"] != "inactive":
-                        self.live[b["address"]] = self.allocator.malloc(b["requested_size"],
-                                                                        self._stream(seg["stream"]))
+            self._request_live_blocks(state)
             cached = held - out.start_live
             if cached > 0:
                 self.allocator.free(self.allocator.malloc(cached, self.device.default_stream))
