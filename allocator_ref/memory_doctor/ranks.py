@@ -124,12 +124,21 @@ def _count(n: Optional[int]) -> str:
     return "-" if n is None else f"{n:,}"
 
 
-def snapshot_paths(paths: list) -> list:
-    """The files named, a folder standing for every file in it (sorted, hidden ones left out)."""
+SNAPSHOT_SUFFIXES = (".pickle", ".pkl")    # what torch.cuda.memory._dump_snapshot is given (default dump_snapshot.pickle)
+
+
+def snapshot_paths(paths: list, skipped: Optional[list] = None) -> list:
+    """The files named; a folder stands for its snapshot files (``SNAPSHOT_SUFFIXES``; every file when
+    it holds none of those), sorted, hidden ones left out: a job's folder also holds logs and scripts,
+    which are not read (``skipped`` collects them, so the report can say so)."""
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith("."))
+            files = sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith("."))
+            snapshots = [q for q in files if q.suffix.lower() in SNAPSHOT_SUFFIXES] or files
+            out += snapshots
+            if skipped is not None:
+                skipped += [q for q in files if q not in snapshots]
         else:
             out.append(p)
     return out
@@ -151,8 +160,8 @@ def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile:
     import time
     from . import doctor
     start = time.perf_counter()
-    problems, ranks, seen = [], [], {}
-    for path in snapshot_paths(paths):
+    problems, ranks, seen, skipped = [], [], {}, []
+    for path in snapshot_paths(paths, skipped):
         try:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError as exc:
@@ -171,6 +180,8 @@ def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile:
             continue
         report = getattr(report, "reports", [report])[0]     # a multi-GPU file: its first device
         ranks.append(rank_of(path.name, report))
+    problems += [f"left out {q}: not read (in a folder, the snapshots are its {' and '.join(SNAPSHOT_SUFFIXES)} "
+                 "files; name it on the command line to compare it too)" for q in skipped]
     if len(ranks) < 2:
         raise ValueError(f"comparing ranks needs at least two readable snapshots, got {len(ranks)}"
                          + (f" ({'; '.join(problems)})" if problems else "")
