@@ -18,6 +18,7 @@ The file is TOML with one table::
     lab_seed = "user"         # "user" (derived from each learner's user name) or a whole number
     traces = "/srv/traces"    # where the real snapshots are (see the traces command)
     max_snapshot_mb = 512     # the snapshot loader's size cap (allocator_ref/trace/snapshot.py)
+    language = "auto"         # auto | en | zh: the tools' language (allocator_ref/editions/language.py)
 
 An unknown key or a value of the wrong kind is an error that names the file,
 the key and what it may be: a workshop should not discover a typo halfway in.
@@ -46,6 +47,7 @@ SETTINGS = {
     "lab_seed": ("ALLOCATOR_REF_LAB_SEED", "user"),
     "traces": ("ALLOCATOR_REF_TRACES", ""),
     "max_snapshot_mb": ("ALLOCATOR_REF_MAX_SNAPSHOT_MB", "512"),
+    "language": ("ALLOCATOR_REF_LANG", "auto"),
 }
 
 
@@ -222,9 +224,31 @@ def _check_traces(setting: Setting) -> None:
     folder(setting)
 
 
+# the names a reader may give a language (ALLOCATOR_REF_LANG=zh_CN.UTF-8 is a locale, and means zh)
+LANGUAGE_NAMES = {"en": "en", "en_us": "en", "en_gb": "en", "english": "en", "c": "en", "posix": "en",
+                  "zh": "zh", "zh_cn": "zh", "zh_hans": "zh", "zh_sg": "zh", "chinese": "zh", "中文": "zh"}
+
+
+def normalise_language(text: str) -> Optional[str]:
+    """``'zh-CN'`` -> ``'zh'``, ``'auto'`` -> None; an unknown name raises ValueError."""
+    key = text.strip().lower().replace("-", "_").split(".")[0].split("@")[0]
+    if key in ("", "auto"):
+        return None
+    if key not in LANGUAGE_NAMES:
+        raise ValueError(f"{text!r} is not a language the course speaks; use one of en, zh, auto")
+    return LANGUAGE_NAMES[key]
+
+
+def _check_language(setting: Setting) -> None:
+    try:
+        normalise_language(setting.value)
+    except ValueError:
+        raise _bad(setting, "is not a language the course speaks; use one of auto, en, zh") from None
+
+
 # (profile: the device layer knows the profiles, and checks the name where it opens one: device/select.py)
 CHECKS = {"device": _check_device, "lab_seed": _check_lab_seed,
-          "traces": _check_traces}
+          "traces": _check_traces, "language": _check_language}
 ENV_NAMES = {env for env, _ in SETTINGS.values()}
 OFF = "none"                 # a folder setting turned off (traces = "none": no real snapshots)
 

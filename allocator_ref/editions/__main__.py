@@ -34,6 +34,10 @@ def cmd_update(args) -> int:
         left = len(catalog.untranslated(source))
         print(f"{path.relative_to(catalog.ROOT)}: {counts['kept']} kept, {counts['new']} new, "
               f"{counts['fuzzy']} fuzzy, {counts['obsolete']} obsolete; {left} untranslated")
+    if not args.sources:                          # the tools' sentences (check(), the doctor)
+        from allocator_ref.editions import tool_catalogues
+        for domain, (new, gone, left) in tool_catalogues.update().items():
+            print(f"allocator_ref/locale/zh_CN/{domain}.po: {new} new, {gone} obsolete; {left} untranslated")
     return 0
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import nbformat
 
 from allocator_ref.editions import catalog
+from allocator_ref.editions.language import MARKER
 
 ROOT = catalog.ROOT
 LANG_DIR = "zh"
@@ -173,6 +174,8 @@ def outputs(root: Path = ROOT) -> dict:
     result = {}
     for source in translated_sources(root):
         result.update(rendered(source, root))
+    for folder in {p.parent for p in result}:       # a kernel started here speaks Chinese (language.py)
+        result[folder / MARKER] = "zh\n"
     return result
 
 

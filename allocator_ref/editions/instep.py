@@ -93,4 +93,8 @@ def problems(root: Path = ROOT, sources: list | None = None) -> list:
         found += catalogue_problems(source, root)
         if catalog.catalogue_path(source, root).exists():
             found += notebook_problems(source, root)
-    return found + stray_notebooks(root)
+    found += stray_notebooks(root)
+    if sources is None and root == ROOT:          # the tools' sentences belong to the package, not a root
+        from allocator_ref.editions import tool_catalogues
+        found += tool_catalogues.problems()
+    return found

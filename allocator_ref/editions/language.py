@@ -1,0 +1,85 @@
+"""Which language the tools speak: English unless the reader asked for Chinese.
+
+The chapters and labs exist in two editions (``chapters/`` and ``chapters/zh/``, ...); the
+tools -- ``check()``'s feedback, the doctor's report -- must speak the edition's language too,
+yet a Chinese notebook runs the English notebook's code cells byte for byte, so the code cannot
+say "Chinese".  The language is decided, first match wins, from:
+
+1. :func:`set_language` (what ``python -m allocator_ref doctor --lang zh`` calls);
+2. ``ALLOCATOR_REF_LANG`` (``en``, ``zh`` or ``auto``; ``zh_CN``, ``zh-CN``, ``zh-Hans`` mean zh);
+3. the edition of the working folder: a notebook's kernel starts in the notebook's folder, and
+   every Chinese edition folder holds a ``.course-language`` file saying ``zh``
+   (written by ``python -m allocator_ref.editions build``);
+4. the ``language`` key of ``course-settings.toml`` (a workshop room's language);
+5. the reader's locale: ``LC_ALL``, ``LC_MESSAGES``, ``LANG`` (the first that is set; ``zh*`` means zh)
+   and ``LANGUAGE``'s first entry;
+6. English.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+from .. import settings
+
+LANGUAGES = ("en", "zh")
+MARKER = ".course-language"          # the file a Chinese edition folder holds
+_chosen: Optional[str] = None
+normalise = settings.normalise_language        # 'zh-CN' -> 'zh'; the names live with the setting
+
+
+def set_language(lang: Optional[str]) -> None:
+    """Speak ``lang`` ('en' or 'zh') from now on; None goes back to deciding as above."""
+    global _chosen
+    _chosen = None if lang is None else (normalise(lang) or None)
+
+
+@contextmanager
+def speaking(lang: Optional[str]):
+    """``with speaking('zh'): report.text()``: one block in one language, then as before."""
+    global _chosen
+    before = _chosen
+    set_language(lang)
+    try:
+        yield
+    finally:
+        _chosen = before
+
+
+def edition_of(folder: Path) -> Optional[str]:
+    """'zh' when ``folder`` is a Chinese edition folder (it holds the marker file), else None."""
+    try:
+        text = (folder / MARKER).read_text(encoding="utf-8")[:32]
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    try:
+        return normalise(text)
+    except ValueError:
+        return None          # a marker we did not write is not a reason to fail a notebook
+
+
+def from_locale(environ=None) -> Optional[str]:
+    """'zh' for a Chinese locale (``LANG=zh_CN.UTF-8``), 'en' for any other that is set, else None."""
+    env = os.environ if environ is None else environ
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        if env.get(name):
+            return "zh" if env[name].lower().startswith("zh") else "en"
+    first = (env.get("LANGUAGE") or "").split(":")[0]
+    return ("zh" if first.lower().startswith("zh") else "en") if first else None
+
+
+def language(start: Optional[Path] = None) -> str:
+    """'en' or 'zh', decided in the order the module's docstring gives."""
+    if _chosen:
+        return _chosen
+    setting = settings.get("language", start)           # a bad value is a SettingsError there
+    asked = normalise(setting.value)
+    if asked and setting.source == settings.SETTINGS["language"][0]:
+        return asked                                     # ALLOCATOR_REF_LANG beats the folder
+    try:
+        here = start or Path.cwd()
+    except OSError:
+        here = None
+    return (edition_of(here) if here else None) or asked or from_locale() or "en"

@@ -1,0 +1,117 @@
+"""Keep the tools' catalogues (``allocator_ref/locale/zh_CN/<domain>.po``) in step with the code.
+
+Reads the package's source with :mod:`ast` (nothing is imported or run): in each module, a name bound
+at module level by ``NAME = translator("domain")`` marks ``NAME("literal", ...)`` calls as
+sentences of that domain.  ``update()`` adds new sentences as untranslated entries (with the file and
+line they come from), keeps every translation whose English is unchanged, and marks sentences the
+code no longer says obsolete (their Chinese stays in the file for a translator to reuse).
+``problems()`` lists what would make a Chinese reader meet English: an untranslated sentence, a
+translation whose ``{fields}`` differ from the English, and a call the catalogue can never match
+(an f-string or a variable instead of a literal).
+"""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import polib
+
+from .messages import DOMAINS, catalogue_path, fields_of
+
+PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _translator_names(tree: ast.Module) -> dict:
+    """{'tr': 'doctor'} for each module-level ``tr = translator("doctor")``."""
+    names = {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and getattr(node.value.func, "id", getattr(node.value.func, "attr", None)) == "translator"
+                and node.value.args and isinstance(node.value.args[0], ast.Constant)):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    names[target.id] = node.value.args[0].value
+    return names
+
+
+def scan(package: Path = PACKAGE) -> tuple[dict, list]:
+    """({domain: {sentence: ['file:line', ...]}}, [problem, ...]) for the whole package."""
+    found, problems = {d: defaultdict(list) for d in DOMAINS}, []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        names = _translator_names(tree)
+        if not names:
+            continue
+        where = path.relative_to(package.parent).as_posix()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
+                domain = names[node.func.id]
+                first = node.args[0] if node.args else None
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    found.setdefault(domain, defaultdict(list))[first.value].append(f"{where}:{node.lineno}")
+                else:
+                    problems.append(f"{where}:{node.lineno}: {node.func.id}() needs a literal English "
+                                    f"sentence (an f-string or a variable can never match the catalogue); "
+                                    f"pass the changing parts as named fields")
+    return found, problems
+
+
+def _load(domain: str) -> polib.POFile:
+    path = catalogue_path(domain)
+    if path.exists():
+        return polib.pofile(str(path), encoding="utf-8", wrapwidth=0)
+    po = polib.POFile(wrapwidth=0)
+    po.metadata = {"Project-Id-Version": f"allocator_ref {domain}", "Language": "zh_CN",
+                   "MIME-Version": "1.0", "Content-Type": "text/plain; charset=UTF-8",
+                   "Content-Transfer-Encoding": "8bit"}
+    return po
+
+
+def update(package: Path = PACKAGE) -> dict:
+    """Refresh every domain's catalogue from the code; {domain: (new, obsolete, untranslated)}."""
+    found, _ = scan(package)
+    counts = {}
+    for domain in DOMAINS:
+        po, sentences = _load(domain), found.get(domain, {})
+        known = {e.msgid: e for e in po}
+        new = 0
+        for sentence, places in sentences.items():
+            entry = known.get(sentence)
+            if entry is None:
+                entry = polib.POEntry(msgid=sentence, msgstr="")
+                po.append(entry)
+                new += 1
+            entry.obsolete = False
+            entry.occurrences = [tuple(p.rsplit(":", 1)) for p in places]
+        gone = 0
+        for entry in po:
+            if entry.msgid not in sentences and not entry.obsolete:
+                entry.obsolete, gone = True, gone + 1
+        catalogue_path(domain).parent.mkdir(parents=True, exist_ok=True)
+        po.save(str(catalogue_path(domain)))
+        counts[domain] = (new, gone, sum(1 for e in po if not e.obsolete and not _translated(e)))
+    return counts
+
+
+def _translated(entry: polib.POEntry) -> bool:
+    return bool(entry.msgstr) and "fuzzy" not in entry.flags
+
+
+def problems(package: Path = PACKAGE) -> list:
+    """Every reason a Chinese reader of the tools would meet English or a broken sentence."""
+    found, out = scan(package)
+    for domain in DOMAINS:
+        path = catalogue_path(domain)
+        po = _load(domain)
+        entries = {e.msgid: e for e in po if not e.obsolete}
+        for sentence, places in found.get(domain, {}).items():
+            entry = entries.get(sentence)
+            short = sentence if len(sentence) < 70 else sentence[:67] + "..."
+            if entry is None or not _translated(entry):
+                out.append(f"{path.name}: no Chinese for {short!r} ({places[0]}); run "
+                           f"`python -m allocator_ref.editions update` and translate it")
+            elif fields_of(entry.msgstr) != fields_of(sentence):
+                out.append(f"{path.name}: the Chinese of {short!r} has fields {sorted(fields_of(entry.msgstr))}, "
+                           f"the English {sorted(fields_of(sentence))} ({places[0]})")
+    return out
