@@ -41,6 +41,7 @@ TWINS = {
     "record_stream": {"record_stream"},                     # NativeCachingAllocator::recordStream
     "empty_cache": {"empty_cache"},                         # torch.cuda.empty_cache (and MemPool's destructor)
     "attach_out_of_memory_observer": {"attach_out_of_memory_observer"},
+    "attach_allocator_trace_tracker": {"attach_allocator_trace_tracker"},
     "record_history": {"record_memory_history"},
     "snapshot": {"segments"},                               # torch.cuda.memory._snapshot
     "get_checkpoint_state": {"get_checkpoint_state"},
@@ -164,6 +165,7 @@ def _workloads(seen: set, log: list) -> None:
     a = new()
     a.record_memory_history()
     a.attach_out_of_memory_observer(lambda *args: None)
+    a.attach_allocator_trace_tracker(lambda entry: None)
     a.device_allocator.free_memory_callbacks.append(lambda: False)
     x, y, z = a.malloc(1000), a.malloc(3000), a.malloc(5 * MiB)
     a.free(y), a.free(x), a.free(z)

@@ -102,6 +102,13 @@ VERIFIED = {
     "https://github.com/vllm-project/vllm/issues/27951": "RFC: fixing the inaccurate memory profiling (MoE, CUDA graphs)",
     "https://github.com/vllm-project/vllm/pull/30515": "account for CUDA graphs during memory profiling (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)",
 }
+# issue 40, chapter 5's "NCCL and VMM, end to end" (read with the search tool's docs and pages corpora)
+VERIFIED.update({
+    "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage/bufferreg.html":
+        "NCCL User Buffer Registration: zero-copy without internal copy, ncclCommRegister, ncclMemAlloc through the VMM API, Window Registration",
+    "https://docs.pytorch.org/docs/main/distributed/symmetric_memory.html":
+        "PyTorch Symmetric Memory: torch.distributed._symmetric_memory is alpha; empty, rendezvous, get, get_mem_pool",
+})
 CHECKED_HOSTS = re.compile(r"https?://(github\.com|docs\.nvidia\.com|developer\.nvidia\.com|docs\.pytorch\.org)/")
 URL = re.compile(r"https?://[^\s)>\"'`]+")
 LINK = re.compile(r"\[[^\]]*\]\([^)]*\)")

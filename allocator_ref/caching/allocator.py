@@ -184,6 +184,15 @@ class CachingAllocator:
             raise TypeError(f"an out-of-memory observer must be callable, got {type(observer).__name__}")
         self.device_allocator.attach_out_of_memory_observer(observer)
 
+    def attach_allocator_trace_tracker(self, tracker) -> None:
+        """``c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker`` (C++ only in PyTorch):
+        ``tracker(entry)`` is called with every trace entry (segment_alloc, segment_map, alloc, ...),
+        even with history off. ProcessGroupNCCL registers segments with NCCL from such a tracker."""
+        if not callable(tracker):
+            raise TypeError(f"an allocator trace tracker must be callable as tracker(entry), "
+                            f"got {type(tracker).__name__}")
+        self.device_allocator.attach_allocator_trace_tracker(tracker)
+
     def segments(self, record: bool = True, mempool_id: tuple = (0, 0)) -> list[dict]:
         """``torch.cuda.memory._snapshot()["segments"]``: one entry per segment (``snapshot``).
 

@@ -141,6 +141,11 @@ class DeviceCachingAllocator:
         """``attachOutOfMemoryObserver``: ``observer(device, alloc_size, allowed, free)`` runs before an OOM is raised."""
         self.oom_observers.append(observer)
 
+    def attach_allocator_trace_tracker(self, tracker) -> None:
+        """``attachAllocatorTraceTracker``: ``tracker(entry)`` sees every TraceEntry ``record_trace``
+        builds, history on or off (``trace_trackers_``; ProcessGroupNCCL's register hooks are two)."""
+        self.trace.add_listener(tracker)
+
     def maybe_gather_context(self, levels: tuple) -> Optional[list]:
         """``maybeGatherContext``: the caller's Python stack, when history is on with a context
         level in ``levels`` (PyTorch passes the lowest level; here the levels that include it)."""

@@ -62,6 +62,7 @@ DEVICE = {
     # public section of class DeviceCachingAllocator, in the .cpp's order
     "record_history": "recordHistory",
     "attach_out_of_memory_observer": "attachOutOfMemoryObserver",
+    "attach_allocator_trace_tracker": "attachAllocatorTraceTracker",
     "maybe_gather_context": "maybeGatherContext",
     "malloc": "malloc",
     "alloc_found_block": "alloc_found_block",
@@ -166,6 +167,7 @@ TORCH_CUDA = {
     "set_memory_metadata": "torch.cuda.memory._set_memory_metadata",
     "get_memory_metadata": "torch.cuda.memory._get_memory_metadata",
     "attach_out_of_memory_observer": "torch._C._cuda_attach_out_of_memory_observer",
+    "attach_allocator_trace_tracker": "c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker (C++ only: torch.cuda has no binding)",
     "segments": "torch.cuda.memory._snapshot()['segments'] (torch.cuda.memory_snapshot)",
     "snapshot": "torch.cuda.memory._snapshot",
     "use_mem_pool": "torch.cuda.use_mem_pool",
