@@ -84,6 +84,13 @@ VERIFIED = {
     "https://developer.nvidia.com/blog/using-cuda-stream-ordered-memory-allocator-part-1/": "cudaMallocAsync (CUDA 11.2)",
     "https://developer.nvidia.com/blog/nvidia-grace-hopper-superchip-architecture-in-depth/": "NVLink-C2C 900 GB/s, 7x PCIe Gen5",
     "https://docs.pytorch.org/docs/stable/multiprocessing.html": "Sharing CUDA tensors: producer keeps it alive",
+    # issue 40, chapter 7's per-process limits and co-location (read with the search tools and read_file)
+    "https://github.com/pytorch/pytorch/pull/161035": "Add per_process_memory_fraction to PYTORCH_CUDA_ALLOC_CONF (parsePerProcessMemoryFraction, [0, 1])",
+    "https://github.com/pytorch/pytorch/issues/58466": "set_per_process_memory_fraction() does not ensure max used GPU memory below fraction (nvidia-smi shows more)",
+    "https://docs.nvidia.com/deploy/mps/appendix-tools-and-interface-reference.html": "MPS tools and environment variables, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT among them (contents 4.2.7)",
+    "https://docs.nvidia.com/datacenter/tesla/pdf/NVIDIA_MIG_User_Guide.pdf": "NVIDIA Multi-Instance GPU User Guide: partitioning into GPU instances with their own memory slices",
+    "https://github.com/fzyzcjy/torch_memory_saver": "README: during pause physical memory is released and the virtual address preserved; resume re-maps it",
+    "https://github.com/vllm-project/vllm/blob/main/vllm/device_allocator/cumem.py": "CuMemAllocator: MemPool with a CUDAPluggableAllocator; sleep unmaps and releases, expandable segments off inside",
     # issue 40, the casebook (chapter 9; each read with the search tool's issues corpus)
     "https://github.com/pytorch/pytorch/issues/27600": "Free Memory after CUDA out of memory error: a second call OOMs at once; gc.collect() only sometimes helps",
     "https://github.com/pytorch/pytorch/pull/191302": "re-search the pool after release_cached_blocks (#189504): OOM, then an identical retry succeeds",
