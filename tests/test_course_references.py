@@ -18,6 +18,13 @@ DOCS = sorted([*ROOT.glob("chapters/*.md"), *ROOT.glob("labs/source/*.md")])
 # tool; a reference nobody could confirm -- PyTorch "PR 76648", pytorch/pytorch#106660 and #67971 --
 # was removed, not kept).  Add a link here only after reading what it points at.
 VERIFIED = {
+    # issue 40, the pinned host allocator (chapter 6; read with the search tool's issues corpus and read_file)
+    "https://github.com/pytorch/pytorch/issues/150517": "Allocating pinned memory uses twice as much memory when pinning qwen2 model weights: 129.5 MB pinned as 256 MB (open)",
+    "https://github.com/sgl-project/sglang/pull/12266": "Fix severe memory waste with torch.empty pin_memory: allocate unpinned, then cudaHostRegister; 275.00 GB -> 179.83 GB RSS for a 179.70 GB tensor",
+    "https://github.com/pytorch/pytorch/pull/164501": "[PyTorch Pinned Allocator] reserved pinned memory segment, PYTORCH_CUDA_ALLOC_CONF=pinned_reserve_segment_size_mb:2048 (Oct 2025)",
+    "https://github.com/pytorch/pytorch/pull/171662": "Add configurable threshold to avoid power-of-two rounding for large pinned memory allocations (reviewed Jan 2026, after 2.11)",
+    "https://github.com/pytorch/pytorch/pull/183067": "Regression tests for host_memory_stats(): active_* not decremented on a free with no events, active_bytes moved by -1 per drained event; resolved by #171662 (May 2026)",
+    "https://github.com/pytorch/devlogs/blob/main/content/eager/2026-08-09-pinned-memory-allocator.md": "ezyang, Pinned memory: what it is for, and why nobody gives it back: torch._C._host_emptyCache(), torch.cuda.empty_cache() does not free pinned memory, reserve segment never freed",
     # issue 29 (read with the search tool's issues / docs corpora)
     "https://github.com/pytorch/pytorch/pull/161103": "don't try to set lazy module loading env var (ngimel, Aug 2025): not needed on drivers >= 525",
     "https://github.com/pytorch/pytorch/issues/175015": "User MemPool incorrectly inherits CUDA graph capture behavior (captures_underway): deferral, OOM recovery disabled",

@@ -20,6 +20,7 @@ mempool.py     MemPool, use_mem_pool, graph_pool_handle (torch.cuda's API)
 pluggable.py   a custom allocator for a pool (CUDAPluggableAllocator)
 capture_rules.py the capture rules, listed (the code is DeviceCachingAllocator's), update_visited
 graph.py       CUDAGraph and the graph() context manager
+host_allocator.py CachingHostAllocator: pinned host memory (pin_memory), host_memory_stats()
 """
 from .allocator import CachingAllocator
 from .device_caching_allocator import DeviceCachingAllocator
@@ -35,6 +36,7 @@ from .unsafe import SplitSegmentReleaseError
 from .mempool import MemPool, graph_pool_handle, use_mem_pool
 from .pluggable import PluggableAllocator, device_allocator
 from .graph import CUDAGraph, graph
+from .host_allocator import CachingHostAllocator
 
 __all__ = [
     "CachingAllocator", "DeviceCachingAllocator", "NativeCachingAllocator", "AllocatorConfig", "OutOfMemoryError", "format_size",
@@ -43,5 +45,5 @@ __all__ = [
     "kMinLargeAlloc", "kRoundLarge", "get_allocator_backend",
     "AllocatorConfigWarning", "SplitSegmentReleaseError",
     "MemPool", "use_mem_pool", "graph_pool_handle", "PluggableAllocator", "device_allocator",
-    "CUDAGraph", "graph",
+    "CUDAGraph", "graph", "CachingHostAllocator",
 ]
