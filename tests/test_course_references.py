@@ -18,6 +18,10 @@ DOCS = sorted([*ROOT.glob("chapters/*.md"), *ROOT.glob("labs/source/*.md")])
 # tool; a reference nobody could confirm -- PyTorch "PR 76648", pytorch/pytorch#106660 and #67971 --
 # was removed, not kept).  Add a link here only after reading what it points at.
 VERIFIED = {
+    # issue 40, item 2 (the cudaMallocAsync backend's pitfalls, chapter 3)
+    "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY__POOLS.html": "Stream Ordered Memory Allocator (runtime API): cudaMemPoolGetAttribute / SetAttribute, ReservedMem/UsedMem Current and High, ReleaseThreshold (default 0)",
+    "https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/cuda-graphs.html#physical-memory-footprint": "graph memory nodes: cudaDeviceGraphMemTrim works on a different pool from cudaMemPoolTrimTo; the graph memory pool is not exposed to the stream-ordered allocator; cudaDeviceGetGraphMemAttribute",
+    "https://github.com/pytorch/pytorch/pull/186809": "[cudaMallocAsync] Count graph-mem pool in memory_reserved() (Jun 2026, after 2.11): getDeviceStats never queried the graph memory pool",
     # issue 29 (read with the search tool's issues / docs corpora)
     "https://github.com/pytorch/pytorch/pull/161103": "don't try to set lazy module loading env var (ngimel, Aug 2025): not needed on drivers >= 525",
     "https://github.com/pytorch/pytorch/issues/175015": "User MemPool incorrectly inherits CUDA graph capture behavior (captures_underway): deferral, OOM recovery disabled",
