@@ -25,6 +25,10 @@ VERIFIED = {
     "https://github.com/pytorch/pytorch/pull/171662": "Add configurable threshold to avoid power-of-two rounding for large pinned memory allocations (reviewed Jan 2026, after 2.11)",
     "https://github.com/pytorch/pytorch/pull/183067": "Regression tests for host_memory_stats(): active_* not decremented on a free with no events, active_bytes moved by -1 per drained event; resolved by #171662 (May 2026)",
     "https://github.com/pytorch/devlogs/blob/main/content/eager/2026-08-09-pinned-memory-allocator.md": "ezyang, Pinned memory: what it is for, and why nobody gives it back: torch._C._host_emptyCache(), torch.cuda.empty_cache() does not free pinned memory, reserve segment never freed",
+    # issue 40, item 2 (the cudaMallocAsync backend's pitfalls, chapter 3)
+    "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY__POOLS.html": "Stream Ordered Memory Allocator (runtime API): cudaMemPoolGetAttribute / SetAttribute, ReservedMem/UsedMem Current and High, ReleaseThreshold (default 0)",
+    "https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/cuda-graphs.html#physical-memory-footprint": "graph memory nodes: cudaDeviceGraphMemTrim works on a different pool from cudaMemPoolTrimTo; the graph memory pool is not exposed to the stream-ordered allocator; cudaDeviceGetGraphMemAttribute",
+    "https://github.com/pytorch/pytorch/pull/186809": "[cudaMallocAsync] Count graph-mem pool in memory_reserved() (Jun 2026, after 2.11): getDeviceStats never queried the graph memory pool",
     # issue 29 (read with the search tool's issues / docs corpora)
     "https://github.com/pytorch/pytorch/pull/161103": "don't try to set lazy module loading env var (ngimel, Aug 2025): not needed on drivers >= 525",
     "https://github.com/pytorch/pytorch/issues/175015": "User MemPool incorrectly inherits CUDA graph capture behavior (captures_underway): deferral, OOM recovery disabled",

@@ -401,6 +401,18 @@ class CudaDevice:
                            name="cuMemPoolGetAttribute", runtime=True)
         return int(value)
 
+    def mempool_attribute(self, name: str) -> int:
+        """cuMemPoolGetAttribute(name) of the default pool, e.g. "CU_MEMPOOL_ATTR_USED_MEM_HIGH"."""
+        value = self._call(self._drv.cuMemPoolGetAttribute, self._pool, self._pool_attr(name),
+                           name="cuMemPoolGetAttribute", runtime=True)
+        return int(value)
+
+    def mempool_reset_high_marks(self) -> None:
+        """cuMemPoolSetAttribute(RESERVED_MEM_HIGH and USED_MEM_HIGH, 0): each drops to its current value."""
+        for name in ("CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH", "CU_MEMPOOL_ATTR_USED_MEM_HIGH"):
+            self._call(self._drv.cuMemPoolSetAttribute, self._pool, self._pool_attr(name),
+                       self._drv.cuuint64_t(0), name="cuMemPoolSetAttribute", runtime=True)
+
     def mempool_trim_to(self, min_bytes_to_keep: int) -> None:
         """cuMemPoolTrimTo."""
         if isinstance(min_bytes_to_keep, bool) or not isinstance(min_bytes_to_keep, int) or min_bytes_to_keep < 0:

@@ -84,6 +84,24 @@ DEFAULTS = {
 }
 
 
+# cudaMemPoolGetAttribute's statistics (CUDA runtime API, cudaMemPoolAttr), by their runtime name,
+# with the driver API's name the real device reads them by.
+POOL_ATTRIBUTES = {
+    "cudaMemPoolAttrUsedMemCurrent": "CU_MEMPOOL_ATTR_USED_MEM_CURRENT",
+    "cudaMemPoolAttrUsedMemHigh": "CU_MEMPOOL_ATTR_USED_MEM_HIGH",
+    "cudaMemPoolAttrReservedMemCurrent": "CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT",
+    "cudaMemPoolAttrReservedMemHigh": "CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH",
+    "cudaMemPoolAttrReleaseThreshold": "CU_MEMPOOL_ATTR_RELEASE_THRESHOLD",
+}
+# Where the model keeps each of them: (memory_stats kind, current or peak).
+_MODEL_FIGURES = {
+    "cudaMemPoolAttrUsedMemCurrent": ("allocated_bytes", "current"),
+    "cudaMemPoolAttrUsedMemHigh": ("allocated_bytes", "peak"),
+    "cudaMemPoolAttrReservedMemCurrent": ("reserved_bytes", "current"),
+    "cudaMemPoolAttrReservedMemHigh": ("reserved_bytes", "peak"),
+}
+
+
 class _Chunk:
     """Backing memory the model took with cudaMalloc (the driver's pool pages)."""
 
@@ -523,6 +541,42 @@ class StreamOrderedAllocator(PolicyAllocator):
             self._stat_increase(("reserved_bytes",), delta)
         elif delta < 0:
             self._stat_decrease(("reserved_bytes",), -delta)
+
+    # ------------------------------------------------------------------ the pool's own counters
+    def get_pool_attribute(self, attr: str) -> int:
+        """``cudaMemPoolGetAttribute(pool, attr)`` for one of ``POOL_ATTRIBUTES``.
+
+        PyTorch's ``CudaMallocAsyncAllocator::getDeviceStats`` reads the first four into
+        ``memory_stats()`` (UsedMem* as allocated and active bytes, ReservedMem* as reserved
+        bytes), so under ``backend:cudaMallocAsync`` these *are* PyTorch's figures.  On a GPU
+        the driver answers; on the simulated device the model's books do (the simulated
+        device's own pool keeps no high marks).
+        """
+        if attr not in POOL_ATTRIBUTES:
+            raise ValueError(f"unknown pool attribute {attr!r}: choose one of {', '.join(POOL_ATTRIBUTES)}")
+        self._check_open("get_pool_attribute")
+        if attr == "cudaMemPoolAttrReleaseThreshold":
+            return self.release_threshold
+        if self.driver_pool and not self.device.simulated:
+            return self.device.mempool_attribute(POOL_ATTRIBUTES[attr])
+        kind, metric = _MODEL_FIGURES[attr]
+        return getattr(self.stats[kind][AGGREGATE], metric)
+
+    def pool_attributes(self) -> dict:
+        """Every attribute of ``POOL_ATTRIBUTES``, by its CUDA name."""
+        return {attr: self.get_pool_attribute(attr) for attr in POOL_ATTRIBUTES}
+
+    def reset_pool_high_marks(self) -> None:
+        """``cudaMemPoolSetAttribute(pool, cudaMemPool{Reserved,Used}MemHigh, 0)``: each high mark
+        drops to its current value (0 is the only value the driver accepts).
+
+        This is what ``torch.cuda.reset_peak_memory_stats()`` does under the async backend
+        (``CudaMallocAsyncAllocator::resetPeakStats``).
+        """
+        self._check_open("reset_pool_high_marks")
+        if self.driver_pool and not self.device.simulated:
+            self.device.mempool_reset_high_marks()
+        self.reset_peak_memory_stats()
 
     # ------------------------------------------------------------------ statistics
     def memory_stats(self) -> dict:
