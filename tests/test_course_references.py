@@ -45,6 +45,9 @@ VERIFIED = {
     "https://docs.pytorch.org/docs/stable/generated/torch.cuda.memory.MemPool.html": "MemPool(allocator, use_on_oom, no_split)",
     "https://docs.pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html": "CUDAGraph Trees: one pool for new allocations, recording/replay",
     "https://docs.pytorch.org/docs/stable/generated/torch.compiler.cudagraph_mark_step_begin.html": "new iteration on each invocation unless a pending backward has not been called",
+    # issue 40 (chapter 8, torch.compile memory; read with the search tool's issues corpus)
+    "https://github.com/pytorch/pytorch/pull/162696": "[CUDAGraph][UX] warn many times for rerecording from dynamic shapes: limit lowered from 50 to 8 (Sept 2025)",
+    "https://github.com/pytorch/pytorch/issues/135305": "Never use more memory than eager in Inductor fusion (open; first-iteration autotuning also uses more)",
     "https://docs.pytorch.org/tutorials/intermediate/pinmem_nonblock.html": "A guide on good usage of non_blocking and pin_memory(): asynchronous copies, and that a non_blocking copy must be waited for before its result is used",
     "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html#group__CUDART__STREAM_1g9d0535d93a214cbf126835257b16ba85": "cudaStreamBeginCapture / capture modes global, thread_local, relaxed (the link torch.cuda.graph's docstring gives; mode text read in the runtime API's cudaThreadExchangeStreamCaptureMode entry)",
     "https://github.com/pytorch/pytorch/issues/107667": "set_per_process_memory_fraction; context ~300 MB, >1 GB before CUDA 11.7",
