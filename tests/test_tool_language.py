@@ -77,6 +77,7 @@ def test_a_sentence_finds_its_chinese_and_its_fields(monkeypatch, tmp_path):
     po = polib.POFile()
     po.append(polib.POEntry(msgid="{n} segments on stream {stream}", msgstr="流 {stream} 上有 {n} 个段"))
     po.append(polib.POEntry(msgid="fuzzy one", msgstr="模糊", flags=["fuzzy"]))
+    po.append(polib.POEntry(msgid="size {n}", msgstr="大小 {n.__class__.__mro__}"))   # a hostile catalogue
     po.save(str(tmp_path / "doctor.po"))
     monkeypatch.setattr(messages, "LOCALE", tmp_path)
     messages._table.cache_clear()
@@ -87,6 +88,7 @@ def test_a_sentence_finds_its_chinese_and_its_fields(monkeypatch, tmp_path):
             assert tr("{n} segments on stream {stream}", n=3, stream=7) == "流 7 上有 3 个段"
             assert tr("fuzzy one") == "fuzzy one"          # a fuzzy entry is not a translation
             assert tr("not in the catalogue") == "not in the catalogue"
+            assert tr("size {n}", n=5) == "size 5"               # attributes never followed
     finally:
         messages._table.cache_clear()
 

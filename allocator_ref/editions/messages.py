@@ -53,8 +53,14 @@ def fields_of(text: str) -> set:
 
 
 def say(domain: str, english: str, **fields) -> str:
-    """``english`` in the current language, its fields filled in."""
+    """``english`` in the current language, its fields filled in.
+
+    A translation whose fields are not the English sentence's (a typo, or ``{n.__class__}`` in a
+    hostile catalogue: ``str.format`` follows attributes) is not used: the English is said instead.
+    """
     text = _table(domain).get(english, english) if language() == "zh" else english
+    if text is not english and fields_of(text) != fields_of(english):
+        text = english
     return text.format(**fields) if fields else text
 
 
