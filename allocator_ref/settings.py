@@ -18,6 +18,7 @@ The file is TOML with one table::
     lab_seed = "user"         # "user" (derived from each learner's user name) or a whole number
     traces = "/srv/traces"    # where the real snapshots are (see the traces command)
     max_snapshot_mb = 512     # the snapshot loader's size cap (allocator_ref/trace/snapshot.py)
+    lab_quick = 0             # 1: check() runs two hidden cases, not all (CI notebook runs)
 
 An unknown key or a value of the wrong kind is an error that names the file,
 the key and what it may be: a workshop should not discover a typo halfway in.
@@ -25,7 +26,7 @@ Whatever the file or variable holds (a huge file, tables nested a million deep,
 an over-long path, ``~nosuchuser``), what escapes is one :class:`SettingsError`.
 
 The file is parsed once per change (its size, times and inode are the key), not
-once per lookup: ``describe()`` asks for five settings.
+once per lookup: ``describe()`` asks for every setting.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ SETTINGS = {
     "lab_seed": ("ALLOCATOR_REF_LAB_SEED", "user"),
     "traces": ("ALLOCATOR_REF_TRACES", ""),
     "max_snapshot_mb": ("ALLOCATOR_REF_MAX_SNAPSHOT_MB", "512"),
+    "lab_quick": ("ALLOCATOR_REF_LAB_QUICK", "0"),
 }
 
 
@@ -222,9 +224,26 @@ def _check_traces(setting: Setting) -> None:
     folder(setting)
 
 
+MAX_SNAPSHOT_MIB = 2**40
+
+
+def _check_max_snapshot_mb(setting: Setting) -> None:
+    try:
+        mib = float(setting.value)
+    except ValueError:
+        mib = float("nan")
+    if not 0 < mib < MAX_SNAPSHOT_MIB:             # also refuses nan and inf
+        raise _bad(setting, "is not a positive number of MiB (the snapshot loader's size cap, e.g. 512)")
+
+
+def _check_lab_quick(setting: Setting) -> None:
+    if setting.value not in ("0", "1"):
+        raise _bad(setting, "must be 1 (check() runs two hidden cases) or 0 (all of them)")
+
+
 # (profile: the device layer knows the profiles, and checks the name where it opens one: device/select.py)
 CHECKS = {"device": _check_device, "lab_seed": _check_lab_seed,
-          "traces": _check_traces}
+          "traces": _check_traces, "max_snapshot_mb": _check_max_snapshot_mb, "lab_quick": _check_lab_quick}
 ENV_NAMES = {env for env, _ in SETTINGS.values()}
 OFF = "none"                 # a folder setting turned off (traces = "none": no real snapshots)
 
