@@ -34,6 +34,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict
 from typing import Any, Callable, Optional
 
@@ -69,7 +70,12 @@ class Child:
     def __init__(self, body: Callable[[Any, Any], None]) -> None:
         down_r, down_w = os.pipe()                 # this process -> the child
         up_r, up_w = os.pipe()                     # the child -> this process
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns on every fork of a process with threads (a Jupyter kernel has some). The
+            # child runs only the checker and the submission, and if a lock a kernel thread held at the
+            # fork ever blocks it, this process's deadline still ends it.
+            warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
+            pid = os.fork()
         if pid == 0:                               # the child: never returns into the caller's stack
             status = 0
             try:
