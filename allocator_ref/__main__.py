@@ -279,7 +279,8 @@ def cmd_compare(args) -> int:
 def cmd_traces(args) -> int:
     from .trace import fetch
     if args.traces_command == "fetch":
-        return fetch.main_fetch(args.names, args.to, args.base_url, deadline=args.deadline)
+        return fetch.main_fetch(args.names, args.to, args.base_url, deadline=args.deadline,
+                                total_deadline=args.total_deadline)
     return fetch.main_list()
 def cmd_doctor(args) -> int:
     """Exit status 0, or 1 when the replay does not reproduce PyTorch (and no advice is given)."""
@@ -340,6 +341,9 @@ def main(argv=None) -> int:
                    help="a mirror laid out like raw.githubusercontent.com (owner/repo/commit/path)")
     f.add_argument("--deadline", type=seconds, default=None,
                    help="seconds one file may take in all (default: 120 s plus 1 s per 16 KiB)")
+    f.add_argument("--total-deadline", type=seconds, default=None,
+                   help="seconds the whole fetch may take, every file together (default: 120 s plus 1 s per "
+                        "16 KiB of all the files)")
     tsub.add_parser("list", help="where the course finds each snapshot, or that it is missing")
     t.set_defaults(func=cmd_traces)
     d = sub.add_parser("doctor", help="why a run ran out of memory (or wasted it), and which setting fixes it, "

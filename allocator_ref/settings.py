@@ -18,6 +18,7 @@ The file is TOML with one table::
     lab_seed = "user"         # "user" (derived from each learner's user name) or a whole number
     traces = "/srv/traces"    # where the real snapshots are (see the traces command)
     max_snapshot_mb = 512     # the snapshot loader's size cap (allocator_ref/trace/snapshot.py)
+    lab_quick = 0             # 1: check() runs two hidden cases, not all (CI notebook runs)
     language = "auto"         # auto | en | zh: the tools' language (allocator_ref/editions/language.py)
 
 An unknown key or a value of the wrong kind is an error that names the file,
@@ -26,7 +27,7 @@ Whatever the file or variable holds (a huge file, tables nested a million deep,
 an over-long path, ``~nosuchuser``), what escapes is one :class:`SettingsError`.
 
 The file is parsed once per change (its size, times and inode are the key), not
-once per lookup: ``describe()`` asks for five settings.
+once per lookup: ``describe()`` asks for every setting.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ SETTINGS = {
     "lab_seed": ("ALLOCATOR_REF_LAB_SEED", "user"),
     "traces": ("ALLOCATOR_REF_TRACES", ""),
     "max_snapshot_mb": ("ALLOCATOR_REF_MAX_SNAPSHOT_MB", "512"),
+    "lab_quick": ("ALLOCATOR_REF_LAB_QUICK", "0"),
     "language": ("ALLOCATOR_REF_LANG", "auto"),
 }
 
@@ -246,9 +248,27 @@ def _check_language(setting: Setting) -> None:
         raise _bad(setting, "is not a language the course speaks; use one of auto, en, zh") from None
 
 
+MAX_SNAPSHOT_MIB = 2**40
+
+
+def _check_max_snapshot_mb(setting: Setting) -> None:
+    try:
+        mib = float(setting.value)
+    except ValueError:
+        mib = float("nan")
+    if not 0 < mib < MAX_SNAPSHOT_MIB:             # also refuses nan and inf
+        raise _bad(setting, "is not a positive number of MiB (the snapshot loader's size cap, e.g. 512)")
+
+
+def _check_lab_quick(setting: Setting) -> None:
+    if setting.value not in ("0", "1"):
+        raise _bad(setting, "must be 1 (check() runs two hidden cases) or 0 (all of them)")
+
+
 # (profile: the device layer knows the profiles, and checks the name where it opens one: device/select.py)
 CHECKS = {"device": _check_device, "lab_seed": _check_lab_seed,
-          "traces": _check_traces, "language": _check_language}
+          "traces": _check_traces, "max_snapshot_mb": _check_max_snapshot_mb, "lab_quick": _check_lab_quick,
+          "language": _check_language}
 ENV_NAMES = {env for env, _ in SETTINGS.values()}
 OFF = "none"                 # a folder setting turned off (traces = "none": no real snapshots)
 

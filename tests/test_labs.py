@@ -181,14 +181,17 @@ def test_check_reports_a_stub_without_raising_and_counts_progress(capsys):
     assert not check("lab2.round_size", None, verbose=False).passed
 
 
-def test_lab6_runs_one_receiver_process_per_check_and_stops_it():
+def test_lab6_runs_one_receiver_process_per_check_and_stops_it(tmp_path):
+    # check() runs the cases in a forked child (deadline.py): the receiver is started there, so each
+    # start is written to a file, and whether it still runs is asked of the system.
     lab6 = importlib.import_module("allocator_ref.labs.lab6")
-    started = []
+    started = tmp_path / "started"
     real = lab6.LabPeer.__init__
 
     def counting(self):
         real(self)
-        started.append(self.process)
+        with open(started, "a") as f:
+            f.write(f"{self.process.pid}\n")
     lab6.LabPeer.__init__ = counting
     try:
         result = check("lab6.lifetime", _load(ROOT / "labs" / "wrong" / "lab6_never_frees.py").SUBMISSION,
@@ -196,8 +199,14 @@ def test_lab6_runs_one_receiver_process_per_check_and_stops_it():
     finally:
         lab6.LabPeer.__init__ = real
     assert not result.passed and len(result.cases) > 1
-    assert len(started) == 1, "every case of one check shares one receiver process"
-    assert lab6._PEER is None and not started[0].is_alive(), "the receiver process outlived its check"
+    pids = started.read_text().split()
+    assert len(pids) == 1, "every case of one check shares one receiver process"
+    try:
+        os.kill(int(pids[0]), 0)                  # signal 0: only asks whether the process exists
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert lab6._PEER is None and not alive, "the receiver process outlived its check"
 
 
 # ------------------------------------------------------------------ notebooks

@@ -69,3 +69,87 @@ def test_a_graded_checks_notebook_side_stops_waiting_for_a_silent_judge(monkeypa
     assert time.monotonic() - started < 30
     assert not result.passed and result.cases[0].stopped
     assert "sent nothing for 2.5 s" in result.explanation, result.explanation
+
+
+# ---------------------------------------------------------------- switching the timer off
+# Each submission first turns off what guard.py's limit runs on (its SIGALRM timer or the signal's
+# handler), by every door Python leaves open, then loops.  Before: the limit lived only in the
+# process the submission runs in, so each ran on forever in both modes (a test killed it at 20 s).
+# Now the notebook's process, which runs none of it, ends the child that does at its own deadline.
+TIMER_OFF = {
+    "setitimer(ITIMER_REAL, 0)": "signal.setitimer(signal.ITIMER_REAL, 0)",
+    "alarm(0)": "signal.alarm(0)",
+    "SIGALRM ignored": "signal.signal(signal.SIGALRM, signal.SIG_IGN)",
+    "SIGALRM handler of its own": "signal.signal(signal.SIGALRM, lambda *args: None)",
+    "through _signal": "import _signal; _signal.signal(_signal.SIGALRM, _signal.SIG_IGN)",
+    "libc alarm(0) through ctypes": "import ctypes; ctypes.CDLL(None).alarm(0)",
+    "libc signal(SIGALRM, SIG_IGN) through ctypes": "import ctypes; ctypes.CDLL(None).signal(signal.SIGALRM, 1)",
+}
+
+
+@pytest.mark.parametrize("graded", [False, True], ids=["open", "graded"])
+@pytest.mark.parametrize("name", list(TIMER_OFF))
+def test_a_submission_that_switches_the_timer_off_is_still_stopped(name, graded):
+    rc, out, err = run_script(f"""
+        import signal, sys, time
+        from allocator_ref.labs import check
+        def submission(size, config):
+            {TIMER_OFF[name]}
+            sys.settrace(None)
+            while True:
+                try:
+                    time.sleep(0.05)
+                except BaseException:
+                    pass
+        started = time.monotonic()
+        result = check("lab2.round_size", submission, seed=1, time_limit=1, verbose=False, graded={graded})
+        print("STOPPED", result.cases[0].stopped, not result.passed, round(time.monotonic() - started, 1))
+        print("WHY", result.explanation)
+        print("NOT RUN", all(c.explanation.startswith("not run") for c in result.cases[1:]))
+    """, timeout=20)
+    assert rc == 0, err
+    assert "STOPPED True True" in out and "NOT RUN True" in out, out + err
+    took = float(out.split("STOPPED True True")[1].split()[0])
+    assert took < 12, f"stopped only after {took} s against a 1 s limit"
+    why = out.split("WHY ")[1].split("\nNOT RUN")[0]
+    assert why.startswith("stopped after 1 s:") and "\n" not in why, why
+
+
+def test_a_submission_that_ends_its_process_is_reported_and_the_notebook_goes_on():
+    # Before: os._exit() in an open-mode check ended the notebook's own process (the kernel died).
+    rc, out, err = run_script("""
+        import os
+        from allocator_ref.labs import check
+        result = check("lab2.round_size", lambda size, config: os._exit(3), seed=1, verbose=False)
+        print("ENDED", result.cases[0].stopped, "ended during this case" in result.explanation)
+    """, timeout=20)
+    assert rc == 0, err
+    assert "ENDED True True" in out, out + err
+
+
+WRONG_ANSWERS = {
+    "lab2.round_size": lambda size, config: max(512, size),
+    "lab7.largest_free": lambda snapshot: 0,
+}
+
+
+@pytest.mark.parametrize("exercise_id", sorted(WRONG_ANSWERS))
+def test_an_ordinary_answer_gets_the_same_report_from_the_child(exercise_id, monkeypatch, capsys):
+    """The cases run in a forked child now; what a learner reads must be what the in-process judge
+    writes, word for word (a passing answer, a failing one with its output and nudge)."""
+    import importlib
+    from allocator_ref.labs import check, deadline
+    check_module = importlib.import_module("allocator_ref.labs.check")
+    monkeypatch.setattr(check_module, "_ATTEMPTS", {})
+
+    def noisy(*args):
+        print("looking at", len(args), "arguments")
+        return WRONG_ANSWERS[exercise_id](*args)
+    reports = []
+    for forked in (True, False):
+        monkeypatch.setattr(deadline, "available", lambda forked=forked: forked)
+        monkeypatch.setattr(check_module, "_ATTEMPTS", {})
+        result = check(exercise_id, noisy, seed=3)
+        reports.append((capsys.readouterr().out, [vars(c) for c in result.cases]))
+    assert reports[0] == reports[1]
+    assert "FAIL" in reports[0][0] and "looking at" in reports[0][0]

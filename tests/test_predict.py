@@ -248,3 +248,75 @@ def test_the_player_and_the_doctor_read_a_predicted_snapshot():
     assert len(frames_of_snapshot(p.snapshot)) == len(events(p.snapshot))
     report = ar.doctor(p.snapshot, 0.3 + 40 / 1024, profile="t4-16gb")     # 40 MiB for the allocator
     assert report.remedies.reproduced
+
+
+# ---------------------------------------------------------------- user code: bounded, and never implicit
+# Each bounded to a few seconds (a --timeout of 3 s, a --memory-limit of 3 GiB); the child imports
+# torch first, so the figures leave it room.
+def _timed_cli(*args, timeout=60):
+    import time
+    started = time.monotonic()
+    proc = cli(*args, timeout=timeout)
+    return proc, time.monotonic() - started
+
+
+def test_an_endless_script_ends_by_its_timeout_with_one_line(tmp_path):
+    script = tmp_path / "endless.py"
+    script.write_text("def step():\n    while True:\n        pass\n")
+    proc, took = _timed_cli("predict", script, "--timeout", "3")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "ran past the 3 s limit" in proc.stderr and "--timeout" in proc.stderr, proc.stderr
+    assert took < 20, f"predict took {took:.0f} s against a 3 s timeout"
+
+
+def test_a_process_the_script_starts_does_not_keep_predict_past_its_timeout(tmp_path):
+    # Before: the script's output came through a pipe, read to its end after the kill; a process the
+    # script started in a session of its own held that pipe open, and predict waited for it (a 3 s
+    # timeout took 42 s with a 40 s sleeper).
+    pid_file = tmp_path / "sleeper.pid"
+    script = tmp_path / "escapes.py"
+    script.write_text(textwrap.dedent(f"""
+        import subprocess, sys
+        def step():
+            sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+            open({str(pid_file)!r}, "w").write(str(sleeper.pid))
+            while True:
+                pass
+    """))
+    try:
+        proc, took = _timed_cli("predict", script, "--timeout", "3", timeout=30)
+    finally:
+        if pid_file.is_file():                       # out of predict's reach (its own session): end it here
+            import signal
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+    assert proc.returncode == 2 and "ran past the 3 s limit" in proc.stderr, proc.stderr
+    assert took < 20, f"predict took {took:.0f} s against a 3 s timeout"
+
+
+def test_a_memory_hog_ends_with_one_line_naming_the_memory_limit(tmp_path):
+    script = tmp_path / "hog.py"
+    # bytes(n) is calloc'ed: the address space grows to the limit, the machine's memory does not
+    script.write_text("def step():\n    kept = []\n    while True:\n        kept.append(bytes(256 * 2**20))\n")
+    proc, took = _timed_cli("predict", script, "--timeout", "30", "--memory-limit", "3")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "ran out of memory" in proc.stderr and "--memory-limit" in proc.stderr and "3 GiB" in proc.stderr, \
+        proc.stderr
+    assert took < 25, f"predict took {took:.0f} s"
+
+
+def test_no_other_command_runs_a_script(tmp_path):
+    """Only `predict` runs user code: the doctor, replay and compare, given a folder with a script
+    beside a snapshot, or the script itself, never execute it."""
+    marker = tmp_path / "ran"
+    (tmp_path / "train.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef step():\n    pass\n")
+    snap = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    snap.record_memory_history(max_entries=100)
+    snap.free(snap.malloc(2 * MiB))
+    ar.save_snapshot(snap.snapshot(), tmp_path / "run.pickle")
+    for args in (("doctor", tmp_path), ("doctor", tmp_path / "train.py"), ("replay", tmp_path / "train.py"),
+                 ("compare", tmp_path / "train.py")):
+        proc = cli(*args, timeout=120)
+        assert not marker.exists(), (args, proc.stdout[-500:], proc.stderr[-500:])

@@ -120,6 +120,44 @@ def test_every_entry_point_refuses_what_the_cli_refuses(name, tmp_path, capsys):
     assert len(err) == 1 and str(path) in err[0] and field in err[0]
 
 
+def _as_entry(kind: str, snap: dict, tmp_path):
+    """The same snapshot handed to the loader as a path, its bytes, the dict, or the bare list of
+    segments torch.cuda.memory_snapshot() returns; and the name the error must start with."""
+    if kind == "list":
+        return snap["segments"], "<list>"
+    if kind == "dict":
+        return snap, "<dict>"
+    data = pickle.dumps(snap, protocol=4)
+    if kind == "bytes":
+        return data, "<bytes>"
+    path = tmp_path / "hostile.pickle"
+    path.write_bytes(data)
+    return path, str(path)
+
+
+def bad_history_frame() -> tuple:
+    old = rewrite_as(recorded_midrun(), "history")
+    block = next(b for s in old["segments"] for b in s["blocks"] if b.get("history"))
+    block["history"][0]["frames"] = [{"filename": 7, "line": 1, "name": "f"}]
+    return old, "history 0 frame 0: 'filename'"
+
+
+@pytest.mark.parametrize("kind", ["path", "bytes", "dict", "list"])
+@pytest.mark.parametrize("name", sorted(BAD) + ["bad frame in a 2.0 history"])
+def test_every_kind_of_entry_refuses_the_same_way_naming_the_source_and_the_field(name, kind, tmp_path):
+    snap, field = BAD[name] if name in BAD else bad_history_frame()
+    given, source = _as_entry(kind, snap, tmp_path)
+    with pytest.raises(SnapshotError) as err:
+        load_recording(given)
+    message = str(err.value)
+    assert message.startswith(source + ": ") and field in message and "\n" not in message, message
+    assert message.count(source) == 1, message        # named once, not wrapped twice
+    # The same words, whatever the kind: only the source's name differs.
+    with pytest.raises(SnapshotError) as as_dict:
+        load_recording(snap)
+    assert message[len(source):] == str(as_dict.value)[len("<dict>"):], (message, str(as_dict.value))
+
+
 def test_bad_frames_in_a_2_0_history_are_refused_at_load_naming_the_file_and_field(tmp_path, capsys):
     old = rewrite_as(recorded_midrun(), "history")
     block = next(b for s in old["segments"] for b in s["blocks"] if b.get("history"))

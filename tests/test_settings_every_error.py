@@ -4,7 +4,10 @@ API and from the CLI (a usage error, exit 2), never a RuntimeError from deep ins
 
 Before: ALLOCATOR_REF_TRACES=~nosuchuser/x raised an uncaught RuntimeError (Path.expanduser), as did
 XDG_CACHE_HOME=~nosuchuser/x; a bad device or profile was a plain ValueError from open_device.
-(ALLOCATOR_REF_MAX_SNAPSHOT_MB is the snapshot loader's: a SnapshotError naming it, tested there.)
+ALLOCATOR_REF_MAX_SNAPSHOT_MB=lots raised the snapshot loader's SnapshotError, and
+ALLOCATOR_REF_LAB_QUICK took any value at all (read straight from os.environ): both are settings now.
+The variables tested are every ALLOCATOR_REF_* name the package's source holds, so a new one
+cannot skip this.
 """
 from __future__ import annotations
 
@@ -27,10 +30,33 @@ BAD = [
     ("ALLOCATOR_REF_LAB_SEED", "9" * 5000, "'user' or a whole number"),
     ("ALLOCATOR_REF_SETTINGS", "~nosuchuser-h41/course-settings.toml", "cannot use this path"),
     ("XDG_CACHE_HOME", "~nosuchuser-h41/cache", "cannot be used for the traces cache"),
+    ("ALLOCATOR_REF_MAX_SNAPSHOT_MB", "lots", "positive number of MiB"),
+    ("ALLOCATOR_REF_MAX_SNAPSHOT_MB", "-5", "positive number of MiB"),
+    ("ALLOCATOR_REF_MAX_SNAPSHOT_MB", "inf", "positive number of MiB"),
+    ("ALLOCATOR_REF_LAB_QUICK", "yes", "must be 1"),
+    ("ALLOCATOR_REF_LANG", "klingon", "auto, en, zh"),
 ]
+# Each variable read where the course reads it: the settings, the traces' folders, the device, the
+# snapshot loader's cap, the lab checker's quick mode.
 LOOKUP = ("from allocator_ref import settings; from allocator_ref.trace import fetch; "
-          "from allocator_ref.device import open_device; "
-          "print(settings.describe()); print(fetch.search_dirs()); open_device('sim')")
+          "from allocator_ref.device import open_device; from allocator_ref.trace.snapshot import max_snapshot_bytes; "
+          "from allocator_ref.labs.check import quick; from allocator_ref.editions.language import language; "
+          "print(fetch.search_dirs()); open_device('sim'); max_snapshot_bytes(); quick(); language(); "
+          "print(settings.describe())")
+
+
+def test_every_variable_the_package_reads_is_tested_here():
+    """Every ALLOCATOR_REF_* name in the package's source is a course setting (or the settings
+    file's own variable) and has a bad value above: a new variable cannot skip the settings error."""
+    import re
+    from allocator_ref import settings
+    found = {name for path in (ROOT / "allocator_ref").rglob("*.py")
+             for name in re.findall(r"ALLOCATOR_REF_[A-Z][A-Z0-9_]*", path.read_text(encoding="utf-8"))}
+    assert found, "no ALLOCATOR_REF_* variable found in the source: the search is broken"
+    assert found <= settings.ENV_NAMES | {settings.FILE_ENV}, (
+        f"{sorted(found - settings.ENV_NAMES - {settings.FILE_ENV})}: read outside allocator_ref/settings.py; "
+        "make each a setting there (SETTINGS, and a check in CHECKS)")
+    assert found <= {variable for variable, _, _ in BAD}, f"{sorted(found - {v for v, _, _ in BAD})}: add a bad value to BAD"
 
 
 def run(env_extra: dict, *args: str, cwd: Path):
@@ -63,6 +89,9 @@ def test_the_cli_reports_every_bad_value_it_reads_as_a_usage_error(variable, val
     ('device = "gpu"', "auto, sim, cuda"),
     ('profile = "t4"', "t4-16gb"),
     ('lab_seed = "twelve"', "'user' or a whole number"),
+    ('max_snapshot_mb = "lots"', "positive number of MiB"),
+    ("max_snapshot_mb = 0", "positive number of MiB"),
+    ('lab_quick = "yes"', "must be 1"),
 ])
 def test_a_bad_value_in_the_settings_file_names_the_key_and_the_file(line, words, tmp_path):
     (tmp_path / "course-settings.toml").write_text(f"[course]\n{line}\n")

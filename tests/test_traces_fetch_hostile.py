@@ -128,6 +128,31 @@ def test_a_mirror_trickling_its_headers_meets_the_deadline(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_trickling_mirror_meets_the_whole_fetchs_deadline(tmp_path):
+    # Before: each file had its own deadline and nothing bounded them together: two files trickled
+    # two bytes a second took two per-file deadlines (60 s here), past any overall timeout.
+    mirror = HostileMirror("trickle")
+    started = time.monotonic()
+    try:
+        proc = fetch_cli("--from", mirror.url, "--deadline", "30", "--total-deadline", "3", SMALL, FORWARD,
+                         target=tmp_path, timeout=60)
+    finally:
+        mirror.close()
+    took = time.monotonic() - started
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert took < 20, f"the fetch took {took:.0f} s against a 3 s overall deadline"
+    failed = [line for line in proc.stdout.splitlines() if "FAILED" in line]
+    assert len(failed) == 2 and all("whole fetch's deadline" in line for line in failed), proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_whole_fetchs_default_deadline_is_one_download_of_every_file():
+    sizes = [t.size for t in fetch.TRACES]
+    assert fetch.total_deadline_for(sizes) == fetch.deadline_for(sum(sizes))
+    assert fetch.total_deadline_for(sizes) < sum(fetch.deadline_for(s) for s in sizes)
+    assert sum(sizes) / fetch.total_deadline_for(sizes) < 16 << 10    # a 16 KiB/s link still finishes
+
+
 def test_the_default_deadline_covers_a_slow_honest_link():
     size = max(t.size for t in fetch.TRACES)
     assert size / fetch.deadline_for(size) < 16 << 10          # a 16 KiB/s link still finishes

@@ -178,8 +178,12 @@ def judge_command() -> list:
             PACKAGE_ROOT]
 
 
-def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: float):
+def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: float, worker=None):
     """Run ``ex``'s cases in a clean process, calling ``submission`` here; return the CheckResult.
+
+    ``worker`` (check() passes a deadline.Worker): runs each call of the submission in a forked child
+    that this process ends at its own deadline, so a submission that switches off guard.py's timer
+    cannot hold the notebook here; without one, the calls run in this process.
 
     The wait has a deadline too: the clean process speaks at least once per case (each call of the
     submission, then the verdict), so a silence longer than a case's limit plus the two processes'
@@ -210,12 +214,18 @@ def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: fl
                 result.cases = [CaseResult(**c) for c in message["done"]["cases"]]
                 result.explanation = message["done"]["explanation"]
                 return result
-            reply = _call_here(submission, message)
+            try:
+                reply = worker.call(message) if worker is not None else _call_here(submission, message)
+            except KeyboardInterrupt:
+                return _stopped(ex, seed, "interrupted (the stop button or Ctrl-C): the remaining cases "
+                                "were not run")
             try:
                 send(proc.stdin, reply)
             except OSError:                           # it gave up on this reply (too late): read its verdict
                 pass
     finally:
+        if worker is not None:
+            worker.close()                     # its teardown (what the runners started there), then the kill
         if proc.poll() is None:
             proc.kill()
         proc.wait()
@@ -261,6 +271,18 @@ def _call_here(submission, message: dict) -> dict:
         reply.pop("value", None)
         reply["raised"] = _describe_raised(outcome.error)
     return reply
+
+
+def serve(submission, inbox, outbox, teardown=None) -> None:
+    """A graded check's worker (deadline.Worker): answer each call of the clean process, run here;
+    ``{"teardown": True}``: stop what the runners started (lab 6's receiver), answer, and end."""
+    while (message := receive(inbox)) is not None:
+        if "teardown" in message:
+            if teardown is not None:
+                teardown()
+            send(outbox, {})
+            return
+        send(outbox, _call_here(submission, message))
 
 
 def _runner(name: str):
@@ -325,7 +347,7 @@ class _Remote(Apart):
             if self.on_silence is not None:
                 self.on_silence()                  # regrade.py: end the submission's process
             raise CaseTimeout() from None
-        if reply is None:                          # the notebook's process ended (os._exit, a crash, killed)
+        if reply is None or reply.get("ended"):    # the process running the submission ended (os._exit, a crash)
             self.silent = True
             raise ProcessEnded("the process running your code ended during this call (os._exit(), a crash, "
                                "or it was killed): nothing came back to judge")

@@ -18,11 +18,14 @@ the bytes on the (simulated) device.
 What a check promises
 ---------------------
 The open mode (``check(id, fn)``, what a learner runs while working) judges in
-the notebook's own process: it is proof against honest mistakes (an endless
+a forked copy of the notebook's process (deadline.py; in the notebook's own process
+where there is no ``fork``): it is proof against honest mistakes (an endless
 loop, even one whose bare ``except:`` swallows the stop; ``sys.exit()``; an
 ``__eq__`` that answers True; a patched course class, see ``reference.py``), not
 against code written to cheat: such code can read the judge's expected value off
-the stack or patch what the reference still shares.  A graded check
+the stack or patch what the reference still shares.  Its time limit holds in both
+modes, whatever the submission does to the timer: the notebook's process, which
+runs none of the submission's code, ends the process that does at the limit.  A graded check
 (``graded=True``, written by the nbgrader release into its locked cells) judges
 in a clean Python process instead, and the submission runs apart from every
 expected value (see ``apart.py``): an exercise marked ``pure`` has its judge call
@@ -46,7 +49,6 @@ from __future__ import annotations
 import getpass
 import importlib
 import json
-import os
 import pkgutil
 import random
 import re
@@ -57,6 +59,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .. import settings
+from . import deadline
 from .guard import TIME_LIMIT_S, run_guarded, safe_str, same, show
 from .results import CaseResult, CheckResult   # what check() returns (its own file: apart.py builds them too)
 from .verdict import Apart, Fail               # what a judge raises, and the submission seen apart (apart.py uses both)
@@ -161,7 +164,7 @@ def resolve_seed(seed: Optional[int] = None) -> int:
 
 
 def quick() -> bool:
-    return os.environ.get(QUICK_ENV, "") not in ("", "0")
+    return settings.get("lab_quick").value == "1"      # QUICK_ENV, or lab_quick in course-settings.toml
 
 
 STUB_TEXT = ("not written yet: your code raises NotImplementedError (the stub). "
@@ -280,7 +283,16 @@ def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
         limit = ex.time_limit if time_limit is None else time_limit
         if hidden is None and quick():
             hidden = 2
-        result = judge_apart(ex, submission, resolve_seed(seed), hidden, limit)
+        # Each call of the submission runs in a forked worker that this process ends at its own
+        # deadline (deadline.py): code that switches off guard.py's timer cannot hold the notebook.
+        worker = deadline.Worker(ex, submission) if deadline.available() else None
+        result = judge_apart(ex, submission, resolve_seed(seed), hidden, limit, worker=worker)
+    elif submission is not None and deadline.available():
+        # The cases run in a forked child that this process ends at its own deadline (deadline.py):
+        # code that switches off guard.py's timer cannot outlive its limit.
+        limit = ex.time_limit if time_limit is None else time_limit
+        result = deadline.judge_in_child(ex, submission, resolve_seed(seed), cases_for(ex, resolve_seed(seed),
+                                         hidden=hidden), run_case, limit)
     else:
         result = judge(ex, submission, resolve_seed(seed), hidden=hidden, time_limit=time_limit)
     _STATUS[ex.id] = result.passed

@@ -20,6 +20,10 @@ hang it, flood it, or fool the judge:
   ``gc.callbacks``), so they are spared only for ``GRACE_S`` after the stop; past
   that, every frame is stopped but this file's own functions, recognised by the
   identity of their code objects (made when this module was imported);
+* all of this runs in the process that runs the submission, so code written to escape can switch
+  it off (``signal.setitimer(signal.ITIMER_REAL, 0)``, ``signal.signal(signal.SIGALRM,
+  signal.SIG_IGN)``): the limit that holds then is deadline.py's, kept by the notebook's process,
+  which ends the forked child running the submission; this one gives an honest loop its report;
 * what the learner's code prints is captured and capped (``OUTPUT_CAP``
   characters per case), and the report says when it was cut;
 * ``show`` turns any learner value into a short text, even one whose

@@ -6,7 +6,8 @@ import json
 GiB = 2**30
 
 HELP = ("will it fit? record SCRIPT's step on meta tensors (no GPU) and replay it on the reference "
-        "allocator. THIS RUNS THE SCRIPT'S CODE, in a child process bounded by --timeout and --memory-limit")
+        "allocator. THIS RUNS THE SCRIPT'S CODE (only this command does, and only when asked), in a child "
+        "process bounded by --timeout and --memory-limit")
 
 
 def memory_gib(text: str) -> float:

@@ -5,7 +5,9 @@ happens implicitly and never in this process: a child Python imports SCRIPT with
 ``runpy.run_path`` (its ``if __name__ == "__main__":`` block does not run), calls the
 function it names (``step`` by default) with the knobs given, and writes the recorded
 programs to a JSON file.  The child runs with an address-space limit (``RLIMIT_AS``),
-in its own process group, and is killed with that group when it runs past the timeout.
+in its own process group, and is killed with that group when it runs past the timeout
+(and when it ends: nothing it started in its group outlives it).  Its output goes to a file,
+never a pipe, so that no process it starts can keep this one waiting.
 The replay on the reference allocator then happens here, on plain data.
 """
 from __future__ import annotations
@@ -43,27 +45,51 @@ def record_in_subprocess(script: str, entry: str, knobs: dict, sweep: Optional[s
     if not path.is_file():
         raise ValueError(f"{script!r} is not a file: give the Python script that defines {entry}(...)")
     with tempfile.TemporaryDirectory(prefix="allocator-ref-predict-") as tmp:
-        out = Path(tmp) / "programs.json"
-        job = {"script": str(path.resolve()), "entry": entry, "knobs": knobs, "sweep": sweep,
-               "values": values, "profile": profile, "out": str(out), "memory_gib": memory_gib}
+        out, job_file, log_file = Path(tmp) / "programs.json", Path(tmp) / "job.json", Path(tmp) / "output.txt"
+        job_file.write_text(json.dumps({"script": str(path.resolve()), "entry": entry, "knobs": knobs,
+                                        "sweep": sweep, "values": values, "profile": profile, "out": str(out),
+                                        "memory_gib": memory_gib}))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                        os.environ.get("PYTHONPATH")])))
-        child = subprocess.Popen([sys.executable, "-m", "allocator_ref.predict.sandbox"], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                 cwd=str(path.resolve().parent), start_new_session=True)
-        try:
-            output, _ = child.communicate(json.dumps(job), timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.communicate()
-            raise ValueError(f"{script}: {entry}() ran past the {timeout:g} s limit and was stopped; "
-                             "a meta-tensor step takes seconds: look for a loop that never ends, or raise --timeout") from None
+        # Its output goes to a file, not a pipe: a process the script starts would hold a pipe open
+        # after the script ended, and reading it to its end would wait for that process, past any
+        # timeout.  Waiting on the child itself ends by the deadline.
+        with open(log_file, "w+") as log:
+            child = subprocess.Popen([sys.executable, "-m", "allocator_ref.predict.sandbox", str(job_file)],
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     cwd=str(path.resolve().parent), start_new_session=True)
+            try:
+                child.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _end(child)
+                raise ValueError(f"{script}: {entry}() ran past the {timeout:g} s limit and was stopped; a "
+                                 "meta-tensor step takes seconds: look for a loop that never ends, or raise "
+                                 "--timeout") from None
+            finally:
+                _end(child)                        # what the script started in its process group, too
+            log.seek(0)
+            output = log.read()[-20_000:]
         if child.returncode != 0 or not out.is_file():
-            tail = " | ".join(line for line in output.strip().splitlines()[-3:]) or f"exit status {child.returncode}"
+            lines = output.strip().splitlines()
+            tail = " | ".join(lines[-3:]) or f"exit status {child.returncode}"
             if child.returncode is not None and child.returncode < 0:
                 tail = f"killed by signal {-child.returncode} ({tail})"
+            if lines and lines[-1].startswith("MemoryError"):
+                raise ValueError(f"{script}: {entry}() ran out of memory: the script may map {memory_gib:g} GiB "
+                                 f"(--memory-limit) and asked for more ({tail[:1000]}); a meta-tensor step "
+                                 "allocates no tensor memory, so look for a host-side allocation, or raise "
+                                 "--memory-limit")
             raise ValueError(f"{script}: recording {entry}() failed: {tail[:1500]}")
         return json.loads(out.read_text())
+
+
+def _end(child: subprocess.Popen) -> None:
+    """Kill the child's process group (the script and what it started) and reap the child."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except OSError:                                # already gone
+        pass
+    child.wait()
 
 
 def _limit_memory(gib: float) -> None:
@@ -73,7 +99,7 @@ def _limit_memory(gib: float) -> None:
 
 
 def _child() -> int:
-    job = json.loads(sys.stdin.read())
+    job = json.loads(Path(sys.argv[1]).read_text())
     _limit_memory(job["memory_gib"])
     sys.path.insert(0, os.path.dirname(job["script"]))
     try:

@@ -24,9 +24,11 @@ download leaves nothing behind that a later run could mistake for the real one.
 
 A mirror cannot keep a fetch busy or fill the disk: at most the recorded size
 (plus one byte, to tell "too long") is read, each file has a deadline
-(``deadline_for``: two minutes plus a second per 16 KiB, whatever the rate), and
-a file that fails (a folder at its name, a full disk) is reported and the
-others are still fetched.
+(``deadline_for``: two minutes plus a second per 16 KiB, whatever the rate), the
+whole fetch has one too (``total_deadline_for``: two minutes plus a second per
+16 KiB of all the files it fetches; a file it leaves untried says so), and a file
+that fails (a folder at its name, a full disk) is reported and the others are
+still fetched.
 """
 from __future__ import annotations
 
@@ -55,6 +57,11 @@ DEADLINE_RATE = 16 << 10        # this many bytes (3 MiB: about five minutes)
 def deadline_for(size: int) -> float:
     """Seconds one download of ``size`` bytes may take in all (a slow but honest link fits)."""
     return DEADLINE_BASE_S + size / DEADLINE_RATE
+
+
+def total_deadline_for(sizes: Iterable[int]) -> float:
+    """Seconds a whole fetch of files of these sizes may take: one download of all their bytes."""
+    return deadline_for(sum(sizes))
 
 
 @dataclass(frozen=True)
@@ -261,11 +268,15 @@ class _Watchdog:
 
 
 def _download(trace: RealTrace, url: str, target: Path, timeout: float,
-              deadline: Optional[float] = None) -> None:
+              deadline: Optional[float] = None, left: Optional[float] = None) -> None:
     """Stream url into a temporary file beside target; rename it into place only if it verifies.
-    At most ``trace.size + 1`` bytes are read, within ``deadline`` seconds (``deadline_for``)."""
+    At most ``trace.size + 1`` bytes are read, within ``deadline`` seconds (``deadline_for``), or
+    within ``left``, what remains of the whole fetch's deadline, when that comes first."""
     import time
     seconds = deadline_for(trace.size) if deadline is None else deadline
+    which = "the deadline for this file"
+    if left is not None and left < seconds:
+        seconds, which = left, "what was left of the whole fetch's deadline, --total-deadline"
     give_up = time.monotonic() + seconds
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{trace.name}.", suffix=".part", dir=target)
@@ -277,8 +288,8 @@ def _download(trace: RealTrace, url: str, target: Path, timeout: float,
     h, received = hashlib.sha256(), 0
 
     def too_slow() -> DownloadError:
-        return DownloadError(f"{url} sent only {received:,} of {trace.size:,} bytes in {seconds:g} s (the "
-                             "deadline for this file); run the fetch again, or from another mirror (--from)")
+        return DownloadError(f"{url} sent only {received:,} of {trace.size:,} bytes in {seconds:.3g} s ({which}); "
+                             "run the fetch again, or from another mirror (--from)")
     try:
         with os.fdopen(fd, "wb") as out:
             try:
@@ -366,9 +377,14 @@ def _remove_stale_parts(target: Path, wanted: list[RealTrace]) -> None:
 
 def fetch(names: Optional[Iterable[str]] = None, target: Optional[Path] = None, base_url: str = RAW_GITHUB,
           timeout: float = TIMEOUT_S, say: Callable[[str], None] = print,
-          deadline: Optional[float] = None) -> FetchReport:
-    """Download the named real snapshots (all by default) into target, each verified by sha256."""
+          deadline: Optional[float] = None, total_deadline: Optional[float] = None) -> FetchReport:
+    """Download the named real snapshots (all by default) into target, each verified by sha256.
+    ``deadline``: seconds per file (``deadline_for``); ``total_deadline``: seconds for the whole
+    fetch, every file together (``total_deadline_for``)."""
+    import time
     wanted = [_known(n) for n in names] if names else list(TRACES)
+    total = total_deadline_for(t.size for t in wanted) if total_deadline is None else total_deadline
+    ends = time.monotonic() + total
     if target is None and settings.value("traces").lower() == OFF:
         raise ValueError(f"the traces setting is {OFF!r} ({settings.get('traces').source}), which turns the "
                          f"real snapshots off; unset it, or pass a folder (--to DIR)")
@@ -388,9 +404,15 @@ def fetch(names: Optional[Iterable[str]] = None, target: Optional[Path] = None, 
             say(f"  ok       {trace.name}: already there, sha256 verified")
             continue
         url = trace.url(base_url)
+        left = ends - time.monotonic()
+        if left <= 0:
+            report.failed[trace.name] = (f"not tried: the whole fetch's deadline ({total:g} s) had passed; run "
+                                         "the fetch again (what it verified is kept), or raise --total-deadline")
+            say(f"  FAILED   {trace.name}: {report.failed[trace.name]}")
+            continue
         try:
             _check_place(target / trace.name)
-            _download(trace, url, target, timeout, deadline)
+            _download(trace, url, target, timeout, deadline, left)
         except DownloadError as exc:
             report.failed[trace.name] = str(exc)
             say(f"  FAILED   {trace.name}: {exc}")
@@ -417,7 +439,7 @@ def _check_place(path: Path) -> None:
 # ------------------------------------------------------------------ the command line
 
 def main_fetch(names: list[str], target: Optional[str], base_url: str, out=None,
-               deadline: Optional[float] = None) -> int:
+               deadline: Optional[float] = None, total_deadline: Optional[float] = None) -> int:
     out = out or sys.stdout
     say = lambda line: print(line, file=out)      # noqa: E731
     for name in names:
@@ -428,7 +450,7 @@ def main_fetch(names: list[str], target: Optional[str], base_url: str, out=None,
         return 2
     dest = Path(target).expanduser() if target else fetch_target()
     say(f"fetching {len(names) or len(TRACES)} real PyTorch snapshot(s) into {dest}")
-    report = fetch(names or None, dest, base_url, say=say, deadline=deadline)
+    report = fetch(names or None, dest, base_url, say=say, deadline=deadline, total_deadline=total_deadline)
     if report.ok:
         say(f"done: {len(report.fetched)} downloaded, {len(report.already)} already there. "
             f"The chapters find them there (python -m allocator_ref traces list).")

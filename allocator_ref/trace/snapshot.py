@@ -40,15 +40,9 @@ MiB = 2**20
 def max_snapshot_bytes() -> int:
     """The course's size limit for snapshot files (setting ``max_snapshot_mb``)."""
     from .. import settings
-    setting = settings.get("max_snapshot_mb")
-    try:
-        mib = float(setting.value)
-    except ValueError:
-        mib = float("nan")
-    if not 0 < mib < 2**40:      # also refuses nan and inf
-        raise SnapshotError(f"max_snapshot_mb={setting.value!r} (from {setting.source}) is not a "
-                            "positive number of MiB")
-    return int(mib * MiB)
+    # A value that is no positive number of MiB is the settings error, naming the variable or file
+    # (settings._check_max_snapshot_mb), like every other setting's.
+    return int(float(settings.get("max_snapshot_mb").value) * MiB)
 
 
 def loads_snapshot(data: bytes, source: str = "<bytes>") -> dict:
