@@ -86,7 +86,7 @@ class RanksReport:
             mark = tr(" <- outlier") if r is self.outlier else ""
             out.append(f"  {r.name[:28]:28} {format_bytes(r.peak_allocated):>15} {format_bytes(r.peak_reserved):>14} "
                        f"{format_bytes(r.fragmentation):>19} {_count(r.retries):>8} {_count(r.ooms):>5}  "
-                       f"{r.verdict.kind}{mark}")
+                       f"{verdict_kind(r.verdict.kind)}{mark}")
         out += ["", tr("THE OUTLIER"), f"  {self.why_words}", "", tr("ONE SETTING FOR EVERY RANK"),
                 f"  {self.setting_words}", f"  ({material_words()})"]
         if self.outlier is not None:
@@ -132,6 +132,15 @@ class RanksReport:
 @dataclass
 class _AllVerified:
     verified: bool
+
+
+def verdict_kind(kind: str) -> str:
+    """A verdict's kind as the table shows it: the key itself in English, its words in Chinese."""
+    return {"no-target": tr("no-target"), "fits": tr("fits"), "fewer-retries": tr("fewer-retries"),
+            "remedy": tr("remedy"), "less-memory": tr("less-memory"), "shortage": tr("shortage"),
+            "state-only": tr("state-only"), "unverified": tr("unverified"),
+            "whatif-unverified": tr("whatif-unverified"), "start-does-not-fit": tr("start-does-not-fit"),
+            "not-asked": tr("not-asked")}.get(kind, kind)
 
 
 def _count(n: Optional[int]) -> str:
@@ -285,7 +294,7 @@ def _one_setting(out: RanksReport) -> None:
     trial = v.trial if v.trial is not None and v.trial.kind not in ("recorded", "recorded-on-target") else None
     if trial is None:
         out.setting_words = tr("none needed: {name}, the rank that reserves the most, has no setting worth making "
-                               "({kind})", name=lead.name, kind=v.kind)
+                               "({kind})", name=lead.name, kind=verdict_kind(v.kind))
         return
     refused = {r.name: why for r in out.ranks if r is not lead for why in [_serves(r.report, trial.change)] if why}
     if not refused:
