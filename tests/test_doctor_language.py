@@ -52,10 +52,10 @@ def english_sentences(text: str) -> list:
 
 
 def visible_html(page: str) -> str:
-    """The words a reader sees on the page: no style, no code, no tags.  The block map (an SVG drawn by
-    ``viz.blockmap`` for every chapter, not by the doctor) keeps its English labels for now."""
-    page = re.sub(r"<style>.*?</style>|<svg.*?</svg>|<code[^>]*>.*?</code>", " ", page, flags=re.S)
-    return html_lib.unescape(re.sub(r"<[^>]+>", " ", page))
+    """The words a reader sees on the page, the block map's labels and tooltips among them: no style,
+    no code, no tags, one line per element."""
+    page = re.sub(r"<style>.*?</style>|<code[^>]*>.*?</code>", " ", page, flags=re.S)
+    return html_lib.unescape(re.sub(r"<[^>]+>", "\n", page))
 
 
 COURSE_MADE = {
