@@ -9,6 +9,8 @@
 
     python -m allocator_ref doctor run.pickle [--device-memory GiB] [--html report.html] [--json]
     python -m allocator_ref doctor rank0.pickle rank1.pickle ...   # or a folder: every rank of one job
+    python -m allocator_ref doctor run.pickle --lang zh   # in Chinese (so is a Chinese locale, or a notebook
+                                                          # of the Chinese edition: editions/language.py)
 
 One idea per file:
 

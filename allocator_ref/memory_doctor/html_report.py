@@ -101,11 +101,12 @@ def render_html(report) -> str:
                              f"{escape(tr('skipped: {why}', why=t.skipped))}</td></tr>")
                 continue
             fits = "-" if t.fits is None else (tr("yes") if t.fits else tr("no ({n} OOM)", n=t.ooms))
+            costs = tr("{prediction}; the switch costs: {costs}", prediction=t.prediction,
+                       costs=tr("; ").join(t.costs)) if t.prediction else ""
             table.append(f"<tr><td>{escape(_label(t))}</td><td class='num'>{format_bytes(t.peak_reserved)}"
                          f"</td><td class='num'>{format_bytes(t.fragmentation)}</td><td class='num'>{t.device_calls:,}"
                          f"</td><td class='num'>{t.alloc_retries:,}</td><td>{fits}</td><td><code>{escape(t.line)}</code>"
-                         + (f"<br><small>{escape(tr('{prediction}; the switch costs: {costs}', prediction=t.prediction, costs=tr('; ').join(t.costs)))}</small>"
-                            if t.prediction else "") + "</td></tr>")
+                         + (f"<br><small>{escape(costs)}</small>" if costs else "") + "</td></tr>")
         table.append("</table>")
         parts.append(_section(tr("Remedies ({n} replays)", n=r.replays), _img(png_bytes(chart), tr(
             "peak reserved and fragmentation under each remedy"), "remedies") + "".join(table)))
