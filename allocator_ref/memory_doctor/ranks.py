@@ -88,7 +88,7 @@ class RanksReport:
                        f"{format_bytes(r.fragmentation):>19} {_count(r.retries):>8} {_count(r.ooms):>5}  "
                        f"{verdict_kind(r.verdict.kind)}{mark}")
         out += ["", tr("THE OUTLIER"), f"  {self.why_words}", "", tr("ONE SETTING FOR EVERY RANK"),
-                f"  {self.setting_words}", f"  ({material_words()})"]
+                f"  {self.setting_words}", tr("  ({words})", words=material_words())]
         if self.outlier is not None:
             out += ["", tr("THE OUTLIER'S OWN REPORT ({name})", name=self.outlier.name)]
             out += ["  " + line for line in self.outlier.report.lines()]

@@ -490,7 +490,7 @@ def _pad(text: str, width: int, right: bool = False) -> str:
 
 def _prediction(t: Trial) -> str:
     if t.cap_note:
-        return f" ({t.cap_note})"
+        return tr(" ({note})", note=t.cap_note)
     if not t.prediction:
         return ""
     return tr(" -- {prediction}; the switch costs: {costs}", prediction=t.prediction, costs=tr("; ").join(t.costs))
