@@ -5,6 +5,7 @@
     python -m allocator_ref compare snap.pickle --plot compare.png   # the what-if table
     python -m allocator_ref traces fetch                         # download the real snapshots (sha256-checked)
     python -m allocator_ref doctor snap.pickle --html report.html    # diagnosis + remedies, proven by replay
+    python -m allocator_ref doctor snap.pickle --lang zh             # the report in Chinese (or LANG=zh_CN.UTF-8)
     python -m allocator_ref predict train.py --set batch_size=16 --profile t4-16gb   # will it fit? (runs train.py's step)
 
 A bad argument or a bad file is one line on stderr (exit 2); ``--debug`` shows the traceback.
@@ -19,7 +20,10 @@ import stat
 import sys
 from pathlib import Path
 
+from .editions.messages import translator
 from .textsafe import EscapingWriter
+
+tr = translator("doctor")          # the doctor's own lines (its report carries its words)
 
 GiB = 1024**3
 # 1 PiB: far beyond any GPU.  A replay reserves the device's whole size of addresses for each
@@ -284,6 +288,15 @@ def cmd_traces(args) -> int:
     return fetch.main_list()
 def cmd_doctor(args) -> int:
     """Exit status 0, or 1 when the replay does not reproduce PyTorch (and no advice is given)."""
+    from contextlib import nullcontext
+    from .editions.language import speaking
+    # --lang zh speaks Chinese for this command only; without it ALLOCATOR_REF_LANG, the folder's
+    # edition, course-settings.toml's language and the locale decide (editions/language.py).
+    with speaking(args.lang) if args.lang else nullcontext():
+        return _doctor_command(args)
+
+
+def _doctor_command(args) -> int:
     from pathlib import Path
     from .memory_doctor import doctor
     if args.html:                                     # before the replays, not after them
@@ -304,7 +317,7 @@ def cmd_doctor(args) -> int:
     else:
         print(report.text(), end="")
         if args.html:
-            print(f"HTML report written to {args.html}")
+            print(tr("HTML report written to {path}", path=args.html))
     return 0 if getattr(report.diagnosis, "verified", True) else 1
 
 
@@ -357,6 +370,9 @@ def main(argv=None) -> int:
     d.add_argument("--device", type=int, default=None, help="which GPU of a multi-GPU snapshot")
     d.add_argument("--profile", type=profile_name, default="h100-80gb",
                    help="simulated device profile for the replays")
+    d.add_argument("--lang", choices=("en", "zh"), default=None,
+                   help="the report's language (default: ALLOCATOR_REF_LANG, a Chinese edition folder, the "
+                        "course-settings.toml language, the locale, else English)")
     d.set_defaults(func=cmd_doctor)
     from .predict.cli import add_parser as add_predict_parser     # predict/cli.py: runs user code, bounded
     add_predict_parser(sub, profile_name, device_gib, seconds, output_file)

@@ -17,6 +17,9 @@ LAYERS = {"settings": 0, "device": 1, "allocation": 2, "front_door": 2, "events"
 # No exception: make_allocator, which may build any design, lives above them all in
 # policies/registry.py, so the caching package never imports a policy.
 ALLOWED: set = set()
+# Which language the tools speak (editions/language.py, messages.py) reads only settings: every tool
+# at every layer asks it (the doctor's report, check()'s feedback), so it sits just above settings.
+LOW_MODULES = {"allocator_ref.editions.language": 1, "allocator_ref.editions.messages": 1}
 
 
 def _unit(dotted: str) -> str:
@@ -53,9 +56,18 @@ def test_no_import_runs_back_up_between_folders():
             there = _unit(target)
             if there == here or (rel.as_posix(), there) in ALLOWED or there not in LAYERS:
                 continue
-            if LAYERS[there] > LAYERS[here]:
+            if LOW_MODULES.get(target, LAYERS[there]) > LAYERS[here]:
                 upward.append(f"{rel.as_posix()} imports {target} ({here} -> {there})")
     assert not upward, "imports that run back up:\n" + "\n".join(upward)
+
+
+def test_the_language_modules_read_only_settings():
+    for name in LOW_MODULES:
+        path = ROOT.parent / (name.replace(".", "/") + ".py")
+        below = {t for t in _imports(path) if t.startswith("allocator_ref.")
+                 and _unit(t) not in ("settings", "editions")}
+        inside = {t for t in _imports(path) if _unit(t) == "editions"} - set(LOW_MODULES)
+        assert not below and not inside, f"{name} imports {below | inside}: it must stay below every tool"
 
 
 def test_caching_records_events_from_below_it():

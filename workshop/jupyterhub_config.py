@@ -41,7 +41,10 @@ pass them; no secret is ever one):
     WORKSHOP_SETTINGS     the course settings every learner gets  (default: workshop/course-settings.toml)
     WORKSHOP_RUNTIME      where each learner's kernel sockets go, one 0700 folder per user
                           (default: /run/workshop-kernels)
-    WORKSHOP_FIRST_PAGE   the notebook learners land on, in their copy (default: chapters/00_setup_and_tour.ipynb)
+    WORKSHOP_LANGUAGE     the room's language, en or zh: the edition learners land on and the language
+                          the tools speak (default: course-settings.toml's language, else en; room_language.py)
+    WORKSHOP_FIRST_PAGE   the notebook learners land on, in their copy (default: chapter 0 of the room's
+                          language, chapters/00_setup_and_tour.ipynb or chapters/zh/00_setup_and_tour.ipynb)
     WORKSHOP_CULL         seconds of inactivity after which a learner's server is stopped
                           (jupyterhub-idle-culler; default 3600, 0: never); their files stay
     WORKSHOP_GRADED       a graded workshop: the nbgrader course folder of `make nbgrader`
@@ -63,7 +66,8 @@ from jupyterhub.auth import LocalAuthenticator
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from pull import COURSE_FOLDER, FIRST_PAGE  # noqa: E402  (workshop/pull.py, next to this file)
+from pull import COURSE_FOLDER  # noqa: E402  (workshop/pull.py, next to this file)
+from room_language import RoomLanguageError, asked_language, first_page, room_language, room_settings  # noqa: E402
 from tls import self_signed  # noqa: E402  (workshop/tls.py)
 
 c = get_config()  # noqa: F821  (JupyterHub defines get_config when it loads this file)
@@ -121,6 +125,11 @@ REPO = os.environ.get("WORKSHOP_REPO") or str(HERE.parent)
 BRANCH = os.environ.get("WORKSHOP_BRANCH") or "main"
 SETTINGS = Path(os.environ.get("WORKSHOP_SETTINGS") or HERE / "course-settings.toml").resolve()
 ADMIN = os.environ.get("WORKSHOP_ADMIN") or "instructor"
+try:
+    LANGUAGE = room_language(SETTINGS)          # en or zh (workshop/room_language.py)
+except RoomLanguageError as exc:
+    _refuse(str(exc))
+FIRST_PAGE = first_page(LANGUAGE)
 IP = os.environ.get("WORKSHOP_IP") or "0.0.0.0"
 PORT = int(os.environ.get("WORKSHOP_PORT") or 8000)
 TLS = os.environ.get("WORKSHOP_TLS") or "self-signed"
@@ -247,8 +256,9 @@ def _home(spawner) -> Path:
 c.Spawner.environment = {
     # the learner's copy of allocator_ref comes first, so their edits are what runs
     "PYTHONPATH": lambda spawner: str(_home(spawner) / COURSE_FOLDER),
-    # allocator_ref/settings.py: device, profile and lab_seed for the whole room
-    "ALLOCATOR_REF_SETTINGS": str(SETTINGS),
+    # allocator_ref/settings.py: device, profile, lab_seed and language for the whole room (a copy in
+    # HOMES with the language set when WORKSHOP_LANGUAGE overrides the file: room_language.py)
+    "ALLOCATOR_REF_SETTINGS": str(room_settings(SETTINGS, asked_language(), HOMES)),
     # .jupyter-course/: the .md twins hidden, nbgrader's instructor menus off
     "JUPYTER_CONFIG_PATH": lambda spawner: str(_home(spawner) / COURSE_FOLDER / ".jupyter-course"),
     "PATH": f"{PYTHON.parent}{os.pathsep}/usr/local/bin:/usr/bin:/bin",

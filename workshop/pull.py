@@ -73,10 +73,18 @@ if __name__ == "__main__":
     #     python pull.py REPO BRANCH HOME [RELEASE]
     # and `make pull-link` prints the link for a mid-workshop fix:
     #     python pull.py --link HUB REPO BRANCH [PAGE]
+    # (no PAGE: chapter 0 of the room's language, as the hub lands learners: room_language.py)
     import os
     import sys
     import tempfile
     if sys.argv[1] == "--link":
+        if len(sys.argv) < 6:
+            from room_language import RoomLanguageError, first_page, room_language
+            settings = Path(os.environ.get("WORKSHOP_SETTINGS") or Path(__file__).parent / "course-settings.toml")
+            try:
+                sys.argv[5:] = [first_page(room_language(settings))]
+            except RoomLanguageError as exc:
+                sys.exit(str(exc))
         print(pull_link(*sys.argv[2:]))
         sys.exit(0)
     repo, safe = Path(sys.argv[1]), None

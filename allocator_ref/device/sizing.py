@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..editions.messages import translator
 from .costs import load_profile
+
+tr = translator("doctor")          # the doctor says why it sized the simulated GPU up
 
 GiB = 2**30
 GROWS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
@@ -48,8 +51,9 @@ def fit_profile(profile: str, needed: int) -> tuple[str, str]:
     total = -(-(needed + prof.context_reserve) // GiB) * GiB
     base = profile.partition("@")[0]
     return (f"{base}@{total}",
-            f"the trace held up to {needed / GiB:.1f} GiB in segments, more than the '{base}' profile's "
-            f"{usable / GiB:.1f} GiB usable: its replays run on a simulated {base} sized to {total // GiB} GiB")
+            tr("the trace held up to {needed} GiB in segments, more than the '{base}' profile's {usable} GiB usable: "
+               "its replays run on a simulated {base} sized to {total} GiB", needed=f"{needed / GiB:.1f}", base=base,
+               usable=f"{usable / GiB:.1f}", total=total // GiB))
 
 
 def profile_for_snapshot(snapshot: dict, device: int, profile: str, events: Optional[list] = None,
@@ -64,6 +68,6 @@ def profile_for_snapshot(snapshot: dict, device: int, profile: str, events: Opti
     if device_memory is not None and device_memory > prof.total_memory:
         base = profile.partition("@")[0]
         name = f"{base}@{int(device_memory)}"
-        note = (f"--device-memory {device_memory / GiB:g} GiB is more than the '{base}' profile holds: "
-                f"every replay runs on a simulated {base} of that size")
+        note = tr("--device-memory {gib} GiB is more than the '{base}' profile holds: every replay runs on a "
+                  "simulated {base} of that size", gib=f"{device_memory / GiB:g}", base=base)
     return name, note

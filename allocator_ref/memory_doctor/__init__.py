@@ -9,6 +9,8 @@
 
     python -m allocator_ref doctor run.pickle [--device-memory GiB] [--html report.html] [--json]
     python -m allocator_ref doctor rank0.pickle rank1.pickle ...   # or a folder: every rank of one job
+    python -m allocator_ref doctor run.pickle --lang zh   # in Chinese (so is a Chinese locale, or a notebook
+                                                          # of the Chinese edition: editions/language.py)
 
 One idea per file:
 
@@ -27,7 +29,11 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
+from ..editions.language import language, speaking
+from ..editions.messages import translator
+
 GiB = 2**30
+tr = translator("doctor")
 
 
 def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Optional[int] = None,
@@ -46,7 +52,8 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     from .shortage import judge_diagnosis
 
     if device_memory is not None and not (isinstance(device_memory, (int, float)) and device_memory > 0):
-        raise ValueError(f"device_memory is the GPU's size in GiB, a positive number; got {device_memory!r}")
+        raise ValueError(tr("device_memory is the GPU's size in GiB, a positive number; got {value}",
+                            value=repr(device_memory)))
     from ..trace.recording import load_recording
     from .state import StateReport, diagnose_state
 
@@ -76,11 +83,13 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
         recorded_usable = capacity.target if capacity.known else None
         if device_memory is not None:
             total = int(device_memory * GiB)
-            target, where = total - reserve, (f"--device-memory {device_memory:g} GiB, less the CUDA context's "
-                                              f"{reserve / 2**20:,.0f} MiB")
+            target = total - reserve
+            where = tr("--device-memory {gib} GiB, less the CUDA context's {mib} MiB", gib=f"{device_memory:g}",
+                       mib=f"{reserve / 2**20:,.0f}")
             if target <= 0:
-                raise ValueError(f"device_memory={device_memory:g} GiB is smaller than the CUDA context alone "
-                                 f"({reserve / 2**20:,.0f} MiB): give the GPU's whole size in GiB")
+                raise ValueError(tr("device_memory={gib} GiB is smaller than the CUDA context alone ({mib} MiB): give "
+                                    "the GPU's whole size in GiB", gib=f"{device_memory:g}",
+                                    mib=f"{reserve / 2**20:,.0f}"))
         elif capacity.known:
             target, total = capacity.target, capacity.target + reserve
             where = capacity_words(capacity)
@@ -105,14 +114,15 @@ class DevicesReport:
     """
 
     def __init__(self, reports: list, seconds: float = 0.0) -> None:
-        self.reports, self.seconds = reports, seconds
+        self.reports, self.seconds, self.language = reports, seconds, language()
         first = reports[0]
         self.diagnosis, self.remedies, self.verdict, self.capacity = (first.diagnosis, first.remedies,
                                                                       first.verdict, first.capacity)
 
     def text(self) -> str:
-        head = (f"{len(self.reports)} devices have events and none ran out of memory: each is diagnosed "
-                "(--device N for one)\n\n")
+        with speaking(self.language):
+            head = tr("{n} devices have events and none ran out of memory: each is diagnosed (--device N for one)",
+                      n=len(self.reports)) + "\n\n"
         return head + "\n".join(r.text() for r in self.reports)
 
     def to_json(self) -> dict:
@@ -149,9 +159,10 @@ def what_if(snapshot: Any, settings=(("caching", "expandable_segments:True"),), 
     profile = diag.profile
     if not diag.verified:
         div = diag.verify_summary.get("first_divergence") or {}
-        raise ValueError(f"{diag.source}: the reference allocator does not reproduce PyTorch on this trace "
-                         f"(first difference at event {div.get('index', '?')}), so no what-if starts from the run "
-                         "that happened; run `python -m allocator_ref replay SNAPSHOT --verify` for the details")
+        raise ValueError(tr("{source}: the reference allocator does not reproduce PyTorch on this trace (first "
+                            "difference at event {index}), so no what-if starts from the run that happened; run "
+                            "`python -m allocator_ref replay SNAPSHOT --verify` for the details", source=diag.source,
+                            index=div.get("index", "?")))
     run = whatif_run(diag, profile)
     capacity = infer_capacity(run.events, diag.reserved, run.program, diag.config,
                               lambda usable: _replay_recorded(run, diag.config, usable))

@@ -27,7 +27,10 @@ from typing import Callable, Optional
 from ..caching.config import AllocatorConfig, get_allocation_size, round_size
 from ..device.errors import CudaError
 from ..trace.whatif import RELEASES, Anchored, Program, first_mismatch
+from ..editions.messages import translator
 from ..viz.sizes import format_bytes
+
+tr = translator("doctor")
 
 GiB = 2**30
 
@@ -43,7 +46,8 @@ class Capacity:
     bound_high: Optional[int] = None
     driver: Optional[int] = None      # reserved + device_free at the first OOM (cudaMemGetInfo)
     target: Optional[int] = None      # the usable bytes the what-ifs run on by default
-    evidence: str = ""                # which events tell it
+    evidence: str = ""                # which events tell it ("1 flush on retry in the trace")
+    told: str = ""                    # the same without where ("1 flush on retry"), for capacity_words
     probes: list = field(default_factory=list)     # (usable bytes, reproduced?) for each replay
     contradiction: str = ""           # when no capacity reproduces the run
 
@@ -87,7 +91,7 @@ def infer_capacity(events: list, reserved: list, program: Program, config: str,
                    replay_at: Callable[[Optional[int]], Anchored]) -> Capacity:
     """The usable capacity that reproduces the run's flushes and OOMs (see the module doc)."""
     if not program.ladder_flushes and not program.ooms:
-        return Capacity(False, evidence="the run never flushed its cache on retry and never ran out of memory")
+        return Capacity(False, evidence=tr("the run never flushed its cache on retry and never ran out of memory"))
     low = max(reserved)
     fails = failure_bounds(events, reserved, program, config)
     high = min(b for _, b in fails) - 1 if fails else None
@@ -98,15 +102,17 @@ def infer_capacity(events: list, reserved: list, program: Program, config: str,
     n_flush, n_oom = len(program.ladder_flushes) - len(set(program.ladder_flushes) & set(program.ooms)), len(program.ooms)
     words = []
     if n_flush:
-        words.append(f"{n_flush} flush{'es' if n_flush != 1 else ''} on retry")
+        words.append(tr("{n} flush on retry", n=n_flush) if n_flush == 1 else tr("{n} flushes on retry", n=n_flush))
     if n_oom:
-        words.append(f"{n_oom} out-of-memory error{'s' if n_oom != 1 else ''}")
-    cap = Capacity(True, bound_low=low, bound_high=high, driver=driver,
-                   evidence=" and ".join(words) + " in the trace")
+        words.append(tr("{n} out-of-memory error", n=n_oom) if n_oom == 1 else
+                     tr("{n} out-of-memory errors", n=n_oom))
+    told = tr(" and ").join(words)
+    cap = Capacity(True, bound_low=low, bound_high=high, driver=driver, told=told,
+                   evidence=tr("{events} in the trace", events=told))
     if high is not None and high < low:
         cap.known = False
-        cap.contradiction = (f"a cudaMalloc succeeded with {low} bytes reserved but one failed below "
-                             f"{high + 1}: the GPU's free memory changed during the run (another process?)")
+        cap.contradiction = tr("a cudaMalloc succeeded with {low} bytes reserved but one failed below {high}: the "
+                               "GPU's free memory changed during the run (another process?)", low=low, high=high + 1)
         return cap
     candidates = [low] + ([driver] if driver is not None and low <= driver <= (high or driver) else [])
     if high is not None:
@@ -132,8 +138,8 @@ def infer_capacity(events: list, reserved: list, program: Program, config: str,
             good.append(mid)
     if not good:
         cap.known = False
-        cap.contradiction = ("no capacity between the recorded bounds makes the \"as recorded\" replay flush "
-                             "and fail where PyTorch did")
+        cap.contradiction = tr("no capacity between the recorded bounds makes the \"as recorded\" replay flush "
+                               "and fail where PyTorch did")
         return cap
     cap.low, cap.high = min(good), max(good)
     cap.target = driver if driver in good else cap.low
@@ -146,13 +152,15 @@ def capacity_words(cap) -> str:
         # Two decimals: the whole point is how narrow the range is (format_bytes keeps one).
         span = (f"{cap.low / GiB:.2f} GiB" if cap.low == cap.high else
                 f"{cap.low / GiB:.2f}-{cap.high / GiB:.2f} GiB")
-        text = (f"this run behaved like a GPU with {span} usable: the \"as recorded\" replay reproduces its "
-                f"{cap.evidence[:-len(' in the trace')]} on any of those ({cap.replays} replays)")
+        text = tr("this run behaved like a GPU with {span} usable: the \"as recorded\" replay reproduces its "
+                  "{evidence} on any of those ({n} replays)", span=span, evidence=cap.told, n=cap.replays)
         if cap.driver is not None and cap.target == cap.driver:
-            text += f"; the target is {format_bytes(cap.driver)}, what cudaMemGetInfo said at the OOM (reserved + free)"
+            text += tr("; the target is {size}, what cudaMemGetInfo said at the OOM (reserved + free)",
+                       size=format_bytes(cap.driver))
         elif cap.target is not None:
-            text += f"; the target is the smallest, {format_bytes(cap.target)}"
+            text += tr("; the target is the smallest, {size}", size=format_bytes(cap.target))
         return text
     if cap.contradiction:
-        return f"capacity unknown ({cap.contradiction}); the replays are uncapped"
-    return f"capacity unknown: {cap.evidence}, so nothing tells the GPU's size; the replays are uncapped"
+        return tr("capacity unknown ({why}); the replays are uncapped", why=cap.contradiction)
+    return tr("capacity unknown: {evidence}, so nothing tells the GPU's size; the replays are uncapped",
+              evidence=cap.evidence)

@@ -10,14 +10,55 @@ the settings as horizontal bar labels (long names stay readable):
 * fragmentation at that peak (reserved - allocated) as its own bars, from zero.
 
 ``python -m allocator_ref compare --plot`` draws the same chart.
+
+The labels are in the reader's language when the chart can draw it: Chinese needs a CJK font
+(``CJK_FONTS``); without one, matplotlib would draw empty boxes, so the labels stay English.
 """
 from __future__ import annotations
 
+import functools
 import io
+from functools import lru_cache
 from typing import Optional, Sequence
+
+from ..editions.language import language, speaking
+from ..editions.messages import translator
 
 GiB = 2**30
 FITS, NO_FIT, UNKNOWN = "#59a14f", "#e15759", "#4c78a8"
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei",
+             "WenQuanYi Micro Hei", "Microsoft YaHei", "PingFang SC", "SimHei")
+tr = translator("doctor")
+
+
+@lru_cache(maxsize=None)
+def cjk_font() -> Optional[str]:
+    """The first installed font of ``CJK_FONTS``, or None."""
+    from matplotlib import font_manager
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    return next((name for name in CJK_FONTS if name in installed), None)
+
+
+def chart_language() -> str:
+    """The language a chart can be drawn in: the reader's, unless it needs a font that is not installed."""
+    lang = language()
+    if lang == "zh":
+        font = cjk_font()
+        if font is None:
+            return "en"
+        import matplotlib
+        if font not in matplotlib.rcParams["font.sans-serif"]:
+            matplotlib.rcParams["font.sans-serif"] = [font, *matplotlib.rcParams["font.sans-serif"]]
+    return lang
+
+
+def _drawable(plot):
+    """Draw ``plot`` with its labels in :func:`chart_language`."""
+    @functools.wraps(plot)
+    def wrapped(*args, **kwargs):
+        with speaking(chart_language()):
+            return plot(*args, **kwargs)
+    return wrapped
 
 
 def _pyplot():
@@ -28,6 +69,7 @@ def _pyplot():
     return plt
 
 
+@_drawable
 def plot_what_if(rows: Sequence[dict], target: Optional[int] = None, title: str = "What if (simulated replays)"):
     """rows: dicts with label, peak_reserved, peak_allocated, fragmentation (bytes) and fits (bool or None)."""
     plt = _pyplot()
@@ -52,8 +94,9 @@ def plot_what_if(rows: Sequence[dict], target: Optional[int] = None, title: str 
     from matplotlib.patches import Patch
     if target:
         left.axvline(target / GiB, color=NO_FIT, linestyle="--", linewidth=1.5)
-        handles.append(Line2D([], [], color=NO_FIT, linestyle="--", label=f"target {target / GiB:,.2f} GiB"))
-    left.set_xlabel(f"peak reserved, GiB (axis starts at {start:,.2f} GiB)")
+        handles.append(Line2D([], [], color=NO_FIT, linestyle="--",
+                              label=tr("target {gib} GiB", gib=f"{target / GiB:,.2f}")))
+    left.set_xlabel(tr("peak reserved, GiB (axis starts at {gib} GiB)", gib=f"{start:,.2f}"))
     left.set_yticks(y)
     left.set_yticklabels(labels, fontsize=9)
     left.invert_yaxis()
@@ -62,11 +105,11 @@ def plot_what_if(rows: Sequence[dict], target: Optional[int] = None, title: str 
     for yi, value in zip(y, frag):
         right.text(value, yi, f" {value:,.0f}", va="center", fontsize=8)
     right.set_xlim(0, max(frag + [1.0]) * 1.3)
-    right.set_xlabel("MiB, from 0")
-    right.set_title("fragmentation at that peak (reserved - allocated)", fontsize=9)
-    left.set_title("peak reserved", fontsize=9)
+    right.set_xlabel(tr("MiB, from 0"))
+    right.set_title(tr("fragmentation at that peak (reserved - allocated)"), fontsize=9)
+    left.set_title(tr("peak reserved"), fontsize=9)
     if any(r.get("fits") is not None for r in rows):
-        handles += [Patch(color=FITS, label="fits"), Patch(color=NO_FIT, label="out of memory")]
+        handles += [Patch(color=FITS, label=tr("fits")), Patch(color=NO_FIT, label=tr("out of memory"))]
     fig.suptitle(title, fontsize=11)
     if handles:                 # below the panels, where it hides no bar
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
@@ -76,26 +119,28 @@ def plot_what_if(rows: Sequence[dict], target: Optional[int] = None, title: str 
     return fig
 
 
+@_drawable
 def plot_timeline(allocated: Sequence[int], reserved: Sequence[int], target: Optional[int] = None,
                   peak_at: Optional[int] = None, oom_at: Optional[int] = None, title: str = ""):
     """memory_allocated and memory_reserved after each event, with the device limit and the peak."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(11, 3.6))
     x = range(len(reserved))
-    ax.plot(x, [v / GiB for v in reserved], color="#f58518", label="reserved (segments held)")
-    ax.plot(x, [v / GiB for v in allocated], color="#4c78a8", label="allocated (live tensors)")
+    ax.plot(x, [v / GiB for v in reserved], color="#f58518", label=tr("reserved (segments held)"))
+    ax.plot(x, [v / GiB for v in allocated], color="#4c78a8", label=tr("allocated (live tensors)"))
     ax.fill_between(x, [v / GiB for v in allocated], [v / GiB for v in reserved], color="#f58518", alpha=0.15,
-                    label="reserved but unallocated")
+                    label=tr("reserved but unallocated"))
     if target:
-        ax.axhline(target / GiB, color=NO_FIT, linestyle="--", label=f"device limit {target / GiB:,.2f} GiB")
+        ax.axhline(target / GiB, color=NO_FIT, linestyle="--",
+                   label=tr("device limit {gib} GiB", gib=f"{target / GiB:,.2f}"))
     if peak_at is not None:
-        ax.axvline(peak_at, color="#7d8a96", linestyle=":", label=f"peak reserved (event {peak_at:,})")
+        ax.axvline(peak_at, color="#7d8a96", linestyle=":", label=tr("peak reserved (event {at})", at=f"{peak_at:,}"))
     if oom_at is not None:
-        ax.axvline(oom_at, color=NO_FIT, linewidth=2, label=f"out of memory (event {oom_at:,})")
-    ax.set_xlabel("trace event")
+        ax.axvline(oom_at, color=NO_FIT, linewidth=2, label=tr("out of memory (event {at})", at=f"{oom_at:,}"))
+    ax.set_xlabel(tr("trace event"))
     ax.set_ylabel("GiB")
     ax.set_ylim(bottom=0)
-    ax.set_title(title or "Memory over the run (simulated replay of PyTorch's decisions)", fontsize=11)
+    ax.set_title(title or tr("Memory over the run (simulated replay of PyTorch's decisions)"), fontsize=11)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..device.sizing import profile_for_snapshot
+from ..editions.messages import translator
 from ..trace.device_traces import device_events
 from ..trace.recording import load_recording
 from ..trace.replay import TraceStepper
@@ -30,6 +31,7 @@ from ..viz.replay_frames import frames_of_stepper
 SMALL_SEGMENT = 2 * 2**20
 ROUND = 512      # kMinBlockSize: every request is rounded up to a multiple of 512 bytes (round_size)
 CALL_ACTIONS = ("alloc", "free_requested", "free_completed", "oom")
+tr = translator("doctor")
 
 
 @dataclass
@@ -159,8 +161,8 @@ def _focus_device(snapshot: dict) -> int:
             return i
     busiest = max(range(len(traces)), key=lambda i: len(traces[i]), default=None)
     if busiest is None or not traces[busiest]:
-        raise ValueError("the snapshot has no trace events: record it with "
-                         "torch.cuda.memory._record_memory_history() before the run, then dump it")
+        raise ValueError(tr("the snapshot has no trace events: record it with "
+                            "torch.cuda.memory._record_memory_history() before the run, then dump it"))
     return busiest
 
 
@@ -173,7 +175,8 @@ def python_frames(frames: Optional[list], keep: int = 3) -> list:
     py = [f for f in frames or () if str(f.get("filename", "")).endswith(".py")]
     own = [f for f in py if "site-packages" not in f["filename"] and "/torch/" not in f["filename"]]
     chosen = (own or py)[:keep]
-    return [f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line', 0)} in {f.get('name', '?')}" for f in chosen]
+    return [tr("{file}:{line} in {function}", file=f["filename"].rsplit("/", 1)[-1], line=f.get("line", 0),
+               function=f.get("name", "?")) for f in chosen]
 
 
 def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-80gb",
@@ -190,7 +193,7 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
         device = _focus_device(snapshot)
     traces = [device_events(snapshot, i) for i in range(len(snapshot.get("device_traces", [])))]
     if not 0 <= device < len(traces) or not traces[device]:
-        raise ValueError(f"device {device} has no trace events in this snapshot")
+        raise ValueError(tr("device {device} has no trace events in this snapshot", device=device))
     profile, profile_note = profile_for_snapshot(device_snapshot(snapshot, device), device, profile, traces[device],
                                                  device_memory)
     # One replay at PyTorch's addresses (the replay engine): its counters after each event are
@@ -359,9 +362,13 @@ def _oom_facts(events: list, frames: Any, allocated: list, reserved: list) -> Op
 
 def reproduced_line(summary: dict, verified: bool) -> str:
     """The verification in one line; a trace with no allocation to compare says so (never "0/0")."""
+    answer = tr("yes") if verified else tr("NO")
+    equal = summary.get("final_state_equal")
+    equal = tr("True") if equal is True else tr("False") if equal is False else equal
     if not summary.get("allocs"):
-        return (f"Reproduced: {'yes' if verified else 'NO'} -- the trace has no allocation to compare address by "
-                f"address; final state equal: {summary.get('final_state_equal')}")
+        return tr("Reproduced: {answer} -- the trace has no allocation to compare address by address; final state "
+                  "equal: {equal}", answer=answer, equal=equal)
     pct = 100.0 * summary["allocs_exact"] / summary["allocs"]
-    return (f"Reproduced: {'yes' if verified else 'NO'} -- {summary['allocs_exact']:,}/{summary['allocs']:,} "
-            f"allocations at PyTorch's address ({pct:.1f}%), final state equal: {summary['final_state_equal']}")
+    return tr("Reproduced: {answer} -- {exact}/{allocs} allocations at PyTorch's address ({pct}%), final state "
+              "equal: {equal}", answer=answer, exact=f"{summary['allocs_exact']:,}", allocs=f"{summary['allocs']:,}",
+              pct=f"{pct:.1f}", equal=equal)

@@ -9,10 +9,15 @@ from __future__ import annotations
 import base64
 from html import escape
 
+from ..editions.language import language, speaking
+from ..editions.messages import translator
 from ..viz.blockmap import render_blockmap
 from ..viz.sizes import format_bytes
-from .charts import plot_timeline, plot_what_if, png_bytes
+from .charts import chart_language, plot_timeline, plot_what_if, png_bytes
 from .diagnosis import reproduced_line
+
+tr = translator("doctor")
+HTML_LANG = {"en": "en", "zh": "zh-CN"}         # the page's lang attribute, for fonts and screen readers
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1180px; margin: 1.5em auto; color: #1d2730; }
@@ -41,18 +46,19 @@ def _pre(lines: list) -> str:
 
 
 def _label(t) -> str:
-    name = {"recorded": "as recorded", "recorded-on-target": "recorded settings, target"}.get(t.kind, t.change)
-    return name + (" (model prediction)" if t.prediction else "")
+    name = {"recorded": tr("as recorded"), "recorded-on-target": tr("recorded settings, target")}.get(t.kind, t.change)
+    return name + (tr(" (model prediction)") if t.prediction else "")
 
 
 def render_html(report) -> str:
     d, r, v = report.diagnosis, report.remedies, report.verdict
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-             f"<title>Memory doctor: {escape(d.source)}</title><style>{STYLE}</style></head><body>",
-             f"<h1>Memory doctor: {escape(d.source)}, device {d.device}</h1>",
-             f"<p>{len(d.frames):,} trace events, replayed on the reference allocator at PyTorch's own addresses "
-             f"(<b>{escape(reproduced_line(d.verify_summary, d.verified))}</b>). Every figure comes from a replay on a "
-             "<i>simulated</i> GPU of PyTorch's recorded requests.</p>",
+    parts = [f"<!DOCTYPE html><html lang='{HTML_LANG[language()]}'><head><meta charset='utf-8'>"
+             f"<title>{escape(tr('Memory doctor: {source}', source=d.source))}</title><style>{STYLE}</style></head><body>",
+             f"<h1>{escape(tr('Memory doctor: {source}, device {device}', source=d.source, device=d.device))}</h1>",
+             "<p>" + tr("{n} trace events, replayed on the reference allocator at PyTorch's own addresses "
+                        "(<b>{reproduced}</b>). Every figure comes from a replay on a <i>simulated</i> GPU of "
+                        "PyTorch's recorded requests.", n=f"{len(d.frames):,}",
+                        reproduced=escape(reproduced_line(d.verify_summary, d.verified))) + "</p>",
              (f"<p data-simulated-gpu='{escape(d.profile)}'>{escape(d.profile_note)}.</p>" if d.profile_note else ""),
              f"<div class='verdict {v.kind}' data-verdict='{v.kind}'>{escape(v.text)}"
              + (f"<code class='line'>{escape(v.line)}</code>" if v.line else "") + "</div>"]
@@ -61,41 +67,50 @@ def render_html(report) -> str:
     if d.oom is not None:
         oom_at = d.oom.event_index - d.frames.first_event
     timeline = plot_timeline(d.allocated, d.reserved, target=target, peak_at=d.peak_reserved_at, oom_at=oom_at)
-    parts.append(_section("Memory over the run", _img(png_bytes(timeline), "allocated and reserved memory after "
-                                                      "each event, with the device limit", "timeline")))
+    parts.append(_section(tr("Memory over the run"), _img(png_bytes(timeline), tr(
+        "allocated and reserved memory after each event, with the device limit"), "timeline")))
     lines = [line for line in report.lines() if line]
-    start = lines.index("PEAKS") if "PEAKS" in lines else 0
-    parts.append(_section("What the replay found", _pre(lines[start:])))
+    start = lines.index(tr("PEAKS")) if tr("PEAKS") in lines else 0
+    parts.append(_section(tr("What the replay found"), _pre(lines[start:])))
     peak = d.frames.state(d.peak_reserved_at)
     holders = [h.address for h in d.holdings[:5]]
     svg = render_blockmap(peak, segment_ids=d.frames.segment_ids, highlight=holders,
-                          title=f"block map at the reserved peak (event {d.peak_reserved_at:,}): "
-                                f"{format_bytes(d.peak_reserved)} reserved, {format_bytes(d.allocated_at_peak)} allocated",
+                          title=tr("block map at the reserved peak (event {at}): {reserved} reserved, {allocated} "
+                                   "allocated", at=f"{d.peak_reserved_at:,}", reserved=format_bytes(d.peak_reserved),
+                                   allocated=format_bytes(d.allocated_at_peak)),
                           simulated=True)
-    note = (f"<p>Outlined in red: the {len(holders)} segment{'s' if len(holders) != 1 else ''} holding the most "
-            "reserved-but-unallocated memory (listed above).</p>") if holders else ""
-    parts.append(_section("The block map at the peak", note + f"<div class='picture' data-figure='blockmap'>{svg}</div>"))
+    note = ("<p>" + (tr("Outlined in red: the {n} segment holding the most reserved-but-unallocated memory (listed "
+                        "above).", n=len(holders)) if len(holders) == 1 else
+                     tr("Outlined in red: the {n} segments holding the most reserved-but-unallocated memory (listed "
+                        "above).", n=len(holders))) + "</p>") if holders else ""
+    parts.append(_section(tr("The block map at the peak"),
+                          note + f"<div class='picture' data-figure='blockmap'>{svg}</div>"))
     if r is not None:
-        rows = [{"label": _label(t), "peak_reserved": t.peak_reserved,
-                 "peak_allocated": t.peak_allocated, "fragmentation": t.fragmentation, "fits": t.fits}
-                for t in r.trials if not t.skipped]
-        chart = plot_what_if(rows, target=r.target, title="Each remedy replayed on the same requests (simulated)")
-        table = ["<table><tr><th>change</th><th>peak reserved</th><th>fragmentation at peak</th>"
-                 "<th>device calls</th><th>flushes on retry</th><th>fits</th><th>PYTORCH_CUDA_ALLOC_CONF</th></tr>"]
+        with speaking(chart_language()):              # the chart's words in a language its fonts can draw
+            rows = [{"label": _label(t), "peak_reserved": t.peak_reserved,
+                     "peak_allocated": t.peak_allocated, "fragmentation": t.fragmentation, "fits": t.fits}
+                    for t in r.trials if not t.skipped]
+            chart = plot_what_if(rows, target=r.target,
+                                 title=tr("Each remedy replayed on the same requests (simulated)"))
+        heads = (tr("change"), tr("peak reserved"), tr("fragmentation at peak"), tr("device calls"),
+                 tr("flushes on retry"), tr("fits"), "PYTORCH_CUDA_ALLOC_CONF")
+        table = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in heads) + "</tr>"]
         for t in r.trials:
             if t.skipped:
-                table.append(f"<tr><td>{escape(_label(t))}</td><td colspan='6'>skipped: {escape(t.skipped)}</td></tr>")
+                table.append(f"<tr><td>{escape(_label(t))}</td><td colspan='6'>"
+                             f"{escape(tr('skipped: {why}', why=t.skipped))}</td></tr>")
                 continue
-            fits = "-" if t.fits is None else ("yes" if t.fits else f"no ({t.ooms} OOM)")
+            fits = "-" if t.fits is None else (tr("yes") if t.fits else tr("no ({n} OOM)", n=t.ooms))
+            costs = tr("{prediction}; the switch costs: {costs}", prediction=t.prediction,
+                       costs=tr("; ").join(t.costs)) if t.prediction else ""
             table.append(f"<tr><td>{escape(_label(t))}</td><td class='num'>{format_bytes(t.peak_reserved)}"
                          f"</td><td class='num'>{format_bytes(t.fragmentation)}</td><td class='num'>{t.device_calls:,}"
                          f"</td><td class='num'>{t.alloc_retries:,}</td><td>{fits}</td><td><code>{escape(t.line)}</code>"
-                         + (f"<br><small>{escape(t.prediction)}; the switch costs: {escape('; '.join(t.costs))}</small>"
-                            if t.prediction else "") + "</td></tr>")
+                         + (f"<br><small>{escape(costs)}</small>" if costs else "") + "</td></tr>")
         table.append("</table>")
-        parts.append(_section(f"Remedies ({r.replays} replays)", _img(png_bytes(chart), "peak reserved and "
-                                                                      "fragmentation under each remedy", "remedies")
-                              + "".join(table)))
-    parts.append("<p><small>Made by <code>python -m allocator_ref doctor</code> (the course's reference allocator, "
-                 "a re-implementation of PyTorch 2.11's CUDACachingAllocator).</small></p></body></html>")
+        parts.append(_section(tr("Remedies ({n} replays)", n=r.replays), _img(png_bytes(chart), tr(
+            "peak reserved and fragmentation under each remedy"), "remedies") + "".join(table)))
+    parts.append("<p><small>" + tr("Made by {command} (the course's reference allocator, a re-implementation of "
+                                   "PyTorch 2.11's CUDACachingAllocator).",
+                                   command="<code>python -m allocator_ref doctor</code>") + "</small></p></body></html>")
     return "\n".join(parts)

@@ -26,8 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..editions.language import language, speaking
+from ..editions.messages import translator
 from ..viz.sizes import format_bytes
-from .shortage import MATERIAL_WORDS, is_material, material_threshold
+from .shortage import is_material, material_threshold, material_words
+
+tr = translator("doctor")
 
 
 @dataclass
@@ -63,23 +67,30 @@ class RanksReport:
     setting: Optional[str] = None   # the change that serves every rank, when one does
     setting_words: str = ""
     seconds: float = 0.0
+    language: str = field(default_factory=language)     # the words of the whole report (report.py)
 
     def lines(self) -> list:
-        out = [f"Memory doctor: {len(self.ranks)} ranks of one job, compared", ""]
+        with speaking(self.language):
+            return self._lines()
+
+    def _lines(self) -> list:
+        from .report import _pad
+        out = [tr("Memory doctor: {n} ranks of one job, compared", n=len(self.ranks)), ""]
         out += [f"  {p}" for p in self.problems]
         if self.problems:
             out.append("")
-        out.append(f"  {'rank':28} {'peak allocated':>15} {'peak reserved':>14} {'unallocated @ peak':>19} "
-                   f"{'retries':>8} {'OOMs':>5}  verdict")
+        out.append(f"  {_pad(tr('rank'), 28)} {_pad(tr('peak allocated'), 15, right=True)} "
+                   f"{_pad(tr('peak reserved'), 14, right=True)} {_pad(tr('unallocated @ peak'), 19, right=True)} "
+                   f"{_pad(tr('retries'), 8, right=True)} {_pad(tr('OOMs'), 5, right=True)}  {tr('verdict')}")
         for r in self.ranks:
-            mark = " <- outlier" if r is self.outlier else ""
+            mark = tr(" <- outlier") if r is self.outlier else ""
             out.append(f"  {r.name[:28]:28} {format_bytes(r.peak_allocated):>15} {format_bytes(r.peak_reserved):>14} "
                        f"{format_bytes(r.fragmentation):>19} {_count(r.retries):>8} {_count(r.ooms):>5}  "
-                       f"{r.verdict.kind}{mark}")
-        out += ["", "THE OUTLIER", f"  {self.why_words}", "", "ONE SETTING FOR EVERY RANK", f"  {self.setting_words}",
-                f"  ({MATERIAL_WORDS})"]
+                       f"{verdict_kind(r.verdict.kind)}{mark}")
+        out += ["", tr("THE OUTLIER"), f"  {self.why_words}", "", tr("ONE SETTING FOR EVERY RANK"),
+                f"  {self.setting_words}", tr("  ({words})", words=material_words())]
         if self.outlier is not None:
-            out += ["", f"THE OUTLIER'S OWN REPORT ({self.outlier.name})"]
+            out += ["", tr("THE OUTLIER'S OWN REPORT ({name})", name=self.outlier.name)]
             out += ["  " + line for line in self.outlier.report.lines()]
         return out
 
@@ -89,7 +100,7 @@ class RanksReport:
     def __str__(self) -> str:
         return self.text()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict:       # the words in it were made in the report's language
         return {"ranks": [{"name": r.name, "peak_allocated": r.peak_allocated, "peak_reserved": r.peak_reserved,
                            "unallocated_at_peak": r.fragmentation, "num_alloc_retries": r.retries, "ooms": r.ooms,
                            "verdict": r.verdict.kind, "state_only": r.state_only} for r in self.ranks],
@@ -108,8 +119,11 @@ class RanksReport:
 
     def html(self, path=None) -> str:
         from html import escape
-        page = "<!doctype html><meta charset='utf-8'><title>memory doctor: ranks</title><pre>" + \
-            escape(self.text()) + "</pre>"
+        from .html_report import HTML_LANG
+        with speaking(self.language):
+            title = tr("memory doctor: ranks")
+        page = (f"<!doctype html><html lang='{HTML_LANG[self.language]}'><meta charset='utf-8'>"
+                f"<title>{escape(title)}</title><pre>" + escape(self.text()) + "</pre>")
         if path is not None:
             Path(path).write_text(page, encoding="utf-8")
         return page
@@ -118,6 +132,15 @@ class RanksReport:
 @dataclass
 class _AllVerified:
     verified: bool
+
+
+def verdict_kind(kind: str) -> str:
+    """A verdict's kind as the table shows it: the key itself in English, its words in Chinese."""
+    return {"no-target": tr("no-target"), "fits": tr("fits"), "fewer-retries": tr("fewer-retries"),
+            "remedy": tr("remedy"), "less-memory": tr("less-memory"), "shortage": tr("shortage"),
+            "state-only": tr("state-only"), "unverified": tr("unverified"),
+            "whatif-unverified": tr("whatif-unverified"), "start-does-not-fit": tr("start-does-not-fit"),
+            "not-asked": tr("not-asked")}.get(kind, kind)
 
 
 def _count(n: Optional[int]) -> str:
@@ -165,10 +188,10 @@ def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile:
         try:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError as exc:
-            problems.append(f"left out {path}: cannot be read ({exc.strerror or exc})")
+            problems.append(tr("left out {path}: cannot be read ({why})", path=path, why=exc.strerror or exc))
             continue
         if digest in seen:
-            problems.append(f"left out {path}: the same file as {seen[digest]}")
+            problems.append(tr("left out {path}: the same file as {other}", path=path, other=seen[digest]))
             continue
         seen[digest] = path.name
         try:
@@ -176,26 +199,28 @@ def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile:
         except Exception as exc:          # one bad file must not stop the comparison of the rest
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             first = first[len(str(path)) + 2:] if first.startswith(f"{path}: ") else first
-            problems.append(f"left out {path}: {first[:300]}")
+            problems.append(tr("left out {path}: {why}", path=path, why=first[:300]))
             continue
         report = getattr(report, "reports", [report])[0]     # a multi-GPU file: its first device
         ranks.append(rank_of(path.name, report))
-    problems += [f"left out {q}: not read (in a folder, the snapshots are its {' and '.join(SNAPSHOT_SUFFIXES)} "
-                 "files; name it on the command line to compare it too)" for q in skipped]
+    problems += [tr("left out {path}: not read (in a folder, the snapshots are its {suffixes} files; name it on the "
+                    "command line to compare it too)", path=q, suffixes=tr(" and ").join(SNAPSHOT_SUFFIXES))
+                 for q in skipped]
     if len(ranks) < 2:
-        raise ValueError(f"comparing ranks needs at least two readable snapshots, got {len(ranks)}"
-                         + (f" ({'; '.join(problems)})" if problems else "")
-                         + ": pass every rank's file, or the folder that holds them")
+        raise ValueError(tr("comparing ranks needs at least two readable snapshots, got {n}{problems}: pass every "
+                            "rank's file, or the folder that holds them", n=len(ranks),
+                            problems=f" ({'; '.join(problems)})" if problems else ""))
     configs = [r.config for r in ranks]
     usual = max(set(configs), key=configs.count)
     for r in ranks:
         if r.config != usual:
-            problems.append(f"{r.name} stands apart: recorded with PYTORCH_CUDA_ALLOC_CONF={r.config!r}, the others "
-                            f"with {usual!r}; compared anyway, but part of its difference is the setting")
+            problems.append(tr("{name} stands apart: recorded with PYTORCH_CUDA_ALLOC_CONF={config}, the others with "
+                               "{usual}; compared anyway, but part of its difference is the setting", name=r.name,
+                               config=repr(r.config), usual=repr(usual)))
     for r in ranks:
         if r.state_only and not all(x.state_only for x in ranks):
-            problems.append(f"{r.name} has no trace (history was off): its row is the state at one moment, not its "
-                            "peaks, and no replay stands behind it")
+            problems.append(tr("{name} has no trace (history was off): its row is the state at one moment, not its "
+                               "peaks, and no replay stands behind it", name=r.name))
     out = RanksReport(ranks, problems)
     _find_outlier(out)
     _one_setting(out)
@@ -211,45 +236,51 @@ def _find_outlier(out: RanksReport) -> None:
     allocated = statistics.median(max(r.peak_allocated, r.live_need) for r in others)
     extra = top.need - reserved
     if not is_material(extra, int(reserved)):
-        out.why_words = (f"no outlier: every rank's need (peak reserved, or live memory plus a failed request) is within "
-                         f"{format_bytes(material_threshold(int(reserved)))} of the others' median "
-                         f"({format_bytes(int(reserved))})")
+        out.why_words = tr("no outlier: every rank's need (peak reserved, or live memory plus a failed request) is "
+                           "within {threshold} of the others' median ({median})",
+                           threshold=format_bytes(material_threshold(int(reserved))), median=format_bytes(int(reserved)))
         return
     out.outlier = top
     top_live = max(top.peak_allocated, top.live_need)
     more_live = top_live - allocated
     if is_material(more_live, int(allocated)):
         out.why = "more live memory"
-        out.why_words = (f"{top.name} needs {format_bytes(int(extra))} more than the other ranks' median "
-                         f"({format_bytes(top.need)} vs {format_bytes(int(reserved))}) because it holds more "
-                         f"live memory: its live tensors peak {format_bytes(int(more_live))} higher "
-                         f"({format_bytes(top_live)} vs {format_bytes(int(allocated))}"
-                         + (", the request that failed counted" if top.live_need > top.peak_allocated else "")
-                         + "): an uneven share of "
-                         "the work (a pipeline stage, a shard, an embedding), which no allocator setting evens out")
+        out.why_words = tr("{name} needs {extra} more than the other ranks' median ({need} vs {median}) because it "
+                           "holds more live memory: its live tensors peak {more} higher ({live} vs {others}{counted}): "
+                           "an uneven share of the work (a pipeline stage, a shard, an embedding), which no allocator "
+                           "setting evens out", name=top.name, extra=format_bytes(int(extra)),
+                           need=format_bytes(top.need), median=format_bytes(int(reserved)),
+                           more=format_bytes(int(more_live)), live=format_bytes(top_live),
+                           others=format_bytes(int(allocated)),
+                           counted=tr(", the request that failed counted") if top.live_need > top.peak_allocated
+                           else "")
     else:
         frag = statistics.median(r.fragmentation for r in others)
         out.why = "the same live memory laid out worse"
-        out.why_words = (f"{top.name} needs {format_bytes(int(extra))} more than the other ranks' median "
-                         f"({format_bytes(top.need)} vs {format_bytes(int(reserved))}) with the same live "
-                         f"memory (peak allocated {format_bytes(top_live)} vs {format_bytes(int(allocated))}): "
-                         f"the same live memory laid out worse, {format_bytes(top.fragmentation)} reserved but "
-                         f"unallocated at its peak against {format_bytes(int(frag))} on the others")
+        out.why_words = tr("{name} needs {extra} more than the other ranks' median ({need} vs {median}) with the same "
+                           "live memory (peak allocated {live} vs {others}): the same live memory laid out worse, "
+                           "{frag} reserved but unallocated at its peak against {others_frag} on the others",
+                           name=top.name, extra=format_bytes(int(extra)), need=format_bytes(top.need),
+                           median=format_bytes(int(reserved)), live=format_bytes(top_live),
+                           others=format_bytes(int(allocated)), frag=format_bytes(top.fragmentation),
+                           others_frag=format_bytes(int(frag)))
 
 
 def _serves(report, change: str) -> Optional[str]:
     """None when ``change`` serves this rank (by its own replays), else why not."""
     r = report.remedies
     if r is None:
-        return "no trace to replay it on" if not hasattr(report.diagnosis, "peak_reserved") else "not replayed"
+        return tr("has no trace to replay it on") if not hasattr(report.diagnosis, "peak_reserved") else \
+            tr("is not replayed")
     trial = next((t for t in r.trials if t.change == change), None)
     if trial is None or trial.skipped:
-        return f"not replayed there ({trial.skipped if trial else 'not tried'})"
+        return tr("is not replayed there ({why})", why=trial.skipped if trial else tr("not tried"))
     if r.target is not None and not trial.fits:
-        return f"runs out of memory there ({trial.ooms} OOM in {format_bytes(r.target)})"
+        return tr("runs out of memory there ({n} OOM in {target})", n=trial.ooms, target=format_bytes(r.target))
     base = r.recorded.peak_reserved
     if is_material(trial.peak_reserved - base, base):
-        return f"raises its peak reserved to {format_bytes(trial.peak_reserved)} (from {format_bytes(base)})"
+        return tr("raises its peak reserved to {peak} (from {base})", peak=format_bytes(trial.peak_reserved),
+                  base=format_bytes(base))
     return None
 
 
@@ -257,20 +288,21 @@ def _one_setting(out: RanksReport) -> None:
     lead = out.outlier or max(out.ranks, key=lambda r: r.need)
     v = lead.verdict
     if v.kind == "shortage":
-        out.setting_words = (f"none: {lead.name} is short of memory (a shortage, not fragmentation), which no "
-                             "allocator setting serves; cut its live memory (its report says where it lives)")
+        out.setting_words = tr("none: {name} is short of memory (a shortage, not fragmentation), which no allocator "
+                               "setting serves; cut its live memory (its report says where it lives)", name=lead.name)
         return
     trial = v.trial if v.trial is not None and v.trial.kind not in ("recorded", "recorded-on-target") else None
     if trial is None:
-        out.setting_words = (f"none needed: {lead.name}, the rank that reserves the most, has no setting worth "
-                             f"making ({v.kind})")
+        out.setting_words = tr("none needed: {name}, the rank that reserves the most, has no setting worth making "
+                               "({kind})", name=lead.name, kind=verdict_kind(v.kind))
         return
     refused = {r.name: why for r in out.ranks if r is not lead for why in [_serves(r.report, trial.change)] if why}
     if not refused:
         out.setting = trial.change
-        out.setting_words = (f"`{trial.line}` serves every rank: it is {lead.name}'s remedy, and on every other rank "
-                             "its replay raises no peak reserved by a material amount (and fits, where the rank has "
-                             "a GPU to fit in)")
+        out.setting_words = tr("`{line}` serves every rank: it is {name}'s remedy, and on every other rank its replay "
+                               "raises no peak reserved by a material amount (and fits, where the rank has a GPU to "
+                               "fit in)", line=trial.line, name=lead.name)
         return
-    out.setting_words = (f"no one setting: `{trial.change}` is {lead.name}'s remedy, but "
-                         + "; ".join(f"on {name} it {why}" for name, why in refused.items()))
+    out.setting_words = tr("no one setting: `{change}` is {name}'s remedy, but {refusals}", change=trial.change,
+                           name=lead.name, refusals=tr("; ").join(tr("on {name} it {why}", name=name, why=why)
+                                                                  for name, why in refused.items()))

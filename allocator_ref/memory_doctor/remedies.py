@@ -43,7 +43,10 @@ from typing import Optional
 from ..caching.allocator import CachingAllocator
 from ..device.errors import CudaError
 from ..trace.whatif import Anchored, Program, anchored_replay, first_mismatch
+from ..editions.messages import translator
 from .shortage import MATERIAL_SHARE, material_threshold
+
+tr = translator("doctor")
 
 MAX_SPLIT_SWEEP_MB = (512, 256, 128, 64, 32)      # largest first: the smaller change
 ROUNDUP_SWEEP = (8, 4)                            # finer first: closer to no rounding
@@ -56,16 +59,21 @@ FRACTION_HEADROOM = 0.02
 # How big a change each kind of remedy is, smallest first: the recommendation is the first
 # one that fits.  One setting of the same allocator, then settings that change how blocks
 # are cut, then one that also needs a line of code, then another allocator altogether (its
-# result is a model's prediction, and it costs features: ASYNC_COSTS).
+# result is a model's prediction, and it costs features: async_costs()).
 RANKS = {"expandable": 0, "max_split": 1, "roundup": 2, "gc": 3, "async": 4}
 
 # What PyTorch's backend:cudaMallocAsync gives up (c10/cuda/CUDAMallocAsyncAllocator.cpp: these
 # calls raise "cudaMallocAsync does not yet support ..."; chapter 3 teaches the backend).
-ASYNC_COSTS = ("no memory history or snapshots (_record_memory_history, _snapshot)",
-               "no OOM observers", "no IPC of its memory (getIpcDevPtr)", "no expandable segments",
-               "one driver pool (the device's default) shared with every library in the process")
-ASYNC_PREDICTION = ("a model's prediction: how the driver's pool chunks and reuses memory is this "
-                    "package's assumption (policies/stream_ordered.py), not PyTorch's code")
+def async_costs() -> tuple:
+    """What the switch to backend:cudaMallocAsync gives up, in the reader's language."""
+    return (tr("no memory history or snapshots (_record_memory_history, _snapshot)"),
+            tr("no OOM observers"), tr("no IPC of its memory (getIpcDevPtr)"), tr("no expandable segments"),
+            tr("one driver pool (the device's default) shared with every library in the process"))
+
+
+def async_prediction() -> str:
+    return tr("a model's prediction: how the driver's pool chunks and reuses memory is this package's assumption "
+              "(policies/stream_ordered.py), not PyTorch's code")
 
 
 @dataclass
@@ -93,7 +101,9 @@ class Trial:
     start_live: int = 0                # bytes of live blocks among them
     mismatch: Optional[tuple] = None   # "recorded" only: (event, recorded, replayed) where the curves part
     seconds: float = 0.0
-    skipped: str = ""                  # why it was not replayed
+    skipped: str = ""                  # why it was not replayed, in words
+    skip_reason: str = ""              # the same as a key a program reads: "already-set", "needs-target",
+                                       # "not-reproduced", "start-does-not-fit", "replay-failed"
     order: int = 0                     # within its kind: 0 is the smallest change of a sweep
 
     @property
@@ -103,11 +113,11 @@ class Trial:
 
     @property
     def prediction(self) -> str:
-        return ASYNC_PREDICTION if self.kind == "async" else ""
+        return async_prediction() if self.kind == "async" else ""
 
     @property
     def costs(self) -> tuple:
-        return ASYNC_COSTS if self.kind == "async" else ()
+        return async_costs() if self.kind == "async" else ()
 
     @property
     def line(self) -> str:
@@ -116,8 +126,8 @@ class Trial:
         if self.allowed is not None:
             # A fraction of *your* GPU's total that allows the target bytes: written as a division
             # so it is right on whatever GPU runs it.
-            text += ("  # and in the script: torch.cuda.set_per_process_memory_fraction("
-                     f"{self.allowed} / torch.cuda.get_device_properties(0).total_memory)")
+            text += tr("  # and in the script: {call}", call="torch.cuda.set_per_process_memory_fraction("
+                       f"{self.allowed} / torch.cuda.get_device_properties(0).total_memory)")
         return text
 
     def to_json(self) -> dict:
@@ -130,7 +140,7 @@ class Trial:
                 "ooms": self.ooms, "fits": self.fits, "start_does_not_fit": self.start_does_not_fit,
                 "mismatch": list(self.mismatch) if self.mismatch else None,
                 "prediction": self.prediction or None, "costs": list(self.costs),
-                "seconds": self.seconds, "skipped": self.skipped or None}
+                "seconds": self.seconds, "skipped": self.skipped or None, "skip_reason": self.skip_reason or None}
 
 
 @dataclass
@@ -266,23 +276,26 @@ def plan(recorded: str, target: Optional[int], capacity: Optional[int], inferred
     change = f"garbage_collection_threshold:{GC_THRESHOLD}"
     gc = Trial("gc", change, with_change(recorded, change))
     if target is None or capacity is None:
-        gc.skipped = "needs a memory fraction, so a target: the GPU's capacity is unknown (pass --device-memory)"
+        gc.skipped = tr("needs a memory fraction, so a target: the GPU's capacity is unknown (pass --device-memory)")
+        gc.skip_reason = "needs-target"
     else:
         allowed = int(target * (1 - FRACTION_HEADROOM)) // 2**20 * 2**20
         gc.fraction, gc.allowed = allowed / capacity, allowed
-        gc.cap_note = (f"the cap allows {allowed / 2**30:.2f} GiB, {1 - FRACTION_HEADROOM:.0%} of the "
-                       f"{target / 2**30:.2f} GiB usable "
-                       + ("this run was inferred to have (from its flushes and OOMs, not read from the GPU)"
-                          if inferred else "given with --device-memory")
-                       + f", leaving {FRACTION_HEADROOM:.0%} headroom")
+        words = dict(allowed=f"{allowed / 2**30:.2f}", share=f"{1 - FRACTION_HEADROOM:.0%}",
+                     target=f"{target / 2**30:.2f}", headroom=f"{FRACTION_HEADROOM:.0%}")
+        gc.cap_note = (tr("the cap allows {allowed} GiB, {share} of the {target} GiB usable this run was inferred "
+                          "to have (from its flushes and OOMs, not read from the GPU), leaving {headroom} headroom",
+                          **words) if inferred else
+                       tr("the cap allows {allowed} GiB, {share} of the {target} GiB usable given with "
+                          "--device-memory, leaving {headroom} headroom", **words))
     trials.append(gc)
     trials.append(Trial("async", "backend:cudaMallocAsync", "backend:cudaMallocAsync", policy="stream_ordered"))
     for t in trials[1:]:
         if t.kind == "async":
             if conf.get("backend") == "cudaMallocAsync":
-                t.skipped = "already the recorded backend"
+                t.skipped, t.skip_reason = tr("already the recorded backend"), "already-set"
         elif already_set(recorded, t.change):
-            t.skipped = "already set in the recorded run"
+            t.skipped, t.skip_reason = tr("already set in the recorded run"), "already-set"
     return trials
 
 
@@ -318,7 +331,8 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
         # A replay that cannot go on (the setting refuses the recorded state, a device call the
         # model forbids) is reported on its row, never raised: the other rows still answer.
         trial.seconds, trial.usable = time.perf_counter() - start, usable
-        trial.skipped = f"the replay failed: {str(exc).splitlines()[0][:200]}"
+        trial.skipped = tr("the replay failed: {error}", error=str(exc).splitlines()[0][:200])
+        trial.skip_reason = "replay-failed"
         if trial.kind == "recorded":
             trial.mismatch = (0, run.recorded_curve[0] if run.recorded_curve else 0, 0)
         return trial
@@ -347,13 +361,17 @@ def prescribe(run: Run, recorded: str, target: Optional[int], capacity: Optional
     remedies.start_held, remedies.start_live = first.start_held, first.start_live
     if not remedies.reproduced:
         for t in remedies.trials[1:]:
-            t.skipped = t.skipped or "not replayed: the \"as recorded\" replay does not reproduce the run"
+            if not t.skipped:
+                t.skipped = tr("not replayed: the \"as recorded\" replay does not reproduce the run")
+                t.skip_reason = "not-reproduced"
         return remedies
     if target is not None and target != recorded_usable:
         remedies.trials.insert(1, Trial("recorded-on-target", "", recorded))
     if remedies.start_does_not_fit:
         for t in remedies.trials[1:]:
-            t.skipped = t.skipped or "not replayed: the run does not fit before its first event"
+            if not t.skipped:
+                t.skipped = tr("not replayed: the run does not fit before its first event")
+                t.skip_reason = "start-does-not-fit"
         return remedies
     for trial in remedies.trials[1:]:
         run_trial(trial, run, target, capacity)

@@ -11,24 +11,43 @@ each replayed).  Its verdict is computed from those numbers only:
 * the recorded settings fit the target -> nothing to change;
 * some remedy fits -> the smallest such change, as the exact ``PYTORCH_CUDA_ALLOC_CONF`` line;
 * none fits -> only less live memory helps, and by how much at least.
+
+The words are in the reader's language (``editions/language.py``: ``--lang zh``, a Chinese edition
+folder, a Chinese locale); a report keeps the language it was made in, so its verdict, made with
+it, and its text never mix two.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import unicodedata
+from dataclasses import dataclass, field
 from typing import Optional
 
+from ..editions.language import language, speaking
+from ..editions.messages import translator
 from ..viz.sizes import format_bytes
 from .diagnosis import Diagnosis, reproduced_line
 from .capacity import Capacity, capacity_words
-from .remedies import ASYNC_COSTS, ASYNC_PREDICTION, Remedies, Trial
-from .shortage import MATERIAL_WORDS, PROGRAM_REMEDIES, RULE, judge_request, pending_words
+from .remedies import Remedies, Trial, async_costs, async_prediction
+from .shortage import judge_request, material_words, pending_words, program_remedies, rule
 
+tr = translator("doctor")
+
+
+
+def _in_own_language(method):
+    """Run a report's method in the language the report was made in (its ``language``)."""
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        with speaking(getattr(self, "language", None) or language()):
+            return method(self, *args, **kwargs)
+    return wrapped
 
 
 @dataclass
 class Verdict:
     kind: str                 # "unverified", "no-target", "fits", "remedy", "less-memory" (or "not-asked")
-    text: str                 # one paragraph, plain words
+    text: str                 # one paragraph, plain words, in the reader's language
     line: Optional[str]       # the exact PYTORCH_CUDA_ALLOC_CONF line to set, when there is one
     trial: Optional[Trial]    # the replay that proves it
     reduce_by: int = 0        # bytes of live memory to cut (kind == "less-memory")
@@ -41,119 +60,138 @@ class DoctorReport:
     verdict: Verdict
     seconds: float = 0.0
     capacity: Optional[Capacity] = None     # what the run told about its GPU (capacity.py)
+    language: str = field(default_factory=language)     # 'en' or 'zh': the words of the whole report
 
     # ------------------------------------------------------------ the verdict
     @staticmethod
     def decide(diag: Diagnosis, remedies: Optional[Remedies]) -> Verdict:
         if diag.verified and remedies is None:
-            return Verdict("not-asked", "Remedies were not replayed (remedies=False): the findings below are the "
-                           "whole answer.", None, None)
+            return Verdict("not-asked", tr("Remedies were not replayed (remedies=False): the findings below are the "
+                                           "whole answer."), None, None)
         if not diag.verified or remedies is None:
             div = diag.verify_summary.get("first_divergence")
-            where = f" (first difference at trace event {div['index']})" if div else ""
-            return Verdict("unverified", "The reference allocator does not reproduce PyTorch's decisions on this "
-                           f"trace{where}, so its what-ifs would not be PyTorch's: no advice is given. "
-                           "Run `python -m allocator_ref replay SNAPSHOT --verify` for the details.", None, None)
+            where = tr(" (first difference at trace event {index})", index=div["index"]) if div else ""
+            return Verdict("unverified", tr("The reference allocator does not reproduce PyTorch's decisions on this "
+                                            "trace{where}, so its what-ifs would not be PyTorch's: no advice is given. "
+                                            "Run `python -m allocator_ref replay SNAPSHOT --verify` for the details.",
+                                            where=where), None, None)
         if not remedies.reproduced and remedies.reproduction.skipped:
-            return Verdict("whatif-unverified", f"The \"as recorded\" what-if replay could not run "
-                           f"({remedies.reproduction.skipped}), so no setting is ranked.", None, remedies.reproduction)
+            return Verdict("whatif-unverified", tr("The \"as recorded\" what-if replay could not run ({why}), so no "
+                                                   "setting is ranked.", why=remedies.reproduction.skipped),
+                           None, remedies.reproduction)
         if not remedies.reproduced:
             at, theirs, ours = remedies.reproduction.mismatch
-            return Verdict("whatif-unverified", "The \"as recorded\" what-if replay does not reproduce the run: "
-                           f"after trace event {at:,} PyTorch had {format_bytes(theirs)} reserved, the replay "
-                           f"{format_bytes(ours)} ({_signed(ours - theirs)}). Its what-ifs would start from a run "
-                           "that did not happen, so no setting is ranked.", None, remedies.reproduction)
+            return Verdict("whatif-unverified", tr(
+                "The \"as recorded\" what-if replay does not reproduce the run: after trace event {at} PyTorch had "
+                "{theirs} reserved, the replay {ours} ({diff}). Its what-ifs would start from a run that did not "
+                "happen, so no setting is ranked.", at=f"{at:,}", theirs=format_bytes(theirs),
+                ours=format_bytes(ours), diff=_signed(ours - theirs)), None, remedies.reproduction)
         recorded = remedies.recorded
         if remedies.start_does_not_fit:
-            return Verdict("start-does-not-fit", f"Does not fit before the first event: "
-                           f"{format_bytes(remedies.start_held)} held ({format_bytes(remedies.start_live)} of it live "
-                           f"tensors) when recording began, against {format_bytes(remedies.target)} usable. No setting "
-                           "changes what was already held; the part of the run before the recording decides it "
-                           "(record from the start of the run to ask about it).", None, None)
+            return Verdict("start-does-not-fit", tr(
+                "Does not fit before the first event: {held} held ({live} of it live tensors) when recording began, "
+                "against {usable} usable. No setting changes what was already held; the part of the run before the "
+                "recording decides it (record from the start of the run to ask about it).",
+                held=format_bytes(remedies.start_held), live=format_bytes(remedies.start_live),
+                usable=format_bytes(remedies.target)), None, None)
         judged = diag.judgement
         if judged is not None and judged.shortage:
             return _shortage_verdict(diag, remedies, judged)
         if remedies.target is None:
             return _no_target_verdict(remedies)
         if recorded.fits:
-            text = (f"As recorded, the run fits in {format_bytes(remedies.target)} (replayed: peak reserved "
-                    f"{format_bytes(recorded.peak_reserved)}, no out-of-memory)")
+            text = tr("As recorded, the run fits in {target} (replayed: peak reserved {peak}, no out-of-memory)",
+                      target=format_bytes(remedies.target), peak=format_bytes(recorded.peak_reserved))
             better = remedies.fewer_retries
             if not recorded.alloc_retries:
-                return Verdict("fits", text + ": nothing to change.", None, recorded)
-            text += (f", but only by flushing its cache {_times(recorded.alloc_retries)} on retry "
-                     f"(num_alloc_retries: each frees every cached segment it can and synchronizes the device; "
-                     f"{recorded.device_calls:,} device calls, {recorded.device_call_ms:,.1f} ms of them, simulated).")
+                return Verdict("fits", text + tr(": nothing to change."), None, recorded)
+            text += tr(", but only by flushing its cache {times} on retry (num_alloc_retries: each frees every "
+                       "cached segment it can and synchronizes the device; {calls} device calls, {ms} ms of them, "
+                       "simulated).", times=_times(recorded.alloc_retries), calls=f"{recorded.device_calls:,}",
+                       ms=f"{recorded.device_call_ms:,.1f}")
             if better is None:
-                return Verdict("fits", text + " No single setting tried fits with fewer flushes.", None, recorded)
-            return Verdict("fewer-retries", text + f" `{better.line}` fits {_flushing(better.alloc_retries)} "
-                           f"(peak reserved {format_bytes(better.peak_reserved)}, {better.device_calls:,} device "
-                           f"calls){_prediction(better)}{_tradeoff(better, recorded)}.", better.line, better)
+                return Verdict("fits", text + tr(" No single setting tried fits with fewer flushes."), None, recorded)
+            return Verdict("fewer-retries", text + tr(
+                " `{line}` fits {flushing} (peak reserved {peak}, {calls} device calls){prediction}{tradeoff}.",
+                line=better.line, flushing=_flushing(better.alloc_retries), peak=format_bytes(better.peak_reserved),
+                calls=f"{better.device_calls:,}", prediction=_prediction(better),
+                tradeoff=_tradeoff(better, recorded)), better.line, better)
         chosen = remedies.recommended
         if chosen is not None:
-            return Verdict("remedy", f"Set `{chosen.line}`. Replayed on the same program it fits in "
-                           f"{format_bytes(remedies.target)}: peak reserved {format_bytes(chosen.peak_reserved)} "
-                           f"(as recorded: {format_bytes(recorded.peak_reserved)}, with {recorded.ooms} "
-                           f"out-of-memory error{'s' if recorded.ooms != 1 else ''}), fragmentation at that peak "
-                           f"{format_bytes(chosen.fragmentation)}, {chosen.device_calls:,} device calls (as "
-                           f"recorded: {recorded.device_calls:,}), flushing its cache on retry {_times(chosen.alloc_retries)}. "
-                           f"It is the smallest change that fits{_prediction(chosen)}{_tradeoff(chosen, recorded)}.",
-                           chosen.line, chosen)
+            errors = (tr("with {n} out-of-memory error", n=recorded.ooms) if recorded.ooms == 1 else
+                      tr("with {n} out-of-memory errors", n=recorded.ooms))
+            return Verdict("remedy", tr(
+                "Set `{line}`. Replayed on the same program it fits in {target}: peak reserved {peak} (as recorded: "
+                "{recorded_peak}, {errors}), fragmentation at that peak {frag}, {calls} device calls (as recorded: "
+                "{recorded_calls}), flushing its cache on retry {times}. It is the smallest change that "
+                "fits{prediction}{tradeoff}.", line=chosen.line, target=format_bytes(remedies.target),
+                peak=format_bytes(chosen.peak_reserved), recorded_peak=format_bytes(recorded.peak_reserved),
+                errors=errors, frag=format_bytes(chosen.fragmentation), calls=f"{chosen.device_calls:,}",
+                recorded_calls=f"{recorded.device_calls:,}", times=_times(chosen.alloc_retries),
+                prediction=_prediction(chosen), tradeoff=_tradeoff(chosen, recorded)), chosen.line, chosen)
         need = diag.live_need
         short = max(0, need - remedies.target)
         extra = remedies.extra_needed or short
-        why = (f"The live tensors alone need {format_bytes(need)} at their peak"
-               + (" (counting the request that failed)" if diag.oom else "")
-               + (f", {format_bytes(short)} more than the device has." if short else
-                  f", which is within the device, but no setting tried packs them into it."))
-        return Verdict("less-memory", f"No allocator setting fits: every replay runs out of memory in "
-                       f"{format_bytes(remedies.target)}. {why} Only less live memory helps (a smaller batch or "
-                       "sequence, activation checkpointing, dropping references sooner), or a bigger GPU: replays "
-                       f"of the recorded settings fit once they have {format_bytes(extra)} more, so cut about that "
-                       f"much{f' (and at least {format_bytes(short)})' if short else ''}.",
-                       None, None, reduce_by=extra)
+        counting = tr(" (counting the request that failed)") if diag.oom else ""
+        why = (tr("The live tensors alone need {need} at their peak{counting}, {short} more than the device has.",
+                  need=format_bytes(need), counting=counting, short=format_bytes(short)) if short else
+               tr("The live tensors alone need {need} at their peak{counting}, which is within the device, but no "
+                  "setting tried packs them into it.", need=format_bytes(need), counting=counting))
+        at_least = tr(" (and at least {short})", short=format_bytes(short)) if short else ""
+        return Verdict("less-memory", tr(
+            "No allocator setting fits: every replay runs out of memory in {target}. {why} Only less live memory "
+            "helps (a smaller batch or sequence, activation checkpointing, dropping references sooner), or a bigger "
+            "GPU: replays of the recorded settings fit once they have {extra} more, so cut about that "
+            "much{at_least}.", target=format_bytes(remedies.target), why=why, extra=format_bytes(extra),
+            at_least=at_least), None, None, reduce_by=extra)
 
     # ------------------------------------------------------------ words
+    @_in_own_language
     def text(self) -> str:
         return "\n".join(self.lines()) + "\n"
 
+    @_in_own_language
     def lines(self) -> list[str]:
         d, r, v = self.diagnosis, self.remedies, self.verdict
         j = d.verify_summary
         raw = len((d.snapshot.get("device_traces") or [[]] * (d.device + 1))[d.device] or ())
         extra = raw - len(d.frames)
-        counted = f"{len(d.frames):,} events" + (f" of the trace's {raw:,} entries ({extra:,} 'snapshot' markers or "
-                                                 "other entries that change nothing, left out)" if extra > 0 else "")
-        out = [f"Memory doctor: {d.source}, device {d.device} "
-               f"({counted}; simulated replays of PyTorch's recorded decisions)", ""]
+        counted = (tr("{n} events of the trace's {raw} entries ({extra} 'snapshot' markers or other entries that "
+                      "change nothing, left out)", n=f"{len(d.frames):,}", raw=f"{raw:,}", extra=f"{extra:,}")
+                   if extra > 0 else tr("{n} events", n=f"{len(d.frames):,}"))
+        out = [tr("Memory doctor: {source}, device {device} ({counted}; simulated replays of PyTorch's recorded "
+                  "decisions)", source=d.source, device=d.device, counted=counted), ""]
         out.append(reproduced_line(j, d.verified))
         if d.profile_note:
-            out.append(f"Simulated GPU: {d.profile_note}")
-        out += ["", "VERDICT", "  " + v.text]
+            out.append(tr("Simulated GPU: {note}", note=d.profile_note))
+        out += ["", tr("VERDICT"), "  " + v.text]
         if v.line:
             out += ["", "  " + v.line]
-        out += ["", "PEAKS"]
-        out.append(f"  live tensors (memory_allocated) peaked at {format_bytes(d.peak_allocated)} "
-                   f"(event {d.peak_allocated_at:,})")
-        out.append(f"  reserved (memory_reserved) peaked at {format_bytes(d.peak_reserved)} (event {d.peak_reserved_at:,}); "
-                   f"at that moment {format_bytes(d.allocated_at_peak)} was allocated and "
-                   f"{format_bytes(d.unallocated_at_peak)} reserved but unallocated")
+        out += ["", tr("PEAKS")]
+        out.append(tr("  live tensors (memory_allocated) peaked at {peak} (event {at})",
+                      peak=format_bytes(d.peak_allocated), at=f"{d.peak_allocated_at:,}"))
+        out.append(tr("  reserved (memory_reserved) peaked at {peak} (event {at}); at that moment {allocated} was "
+                      "allocated and {unallocated} reserved but unallocated", peak=format_bytes(d.peak_reserved),
+                      at=f"{d.peak_reserved_at:,}", allocated=format_bytes(d.allocated_at_peak),
+                      unallocated=format_bytes(d.unallocated_at_peak)))
         if r is not None:
             if r.target is not None:
-                out.append(f"  the device: {format_bytes(r.target)} usable by the allocator ({r.target_from})")
+                out.append(tr("  the device: {usable} usable by the allocator ({where})",
+                              usable=format_bytes(r.target), where=r.target_from))
             else:
-                out.append(f"  the device: {r.target_from}")
+                out.append(tr("  the device: {where}", where=r.target_from))
             if self.capacity is not None and self.capacity.known and r.target_from != capacity_line(self.capacity):
-                out.append(f"  the recorded GPU: {capacity_line(self.capacity)}")
-            out.append(f"  at the first event {format_bytes(r.start_held)} was already held in segments "
-                       f"({format_bytes(r.start_live)} of it live tensors)" if r.start_held else
-                       "  the trace starts from an empty allocator")
+                out.append(tr("  the recorded GPU: {capacity}", capacity=capacity_line(self.capacity)))
+            out.append(tr("  at the first event {held} was already held in segments ({live} of it live tensors)",
+                          held=format_bytes(r.start_held), live=format_bytes(r.start_live)) if r.start_held else
+                       tr("  the trace starts from an empty allocator"))
             base = r.reproduction
             program = d.program
             if program is not None and program.user_empty_caches:
                 n = len(program.user_empty_caches)
-                out.append(f"  the program called torch.cuda.empty_cache() {_times(n)} (releases that no malloc needed: "
-                           "cudaMalloc could not have failed there, or the stack names empty_cache); replayed as calls")
+                out.append(tr("  the program called torch.cuda.empty_cache() {times} (releases that no malloc "
+                              "needed: cudaMalloc could not have failed there, or the stack names empty_cache); "
+                              "replayed as calls", times=_times(n)))
             if base.alloc_retries:
                 # PyTorch counts a retry in alloc_block(is_retry=True), so a request that still fails after its
                 # flush counts too: say so, or "2" reads against the capacity line's "1 flush ... and 1 OOM".
@@ -161,100 +199,126 @@ class DoctorReport:
                 failed = base.ooms
                 served = (len(set(program.ladder_flushes) - set(program.ooms)) if program is not None
                           else None)
-                counted = (f" (counting the {failed:,} request{'s' if failed != 1 else ''} that still ran out of "
-                           f"memory after {'its' if failed == 1 else 'their'} flush)"
-                           if failed and served is not None and served + failed == base.alloc_retries else "")
-                out.append(f"  flushes on retry (num_alloc_retries): {base.alloc_retries:,}{counted}, each a release "
-                           "of every cached segment it can plus a device-wide synchronize")
+                counted = ""
+                if failed and served is not None and served + failed == base.alloc_retries:
+                    counted = (tr(" (counting the {n} request that still ran out of memory after its flush)",
+                                  n=f"{failed:,}") if failed == 1 else
+                               tr(" (counting the {n} requests that still ran out of memory after their flush)",
+                                  n=f"{failed:,}"))
+                out.append(tr("  flushes on retry (num_alloc_retries): {n}{counted}, each a release of every cached "
+                              "segment it can plus a device-wide synchronize", n=f"{base.alloc_retries:,}",
+                              counted=counted))
         if d.judgement is not None:
-            out += ["", "SHORTAGE OR FRAGMENTATION", f"  {d.judgement.kind}: {d.judgement.words}",
-                    f"  the rule: {RULE}", f"  materiality: {MATERIAL_WORDS}"]
-        out += ["", "WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS AT THE PEAK"]
-        out.append(f"  by pool: large {format_bytes(d.by_pool.get('large', 0))}, small "
-                   f"{format_bytes(d.by_pool.get('small', 0))}")
+            out += ["", tr("SHORTAGE OR FRAGMENTATION"),
+                    tr("  {kind}: {words}", kind=_judgement_kind(d.judgement.kind), words=d.judgement.words),
+                    tr("  the rule: {rule}", rule=rule()), tr("  materiality: {words}", words=material_words())]
+        out += ["", tr("WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS AT THE PEAK")]
+        out.append(tr("  by pool: large {large}, small {small}", large=format_bytes(d.by_pool.get("large", 0)),
+                      small=format_bytes(d.by_pool.get("small", 0))))
         for h in d.holdings[:5]:
-            out.append(f"  seg {h.number} ({h.pool} pool, stream {h.stream}, {format_bytes(h.size)}, "
-                       f"{h.blocks} block{'s' if h.blocks != 1 else ''}): {format_bytes(h.free)} free"
-                       + (f", largest free block {format_bytes(h.largest_free)}" if h.blocks > 1 else ", wholly free")
-                       + (f", {format_bytes(h.pending)} pending on stream {h.stream} (freed, waiting for another "
-                          "stream's work)" if h.pending else "")
-                       + f"; {format_bytes(h.allocated)} allocated")
+            blocks = tr("{n} block", n=h.blocks) if h.blocks == 1 else tr("{n} blocks", n=h.blocks)
+            line = tr("  seg {number} ({pool} pool, stream {stream}, {size}, {blocks}): {free} free",
+                      number=h.number, pool=_pool(h.pool), stream=h.stream, size=format_bytes(h.size),
+                      blocks=blocks, free=format_bytes(h.free))
+            line += (tr(", largest free block {size}", size=format_bytes(h.largest_free)) if h.blocks > 1
+                     else tr(", wholly free"))
+            if h.pending:
+                line += tr(", {size} pending on stream {stream} (freed, waiting for another stream's work)",
+                           size=format_bytes(h.pending), stream=h.stream)
+            out.append(line + tr("; {size} allocated", size=format_bytes(h.allocated)))
         if len(d.holdings) > 5:
             rest = sum(h.free + h.pending for h in d.holdings[5:])
-            out.append(f"  ... and {len(d.holdings) - 5} more segments holding {format_bytes(rest)}")
+            out.append(tr("  ... and {n} more segments holding {size}", n=len(d.holdings) - 5,
+                          size=format_bytes(rest)))
         if "expandable_segments:true" in d.config.replace(" ", "").lower():
-            out.append("  this run uses expandable segments: memory is mapped page by page (20 MiB pages in the large "
-                       "pool, 2 MiB in the small one), so reserved-but-unallocated "
-                       "bytes are mostly the unused parts of partly used pages (and whole free pages not yet unmapped), "
-                       "not stranded blocks")
-        out += ["", "LARGEST LIVE ALLOCATIONS AT THE PEAK"]
+            out.append(tr("  this run uses expandable segments: memory is mapped page by page (20 MiB pages in the "
+                          "large pool, 2 MiB in the small one), so reserved-but-unallocated bytes are mostly the "
+                          "unused parts of partly used pages (and whole free pages not yet unmapped), not stranded "
+                          "blocks"))
+        out += ["", tr("LARGEST LIVE ALLOCATIONS AT THE PEAK")]
         for a in d.largest:
-            where = " <- ".join(a.where) if a.where else "(no Python frames recorded)"
-            out.append(f"  {format_bytes(a.size)} at {a.address:#x} (stream {a.stream}): {where}")
-        out += ["", "STREAMS"]
+            where = " <- ".join(a.where) if a.where else tr("(no Python frames recorded)")
+            out.append(tr("  {size} at {address} (stream {stream}): {where}", size=format_bytes(a.size),
+                          address=f"{a.address:#x}", stream=a.stream, where=where))
+        out += ["", tr("STREAMS")]
         pending = {stream: per["pending"] for stream, per in d.by_stream.items() if per.get("pending")}
-        out.append(f"  {len(d.by_stream)} stream{'s' if len(d.by_stream) != 1 else ''} own segments at the peak; "
-                   + (f"{pending_words(pending)}: freed but held for other streams' work (record_stream events not "
-                      "yet complete)" if pending else "no freed block waits for another stream's work there"))
+        n = len(d.by_stream)
+        owners = tr("  {n} stream owns segments at the peak; ", n=n) if n == 1 else \
+            tr("  {n} streams own segments at the peak; ", n=n)
+        out.append(owners + (tr("{pending}: freed but held for other streams' work (record_stream events not yet "
+                                "complete)", pending=pending_words(pending)) if pending else
+                             tr("no freed block waits for another stream's work there")))
         if d.pending_max:
-            out.append(f"  over the whole run, at most {format_bytes(d.pending_max)} was held that way "
-                       f"(event {d.pending_max_at:,}): memory record_stream kept from being reused")
+            out.append(tr("  over the whole run, at most {size} was held that way (event {at}): memory record_stream "
+                          "kept from being reused", size=format_bytes(d.pending_max), at=f"{d.pending_max_at:,}"))
         else:
-            out.append("  over the whole run, no freed block ever waited for another stream")
+            out.append(tr("  over the whole run, no freed block ever waited for another stream"))
         if len(d.by_stream) > 1:
             for stream, per in sorted(d.by_stream.items(), key=lambda kv: -kv[1]["free"])[:6]:
                 whole = sum(h.free for h in d.holdings if h.stream == stream and h.allocated == 0 and not h.pending)
-                out.append(f"  stream {stream}: {per['segments']} segments, {format_bytes(per['free'])} cached free "
-                           f"(usable only by requests on that stream), {format_bytes(per['allocated'])} allocated"
-                           + (f", {format_bytes(per['pending'])} pending on stream {stream} (freed, waiting for "
-                              "another stream's work)" if per.get("pending") else "")
-                           + (f"; {format_bytes(whole)} of it in wholly free segments, which torch.cuda.empty_cache() "
-                              "(or a flush on retry) would give back" if whole else
-                              "; none of it in wholly free segments, so only freeing that stream's tensors releases it"
-                              if per["free"] else ""))
+                line = tr("  stream {stream}: {segments} segments, {free} cached free (usable only by requests on "
+                          "that stream), {allocated} allocated", stream=stream, segments=per["segments"],
+                          free=format_bytes(per["free"]), allocated=format_bytes(per["allocated"]))
+                if per.get("pending"):
+                    line += tr(", {size} pending on stream {stream} (freed, waiting for another stream's work)",
+                               size=format_bytes(per["pending"]), stream=stream)
+                if whole:
+                    line += tr("; {size} of it in wholly free segments, which torch.cuda.empty_cache() (or a flush "
+                               "on retry) would give back", size=format_bytes(whole))
+                elif per["free"]:
+                    line += tr("; none of it in wholly free segments, so only freeing that stream's tensors "
+                               "releases it")
+                out.append(line)
         if d.oom is not None:
-            title = "THE OUT-OF-MEMORY ERROR, LINE BY LINE"
-            if d.oom_count > 1:
-                title += f" (the first of {d.oom_count} in the trace)"
+            title = (tr("THE OUT-OF-MEMORY ERROR, LINE BY LINE (the first of {n} in the trace)", n=d.oom_count)
+                     if d.oom_count > 1 else tr("THE OUT-OF-MEMORY ERROR, LINE BY LINE"))
             out += ["", title] + ["  " + line for line in oom_lines(d)]
         if r is not None:
-            out += ["", f"REMEDIES, EACH REPLAYED FROM THE STATE AT THE FIRST EVENT ({r.replays} replays"
-                    + (f", target {format_bytes(r.target)})" if r.target is not None else ", uncapped)")]
+            out += ["", tr("REMEDIES, EACH REPLAYED FROM THE STATE AT THE FIRST EVENT ({n} replays, target {target})",
+                           n=r.replays, target=format_bytes(r.target)) if r.target is not None else
+                    tr("REMEDIES, EACH REPLAYED FROM THE STATE AT THE FIRST EVENT ({n} replays, uncapped)",
+                       n=r.replays)]
             base = r.reproduction
             if r.start_held:
-                out.append(f"  a setting replayed here applies from the first recorded event on: the "
-                           f"{format_bytes(r.start_held)} of segments held then are kept as PyTorch had them")
+                out.append(tr("  a setting replayed here applies from the first recorded event on: the {held} of "
+                              "segments held then are kept as PyTorch had them", held=format_bytes(r.start_held)))
             if base.skipped:
-                out.append(f"  the \"as recorded\" replay could not run ({base.skipped}); nothing below is ranked")
+                out.append(tr("  the \"as recorded\" replay could not run ({why}); nothing below is ranked",
+                              why=base.skipped))
             elif base.mismatch is None:
-                out.append(f"  the \"as recorded\" replay reproduces the recorded reserved curve at every program "
-                           f"action (peak {format_bytes(base.peak_reserved)}, as recorded)")
+                out.append(tr("  the \"as recorded\" replay reproduces the recorded reserved curve at every program "
+                              "action (peak {peak}, as recorded)", peak=format_bytes(base.peak_reserved)))
             else:
                 at, theirs, ours = base.mismatch
-                out.append(f"  the \"as recorded\" replay does NOT reproduce the run: after trace event {at:,} "
-                           f"{format_bytes(theirs)} was reserved, the replay has {format_bytes(ours)} "
-                           f"({_signed(ours - theirs)}); nothing below is ranked")
-            out.append(f"  {'change':34} {'peak reserved':>14} {'frag @ peak':>12} {'device calls':>13} "
-                       f"{'retries':>8}  fits")
+                out.append(tr("  the \"as recorded\" replay does NOT reproduce the run: after trace event {at} "
+                              "{theirs} was reserved, the replay has {ours} ({diff}); nothing below is ranked",
+                              at=f"{at:,}", theirs=format_bytes(theirs), ours=format_bytes(ours),
+                              diff=_signed(ours - theirs)))
+            out.append(f"  {_pad(tr('change'), 34)} {_pad(tr('peak reserved'), 14, right=True)} "
+                       f"{_pad(tr('frag @ peak'), 12, right=True)} {_pad(tr('device calls'), 13, right=True)} "
+                       f"{_pad(tr('retries'), 8, right=True)}  {tr('fits')}")
             for t in r.trials:
-                name = {"recorded": "(as recorded)", "recorded-on-target": "(recorded settings, target)"}.get(
+                name = {"recorded": tr("(as recorded)"), "recorded-on-target": tr("(recorded settings, target)")}.get(
                     t.kind, t.change)
                 if t.skipped:
-                    out.append(f"  {name:34} skipped: {t.skipped}")
+                    out.append(f"  {_pad(name, 34)} " + tr("skipped: {why}", why=t.skipped))
                     continue
-                fits = "-" if t.fits is None else ("yes" if t.fits else f"NO ({t.ooms} OOM)")
-                out.append(f"  {name:34} {format_bytes(t.peak_reserved):>14} {format_bytes(t.fragmentation):>12} "
+                fits = "-" if t.fits is None else (tr("yes") if t.fits else tr("NO ({n} OOM)", n=t.ooms))
+                out.append(f"  {_pad(name, 34)} {format_bytes(t.peak_reserved):>14} {format_bytes(t.fragmentation):>12} "
                            f"{t.device_calls:>13,} {t.alloc_retries:>8,}  {fits}"
-                           + ("  (model prediction)" if t.prediction else ""))
+                           + (tr("  (model prediction)") if t.prediction else ""))
             if any(t.prediction and not t.skipped for t in r.trials):
-                out.append(f"  backend:cudaMallocAsync is {ASYNC_PREDICTION}; it ranks after any knob with the same "
-                           f"result; the switch costs: {'; '.join(ASYNC_COSTS)}")
+                out.append(tr("  backend:cudaMallocAsync is {prediction}; it ranks after any knob with the same "
+                              "result; the switch costs: {costs}", prediction=async_prediction(),
+                              costs=tr("; ").join(async_costs())))
         if len(d.devices) > 1:
-            others = ", ".join(f"device {x['device']} ({x['events']:,} events)" for x in d.devices if x["device"] != d.device)
-            out += ["", f"Other devices in the snapshot: {others}; ask with --device N (device=N)."]
+            others = tr(", ").join(tr("device {device} ({n} events)", device=x["device"], n=f"{x['events']:,}")
+                                   for x in d.devices if x["device"] != d.device)
+            out += ["", tr("Other devices in the snapshot: {others}; ask with --device N (device=N).", others=others)]
         return out
 
     # ------------------------------------------------------------ machine-readable
+    @_in_own_language
     def to_json(self) -> dict:
         d, r, v = self.diagnosis, self.remedies, self.verdict
         return {
@@ -291,6 +355,7 @@ class DoctorReport:
         }
 
     # ------------------------------------------------------------ pictures
+    @_in_own_language
     def html(self, path=None) -> str:
         """The self-contained HTML report (written to ``path`` when given)."""
         from .html_report import render_html
@@ -303,7 +368,9 @@ class DoctorReport:
     def player(self, **kwargs):
         """The whole trace in the block-map player (a notebook widget)."""
         from ..viz.player import TracePlayer
-        kwargs.setdefault("title", f"{self.diagnosis.source}, device {self.diagnosis.device}")
+        with speaking(self.language):
+            kwargs.setdefault("title", tr("{source}, device {device}", source=self.diagnosis.source,
+                                          device=self.diagnosis.device))
         return TracePlayer(self.diagnosis.frames, **kwargs)
 
     def __str__(self) -> str:
@@ -316,27 +383,29 @@ class DoctorReport:
 def _no_target_verdict(remedies: Remedies) -> Verdict:
     """No GPU to fit in: nothing to fix; a setting is shown only when its gain is material."""
     recorded = remedies.recorded
-    head = ("The run did not run out of memory and did not flush its cache on retry, so nothing tells the GPU's "
-            "size and there is nothing to fix; pass --device-memory GiB to ask whether it fits a smaller GPU.")
+    head = tr("The run did not run out of memory and did not flush its cache on retry, so nothing tells the GPU's "
+              "size and there is nothing to fix; pass --device-memory GiB to ask whether it fits a smaller GPU.")
     best = remedies.best_material
     if best is not None:
         saving = recorded.peak_reserved - best.peak_reserved
-        return Verdict("no-target", head + f" The replays show `{best.line}` would lower peak reserved to "
-                       f"{format_bytes(best.peak_reserved)} ({format_bytes(saving)} less, "
-                       f"{100 * saving / recorded.peak_reserved:.1f}%; {_rests_on(best)}){_prediction(best)}. "
-                       f"It is offered because {MATERIAL_WORDS}.", None, best)
+        return Verdict("no-target", head + tr(
+            " The replays show `{line}` would lower peak reserved to {peak} ({saving} less, {share}%; "
+            "{rests_on}){prediction}. It is offered because {material}.", line=best.line,
+            peak=format_bytes(best.peak_reserved), saving=format_bytes(saving),
+            share=f"{100 * saving / recorded.peak_reserved:.1f}", rests_on=_rests_on(best),
+            prediction=_prediction(best), material=material_words()), None, best)
     lowest = remedies.lowest
     saving = recorded.peak_reserved - lowest.peak_reserved
     if recorded.peak_at < 0 and recorded.start_held and saving <= 0:
-        tail = (f" None of the remedies lowers peak reserved: the peak is the {format_bytes(recorded.start_held)} "
-                "already held in segments when recording began, which no setting replayed from the first event can "
-                "give back.")
+        tail = tr(" None of the remedies lowers peak reserved: the peak is the {held} already held in segments when "
+                  "recording began, which no setting replayed from the first event can give back.",
+                  held=format_bytes(recorded.start_held))
     elif saving > 0:
-        tail = (f" No setting is worth making: the largest saving replayed, `{lowest.change}`, is "
-                f"{format_bytes(saving)} ({100 * saving / recorded.peak_reserved:.1f}% of peak reserved), and "
-                f"{MATERIAL_WORDS}.")
+        tail = tr(" No setting is worth making: the largest saving replayed, `{change}`, is {saving} ({share}% of "
+                  "peak reserved), and {material}.", change=lowest.change, saving=format_bytes(saving),
+                  share=f"{100 * saving / recorded.peak_reserved:.1f}", material=material_words())
     else:
-        tail = " None of the remedies lowers peak reserved."
+        tail = tr(" None of the remedies lowers peak reserved.")
     return Verdict("no-target", head + tail, None, None)
 
 
@@ -347,30 +416,35 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
         cut = max(cut, remedies.extra_needed)
     fits = [t for t in remedies.knobs if t.fits]
     replayed = ("" if remedies.target is None else
-                f" The replays agree: no setting tried fits in {format_bytes(remedies.target)}."
+                tr(" The replays agree: no setting tried fits in {target}.", target=format_bytes(remedies.target))
                 if not fits else
-                f" (One replay fits anyway, `{fits[0].change}`: it counts live memory differently at that moment; "
-                "the rule above is the decision.)")
+                tr(" (One replay fits anyway, `{change}`: it counts live memory differently at that moment; the rule "
+                   "above is the decision.)", change=fits[0].change))
     if remedies.extra_needed:
-        replayed += (f" Replays of the recorded settings fit once the GPU has {format_bytes(remedies.extra_needed)} "
-                     "more, the fragmentation of the rest of the run counted.")
+        replayed += tr(" Replays of the recorded settings fit once the GPU has {extra} more, the fragmentation of the "
+                       "rest of the run counted.", extra=format_bytes(remedies.extra_needed))
     live = diag.oom.live_places if diag.oom is not None and diag.oom.live_places else diag.live_places
-    places = ", ".join(f"{format_bytes(b)} in the {pool} pool on stream {stream}"
-                       for (pool, stream), b in sorted(live.items(), key=lambda kv: -kv[1])[:3])
+    places = tr(", ").join(tr("{size} in the {pool} pool on stream {stream}", size=format_bytes(b), pool=_pool(pool),
+                              stream=stream)
+                           for (pool, stream), b in sorted(live.items(), key=lambda kv: -kv[1])[:3])
     largest = diag.oom.live if diag.oom is not None and diag.oom.live else diag.largest
-    biggest = "; ".join(f"{format_bytes(a.size)}" + (f" from {a.where[0]}" if a.where else "")
-                        for a in largest[:3])
-    text = (f"This is a shortage, not fragmentation: {judged.words}.{replayed} Plan to cut about "
-            f"{format_bytes(cut)} of live memory. Where the live memory is: {places or 'not in the trace'}"
-            + (f"; the largest live tensors: {biggest} (all of them under LARGEST LIVE ALLOCATIONS)" if biggest else "")
-            + ". What helps is outside the allocator (changes to the program or the hardware, not settings): "
-            + "; ".join(PROGRAM_REMEDIES) + ".")
+    biggest = tr("; ").join(tr("{size} from {where}", size=format_bytes(a.size), where=a.where[0]) if a.where
+                            else format_bytes(a.size) for a in largest[:3])
+    text = tr("This is a shortage, not fragmentation: {words}.{replayed} Plan to cut about {cut} of live memory. "
+              "Where the live memory is: {places}", words=judged.words, replayed=replayed, cut=format_bytes(cut),
+              places=places or tr("not in the trace"))
+    if biggest:
+        text += tr("; the largest live tensors: {biggest} (all of them under LARGEST LIVE ALLOCATIONS)",
+                   biggest=biggest)
+    text += tr(". What helps is outside the allocator (changes to the program or the hardware, not settings): "
+               "{remedies}.", remedies=tr("; ").join(program_remedies()))
     return Verdict("shortage", text, None, None, reduce_by=cut)
 
 
 def _rests_on(t: Trial) -> str:
     """What a proposed setting's figure rests on."""
-    return "replayed on the recorded requests" + (", on a model of the driver's pool" if t.prediction else "")
+    return (tr("replayed on the recorded requests, on a model of the driver's pool") if t.prediction else
+            tr("replayed on the recorded requests"))
 
 
 def _places_json(places: dict) -> list:
@@ -386,42 +460,71 @@ def _signed(n: int) -> str:
 
 
 def _flushing(n: int) -> str:
-    return "without a single flush" if n == 0 else f"flushing {_times(n)}"
+    return tr("without a single flush") if n == 0 else tr("flushing {times}", times=_times(n))
 
 
 def _times(n: int) -> str:
-    return "no time" if n == 0 else ("once" if n == 1 else f"{n:,} times")
+    return tr("no time") if n == 0 else (tr("once") if n == 1 else tr("{n} times", n=f"{n:,}"))
+
+
+def _pool(pool: str) -> str:
+    """'large' or 'small', in the reader's language."""
+    return {"large": tr("large"), "small": tr("small")}.get(pool, pool)
+
+
+def _judgement_kind(kind: str) -> str:
+    return {"shortage": tr("shortage"), "fragmentation": tr("fragmentation"), "fits": tr("fits"),
+            "undecided": tr("undecided")}.get(kind, kind)
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    """``text`` padded to ``width`` terminal columns (``f"{text:34}"`` counts a Chinese character as one)."""
+    space = " " * max(0, width - _width(text))
+    return space + text if right else text + space
 
 
 def _prediction(t: Trial) -> str:
     if t.cap_note:
-        return f" ({t.cap_note})"
+        return tr(" ({note})", note=t.cap_note)
     if not t.prediction:
         return ""
-    return f" -- {t.prediction}; the switch costs: {'; '.join(t.costs)}"
+    return tr(" -- {prediction}; the switch costs: {costs}", prediction=t.prediction, costs=tr("; ").join(t.costs))
 
 
-# Why a remedy that fits may still fragment more or call the device more than the recorded run.
-_WHY = {"expandable": "expandable segments map and unmap memory page by page (cuMemMap/cuMemUnmap; 20 MiB pages "
-                      "in the large pool, 2 MiB in the small one: ExpandableSegment's segment size), so they make "
-                      "more device calls, and free bytes inside a mapped page count as reserved",
-        "max_split": "blocks above the limit are never split, so they are cached whole and released first "
-                     "when memory runs short (release_available_cached_blocks), which costs cudaFree/cudaMalloc calls",
-        "roundup": "rounding requests up to a power-of-two step leaves the rounded-off bytes unallocated in each block",
-        "gc": "the garbage collector releases cached blocks early (cudaFree), so later requests cudaMalloc again",
-        "async": "the driver's pool is modelled with its own chunking, so its calls and leftovers are the model's"}
+def _why(kind: str) -> str:
+    """Why a remedy that fits may still fragment more or call the device more than the recorded run."""
+    if kind == "expandable":
+        return tr("expandable segments map and unmap memory page by page (cuMemMap/cuMemUnmap; 20 MiB pages in the "
+                  "large pool, 2 MiB in the small one: ExpandableSegment's segment size), so they make more device "
+                  "calls, and free bytes inside a mapped page count as reserved")
+    if kind == "max_split":
+        return tr("blocks above the limit are never split, so they are cached whole and released first when memory "
+                  "runs short (release_available_cached_blocks), which costs cudaFree/cudaMalloc calls")
+    if kind == "roundup":
+        return tr("rounding requests up to a power-of-two step leaves the rounded-off bytes unallocated in each block")
+    if kind == "gc":
+        return tr("the garbage collector releases cached blocks early (cudaFree), so later requests cudaMalloc again")
+    if kind == "async":
+        return tr("the driver's pool is modelled with its own chunking, so its calls and leftovers are the model's")
+    return tr("the change trades them for a lower peak")
 
 
 def _tradeoff(t: Trial, recorded: Trial) -> str:
     worse = []
     if t.fragmentation > recorded.fragmentation:
-        worse.append(f"more fragmentation at its peak ({format_bytes(t.fragmentation)} vs "
-                     f"{format_bytes(recorded.fragmentation)})")
+        worse.append(tr("more fragmentation at its peak ({this} vs {recorded})", this=format_bytes(t.fragmentation),
+                        recorded=format_bytes(recorded.fragmentation)))
     if t.device_calls > recorded.device_calls:
-        worse.append(f"more device calls ({t.device_calls:,} vs {recorded.device_calls:,})")
+        worse.append(tr("more device calls ({this} vs {recorded})", this=f"{t.device_calls:,}",
+                        recorded=f"{recorded.device_calls:,}"))
     if not worse:
         return ""
-    return f". It has {' and '.join(worse)}: {_WHY.get(t.kind, 'the change trades them for a lower peak')}"
+    return tr(". It has {worse}: {why}", worse=tr(" and ").join(worse), why=_why(t.kind))
 
 
 def _escape(text: str) -> str:
@@ -434,18 +537,19 @@ def oom_lines(diag: Diagnosis) -> list[str]:
     o = diag.oom
     gap = o.reserved - o.allocated
     lines = [
-        f"\"Tried to allocate {format_bytes(o.request)}\": the request that failed (trace event {o.event_index:,})"
-        + (f", made at {' <- '.join(o.where)}" if o.where else "") + ".",
-        f"\"... of which {format_bytes(o.device_free)} is free\": what cudaMemGetInfo reported after the allocator "
-        "had already released every cached segment it could (the last rung of the retry ladder).",
-        f"\"{format_bytes(o.allocated)} is allocated by PyTorch\": live tensors at that moment.",
-        f"\"{format_bytes(gap)} is reserved by PyTorch but unallocated\": free blocks stuck in segments that still "
-        "hold live tensors, so they could not be given back.",
+        tr("\"Tried to allocate {request}\": the request that failed (trace event {at}){where}.",
+           request=format_bytes(o.request), at=f"{o.event_index:,}",
+           where=tr(", made at {stack}", stack=" <- ".join(o.where)) if o.where else ""),
+        tr("\"... of which {free} is free\": what cudaMemGetInfo reported after the allocator had already released "
+           "every cached segment it could (the last rung of the retry ladder).", free=format_bytes(o.device_free)),
+        tr("\"{allocated} is allocated by PyTorch\": live tensors at that moment.", allocated=format_bytes(o.allocated)),
+        tr("\"{gap} is reserved by PyTorch but unallocated\": free blocks stuck in segments that still hold live "
+           "tensors, so they could not be given back.", gap=format_bytes(gap)),
     ]
     judged = judge_request(o.request, o.allocated, o.reserved, o.device_free, o.pending)
     if o.pending:
-        lines.append(f"Of those unallocated bytes, {pending_words(o.pending)}: freed by the program but waiting for "
-                     "another stream's work (record_stream), so not free yet.")
-    lines.append(("A shortage" if judged.shortage else "Fragmentation") + f": {judged.words}"
-                 + ("." if judged.shortage else "; see the remedies."))
+        lines.append(tr("Of those unallocated bytes, {pending}: freed by the program but waiting for another "
+                        "stream's work (record_stream), so not free yet.", pending=pending_words(o.pending)))
+    lines.append(tr("A shortage: {words}.", words=judged.words) if judged.shortage else
+                 tr("Fragmentation: {words}; see the remedies.", words=judged.words))
     return lines

@@ -35,24 +35,38 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..editions.messages import translator
 from ..viz.sizes import format_bytes
+
+tr = translator("doctor")
 
 MATERIAL_SHARE = 0.05
 MATERIAL_FLOOR = 64 * 2**20
 ROUND = 512                    # kMinBlockSize: round_size never gives less, and rounds to multiples of it
 
-RULE = ("a failed request is a shortage when, rounded as PyTorch rounds it (a multiple of 512 B), it is larger "
-        "than every byte that was neither live nor waiting for another stream: the cached free bytes plus what "
-        "the driver still had; no setting can make a free range larger than that. Otherwise it is fragmentation")
-MATERIAL_WORDS = (f"a gain counts when it is at least {MATERIAL_SHARE:.0%} of the recorded peak reserved and at "
-                  f"least {MATERIAL_FLOOR // 2**20} MiB; closer results are a tie, which goes to PyTorch's own "
-                  "allocator settings, then to the smaller change")
 
-# What helps a shortage: none of it is an allocator setting.
-PROGRAM_REMEDIES = ("a smaller batch or sequence length",
-                    "activation checkpointing (torch.utils.checkpoint: recompute activations in backward)",
-                    "offloading (optimizer state or activations to CPU memory)",
-                    "a GPU with more memory")
+
+def rule() -> str:
+    """The rule in words, in the reader's language."""
+    return tr("a failed request is a shortage when, rounded as PyTorch rounds it (a multiple of 512 B), it is "
+              "larger than every byte that was neither live nor waiting for another stream: the cached free bytes "
+              "plus what the driver still had; no setting can make a free range larger than that. Otherwise it is "
+              "fragmentation")
+
+
+def material_words() -> str:
+    """What counts as a gain, in words."""
+    return tr("a gain counts when it is at least {share} of the recorded peak reserved and at least {floor} MiB; "
+              "closer results are a tie, which goes to PyTorch's own allocator settings, then to the smaller change",
+              share=f"{MATERIAL_SHARE:.0%}", floor=MATERIAL_FLOOR // 2**20)
+
+
+def program_remedies() -> tuple:
+    """What helps a shortage: none of it is an allocator setting."""
+    return (tr("a smaller batch or sequence length"),
+            tr("activation checkpointing (torch.utils.checkpoint: recompute activations in backward)"),
+            tr("offloading (optimizer state or activations to CPU memory)"),
+            tr("a GPU with more memory"))
 
 
 def rounded(request: int) -> int:
@@ -86,12 +100,13 @@ class Judgement:
     def to_json(self) -> dict:
         return {"kind": self.kind, "what": self.what, "needed": self.needed, "free": self.free,
                 "cut": self.cut, "pending": {str(k): v for k, v in self.pending.items()}, "words": self.words,
-                "rule": RULE}
+                "rule": rule()}
 
 
 def pending_words(pending: dict) -> str:
     """'1.0 GiB pending on stream 7' for each stream with bytes waiting."""
-    return ", ".join(f"{format_bytes(b)} pending on stream {s}" for s, b in sorted(pending.items()) if b)
+    return tr(", ").join(tr("{size} pending on stream {stream}", size=format_bytes(b), stream=s)
+                         for s, b in sorted(pending.items()) if b)
 
 
 def judge_request(request: int, allocated: int, reserved: int, device_free: int,
@@ -102,20 +117,22 @@ def judge_request(request: int, allocated: int, reserved: int, device_free: int,
     cached_free = max(0, reserved - allocated - held)
     free = cached_free + max(0, device_free)
     need = rounded(request)
-    wait = f"; {pending_words(pending)} (freed, but not free until that stream's work completes)" if held else ""
+    wait = tr("; {pending} (freed, but not free until that stream's work completes)",
+              pending=pending_words(pending)) if held else ""
     if need > free:
         cut = need - free
         return Judgement("shortage", "request", need, free, cut, pending,
-                         f"the request needed {format_bytes(need)} but only {format_bytes(free)} was "
-                         f"neither live nor pending ({format_bytes(cached_free)} cached free in segments + "
-                         f"{format_bytes(device_free)} the driver still had){wait}; {format_bytes(allocated)} was "
-                         f"live. No allocator setting can serve it: at least {format_bytes(cut)} of live memory "
-                         "must go")
+                         tr("the request needed {need} but only {free} was neither live nor pending ({cached} "
+                            "cached free in segments + {driver} the driver still had){wait}; {live} was live. No "
+                            "allocator setting can serve it: at least {cut} of live memory must go",
+                            need=format_bytes(need), free=format_bytes(free), cached=format_bytes(cached_free),
+                            driver=format_bytes(device_free), wait=wait, live=format_bytes(allocated),
+                            cut=format_bytes(cut)))
     return Judgement("fragmentation", "request", need, free, 0, pending,
-                     f"the request needed {format_bytes(need)} and {format_bytes(free)} was neither "
-                     f"live nor pending ({format_bytes(cached_free)} cached free in segments + "
-                     f"{format_bytes(device_free)} the driver still had){wait}, but no single free range was large "
-                     "enough")
+                     tr("the request needed {need} and {free} was neither live nor pending ({cached} cached free "
+                        "in segments + {driver} the driver still had){wait}, but no single free range was large "
+                        "enough", need=format_bytes(need), free=format_bytes(free),
+                        cached=format_bytes(cached_free), driver=format_bytes(device_free), wait=wait))
 
 
 def judge_peak(peak_allocated: int, peak_reserved: int, usable: int) -> Judgement:
@@ -123,16 +140,17 @@ def judge_peak(peak_allocated: int, peak_reserved: int, usable: int) -> Judgemen
     if peak_allocated > usable:
         cut = peak_allocated - usable
         return Judgement("shortage", "peak", peak_allocated, usable, cut, {},
-                         f"the live tensors alone peaked at {format_bytes(peak_allocated)}, "
-                         f"{format_bytes(cut)} more than the {format_bytes(usable)} usable; no allocator setting "
-                         "can fit them")
+                         tr("the live tensors alone peaked at {live}, {cut} more than the {usable} usable; no "
+                            "allocator setting can fit them", live=format_bytes(peak_allocated),
+                            cut=format_bytes(cut), usable=format_bytes(usable)))
     if peak_reserved > usable:
         return Judgement("fragmentation", "peak", peak_allocated, usable, 0, {},
-                         f"the live tensors peaked at {format_bytes(peak_allocated)}, within the "
-                         f"{format_bytes(usable)} usable, but reserved memory peaked at {format_bytes(peak_reserved)}")
+                         tr("the live tensors peaked at {live}, within the {usable} usable, but reserved memory "
+                            "peaked at {reserved}", live=format_bytes(peak_allocated), usable=format_bytes(usable),
+                            reserved=format_bytes(peak_reserved)))
     return Judgement("fits", "peak", peak_allocated, usable, 0, {},
-                     f"reserved memory peaked at {format_bytes(peak_reserved)}, within the "
-                     f"{format_bytes(usable)} usable")
+                     tr("reserved memory peaked at {reserved}, within the {usable} usable",
+                        reserved=format_bytes(peak_reserved), usable=format_bytes(usable)))
 
 
 def judge_state(reserved: int, allocated: int, pending: dict, largest_free: int,
@@ -145,19 +163,21 @@ def judge_state(reserved: int, allocated: int, pending: dict, largest_free: int,
     if request is not None and rounded(request) > cached_free:
         # The driver's free memory is unknown: a shortage only as far as this process's cache goes.
         return Judgement("undecided", "state", rounded(request), cached_free, 0, pending,
-                         f"the request needed {format_bytes(rounded(request))}, more than all "
-                         f"{format_bytes(cached_free)} cached free; whether the driver had the rest is not in the "
-                         "dump")
+                         tr("the request needed {need}, more than all {cached} cached free; whether the driver had "
+                            "the rest is not in the dump", need=format_bytes(rounded(request)),
+                            cached=format_bytes(cached_free)))
     if not is_material(cached_free, reserved):
         return Judgement("shortage", "state", 0, cached_free, 0, pending,
-                         f"only {format_bytes(cached_free)} of the {format_bytes(reserved)} reserved was "
-                         f"cached free ({100 * cached_free / reserved if reserved else 0:.2f}%), less than the "
-                         f"{format_bytes(material_threshold(reserved))} that would make any setting worth trying: "
-                         "live memory filled the GPU")
+                         tr("only {cached} of the {reserved} reserved was cached free ({share}%), less than the "
+                            "{threshold} that would make any setting worth trying: live memory filled the GPU",
+                            cached=format_bytes(cached_free), reserved=format_bytes(reserved),
+                            share=f"{100 * cached_free / reserved if reserved else 0:.2f}",
+                            threshold=format_bytes(material_threshold(reserved))))
     return Judgement("undecided", "state", 0, cached_free, 0, pending,
-                     f"{format_bytes(cached_free)} of the {format_bytes(reserved)} reserved was cached free (the "
-                     f"largest block {format_bytes(largest_free)}): fragmentation may have caused the failure, but "
-                     "without the request and a trace nothing decides it")
+                     tr("{cached} of the {reserved} reserved was cached free (the largest block {largest}): "
+                        "fragmentation may have caused the failure, but without the request and a trace nothing "
+                        "decides it", cached=format_bytes(cached_free), reserved=format_bytes(reserved),
+                        largest=format_bytes(largest_free)))
 
 
 def judge_diagnosis(diag, usable: Optional[int], asked: bool = False) -> Optional[Judgement]:

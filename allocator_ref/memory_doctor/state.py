@@ -18,11 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..editions.language import language, speaking
+from ..editions.messages import translator
 from ..trace.device_traces import device_events
 from ..viz.sizes import format_bytes
 from .diagnosis import SegmentHolding, _where_memory_sits, pending_by_stream
 from .remedies import MAX_SPLIT_SWEEP_MB, parse_conf
-from .shortage import MATERIAL_WORDS, PROGRAM_REMEDIES, RULE, judge_state, pending_words
+from .shortage import judge_state, material_words, pending_words, program_remedies, rule
+
+tr = translator("doctor")
 
 
 @dataclass
@@ -67,8 +71,8 @@ def diagnose_state(snapshot: dict, source: str, device: Optional[int] = None) ->
     if device is None:
         device = max(per.values(), key=lambda d: d["reserved"])["device"]
     if device not in per:
-        raise ValueError(f"device {device} has no segments in this snapshot (devices with segments: "
-                         f"{', '.join(str(d) for d in sorted(per))})")
+        raise ValueError(tr("device {device} has no segments in this snapshot (devices with segments: {devices})",
+                            device=device, devices=", ".join(str(d) for d in sorted(per))))
     mine = [s for s in segments if s.get("device", 0) == device]
     config = (snapshot.get("allocator_settings") or {}).get("PYTORCH_CUDA_ALLOC_CONF", "") or ""
     allocated = sum(b["size"] for s in mine for b in s["blocks"] if b["state"] == "active_allocated")
@@ -117,83 +121,103 @@ def _hints(d: StateDiagnosis) -> list:
     hints = []
     expandable = conf.get("expandable_segments", "").lower() == "true"
     if d.stranded and not expandable:
-        hints.append(("expandable_segments:True", f"{format_bytes(d.stranded)} is free inside segments that still hold "
-                      "live tensors; one growing segment per stream would let the next request reuse such gaps"))
+        hints.append(("expandable_segments:True", tr(
+            "{size} is free inside segments that still hold live tensors; one growing segment per stream would let "
+            "the next request reuse such gaps", size=format_bytes(d.stranded))))
     if d.stranded and "max_split_size_mb" not in conf:
         n = max_split_for(d.request)
-        hints.append((f"max_split_size_mb:{n}", "large free blocks split for smaller requests are what strands those "
-                      f"bytes; blocks of {n} MiB or more would never be split"
-                      + (f" ({n} MiB: the largest step of the doctor's sweep at or below the failed request)"
-                         if d.request is not None else
-                         f" ({n} MiB: the doctor's first step; the dump does not say the failed request's size)")))
+        hints.append((f"max_split_size_mb:{n}", tr(
+            "large free blocks split for smaller requests are what strands those bytes; blocks of {n} MiB or more "
+            "would never be split", n=n)
+            + (tr(" ({n} MiB: the largest step of the doctor's sweep at or below the failed request)", n=n)
+               if d.request is not None else
+               tr(" ({n} MiB: the doctor's first step; the dump does not say the failed request's size)", n=n))))
     if d.releasable:
-        hints.append(("torch.cuda.empty_cache()", f"{format_bytes(d.releasable)} sits in wholly free segments: a "
-                      "flush gives it back (the OOM path already does, so it matters for other processes)"))
+        hints.append(("torch.cuda.empty_cache()", tr(
+            "{size} sits in wholly free segments: a flush gives it back (the OOM path already does, so it matters "
+            "for other processes)", size=format_bytes(d.releasable))))
     if d.pending:
-        hints.append(("record_stream", f"{pending_words(d.pending_by_stream)}: freed but waiting for another "
-                      "stream's work; synchronizing that stream sooner (or not recording it) releases it"))
+        hints.append(("record_stream", tr(
+            "{pending}: freed but waiting for another stream's work; synchronizing that stream sooner (or not "
+            "recording it) releases it", pending=pending_words(d.pending_by_stream))))
     return hints
 
 
 # What a trace would add, and how to record one (PyTorch 2.11: torch/cuda/memory.py).
-RECORD_HOW = ("record a trace before the run: torch.cuda.memory._record_memory_history(max_entries=100_000) "
-              "(a ring buffer of that many events: without max_entries it grows without bound), then "
-              "torch.cuda.memory._dump_snapshot(\"oom.pickle\") from an OOM observer: "
-              "torch._C._cuda_attach_out_of_memory_observer(lambda device, alloc, allowed, free: "
-              "torch.cuda.memory._dump_snapshot(\"oom.pickle\"))")
-NEEDS_A_TRACE = ("whether any setting would have fitted (each remedy is a replay of the recorded requests)",
-                 "the request that failed and how much the driver still had free, unless the dump records them",
-                 "the peaks of the run (a state is one moment, not the worst one)",
-                 "the GPU's usable memory (read off flushes and OOMs in a trace)")
+def record_how() -> str:
+    return tr("record a trace before the run: {record} (a ring buffer of that many events: without max_entries it "
+              "grows without bound), then {dump} from an OOM observer: {observer}",
+              record="torch.cuda.memory._record_memory_history(max_entries=100_000)",
+              dump="torch.cuda.memory._dump_snapshot(\"oom.pickle\")",
+              observer="torch._C._cuda_attach_out_of_memory_observer(lambda device, alloc, allowed, free: "
+                       "torch.cuda.memory._dump_snapshot(\"oom.pickle\"))")
+
+
+def needs_a_trace() -> tuple:
+    return (tr("whether any setting would have fitted (each remedy is a replay of the recorded requests)"),
+            tr("the request that failed and how much the driver still had free, unless the dump records them"),
+            tr("the peaks of the run (a state is one moment, not the worst one)"),
+            tr("the GPU's usable memory (read off flushes and OOMs in a trace)"))
 
 
 def state_lines(d: StateDiagnosis) -> list:
-    out = [f"Memory doctor: {d.source}, device {d.device} (a state-only snapshot: segments but no trace events, so "
-           "nothing is replayed and nothing below is proven)", "", "VERDICT"]
+    from .report import _pool
+    out = [tr("Memory doctor: {source}, device {device} (a state-only snapshot: segments but no trace events, so "
+              "nothing is replayed and nothing below is proven)", source=d.source, device=d.device), "", tr("VERDICT")]
     if d.request is not None:
         fits = d.request <= d.largest_free
-        out.append(f"  The request that failed asked for {format_bytes(d.request)}; the largest free block was "
-                   f"{format_bytes(d.largest_free)}"
-                   + (" -- large enough, so the state shown is not the one the request met." if fits else
-                      f", and all free bytes in the cache came to {format_bytes(d.unallocated - d.pending)}."))
+        out.append(tr("  The request that failed asked for {request}; the largest free block was {largest}",
+                      request=format_bytes(d.request), largest=format_bytes(d.largest_free))
+                   + (tr(" -- large enough, so the state shown is not the one the request met.") if fits else
+                      tr(", and all free bytes in the cache came to {free}.",
+                         free=format_bytes(d.unallocated - d.pending))))
     else:
-        out.append(f"  {format_bytes(d.unallocated)} of {format_bytes(d.reserved)} reserved is not allocated; the "
-                   f"largest free block is {format_bytes(d.largest_free)} (a larger request needs a new segment). "
-                   "The dump does not record the request that failed.")
+        out.append(tr("  {unallocated} of {reserved} reserved is not allocated; the largest free block is {largest} "
+                      "(a larger request needs a new segment). The dump does not record the request that failed.",
+                      unallocated=format_bytes(d.unallocated), reserved=format_bytes(d.reserved),
+                      largest=format_bytes(d.largest_free)))
     j = d.judgement
     if j is not None:
-        out.append(f"  {'A shortage' if j.shortage else 'Not decided (shortage or fragmentation)'}: {j.words}.")
+        out.append(tr("  A shortage: {words}.", words=j.words) if j.shortage else
+                   tr("  Not decided (shortage or fragmentation): {words}.", words=j.words))
         if j.shortage:
-            out.append("  No allocator setting can help. What helps is outside the allocator (changes to the program "
-                       "or the hardware): " + "; ".join(PROGRAM_REMEDIES) + ".")
-    out += ["", "SHORTAGE OR FRAGMENTATION", f"  the rule: {RULE}", f"  materiality: {MATERIAL_WORDS}",
-            "  with no trace and no failed request in the dump, the rule reads the state: no setting can give back "
-            "more than the cached free bytes, so when they are not a material share of what was reserved, it is a "
-            "shortage"]
-    out += ["", "WHAT THIS DUMP CANNOT TELL (it has no trace)"]
-    out += [f"  {x}" for x in NEEDS_A_TRACE]
-    out.append(f"  to know them, {RECORD_HOW}")
-    out += ["", "WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS"]
-    out.append(f"  by pool: large {format_bytes(d.by_pool.get('large', 0))}, small {format_bytes(d.by_pool.get('small', 0))}")
-    out.append(f"  in segments that still hold live tensors: {format_bytes(d.stranded)}; in wholly free segments: "
-               f"{format_bytes(d.releasable)}; freed but waiting for other streams: {format_bytes(d.pending)}")
+            out.append(tr("  No allocator setting can help. What helps is outside the allocator (changes to the "
+                          "program or the hardware): {remedies}.", remedies=tr("; ").join(program_remedies())))
+    out += ["", tr("SHORTAGE OR FRAGMENTATION"), tr("  the rule: {rule}", rule=rule()),
+            tr("  materiality: {words}", words=material_words()),
+            tr("  with no trace and no failed request in the dump, the rule reads the state: no setting can give back "
+               "more than the cached free bytes, so when they are not a material share of what was reserved, it is a "
+               "shortage")]
+    out += ["", tr("WHAT THIS DUMP CANNOT TELL (it has no trace)")]
+    out += [f"  {x}" for x in needs_a_trace()]
+    out.append(tr("  to know them, {how}", how=record_how()))
+    out += ["", tr("WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS")]
+    out.append(tr("  by pool: large {large}, small {small}", large=format_bytes(d.by_pool.get("large", 0)),
+                  small=format_bytes(d.by_pool.get("small", 0))))
+    out.append(tr("  in segments that still hold live tensors: {stranded}; in wholly free segments: {releasable}; "
+                  "freed but waiting for other streams: {pending}", stranded=format_bytes(d.stranded),
+                  releasable=format_bytes(d.releasable), pending=format_bytes(d.pending)))
     for stream, per in sorted(d.by_stream.items(), key=lambda kv: -kv[1]["free"]):
-        out.append(f"  stream {stream}: {per['segments']} segments, {format_bytes(per['free'])} cached free, "
-                   f"{format_bytes(per['allocated'])} allocated"
-                   + (f", {format_bytes(per['pending'])} pending on stream {stream} (freed, waiting for another "
-                      "stream's work)" if per.get("pending") else ""))
+        out.append(tr("  stream {stream}: {segments} segments, {free} cached free, {allocated} allocated",
+                      stream=stream, segments=per["segments"], free=format_bytes(per["free"]),
+                      allocated=format_bytes(per["allocated"]))
+                   + (tr(", {size} pending on stream {stream} (freed, waiting for another stream's work)",
+                         size=format_bytes(per["pending"]), stream=stream) if per.get("pending") else ""))
     for h in d.holdings[:5]:
-        out.append(f"  seg {h.number} ({h.pool} pool, stream {h.stream}, {format_bytes(h.size)}): "
-                   f"{format_bytes(h.free)} free, largest free block {format_bytes(h.largest_free)}; "
-                   f"{format_bytes(h.allocated)} allocated"
-                   + (f"; {format_bytes(h.pending)} pending on stream {h.stream}" if h.pending else ""))
-    out += ["", "SETTINGS THAT MIGHT HAVE HELPED (unproven without a trace)"]
+        out.append(tr("  seg {number} ({pool} pool, stream {stream}, {size}): {free} free, largest free block "
+                      "{largest}; {allocated} allocated", number=h.number, pool=_pool(h.pool), stream=h.stream,
+                      size=format_bytes(h.size), free=format_bytes(h.free), largest=format_bytes(h.largest_free),
+                      allocated=format_bytes(h.allocated))
+                   + (tr("; {size} pending on stream {stream}", size=format_bytes(h.pending), stream=h.stream)
+                      if h.pending else ""))
+    out += ["", tr("SETTINGS THAT MIGHT HAVE HELPED (unproven without a trace)")]
     out += [f"  {setting}: {why}" for setting, why in d.hints] or [
-        "  none: a shortage is not the allocator's to fix" if j is not None and j.shortage else
-        "  none stands out in this state"]
+        tr("  none: a shortage is not the allocator's to fix") if j is not None and j.shortage else
+        tr("  none stands out in this state")]
     if len(d.devices) > 1:
-        others = ", ".join(f"device {x['device']} ({x['segments']} segments)" for x in d.devices if x["device"] != d.device)
-        out += ["", f"Other devices in the snapshot: {others}; ask with --device N."]
+        others = tr(", ").join(tr("device {device} ({n} segments)", device=x["device"], n=x["segments"])
+                               for x in d.devices if x["device"] != d.device)
+        out += ["", tr("Other devices in the snapshot: {others}; ask with --device N.", others=others)]
     return out
 
 
@@ -203,7 +227,7 @@ def state_json(d: StateDiagnosis) -> dict:
             "largest_free_block": d.largest_free, "stranded": d.stranded, "releasable": d.releasable,
             "failed_request": d.request, "by_pool": d.by_pool,
             "judgement": None if d.judgement is None else d.judgement.to_json(),
-            "needs_a_trace": list(NEEDS_A_TRACE), "how_to_record": RECORD_HOW, "by_stream": {str(k): v for k, v in d.by_stream.items()},
+            "needs_a_trace": list(needs_a_trace()), "how_to_record": record_how(), "by_stream": {str(k): v for k, v in d.by_stream.items()},
             "segments_holding": [h.__dict__ for h in d.holdings[:20]],
             "hints": [{"setting": s, "why": w, "proven": False} for s, w in d.hints], "devices": d.devices,
             "remedies": []}
@@ -216,30 +240,38 @@ class StateReport:
     seconds: float = 0.0
     remedies: None = None
     capacity: None = None
+    language: str = field(default_factory=language)     # the words of the whole report (report.py)
 
     @property
     def verdict(self):
         from .report import Verdict
-        lines = state_lines(self.diagnosis)
-        verdict = lines[lines.index("VERDICT") + 1:]
+        with speaking(self.language):
+            lines = state_lines(self.diagnosis)
+            verdict = lines[lines.index(tr("VERDICT")) + 1:]
         verdict = verdict[:verdict.index("")] if "" in verdict else verdict
         return Verdict("state-only", " ".join(line.strip() for line in verdict), None, None)
 
     def text(self) -> str:
-        return "\n".join(state_lines(self.diagnosis)) + "\n"
+        return "\n".join(self.lines()) + "\n"
 
     def lines(self) -> list:
-        return state_lines(self.diagnosis)
+        with speaking(self.language):
+            return state_lines(self.diagnosis)
 
     def to_json(self) -> dict:
-        return dict(state_json(self.diagnosis), seconds=self.seconds)
+        with speaking(self.language):
+            return dict(state_json(self.diagnosis), seconds=self.seconds)
 
     def __str__(self) -> str:
         return self.text()
 
     def html(self, path=None) -> str:
         from html import escape
-        page = "<!doctype html><meta charset='utf-8'><title>memory doctor</title><pre>" + escape(self.text()) + "</pre>"
+        from .html_report import HTML_LANG
+        with speaking(self.language):
+            title = tr("memory doctor")
+        page = (f"<!doctype html><html lang='{HTML_LANG[self.language]}'><meta charset='utf-8'>"
+                f"<title>{escape(title)}</title><pre>" + escape(self.text()) + "</pre>")
         if path is not None:
             from pathlib import Path
             Path(path).write_text(page, encoding="utf-8")

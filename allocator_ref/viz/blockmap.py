@@ -31,10 +31,14 @@ output is deterministic: the same state gives the same bytes.
 """
 from __future__ import annotations
 
+import unicodedata
 from html import escape
 from typing import Any, Iterable, Mapping, Optional
 
+from ..editions.messages import translator
 from .sizes import format_bytes
+
+tr = translator("doctor")      # the block map's words in the reader's language (the doctor's page draws it too)
 
 # Colours: colour-blind-safe (Tableau 10), allocated dark enough for white text.
 STATE_STYLE = {
@@ -49,6 +53,17 @@ STATE_WORDS = {
     "inactive": "free (cached)",
     "unmapped": "unmapped virtual range",
 }
+
+
+def state_words(state: str) -> str:
+    """A block state in the reader's language: STATE_WORDS' English, or its Chinese."""
+    return {"active_allocated": tr("allocated"), "active_pending_free": tr("pending free (waits for another stream)"),
+            "inactive": tr("free (cached)"), "unmapped": tr("unmapped virtual range")}.get(state, state)
+
+
+def _short(words: str) -> str:
+    """'free (cached)' -> 'free' (the words before the parenthesis, in either language)."""
+    return words.split(" (")[0].split("（")[0]
 HIGHLIGHT = "#d62728"
 # Pool colours: a stripe left of each segment and its group heading say which pool owns it.
 DEFAULT_POOL_COLOUR = "#9aa5b1"
@@ -79,7 +94,7 @@ MAX_LISTED = 8         # at most this many narrow blocks named on that line; the
 
 def text_width(text: str, size: int = 12) -> float:
     """About how many pixels ``text`` takes at ``size`` px (used so that no label overflows its box)."""
-    return CHAR_W[size] * len(text)
+    return CHAR_W[size] * sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def fitted_text(text: str, x: float, y: float, room: float, size: int = 12, **attrs) -> str:
@@ -121,11 +136,12 @@ def pool_key(segment: dict) -> tuple:
 
 def pool_title(segment: dict) -> str:
     small = segment.get("segment_type") == "small"
-    name = ("Small pool: requests up to 1 MiB, 2 MiB segments" if small
-            else "Large pool: requests over 1 MiB")
+    name = (tr("Small pool: requests up to 1 MiB, 2 MiB segments") if small
+            else tr("Large pool: requests over 1 MiB"))
     pool_id = tuple(segment.get("segment_pool_id", (0, 0)) or (0, 0))
     if pool_id != (0, 0):
-        name = f"Private pool {pool_id} ({'small' if small else 'large'} blocks)"
+        name = (tr("Private pool {pool} (small blocks)", pool=pool_id) if small else
+                tr("Private pool {pool} (large blocks)", pool=pool_id))
     return name
 
 
@@ -177,9 +193,9 @@ def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: O
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
     ]
     if title or simulated:
-        text = title or "Allocator state"
-        if simulated and "simulated" not in text.lower():
-            text += " (simulated)"
+        text = title or tr("Allocator state")
+        if simulated and "simulated" not in text.lower() and tr(" (simulated)").strip() not in text:
+            text += tr(" (simulated)")
         head.append(f'<text class="ar-title" x="4" y="16" font-size="14" font-weight="bold">{escape(text)}</text>')
     head.append(legend)
     return "".join(head + body + ["</svg>"])
@@ -206,8 +222,9 @@ def _draw_segment(out: list, seg: dict, seg_id: Any, y: int, full_w: float, mark
     scale = bar_w / span
     addr = seg["address"]
     stream = seg.get("stream", 0)
-    kind = " · expandable" if seg.get("is_expandable") else ""
-    label = f"seg {seg_id} · stream {stream} · {format_bytes(seg.get('total_size', span))}{kind}"
+    kind = tr(" · expandable") if seg.get("is_expandable") else ""
+    label = tr("seg {segment} · stream {stream} · {size}{kind}", segment=seg_id, stream=stream,
+               size=format_bytes(seg.get("total_size", span)), kind=kind)
     not_to_scale = "" if bar_w == to_scale else ' data-to-scale="0"'
     out.append(f'<g class="ar-segment" id="seg-{addr:#x}" data-addr="{addr:#x}" data-size="{seg.get("total_size", span)}" '
                f'data-stream="{stream}" data-segment="{seg_id}" data-pool="{seg.get("segment_type", "large")}"'
@@ -235,17 +252,19 @@ def _draw_segment(out: list, seg: dict, seg_id: Any, y: int, full_w: float, mark
                    f'l3,5 h-6 z" fill="#33414e"/>')
     stroke, sw = (HIGHLIGHT, 2.5) if addr in marked else ("#7d8a96", 1)
     outline_tip = ("" if bar_w == to_scale else
-                   f"<title>{format_bytes(span)}: drawn {MIN_SEGMENT_W} px long so that it shows; to scale with "
-                   f"the largest segment here ({format_bytes(largest)}) it is shorter</title>")
+                   "<title>" + tr("{size}: drawn {px} px long so that it shows; to scale with the largest segment "
+                                  "here ({largest}) it is shorter", size=format_bytes(span), px=MIN_SEGMENT_W,
+                                  largest=format_bytes(largest)) + "</title>")
     out.append(f'<rect class="ar-outline" x="{x0}" y="{y}" width="{bar_w:.2f}" height="{BAR_H}" fill="none" '
                f'stroke="{stroke}" stroke-width="{sw}">{outline_tip}</rect>')
     height = ROW_H
     if unlabelled:
-        named = [f"{format_bytes(b['size'])} {STATE_WORDS.get(b.get('state', 'inactive'), '').split(' (')[0]}"
+        named = [f"{format_bytes(b['size'])} {_short(state_words(b.get('state', 'inactive')))}"
                  for b in unlabelled[:MAX_LISTED]]
         more = len(unlabelled) - len(named)
         # "unlabelled", not "small": a 16 MiB large-pool block can be too narrow to label in a wide segment.
-        text = "blocks too narrow to label, in order: " + ", ".join(named) + (f" and {more} more (hover for each)" if more else "")
+        text = tr("blocks too narrow to label, in order: {blocks}", blocks=tr(", ").join(named)) + (
+            tr(" and {n} more (hover for each)", n=more) if more else "")
         out.append(fitted_text(text, x0, y + BAR_H + 11, full_w, size=10, fill="#33414e",
                                **{"class": "ar-small-blocks"}))
         height += SMALL_LINE_H
@@ -260,12 +279,12 @@ def _block_rect(block: dict, x: float, y: int, w: float, seg_addr: int, seg_id: 
     addr, size = block["address"], block["size"]
     changed = addr in marked
     stroke = f'stroke="{HIGHLIGHT}" stroke-width="2.5"' if changed else 'stroke="#ffffff" stroke-width="0.5"'
-    tip = (f"{STATE_WORDS.get(state, state)}: {format_bytes(size)} at {addr:#x} "
-           f"(+{addr - seg_addr:#x} in seg {seg_id})")
+    tip = tr("{state}: {size} at {address} (+{offset} in seg {segment})", state=state_words(state),
+             size=format_bytes(size), address=f"{addr:#x}", offset=f"{addr - seg_addr:#x}", segment=seg_id)
     if state != "inactive" and block.get("requested_size"):
-        tip += f"; requested {format_bytes(block['requested_size'])}"
+        tip += tr("; requested {size}", size=format_bytes(block["requested_size"]))
     if widened:
-        tip += f" (drawn {MIN_BLOCK_W} px wide so that it shows; to scale it is narrower)"
+        tip += tr(" (drawn {px} px wide so that it shows; to scale it is narrower)", px=MIN_BLOCK_W)
     cls = "ar-block" + (" ar-changed" if changed else "") + (" ar-widened" if widened else "")
     mark = ' data-widened="1"' if widened else ""
     rect = (f'<rect class="{cls}" id="blk-{addr:#x}" data-addr="{addr:#x}" data-state="{state}" '
@@ -300,19 +319,21 @@ def _legend(segments: list, top: int, width: int) -> tuple[str, int]:
     reserved = sum(s.get("total_size", 0) for s in segments)
     items = []
     for state in ("active_allocated", "active_pending_free", "inactive", "unmapped"):
-        words = STATE_WORDS[state].split(" (")[0]
+        words = _short(state_words(state))
         amount = f" {format_bytes(totals[state])}" if state in totals else ""
         items.append((STATE_STYLE[state][0], words + amount))
-    items.append((None, f"reserved {format_bytes(reserved)} in {len(segments)} segment{'s' if len(segments) != 1 else ''}"))
+    items.append((None, tr("reserved {size} in {n} segment", size=format_bytes(reserved), n=len(segments))
+                   if len(segments) == 1 else
+                   tr("reserved {size} in {n} segments", size=format_bytes(reserved), n=len(segments))))
     largest = {}
     for seg in segments:
         largest[pool_key(seg)] = max(largest.get(pool_key(seg), 0), _span(seg))
     if any(_too_narrow(seg, width, largest[pool_key(seg)]) for seg in segments):
-        items.append((None, "\u25b2 marks a block too small to see, drawn wider than to scale"))
+        items.append((None, tr("\u25b2 marks a block too small to see, drawn wider than to scale")))
     parts = [f'<g class="ar-legend" transform="translate(4,{top + 6})">']
     x = y = 0
     for fill, text in items:
-        item_w = 24 + 7 * len(text)           # about 7 px per character at 12 px
+        item_w = 24 + round(text_width(text))     # about 7 px per character at 12 px (a Chinese one takes two)
         if x and x + item_w > width - 8:
             x, y = 0, y + 18
         if fill:
