@@ -231,7 +231,7 @@ def run_case(case: Case, submission: Any, time_limit: Optional[float] = TIME_LIM
     elif isinstance(exc, Fail):
         text = exc.safe if case.hidden else exc.message
         result.passed = False
-        result.explanation = text + (f"\n  {nudge_label()} {exc.hint}" if exc.hint else "")
+        result.explanation = text + ("\n  " + tr("Nudge: {nudge}", nudge=exc.hint) if exc.hint else "")
     elif exc is not None:                             # the learner's code blew up
         result.passed = False
         result.stub = isinstance(exc, NotImplementedError)
@@ -328,8 +328,9 @@ FIRST_NUDGE = later("the first failure above names the input and what differed: 
 
 
 def nudge_label() -> str:
-    """The word before a nudge; ``nudge_text`` looks for it to tell a case's own, located nudge."""
-    return tr("Nudge:")
+    """The word before a nudge (``Nudge: {nudge}`` starts with it): ``nudge_text`` looks for it to tell
+    a case's own, located nudge."""
+    return tr("Nudge: {nudge}", nudge="").rstrip()
 
 
 def nudges(ex: Exercise) -> tuple:
@@ -355,7 +356,7 @@ def nudge_text(ex: Exercise, result: CheckResult, attempt: int = 1) -> str:
         steps = (CRASH_NUDGE,) + steps
     located = nudge_label() in result.explanation     # the failing case gave its own, located nudge
     index = attempt - 1 if not located else attempt - 2   # a located nudge is the first one
-    text = "" if index < 0 else f"{nudge_label()} {shown(steps[min(index, len(steps) - 1)])}"
+    text = "" if index < 0 else tr("Nudge: {nudge}", nudge=shown(steps[min(index, len(steps) - 1)]))
     if attempt >= SAY_WHERE_THE_RECIPE_IS_AFTER:
         text += (("\n" if text else "") + tr("(attempt {attempt}: hint({id}) gives the full recipe, "
                                               "show_solution({id}) a solution)", attempt=attempt, id=repr(ex.id)))
