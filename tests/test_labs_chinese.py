@@ -38,11 +38,10 @@ def _plain_language(monkeypatch, tmp_path):
     monkeypatch.setenv("ALLOCATOR_REF_LAB_QUICK", "1")
     monkeypatch.chdir(tmp_path)                  # no edition marker: English unless asked
     lang.set_language(None)
-    saved = dict(check_module._ATTEMPTS), dict(check_module._STATUS)
+    monkeypatch.setattr(check_module, "_ATTEMPTS", {})     # the nudge follows the attempt: start at the first
+    monkeypatch.setattr(check_module, "_STATUS", {})
     yield
     lang.set_language(None)
-    check_module._ATTEMPTS.clear(), check_module._ATTEMPTS.update(saved[0])
-    check_module._STATUS.clear(), check_module._STATUS.update(saved[1])
 
 
 def _wrong(name):
@@ -151,3 +150,23 @@ def test_the_recorded_verdicts_stay_english_for_a_chinese_room(monkeypatch, tmp_
     verdicts = regrade.judge_notebook(cells, checks, tmp_path)
     passed, explanation = verdicts["a/0"]
     assert passed is False and explanation and not CJK.search(explanation), explanation
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["lab02_build_the_core", "lab04_make_it_fit", "lab07_diagnose_it"])
+def test_run_all_of_a_chinese_student_lab_prints_chinese_checks(name):
+    """What a Chinese learner sees on opening labs/student/zh/labNN and pressing Run All: every check()
+    report (stubs not written yet) in Chinese, with no English sentence left; the English lab's in English."""
+    from test_notebooks import PROFILES, execute_notebook
+
+    reports = {}
+    for edition in ("zh", ""):
+        path = ROOT / "labs" / "student" / edition / f"{name}.ipynb"
+        run, _ = execute_notebook(path, PROFILES[0])
+        reports[edition] = [out["text"] for cell in run.cells if cell.cell_type == "code"
+                            and "check(" in cell.source for out in cell.get("outputs", []) if "text" in out]
+        assert reports[edition], f"{path.name}: no check() output"
+    chinese = "\n".join(reports["zh"])
+    assert "尚未完成" in chinese and not _english_left(chinese), _english_left(chinese) or chinese
+    english = "\n".join(reports[""])
+    assert "not written yet" in english and not CJK.search(english), english
