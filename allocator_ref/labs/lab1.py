@@ -73,8 +73,8 @@ def _measure_case(nbytes, repeats, kernel_us, profile, label):
         seen = observed(fn, run_measure, nbytes, repeats, kernel_us, profile)
         got = seen["figures"]
         if got is None:
-            raise Fail(tr("measure returned {seen_shown}; return a dict with direct_us, cached_us and ratio",
-                          seen_shown=seen['shown']),
+            raise Fail(tr("measure returned {got}; return a dict with direct_us, cached_us and ratio",
+                          got=seen['shown']),
                        tr("measure did not return a dict with direct_us, cached_us and ratio"))
         mallocs, syncs, kernels = seen["mallocs"], seen["syncs"], seen["kernels"]
         if mallocs < repeats:
@@ -98,10 +98,10 @@ def _measure_case(nbytes, repeats, kernel_us, profile, label):
                            ("cached_us", tr("host time per iteration of the caching-allocator loop"))):
             value = got[key]
             if type(value) not in (int, float) or not math.isclose(value, ref[key], rel_tol=0.15):
-                raise Fail(tr("{key} = {value}, but the device's clock gives {ref_key:.2f} us for the same loop "
+                raise Fail(tr("{key} = {value}, but the device's clock gives {measured:.2f} us for the same loop "
                               "({nbytes}, {repeats} repeats, {kernel_us:g} us kernels, {profile}): {words}, "
                               "measured with dev.now_us() before and after the loop, divided by repeats",
-                              key=key, value=value if type(value) is str else repr(value), ref_key=ref[key],
+                              key=key, value=value if type(value) is str else repr(value), measured=ref[key],
                               nbytes=fmt(nbytes), repeats=repeats, kernel_us=kernel_us, profile=profile, words=words),
                            tr("{key} is not consistent with the device's clock for this loop",
                               key=key))

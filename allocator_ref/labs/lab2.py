@@ -76,13 +76,13 @@ def _size_fn_case(name: str, fn_ref, sizes, config_text: str, label: str, reason
                            tr("your {name} returned a {got_type}, not an int",
                               name=name, got_type=type(got).__name__))
             if not same(got, expected):
-                raise Fail(tr("{name}({size}) with config '{config_text_or_default}' returned {got}; expected "
-                              "{expected}: {value}",
-                              name=name, size=size, config_text_or_default=config_text or 'default', got=show(got),
-                              expected=expected, value=reason(size, config_text, expected)),
+                raise Fail(tr("{name}({size}) with config '{config}' returned {got}; expected "
+                              "{expected}: {why}",
+                              name=name, size=size, config=config_text or 'default', got=show(got),
+                              expected=expected, why=reason(size, config_text, expected)),
                            tr("your {name} disagrees with the reference on a size in this range (config "
-                              "'{config_text_or_default}')",
-                              name=name, config_text_or_default=config_text or 'default'))
+                              "'{config}')",
+                              name=name, config=config_text or 'default'))
     return Case(label, judge, data=(list(sizes), config_text))
 
 

@@ -186,10 +186,10 @@ def run_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int) -> di
                    tr("the returned output allocation was freed or too small"))
     into_out = [(p, k) for p, k in dev.host_writes if p < out.ptr + n and out.ptr < p + k]
     if into_out:
-        raise Fail(tr("`out` was written from the host (dev.write at {into_out_0_0:#x}, {into_out_0_1}): the "
+        raise Fail(tr("`out` was written from the host (dev.write at {ptr:#x}, {size}): the "
                       "output must be what the side stream's copy of x produced on the device; the check judges "
                       "what ran on the device, so a host write into `out` does not count",
-                      into_out_0_0=into_out[0][0], into_out_0_1=fmt(into_out[0][1])),
+                      ptr=into_out[0][0], size=fmt(into_out[0][1])),
                    tr("the output was written from the host (dev.write into `out`), not copied on the device"))
     got = dev.read(out.ptr, n, stream=out.stream)
     if got != data:
@@ -204,9 +204,9 @@ def run_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int) -> di
                    tr("corrupted output: the bytes read back differ from the input (memory was reused too early)"))
     if alloc.unordered_reuse:
         raise Fail(tr("unordered reuse ({what}): the output is right this time, but only by the streams' timing: "
-                      "{alloc_unordered_reuse}. Free x only once the side stream's copy has completed (wait for "
+                      "{why}. Free x only once the side stream's copy has completed (wait for "
                       "an event recorded after the copy), or tell the allocator with record_stream.",
-                      what=what, alloc_unordered_reuse=alloc.unordered_reuse),
+                      what=what, why=alloc.unordered_reuse),
                    tr("unordered reuse: x was freed while the side stream's copy still read it, and the "
                       "allocator handed x's block to the next request"))
     leaked = [a for a in alloc.live_allocations() if a is not out]

@@ -114,10 +114,10 @@ def _diagnose_case(ops, label, data=None, config=""):
                               key=key))
             if not same(got[key], expected[key]):
                 shown = fmt(expected[key]) if isinstance(expected[key], int) else repr(expected[key])
-                raise Fail(tr("at the OOM (op {state_failed_op}, a {state_request} request): {key} is {shown}, "
-                              "yours is {show_got_key}: {words}",
+                raise Fail(tr("at the OOM (op {state_failed_op}, a {state_request} request): {key} is {expected}, "
+                              "yours is {got}: {words}",
                               state_failed_op=state['failed_op'], state_request=fmt(state['request']), key=key,
-                              shown=shown, show_got_key=_show(got[key]), words=words),
+                              expected=shown, got=_show(got[key]), words=words),
                            tr("your {key} differs from the value computed from the state at this OOM",
                               key=key))
     return Case(label, judge, data=data or (ops, config))
@@ -256,8 +256,8 @@ def _config_case(ops, label):
         name, sep, value = text.partition("=")
         if sep and name.strip() == "PYTORCH_CUDA_ALLOC_CONF":
             raise Fail(tr("choose_config() returned the whole environment line {text!r}: return only its value, "
-                          "{value_strip!r} (what you would put after PYTORCH_CUDA_ALLOC_CONF=)",
-                          text=text, value_strip=value.strip()),
+                          "{value!r} (what you would put after PYTORCH_CUDA_ALLOC_CONF=)",
+                          text=text, value=value.strip()),
                        tr("choose_config() returned a whole PYTORCH_CUDA_ALLOC_CONF=... line, not its value"),
                        hint=tr("the option itself may be right: return only the part after the = sign."))
         try:

@@ -113,8 +113,8 @@ def run_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed:
     dev = VmmLogDevice(profile, g)
     g = dev.vmm_granularity()
     rng = random.Random(data_seed)
-    where = tr("max_size {max_size}, granularity {g}, grows {fmt_n_for_n_in_grows}",
-               max_size=fmt(max_size), g=fmt(g), fmt_n_for_n_in_grows=[fmt(n) for n in grows])
+    where = tr("max_size {max_size}, granularity {g}, grows {grows}",
+               max_size=fmt(max_size), g=fmt(g), grows=[fmt(n) for n in grows])
     free0 = dev.mem_get_info()[0]
 
     buf = cls(dev, max_size)
@@ -138,9 +138,9 @@ def run_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed:
                       created=fmt(created), where=where),
                    tr("__init__ mapped the whole range up front (created physical memory before any grow())"))
     if getattr(buf, "ptr", None) != start:
-        raise Fail(tr("buf.ptr is {getattr_buf_ptr_none}; it must be the start of your reservation ({start:#x}, "
+        raise Fail(tr("buf.ptr is {ptr}; it must be the start of your reservation ({start:#x}, "
                       "what dev.address_reserve returned)",
-                      getattr_buf_ptr_none=show(getattr(buf, 'ptr', None)), start=start),
+                      ptr=show(getattr(buf, 'ptr', None)), start=start),
                    tr("buf.ptr is not the start of the reservation"))
 
     steps: list = []
@@ -231,11 +231,11 @@ def run_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed:
         if dev._reservations:
             left.append(f"{len(dev._reservations)} reservation(s) (address_free)")
         if free1 != free0 or left:
-            raise _Stop("end", tr("leak after close(): mem_get_info reports {free0_free1} less free memory than "
-                                  "before the buffer ({where}); still held: {join_left_or_memory}. close() must "
+            raise _Stop("end", tr("leak after close(): mem_get_info reports {missing} less free memory than "
+                                  "before the buffer ({where}); still held: {held}. close() must "
                                   "unmap every page, release every handle and free the range.",
-                                  free0_free1=fmt(free0 - free1), where=where,
-                                  join_left_or_memory=', '.join(left) or 'memory'),
+                                  missing=fmt(free0 - free1), where=where,
+                                  held=', '.join(left) or 'memory'),
                         tr("leak after close(): the device did not get everything back"))
     except _Stop as stop:
         seen["stop"] = {"at": len(steps) - 1 if stop.stage != "end" else len(steps), "stage": stop.stage,
@@ -267,10 +267,10 @@ def judge_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_see
                        "{held} of physical memory for {mapped} mapped).", leaked=fmt(leaked), held=fmt(held),
                        mapped=fmt(now)) if leaked > 0 else "")
             raise Fail(tr("{step}: re-created pages that were already mapped: it created {made} of physical "
-                          "memory (mem_create) and unmapped {rec_undone} time(s), but only {ref_mapped_mapped} "
+                          "memory (mem_create) and unmapped {unmaps} time(s), but only {missing} "
                           "of new pages were missing.{leak} Keep the pages you have; map new ones after them.",
-                          step=step, made=fmt(made), rec_undone=rec['undone'],
-                          ref_mapped_mapped=fmt(ref_mapped - mapped), leak=leak),
+                          step=step, made=fmt(made), unmaps=rec['undone'],
+                          missing=fmt(ref_mapped - mapped), leak=leak),
                        tr("grow() re-created pages that were already mapped and leaked the old handles "
                           "(never released)") if leaked > 0 else tr("grow() re-created pages that were already mapped"))
         if now != ref_mapped:
@@ -283,9 +283,9 @@ def judge_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_see
                        tr("grow() mapped more pages than needed") if more else tr("grow() mapped fewer pages than needed"))
         stopped(i, "mapped")
         if rec["used"] > ref_calls:
-            raise Fail(tr("{step}: {rec_used} VMM calls; the reference makes {ref_calls} (create, map and grant "
+            raise Fail(tr("{step}: {calls} VMM calls; the reference makes {ref_calls} (create, map and grant "
                           "each new page once, nothing for pages already mapped)",
-                          step=step, rec_used=rec['used'], ref_calls=ref_calls),
+                          step=step, calls=rec['used'], ref_calls=ref_calls),
                        tr("grow() made more VMM calls than needed"))
         stopped(i, "used")
         mapped = now

@@ -109,8 +109,8 @@ def _run_learner(dev: Any, source: str, name: str, handle: dict) -> tuple:
         where = ""
         if frames:
             line = source.splitlines()[frames[-1].lineno - 1].strip()
-            where = tr(" (line {frames_1_lineno} of your function: {line})",
-                       frames_1_lineno=frames[-1].lineno, line=line)
+            where = tr(" (line {lineno} of your function: {line})",
+                       lineno=frames[-1].lineno, line=line)
         raise LearnerError(f"{type(exc).__name__}: {exc}{where}") from None
     finally:
         left = [p for p in dev._import_ptrs if p not in before]
@@ -322,9 +322,9 @@ def judge_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) 
                    tr("the receiver could not read the block at your offset"))
     if seen["read"] != digest:
         raise Fail(tr("the receiver read other bytes than the block's ({what}): your offset is {seen_offset}, "
-                      "the block is {ref_offset} bytes ({ref_offset2}) into its {segment_size} segment. The "
+                      "the block is {ref_offset} bytes ({offset_bytes}) into its {segment_size} segment. The "
                       "handle names the whole segment: add the block's offset from its base.",
-                      what=what, seen_offset=seen['offset'], ref_offset=ref_offset, ref_offset2=fmt(ref_offset),
+                      what=what, seen_offset=seen['offset'], ref_offset=ref_offset, offset_bytes=fmt(ref_offset),
                       segment_size=fmt(segment_size)),
                    tr("the receiver read other bytes than the block's: wrong offset from the segment base"))
 

@@ -150,10 +150,10 @@ def _peaks_case(get, label):
                            ("peak_reserved", tr("the running sum of 'segment_alloc'/'segment_map' sizes minus "
                                                 "'segment_free'/'segment_unmap' sizes"))):
             if not same(got.get(key), expected[key]):
-                raise Fail(tr("{where}: {key} is {expected_key} ({expected_key2}), yours is {got_get_key}: the "
+                raise Fail(tr("{where}: {key} is {expected} ({expected_bytes}), yours is {got}: the "
                               "maximum over the trace of {words}",
-                              where=where, key=key, expected_key=fmt(expected[key]), expected_key2=expected[key],
-                              got_get_key=show(got.get(key)), words=words),
+                              where=where, key=key, expected=fmt(expected[key]), expected_bytes=expected[key],
+                              got=show(got.get(key)), words=words),
                            tr("your {key} differs from the value replayed from this snapshot's trace",
                               key=key))
     return Case(label, judge)
@@ -165,9 +165,9 @@ def _free_case(get, label):
         expected = largest_free(snapshot)
         got = fn(snapshot)
         if not same(got, expected):
-            raise Fail(tr("{where}: the largest free block is {expected} ({expected2}), yours is {got}: look at "
+            raise Fail(tr("{where}: the largest free block is {expected} ({expected_bytes}), yours is {got}: look at "
                           "the blocks whose state is 'inactive' in every segment of snapshot['segments']",
-                          where=where, expected=fmt(expected), expected2=expected, got=show(got)),
+                          where=where, expected=fmt(expected), expected_bytes=expected, got=show(got)),
                        tr("your answer differs from the largest inactive block of this snapshot"))
     return Case(label, judge)
 
@@ -186,8 +186,8 @@ def _hidden(make_case, make_suffix, configs=("",), more_suffixes=()):
             config = configs[k] if k < len(configs) else ""
             case = make_case(lambda seed=seed, n=n, suffix=suffix, config=config:
                              (course_snapshot(seed, n, suffix=suffix, config=config),
-                              tr("a seeded course-made snapshot{config_if_config_else}",
-                                 config_if_config_else=' (' + config + ')' if config else '')),
+                              tr("a seeded course-made snapshot{config}",
+                                 config=' (' + config + ')' if config else '')),
                              tr("a snapshot recorded now from a seeded workload"))
             case.data = (seed, n, suffix, config)
             cases.append(case)

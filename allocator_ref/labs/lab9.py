@@ -91,8 +91,8 @@ def _hidden(rng: random.Random):
 def _label(args) -> str:
     segs = args[0]
     kinds = ["+".join(sorted({b["state"].replace("active_", "") for b in s["blocks"]})) for s in segs]
-    return tr("stranded_bytes of {segs} segment(s): {join_kinds}",
-              segs=len(segs), join_kinds=', '.join(kinds))
+    return tr("stranded_bytes of {segs} segment(s): {kinds}",
+              segs=len(segs), kinds=', '.join(kinds))
 
 
 def _explain(args, expected) -> str:

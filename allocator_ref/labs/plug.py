@@ -145,10 +145,10 @@ def _check_merge(dst, src, pool, value, before) -> None:
                       "the neighbour's size {src_size}",
                       where=where, value=value, src_size=src_size), safe)
     if dst.size != dst_size + src_size:
-        raise Fail(tr("{where} with its {src_size} neighbour: dst.size is {dst_size}, expected {dst_size2} + "
-                      "{src_size2} = {dst_size_src_size}: grow dst by the neighbour's size",
-                      where=where, src_size=fmt(src_size), dst_size=dst.size, dst_size2=dst_size, src_size2=src_size,
-                      dst_size_src_size=dst_size + src_size), safe)
+        raise Fail(tr("{where} with its {src_size} neighbour: dst.size is {now}, expected {before} + "
+                      "{absorbed} = {merged}: grow dst by the neighbour's size",
+                      where=where, src_size=fmt(src_size), now=dst.size, before=dst_size, absorbed=src_size,
+                      merged=dst_size + src_size), safe)
     if _in_pool(pool, src):
         raise Fail(tr("{where} with its {src_size} neighbour at {src_ptr:#x}: the neighbour is still in the pool "
                       "of free blocks, so the allocator could hand out memory that is now part of the merged "
@@ -169,9 +169,9 @@ def _check_merge(dst, src, pool, value, before) -> None:
     else:                                                                    # [dst src]
         if dst.ptr != dst_ptr:
             raise Fail(tr("{where} with the {src_size} free block AFTER it: the merged block still starts at "
-                          "{dst_ptr:#x}, but dst.ptr is now {dst_ptr2:#x}: only a merge with the block before "
+                          "{dst_ptr:#x}, but dst.ptr is now {moved:#x}: only a merge with the block before "
                           "moves the pointer",
-                          where=where, src_size=fmt(src_size), dst_ptr=dst_ptr, dst_ptr2=dst.ptr), safe)
+                          where=where, src_size=fmt(src_size), dst_ptr=dst_ptr, moved=dst.ptr), safe)
         if dst.next is not src_next or (src_next is not None and src_next.prev is not dst):
             raise Fail(tr("{where} with the free block after it: the block after THAT one must now be linked to "
                           "the merged block (dst.next = src.next, and its .prev = dst)",
@@ -197,9 +197,9 @@ def _method_hook(name: str) -> Callable:
                 try:
                     signature.bind(allocator, *args, **kwargs)
                 except TypeError as exc:
-                    raise Fail(tr("the allocator calls your {name} as {method_hooks_name}, but your function's "
+                    raise Fail(tr("the allocator calls your {name} as {call}, but your function's "
                                   "parameters are {signature} ({exc})",
-                                  name=name, method_hooks_name=METHOD_HOOKS[name], signature=signature, exc=exc),
+                                  name=name, call=METHOD_HOOKS[name], signature=signature, exc=exc),
                                tr("your {name} does not take the arguments the allocator passes",
                                   name=name)) from None
             return fn(allocator, *args, **kwargs)
