@@ -170,3 +170,18 @@ def test_run_all_of_a_chinese_student_lab_prints_chinese_checks(name):
     assert "尚未完成" in chinese and not _english_left(chinese), _english_left(chinese) or chinese
     english = "\n".join(reports[""])
     assert "not written yet" in english and not CJK.search(english), english
+
+
+def test_a_title_made_at_import_is_said_in_the_language_of_the_moment():
+    """Exercise titles, nudges and recipes are made once, at import (``later``), and said when shown:
+    importing the labs in English and checking in Chinese (or the other way) reads the right one."""
+    from allocator_ref.editions.messages import translator
+    later = translator("labs", later=True)
+    title = check_module.exercise("lab2.round_size").title
+    assert later(title) == title and "round_size" in title
+    with lang.speaking("zh"):
+        assert later(title) == title                      # marked, not translated, when made
+        assert CJK.search(check_module.shown(title)), check_module.shown(title)
+    assert check_module.shown(title) == title
+    with pytest.raises(TypeError, match="no fields"):
+        later("a {n} sentence", n=1)

@@ -197,9 +197,11 @@ def _layout(profile: str, pads: list, size: int, data_seed: int, events: Optiona
 
 
 def _describe_layout(pads: list, size: int, profile: str) -> str:
-    parts = [f"{fmt(n)}{'' if keep else ' (freed)'}" for n, keep in pads]
-    return tr("{size} block after {value} on {profile}",
-              size=fmt(size), value=', '.join(parts) if parts else 'nothing', profile=profile)
+    parts = [fmt(n) if keep else tr("{size} (freed)", size=fmt(n)) for n, keep in pads]
+    if not parts:
+        return tr("{size} block after nothing on {profile}", size=fmt(size), profile=profile)
+    return tr("{size} block after {blocks} on {profile}", size=fmt(size), blocks=tr(", ").join(parts),
+              profile=profile)
 
 
 def _remote_error(exc: Exception) -> str:

@@ -263,9 +263,10 @@ def _free_case(uses: int, pools_open: int, label: str) -> Case:
                           situation=situation, want_0=want[0], got_0=got[0]),
                        tr("what free does differs from the allocator (does an open pool elsewhere change it?)"))
         if got[1] != want[1]:
-            raise Fail(tr("{situation}: after a synchronize the next request {value} the block back; yours said "
-                          "{got_1}",
-                          situation=situation, value='gets' if want[1] else 'does not get', got_1=got[1]),
+            raise Fail(tr("{situation}: after a synchronize the next request gets the block back; yours said "
+                          "{said}", situation=situation, said=got[1]) if want[1] else
+                       tr("{situation}: after a synchronize the next request does not get the block back; yours "
+                          "said {said}", situation=situation, said=got[1]),
                        tr("whether the block is reused differs (does malloc run process_events?)"))
     return Case(label, judge, data=(uses, pools_open))
 
