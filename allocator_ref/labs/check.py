@@ -35,6 +35,10 @@ The seed is, in order: the ``seed=`` argument, the environment variable
 ``ALLOCATOR_REF_LAB_SEED``, or a number derived from the learner's user
 name, so two learners get different hidden cases.
 
+The report is in the learner's language (``editions/language.py`` decides: a notebook of the
+Chinese edition speaks Chinese): every sentence it prints goes through ``tr("...")`` and finds its
+Chinese in ``allocator_ref/locale/zh_CN/labs.po``; English is the default, word for word.
+
 ``check`` never raises because of the learner's code: it prints the
 per-case results, the located explanation of the first failure and a hint,
 then a progress line for the lab, and returns a :class:`CheckResult`
