@@ -1,13 +1,22 @@
 """A failed check's first nudge points where the learner's mistake is: a crash gets the crash nudge (not
 the exercise's rule), and a whole PYTORCH_CUDA_ALLOC_CONF=... line gets told to return its value (not
 steered to another option). Each wrong answer is a file in labs/wrong/ that a learner wrote."""
+import importlib
 import importlib.util
 from pathlib import Path
+
+import pytest
 
 from allocator_ref.labs import check
 from allocator_ref.labs.check import CRASH_NUDGE, exercise
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _first_attempt(monkeypatch):
+    """The nudge follows the attempt count of this kernel: other tests' checks must not count here."""
+    monkeypatch.setattr(importlib.import_module("allocator_ref.labs.check"), "_ATTEMPTS", {})
 
 
 def _submission(name):

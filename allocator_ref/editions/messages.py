@@ -64,12 +64,20 @@ def say(domain: str, english: str, **fields) -> str:
     return text.format(**fields) if fields else text
 
 
-def translator(domain: str):
-    """A one-argument-plus-fields function for one catalogue: ``tr = translator("labs")``."""
+def translator(domain: str, later: bool = False):
+    """A one-argument-plus-fields function for one catalogue: ``tr = translator("labs")``.
+
+    ``later=True`` gives gettext's ``N_``: it marks a sentence for the catalogue and returns it as
+    written, for text made once at import (an exercise's title) and shown later, in the language of
+    that moment, with ``say(domain, text)``."""
     if domain not in DOMAINS:
         raise ValueError(f"no message catalogue {domain!r}; known: {', '.join(DOMAINS)}")
 
     def tr(english: str, **fields) -> str:
+        if later:
+            if fields:
+                raise TypeError("a sentence marked for later is shown whole: give it no fields")
+            return english
         return say(domain, english, **fields)
     tr.domain = domain
     return tr

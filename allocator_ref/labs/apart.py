@@ -51,6 +51,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from ..editions.language import language, set_language
+from ..editions.messages import translator
 from .verdict import Apart, Fail
 from .guard import CaseTimeout, run_guarded, safe_str
 from .results import CaseResult, CheckResult
@@ -60,6 +62,7 @@ MAX_DEPTH = 64
 MAX_ITEMS = 1_000_000
 MAX_MESSAGE = 256 << 20
 REPLY_GRACE_S = 30.0          # past a case's limit, how long the clean process waits for a reply
+tr = translator("labs")
 
 
 class NotPlainData(TypeError):
@@ -82,7 +85,7 @@ def encode(value: Any) -> Any:
     def enc(v, depth):
         count[0] += 1
         if depth > MAX_DEPTH or count[0] > MAX_ITEMS:
-            raise NotPlainData("a value nested deeper than 64 levels or with more than a million items")
+            raise NotPlainData(tr("a value nested deeper than 64 levels or with more than a million items"))
         t = type(v)
         if v is None:
             return ["none"]
@@ -98,7 +101,7 @@ def encode(value: Any) -> Any:
             return [t.__name__, [enc(x, depth + 1) for x in v]]
         if t is dict:
             return ["dict", [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]]
-        raise NotPlainData(f"a {t.__name__}")
+        raise NotPlainData(tr("a {kind}", kind=t.__name__))
     return enc(value, 0)
 
 
@@ -194,16 +197,20 @@ def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: fl
     proc = subprocess.Popen(judge_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors)
     wait = time_limit + 2 * REPLY_GRACE_S + STARTUP_S
     try:
-        send(proc.stdin, {"exercise": ex.id, "seed": seed, "hidden": hidden, "time_limit": time_limit})
+        # The clean process starts elsewhere (python -I): it is told the learner's language, which
+        # set_language() in the notebook may have chosen and no variable or folder would tell it.
+        send(proc.stdin, {"exercise": ex.id, "seed": seed, "hidden": hidden, "time_limit": time_limit,
+                          "language": language()})
         while True:
             try:
                 message = receive(proc.stdout, time.monotonic() + wait)
             except KeyboardInterrupt:                 # the stop button while the judge works
-                return _stopped(ex, seed, "interrupted (the stop button or Ctrl-C): the remaining cases "
-                                "were not run")
+                return _stopped(ex, seed, tr("interrupted (the stop button or Ctrl-C): the remaining cases "
+                                             "were not run"))
             except Silent:
-                return _stopped(ex, seed, f"stopped: the graded judge sent nothing for {wait:g} s (each case "
-                                f"may take {time_limit:g} s); it was ended and the remaining cases were not run")
+                return _stopped(ex, seed, tr("stopped: the graded judge sent nothing for {wait} s (each case "
+                                             "may take {limit} s); it was ended and the remaining cases were "
+                                             "not run", wait=f"{wait:g}", limit=f"{time_limit:g}"))
             if message is None:
                 errors.seek(0)
                 err = errors.read().decode(errors="replace")[-2000:]
@@ -237,7 +244,7 @@ def judge_apart(ex, submission, seed: int, hidden: Optional[int], time_limit: fl
 
 def _stopped(ex, seed: int, why: str) -> CheckResult:
     result = CheckResult(exercise=ex.id, seed=seed)
-    result.cases = [CaseResult("the graded check", False, False, why, stopped=True)]
+    result.cases = [CaseResult(tr("the graded check"), False, False, why, stopped=True)]
     result.explanation = why
     return result
 
@@ -256,8 +263,8 @@ def _call_here(submission, message: dict) -> dict:
             reply["value"] = encode(value)
         except NotPlainData as exc:
             reply["raised"] = {"type": "TypeError", "message":
-                               f"it returned {exc}: a graded check carries back only plain data (int, float, "
-                               "str, bool, None, and lists, tuples and dicts of them)", "where": ""}
+                               tr("it returned {what}: a graded check carries back only plain data (int, float, "
+                                  "str, bool, None, and lists, tuples and dicts of them)", what=exc), "where": ""}
     outcome = run_guarded(call, message["time_left"])
     reply["output"] = outcome.output
     if outcome.timed_out:
@@ -304,7 +311,8 @@ def _describe_raised(exc: BaseException) -> dict:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(PACKAGE_ROOT)]
     if frames:
         f = frames[-1]
-        where = f" (at {Path(f.filename).name}:{f.lineno}: {f.line})" if f.line else f" (line {f.lineno})"
+        where = (tr(" (at {file}:{line}: {code})", file=Path(f.filename).name, line=f.lineno, code=f.line)
+                 if f.line else tr(" (line {line})", line=f.lineno))
     return {"type": type(exc).__name__, "message": safe_str(exc), "where": where,
             "stub": isinstance(exc, NotImplementedError)}
 
@@ -333,7 +341,7 @@ class _Remote(Apart):
     def _ask(self, message: dict, args: tuple, kwargs: dict):
         import time
         if self.silent:                            # it missed a deadline or ended: nothing more to ask it
-            raise ProcessEnded("the process running your code stopped answering at an earlier case")
+            raise ProcessEnded(tr("the process running your code stopped answering at an earlier case"))
         left = max(self.deadline - time.monotonic(), 0.001) if self.deadline else self.time_limit
         if self.key is not None:
             message = dict(message, key=self.key)
@@ -349,8 +357,8 @@ class _Remote(Apart):
             raise CaseTimeout() from None
         if reply is None or reply.get("ended"):    # the process running the submission ended (os._exit, a crash)
             self.silent = True
-            raise ProcessEnded("the process running your code ended during this call (os._exit(), a crash, "
-                               "or it was killed): nothing came back to judge")
+            raise ProcessEnded(tr("the process running your code ended during this call (os._exit(), a crash, "
+                                  "or it was killed): nothing came back to judge"))
         if reply.get("output"):
             print(reply["output"], end="")         # run_guarded here captures it as the case's output
         if reply.get("timeout"):
@@ -419,6 +427,7 @@ def main() -> None:
     outbox = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                                  # whatever a judge prints must not enter the message stream
     request = receive(inbox)
+    set_language(request.get("language"))        # speak the learner's language (judge_apart says which)
     ex = importlib.import_module("allocator_ref.labs.check").exercise(request["exercise"])
     remote = _Remote(inbox, outbox, request["time_limit"])
     result = judge_here(ex, remote, request["seed"], request["hidden"], request["time_limit"])

@@ -38,6 +38,10 @@ The seed is, in order: the ``seed=`` argument, the environment variable
 ``ALLOCATOR_REF_LAB_SEED``, or a number derived from the learner's user
 name, so two learners get different hidden cases.
 
+The report is in the learner's language (``editions/language.py`` decides: a notebook of the
+Chinese edition speaks Chinese): every sentence it prints goes through ``tr("...")`` and finds its
+Chinese in ``allocator_ref/locale/zh_CN/labs.po``; English is the default, word for word.
+
 ``check`` never raises because of the learner's code: it prints the
 per-case results, the located explanation of the first failure and a hint,
 then a progress line for the lab, and returns a :class:`CheckResult`
@@ -59,6 +63,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .. import settings
+from ..editions.messages import say, translator
 from . import deadline
 from .guard import TIME_LIMIT_S, run_guarded, safe_str, same, show
 from .results import CaseResult, CheckResult   # what check() returns (its own file: apart.py builds them too)
@@ -73,6 +78,14 @@ QUICK_ENV = "ALLOCATOR_REF_LAB_QUICK"     # fewer hidden cases (CI notebook runs
 SOLUTIONS_FILE = Path(__file__).resolve().parents[2] / "labs" / "solutions.json"
 SAY_WHERE_THE_RECIPE_IS_AFTER = 3         # failed attempts before the nudge names hint() and show_solution()
 LAB_MODULE = re.compile(r"lab(\d+)$")
+tr = translator("labs")                   # what a learner reads, in the learner's language (editions/language.py)
+later = translator("labs", later=True)   # marks a sentence made now (at import) and shown later: see shown()
+
+
+def shown(text: str) -> str:
+    """An exercise's title, nudge or recipe (written once, at import, and marked with
+    ``translator("labs", later=True)``) in the language of the moment it is shown."""
+    return say("labs", text)
 
 
 def lab_modules() -> tuple:
@@ -102,7 +115,7 @@ class Exercise:
     public: Callable[[], list]           # -> [Case]
     hidden: Callable[[random.Random], list]   # seeded generator -> [Case]
     hint: str                            # the full recipe: shown on request or after several failures
-    what: str = "function"               # what the learner hands in, for messages
+    what: str = later("function")            # what the learner hands in, for messages
     teardown: Optional[Callable[[], None]] = None   # run after every check (e.g. stop a helper process)
     nudge: str = ""                      # after a failed attempt: where to look, not how to write it
     time_limit: float = TIME_LIMIT_S     # seconds per case
@@ -167,18 +180,34 @@ def quick() -> bool:
     return settings.get("lab_quick").value == "1"      # QUICK_ENV, or lab_quick in course-settings.toml
 
 
-STUB_TEXT = ("not written yet: your code raises NotImplementedError (the stub). "
-             "Replace the `raise NotImplementedError(...)` line with your solution and run the cell again.")
+def stub_text() -> str:
+    return tr("not written yet: your code raises NotImplementedError (the stub). "
+              "Replace the `raise NotImplementedError(...)` line with your solution and run the cell again.")
+
+
+def interrupted_text() -> str:
+    return tr("interrupted (the stop button or Ctrl-C): the remaining cases were not run")
+
+
+def raised_text(kind: str, message: str, where: str) -> str:
+    """What a case says when the learner's code raised; ``crashed()`` recognises it (for the crash nudge)."""
+    return tr("your code raised {kind}: {message}{where}", kind=kind, message=message, where=where)
+
+
+def crashed(explanation: str) -> bool:
+    """Whether a case's explanation is the learner's code raising (in either language)."""
+    return any(explanation.startswith(text.split("{kind}")[0])
+               for text in ("your code raised {kind}", raised_text("{kind}", "", "")))
 
 
 def _describe_exception(exc: BaseException) -> str:
     if isinstance(exc, NotImplementedError):
-        return STUB_TEXT
+        return stub_text()
     if isinstance(exc, SystemExit):
-        return (f"your code called sys.exit({show(exc.code)}) (or exit()/quit()): inside a notebook that would "
-                "stop the kernel's work; return a value instead")
+        return tr("your code called sys.exit({code}) (or exit()/quit()): inside a notebook that would "
+                  "stop the kernel's work; return a value instead", code=show(exc.code))
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (the stop button or Ctrl-C): the remaining cases were not run"
+        return interrupted_text()
     # Point at the deepest frame that is not in this package's lab checker.
     frames = traceback.extract_tb(exc.__traceback__)
     here = str(Path(__file__).parent)
@@ -188,8 +217,9 @@ def _describe_exception(exc: BaseException) -> str:
         where = exc.where
     elif located:
         f = located[-1]
-        where = f" (at {Path(f.filename).name}:{f.lineno}: {f.line})" if f.line else f" (line {f.lineno})"
-    return f"your code raised {type(exc).__name__}: {safe_str(exc)}{where}"
+        where = (tr(" (at {file}:{line}: {code})", file=Path(f.filename).name, line=f.lineno, code=f.line)
+                 if f.line else tr(" (line {line})", line=f.lineno))
+    return raised_text(type(exc).__name__, safe_str(exc), where)
 
 
 def run_case(case: Case, submission: Any, time_limit: Optional[float] = TIME_LIMIT_S,
@@ -202,13 +232,13 @@ def run_case(case: Case, submission: Any, time_limit: Optional[float] = TIME_LIM
     exc = outcome.error
     if outcome.timed_out:
         result.passed, result.stopped = False, True
-        result.explanation = (f"stopped after {time_limit:g} s: your code was still running (a loop that never "
-                              "ends, or a wait for something that never happens?). check() gives each case "
-                              f"{time_limit:g} s; the remaining cases were not run")
+        result.explanation = tr("stopped after {limit} s: your code was still running (a loop that never "
+                                "ends, or a wait for something that never happens?). check() gives each case "
+                                "{limit} s; the remaining cases were not run", limit=f"{time_limit:g}")
     elif isinstance(exc, Fail):
         text = exc.safe if case.hidden else exc.message
         result.passed = False
-        result.explanation = text + (f"\n  Nudge: {exc.hint}" if exc.hint else "")
+        result.explanation = text + ("\n  " + tr("Nudge: {nudge}", nudge=exc.hint) if exc.hint else "")
     elif exc is not None:                             # the learner's code blew up
         result.passed = False
         result.stub = isinstance(exc, NotImplementedError)
@@ -220,8 +250,9 @@ def run_case(case: Case, submission: Any, time_limit: Optional[float] = TIME_LIM
 def _output_note(outcome) -> str:
     if outcome.output_chars <= len(outcome.output):
         return outcome.output
-    return (outcome.output + f"\n[output cut: your code printed {outcome.output_chars:,} characters; "
-            f"check() keeps the first {len(outcome.output):,} of each case]")
+    return outcome.output + "\n" + tr("[output cut: your code printed {printed} characters; "
+                                       "check() keeps the first {kept} of each case]",
+                                       printed=f"{outcome.output_chars:,}", kept=f"{len(outcome.output):,}")
 
 
 def cases_for(ex: Exercise, seed: int, *, public: bool = True, hidden: Optional[int] = None) -> list:
@@ -242,9 +273,9 @@ def judge(ex: Exercise, submission: Any, seed: int, *, public: bool = True, hidd
     """Run the cases and collect the results; prints nothing, changes no progress."""
     result = CheckResult(exercise=ex.id, seed=seed)
     if submission is None:
-        result.cases.append(CaseResult("a submission", False, False,
-                                       f"check() got None: pass your {ex.what} itself, e.g. "
-                                       f"check({ex.id!r}, my_function)"))
+        result.cases.append(CaseResult(tr("a submission"), False, False,
+                                       tr("check() got None: pass your {what} itself, e.g. "
+                                          "check({id}, my_function)", what=shown(ex.what), id=repr(ex.id))))
         return result
     limit = ex.time_limit if time_limit is None else time_limit
     cases = cases_for(ex, seed, public=public, hidden=hidden)
@@ -253,7 +284,7 @@ def judge(ex: Exercise, submission: Any, seed: int, *, public: bool = True, hidd
             outcome = run_case(case, submission, limit)
             result.cases.append(outcome)
             if outcome.stopped:                       # a timeout or the stop button: do not run the rest
-                result.cases.extend(CaseResult(c.label, c.hidden, False, "not run: an earlier case was stopped")
+                result.cases.extend(CaseResult(c.label, c.hidden, False, tr("not run: an earlier case was stopped"))
                                     for c in cases[i + 1:])
                 break
     finally:
@@ -301,25 +332,32 @@ def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
     if not result.passed and not result.untouched:
         result.hint = nudge_text(ex, result, _ATTEMPTS[ex.id])
         if hint:                                      # asked for: the whole recipe
-            result.hint += f"\nRecipe: {ex.hint}"
+            result.hint += "\n" + tr("Recipe: {recipe}", recipe=shown(ex.hint))
     if verbose:
-        print(report(ex, result, recipe="Recipe:" in result.hint))
+        print(report(ex, result, recipe=hint and not result.passed and not result.untouched))
     return result
 
 
-SECOND_NUDGE = ("take the first failing input above and work it through the rule by hand, one step at a "
-                "time, next to what your code does with it: the first step where the two part is the bug.")
+SECOND_NUDGE = later("take the first failing input above and work it through the rule by hand, one step at a "
+                     "time, next to what your code does with it: the first step where the two part is the bug.")
+FIRST_NUDGE = later("the first failure above names the input and what differed: start there.")
+
+
+def nudge_label() -> str:
+    """The word before a nudge (``Nudge: {nudge}`` starts with it): ``nudge_text`` looks for it to tell
+    a case's own, located nudge."""
+    return tr("Nudge: {nudge}", nudge="").rstrip()
 
 
 def nudges(ex: Exercise) -> tuple:
     """The exercise's nudges in the order a learner gets them: its own (one, or a list, where to look
     first), then a general second one.  Never the recipe."""
     own = ex.nudge if isinstance(ex.nudge, (list, tuple)) else (ex.nudge,)
-    own = tuple(n for n in own if n) or ("the first failure above names the input and what differed: start there.",)
+    own = tuple(n for n in own if n) or (FIRST_NUDGE,)
     return own + (SECOND_NUDGE,)
 
 
-CRASH_NUDGE = ("your code stopped with an error before its result could be judged: the line above names the "
+CRASH_NUDGE = later("your code stopped with an error before its result could be judged: the line above names the "
                "error and where; fix that first (on the device, as on a GPU, touching memory after freeing it "
                "or passing a wrong argument is an error), then the exercise's own rule.")
 
@@ -330,14 +368,14 @@ def nudge_text(ex: Exercise, result: CheckResult, attempt: int = 1) -> str:
     A failure that is the learner's code raising gets the crash nudge first: the exercise's own nudge
     would point at the rule while the code never reached it."""
     steps = nudges(ex)
-    if result.explanation.startswith("your code raised"):
+    if crashed(result.explanation):
         steps = (CRASH_NUDGE,) + steps
-    located = "Nudge:" in result.explanation          # the failing case gave its own, located nudge
+    located = nudge_label() in result.explanation     # the failing case gave its own, located nudge
     index = attempt - 1 if not located else attempt - 2   # a located nudge is the first one
-    text = "" if index < 0 else f"Nudge: {steps[min(index, len(steps) - 1)]}"
+    text = "" if index < 0 else tr("Nudge: {nudge}", nudge=shown(steps[min(index, len(steps) - 1)]))
     if attempt >= SAY_WHERE_THE_RECIPE_IS_AFTER:
-        text += (("\n" if text else "") + f"(attempt {attempt}: hint({ex.id!r}) gives the full recipe, "
-                 f"show_solution({ex.id!r}) a solution)")
+        text += (("\n" if text else "") + tr("(attempt {attempt}: hint({id}) gives the full recipe, "
+                                              "show_solution({id}) a solution)", attempt=attempt, id=repr(ex.id)))
     return text
 
 
@@ -346,12 +384,14 @@ def report(ex: Exercise, result: CheckResult, recipe: bool = False) -> str:
     an untouched stub gets only what to do; a failed attempt gets the located
     explanation and a nudge that changes with the attempt; the full recipe comes only
     on request (``hint=True``, ``hint(id)``), a solution only from ``show_solution(id)``."""
-    lines = [f"{ex.id}: {ex.title}  (simulated device; hidden cases from seed {result.seed})"]
+    title = shown(ex.title)
+    lines = [f"{ex.id}: {title}  " + tr("(simulated device; hidden cases from seed {seed})", seed=result.seed)]
     if result.untouched:
         n_pub = sum(not c.hidden for c in result.cases)
-        lines.append(f"  FAIL  {STUB_TEXT}")
-        lines.append(f"  What to write: {ex.title}. check() will run {n_pub} public and "
-                     f"{len(result.cases) - n_pub} hidden cases on it.")
+        lines.append(f"  {tr('FAIL')}  {stub_text()}")
+        lines.append("  " + tr("What to write: {title}. check() will run {public} public and "
+                               "{hidden} hidden cases on it.", title=title, public=n_pub,
+                               hidden=len(result.cases) - n_pub))
         lines.append(progress_line(ex.lab))
         return "\n".join(lines)
     n_public = n_hidden = 0
@@ -359,31 +399,32 @@ def report(ex: Exercise, result: CheckResult, recipe: bool = False) -> str:
     for c in result.cases:
         if c.hidden:
             n_hidden += 1
-            name = f"hidden {n_hidden:2d}"
+            name = tr("hidden {n}", n=f"{n_hidden:2d}")
         else:
             n_public += 1
-            name = f"public {n_public:2d}"
-        status = "pass" if c.passed else "FAIL"
-        lines.append(f"  {name}  {status}  {c.label}")
+            name = tr("public {n}", n=f"{n_public:2d}")
+        status = tr("pass") if c.passed else tr("FAIL")
+        lines.append(f"  {name}  {status}  {shown(c.label)}")
         if not c.passed and first_index is None:
             first_index = (name, c)
     printed = next((c for c in result.cases if c.output), None)
     if printed is not None:
-        lines.append(f"Your code printed (case {printed.label!r}):")
+        lines.append(tr("Your code printed (case {case}):", case=repr(printed.label)))
         lines.extend("  | " + line[:200] for line in printed.output.splitlines()[:40])
     if first_index is None:
-        lines.append(f"All {len(result.cases)} cases pass. Well done.")
+        lines.append(tr("All {n} cases pass. Well done.", n=len(result.cases)))
     else:
         name, c = first_index
         n_fail = len(result.failures)
-        lines.append(f"{n_fail} of {len(result.cases)} cases fail. First failure ({name.strip()}: {c.label}):")
+        lines.append(tr("{failed} of {n} cases fail. First failure ({case}: {label}):", failed=n_fail,
+                        n=len(result.cases), case=name.strip(), label=shown(c.label)))
         lines.extend("  " + line for line in c.explanation.splitlines())
         if result.hint:
             lines.extend(result.hint.splitlines())
         if recipe:
-            lines.append(f"(show_solution({ex.id!r}) shows a solution)")
+            lines.append(tr("(show_solution({id}) shows a solution)", id=repr(ex.id)))
         else:
-            lines.append(f"(check(..., hint=True) or hint({ex.id!r}) gives the full recipe)")
+            lines.append(tr("(check(..., hint=True) or hint({id}) gives the full recipe)", id=repr(ex.id)))
     lines.append(progress_line(ex.lab))
     return "\n".join(lines)
 
@@ -392,7 +433,7 @@ def progress_line(lab: int) -> str:
     _load_all()
     ids = [e.id for e in EXERCISES.values() if e.lab == lab]
     passing = sum(1 for i in ids if _STATUS.get(i))
-    return f"lab {lab}: {passing}/{len(ids)} exercises passing"
+    return tr("lab {lab}: {passing}/{n} exercises passing", lab=lab, passing=passing, n=len(ids))
 
 
 def progress(lab: Optional[int] = None) -> str:
@@ -407,7 +448,7 @@ def progress(lab: Optional[int] = None) -> str:
 def hint(exercise_id: str) -> str:
     """The full recipe of one exercise (asked for, so given)."""
     ex = exercise(exercise_id)
-    print(f"Recipe for {ex.id}: {ex.hint}")
+    print(tr("Recipe for {id}: {recipe}", id=ex.id, recipe=shown(ex.hint)))
     return ex.hint
 
 
@@ -425,7 +466,7 @@ def solution_text(exercise_id: str) -> str:
 
 def show_solution(exercise_id: str) -> None:
     """Print the instructor's solution of one exercise (only when you ask for it)."""
-    print(f"# A solution of {exercise_id} (from the instructor source; yours may differ and be right)\n")
+    print(tr("# A solution of {id} (from the instructor source; yours may differ and be right)", id=exercise_id) + "\n")
     print(solution_text(exercise_id))
 
 

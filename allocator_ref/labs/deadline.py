@@ -38,8 +38,11 @@ import warnings
 from dataclasses import asdict
 from typing import Any, Callable, Optional
 
+from ..editions.messages import translator
 from .apart import Silent, receive, send, serve
 from .results import CaseResult, CheckResult
+
+tr = translator("labs")   # the lines a stopped case gets, in the learner's language
 
 BACKSTOP_S = 3.0          # past a case's limit: guard.py's own stop reports first; this ends the child
 TEARDOWN_S = 15.0         # after the last case: the child's teardown (lab 6 stops its receiver process)
@@ -52,15 +55,19 @@ def available() -> bool:
 
 def ended_text(limit: float) -> str:
     """The one line a case gets when the notebook's process had to end the child."""
-    return (f"stopped after {limit:g} s: your code was still running past check()'s limit of {limit:g} s "
-            "per case and did not stop when asked (did it switch off the timer?), so check() ended the "
-            "process running it. Make it return in time: look for a loop that never ends; the remaining "
-            "cases were not run")
+    return tr("stopped after {limit} s: your code was still running past check()'s limit of {limit} s "
+              "per case and did not stop when asked (did it switch off the timer?), so check() ended the "
+              "process running it. Make it return in time: look for a loop that never ends; the remaining "
+              "cases were not run", limit=f"{limit:g}")
 
 
-DIED_TEXT = ("the process running your code ended during this case (os._exit(), a crash, or it was killed): "
-             "nothing came back to judge; the remaining cases were not run")
-INTERRUPTED_TEXT = "interrupted (the stop button or Ctrl-C): the remaining cases were not run"
+def died_text() -> str:
+    return tr("the process running your code ended during this case (os._exit(), a crash, or it was killed): "
+              "nothing came back to judge; the remaining cases were not run")
+
+
+def interrupted_text() -> str:
+    return tr("interrupted (the stop button or Ctrl-C): the remaining cases were not run")
 
 
 class Child:
@@ -155,14 +162,14 @@ def judge_in_child(ex, submission: Any, seed: int, cases: list, run_case: Callab
             except Silent:
                 why = ended_text(limit)
             except KeyboardInterrupt:              # the stop button, while the child works
-                why = INTERRUPTED_TEXT
+                why = interrupted_text()
             except ValueError:                     # not a message of ours: what ran there broke the pipe
-                why = DIED_TEXT
+                why = died_text()
             else:
                 try:
                     outcome = CaseResult(**message["case"])
                 except (TypeError, KeyError):      # None (it ended), or not a case's result
-                    why = DIED_TEXT
+                    why = died_text()
             if why is not None:
                 ended = True
                 outcome = CaseResult(case.label, case.hidden, False, why, stopped=True)

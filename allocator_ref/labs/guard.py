@@ -45,6 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..editions.messages import translator
+
+tr = translator("labs")
+
 TIME_LIMIT_S = 120.0          # per case; generous: the machine may be shared and slow
 OUTPUT_CAP = 2000             # characters of learner output kept per case
 SHOW_CAP = 200                # characters of a learner value shown in a message
@@ -240,8 +244,8 @@ def show(value: Any, cap: int = SHOW_CAP) -> str:
         if not isinstance(text, str):
             raise TypeError("__repr__ returned a non-string")
     except BaseException as exc:        # noqa: B036 -- a learner's __repr__ may do anything
-        text = f"<a {type(value).__name__} whose repr() raised {type(exc).__name__}>"
-    return text if len(text) <= cap else text[:cap] + f"... ({len(text)} characters)"
+        text = tr("<a {kind} whose repr() raised {error}>", kind=type(value).__name__, error=type(exc).__name__)
+    return text if len(text) <= cap else text[:cap] + tr("... ({n} characters)", n=len(text))
 
 
 def safe_str(exc: BaseException) -> str:
@@ -251,7 +255,7 @@ def safe_str(exc: BaseException) -> str:
         if not isinstance(text, str):
             raise TypeError
     except BaseException:               # noqa: B036
-        return f"<its message could not be printed: {type(exc).__name__}.__str__ raised>"
+        return tr("<its message could not be printed: {kind}.__str__ raised>", kind=type(exc).__name__)
     return text if len(text) <= 4 * SHOW_CAP else text[:4 * SHOW_CAP] + "..."
 
 

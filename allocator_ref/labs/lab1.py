@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import math
 
+from ..editions.messages import translator
 from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, observed, register, same, show
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
+later = translator("labs", later=True)  # marked now, said when shown (check.shown)
 
 
 def reference_measure(dev, nbytes, repeats=20, kernel_us=100.0):
@@ -69,40 +73,49 @@ def _measure_case(nbytes, repeats, kernel_us, profile, label):
         seen = observed(fn, run_measure, nbytes, repeats, kernel_us, profile)
         got = seen["figures"]
         if got is None:
-            raise Fail(f"measure returned {seen['shown']}; return a dict with direct_us, cached_us and ratio",
-                       "measure did not return a dict with direct_us, cached_us and ratio")
+            raise Fail(tr("measure returned {got}; return a dict with direct_us, cached_us and ratio",
+                          got=seen['shown']),
+                       tr("measure did not return a dict with direct_us, cached_us and ratio"))
         mallocs, syncs, kernels = seen["mallocs"], seen["syncs"], seen["kernels"]
         if mallocs < repeats:
-            raise Fail(f"the device saw {mallocs} cudaMalloc call(s) for {repeats} repeats: the direct loop must call "
-                       "dev.malloc and dev.free once per iteration (do not reuse one buffer)",
-                       "the device did not see one cudaMalloc per iteration of the direct loop")
+            raise Fail(tr("the device saw {mallocs} cudaMalloc call(s) for {repeats} repeats: the direct loop "
+                          "must call dev.malloc and dev.free once per iteration (do not reuse one buffer)",
+                          mallocs=mallocs, repeats=repeats),
+                       tr("the device did not see one cudaMalloc per iteration of the direct loop"))
         if syncs < repeats:
-            raise Fail(f"only {syncs} cudaFree synchronisation(s) for {repeats} iterations: free each buffer with "
-                       "dev.free inside the loop", "the direct loop did not cudaFree every buffer")
+            raise Fail(tr("only {syncs} cudaFree synchronisation(s) for {repeats} iterations: free each buffer "
+                          "with dev.free inside the loop",
+                          syncs=syncs, repeats=repeats),
+                       tr("the direct loop did not cudaFree every buffer"))
         if kernels < 2 * repeats:
-            raise Fail(f"the device ran {kernels} kernel(s): each iteration of both loops must launch the kernel that "
-                       "uses the buffer (dev.fill or dev.sleep)", "the loops did not launch a kernel per iteration")
+            raise Fail(tr("the device ran {kernels} kernel(s): each iteration of both loops must launch the "
+                          "kernel that uses the buffer (dev.fill or dev.sleep)",
+                          kernels=kernels),
+                       tr("the loops did not launch a kernel per iteration"))
         # Measured after the learner's code ran (in a graded check, in another process than it).
         ref = reference_measure(lab_device(profile), nbytes, repeats, kernel_us)
-        for key, words in (("direct_us", "host time per iteration of the cudaMalloc/cudaFree loop"),
-                           ("cached_us", "host time per iteration of the caching-allocator loop")):
+        for key, words in (("direct_us", tr("host time per iteration of the cudaMalloc/cudaFree loop")),
+                           ("cached_us", tr("host time per iteration of the caching-allocator loop"))):
             value = got[key]
             if type(value) not in (int, float) or not math.isclose(value, ref[key], rel_tol=0.15):
-                raise Fail(f"{key} = {value if type(value) is str else repr(value)}, but the device's clock gives "
-                           f"{ref[key]:.2f} us for the same loop "
-                           f"({fmt(nbytes)}, {repeats} repeats, {kernel_us:g} us kernels, {profile}): {words}, "
-                           "measured with dev.now_us() before and after the loop, divided by repeats",
-                           f"{key} is not consistent with the device's clock for this loop")
+                raise Fail(tr("{key} = {value}, but the device's clock gives {measured:.2f} us for the same loop "
+                              "({nbytes}, {repeats} repeats, {kernel_us:g} us kernels, {profile}): {words}, "
+                              "measured with dev.now_us() before and after the loop, divided by repeats",
+                              key=key, value=value if type(value) is str else repr(value), measured=ref[key],
+                              nbytes=fmt(nbytes), repeats=repeats, kernel_us=kernel_us, profile=profile, words=words),
+                           tr("{key} is not consistent with the device's clock for this loop",
+                              key=key))
         ratio = got["ratio"]
         if type(ratio) not in (int, float) or not math.isclose(ratio, got["direct_us"] / got["cached_us"], rel_tol=0.01):
-            raise Fail(f"ratio = {ratio if type(ratio) is str else repr(ratio)} is not direct_us / cached_us",
-                       "ratio is not direct_us / cached_us")
+            raise Fail(tr("ratio = {value} is not direct_us / cached_us",
+                          value=ratio if type(ratio) is str else repr(ratio)),
+                       tr("ratio is not direct_us / cached_us"))
     return Case(label, judge, data=(nbytes, repeats, kernel_us, profile))
 
 
 def _measure_public():
-    return [_measure_case(4 * MiB, 20, 100.0, "h100-80gb", "4 MiB, 20 repeats, 100 us kernels, H100 profile"),
-            _measure_case(64 * 1024, 10, 5.0, "t4-16gb", "64 KiB, 10 repeats, 5 us kernels, T4 profile")]
+    return [_measure_case(4 * MiB, 20, 100.0, "h100-80gb", tr("4 MiB, 20 repeats, 100 us kernels, H100 profile")),
+            _measure_case(64 * 1024, 10, 5.0, "t4-16gb", tr("64 KiB, 10 repeats, 5 us kernels, T4 profile"))]
 
 
 def _measure_hidden(rng):
@@ -111,16 +124,19 @@ def _measure_hidden(rng):
              rng.choice([512 * rng.randint(1, 2048), rng.randint(1, 64) * MiB])]
     kernels = [float(rng.choice([1, 10])), float(rng.choice([200, 1000])), float(rng.choice([1, 10, 50, 200, 1000]))]
     return [_measure_case(sizes[k], rng.randint(5, 30), kernels[k], rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"]),
-                          "a seeded size, repeat count, kernel length and profile") for k in range(3)]
+                          tr("a seeded size, repeat count, kernel length and profile")) for k in range(3)]
 
 
 register(Exercise(
-    id="lab1.measure", observed=True, lab=1, title="measure(dev, nbytes, repeats, kernel_us): cudaMalloc/cudaFree vs cached",
-    public=_measure_public, hidden=_measure_hidden, what="measure function",
-    nudge="Which loop did the device not see, or which figure is not per iteration of the device's own clock?",
-    hint="Loop 1: ptr = dev.malloc(nbytes); dev.fill(ptr, nbytes, 1); dev.sleep(None, kernel_us); dev.free(ptr). "
-         "Loop 2 with alloc = CachingAllocator(dev) (warm it with one malloc/free first): buf = alloc.malloc(nbytes); "
-         "the same two kernels on buf.ptr; alloc.free(buf). Time each loop with dev.now_us() and divide by repeats.",
+    id="lab1.measure", observed=True, lab=1, title=later("measure(dev, nbytes, repeats, kernel_us): "
+                                                         "cudaMalloc/cudaFree vs cached"),
+    public=_measure_public, hidden=_measure_hidden, what=later("measure function"),
+    nudge=later("Which loop did the device not see, or which figure is not per iteration of the device's own "
+                "clock?"),
+    hint=later("Loop 1: ptr = dev.malloc(nbytes); dev.fill(ptr, nbytes, 1); dev.sleep(None, kernel_us); "
+               "dev.free(ptr). Loop 2 with alloc = CachingAllocator(dev) (warm it with one malloc/free first): "
+               "buf = alloc.malloc(nbytes); the same two kernels on buf.ptr; alloc.free(buf). Time each loop "
+               "with dev.now_us() and divide by repeats."),
 ))
 
 
@@ -143,42 +159,46 @@ def _explain_case(profile, nbytes, kernel_us, label):
         expected, api, wait = expected_dominant(profile, nbytes, kernel_us)
         got = fn(lab_device(profile), nbytes, kernel_us)
         if not same(got, expected):
-            raise Fail(f"dominant_cost returned {show(got)}, expected {expected!r}: in 5 iterations the host spent "
-                       f"{api:.1f} us inside API calls and {wait:.1f} us waiting in cudaFree's implicit "
-                       f"synchronisation ({fmt(nbytes)}, {kernel_us:g} us kernels, {profile})",
-                       "your answer differs from what the device's counters show for this loop")
+            raise Fail(tr("dominant_cost returned {got}, expected {expected!r}: in 5 iterations the host spent "
+                          "{api:.1f} us inside API calls and {wait:.1f} us waiting in cudaFree's implicit "
+                          "synchronisation ({nbytes}, {kernel_us:g} us kernels, {profile})",
+                          got=show(got), expected=expected, api=api, wait=wait, nbytes=fmt(nbytes),
+                          kernel_us=kernel_us, profile=profile),
+                       tr("your answer differs from what the device's counters show for this loop"))
     return Case(label, judge, data=(profile, nbytes, kernel_us))
 
 
 def _explain_hidden(rng) -> list:
     cases = [_explain_case(rng.choice(["h100-80gb", "t4-16gb"]), rng.randint(1, 256) * MiB,
                            float(rng.choice(kernels)), label)
-             for kernels, label in (([0.5, 1, 2], "seeded size, short kernels"),
-                                    ([1000, 2000, 5000], "seeded size, long kernels"),
-                                    ([0.5, 2, 20, 100, 2000], "seeded size and kernel length"))]
+             for kernels, label in (([0.5, 1, 2], tr("seeded size, short kernels")),
+                                    ([1000, 2000, 5000], tr("seeded size, long kernels")),
+                                    ([0.5, 2, 20, 100, 2000], tr("seeded size and kernel length")))]
     # The same kernel length on the same device: cudaMalloc's cost grows with the size, so a large
     # buffer's loop is dominated by the API time while a small one's waits in cudaFree.
     profile, kernel_us = rng.choice(["h100-80gb", "t4-16gb"]), float(rng.choice([200, 300, 400]))
-    cases.append(_explain_case(profile, rng.randint(1, 8) * MiB, kernel_us, "a small buffer, mid-length kernels"))
+    cases.append(_explain_case(profile, rng.randint(1, 8) * MiB, kernel_us, tr("a small buffer, mid-length kernels")))
     cases.append(_explain_case(profile, rng.randint(256, 512) * MiB, kernel_us,
-                               "a large buffer, the same kernels"))
+                               tr("a large buffer, the same kernels")))
     return cases
 
 
 register(Exercise(
-    id="lab1.explain", pure=True, lab=1, title="dominant_cost(dev, nbytes, kernel_us): API time or cudaFree's sync?",
-    public=lambda: [_explain_case("h100-80gb", 4 * MiB, 500.0, "4 MiB, 500 us kernels"),
-                    _explain_case("h100-80gb", 4 * MiB, 1.0, "4 MiB, 1 us kernels")],
+    id="lab1.explain", pure=True, lab=1, title=later("dominant_cost(dev, nbytes, kernel_us): API time or "
+                                                     "cudaFree's sync?"),
+    public=lambda: [_explain_case("h100-80gb", 4 * MiB, 500.0, tr("4 MiB, 500 us kernels")),
+                    _explain_case("h100-80gb", 4 * MiB, 1.0, tr("4 MiB, 1 us kernels"))],
     # Kernel lengths from both sides of the balance (short: API time wins; long: the wait wins),
     # so an answer that is always the same, or measured where the wait is not counted, fails here too;
     # and one kernel length with two buffer sizes whose answers differ, so a rule on the kernel length
     # alone (one that never runs the loop) fails too.
     hidden=lambda rng: _explain_hidden(rng),
-    what="dominant_cost function",
-    nudge="Run the direct loop as the lab describes it (no extra synchronize) and look where the host's time goes: inside the API calls, or waiting in cudaFree.",
-    hint="Run the direct loop a few times on dev and compare dev.counters.api_time_us (host time inside API calls) "
-         "with dev.counters.implicit_sync_wait_us (host time waiting for the streams in cudaFree); read both before "
-         "and after. Return 'sync' when the waiting is larger, else 'api'.",
+    what=later("dominant_cost function"),
+    nudge=later("Run the direct loop as the lab describes it (no extra synchronize) and look where the host's "
+                "time goes: inside the API calls, or waiting in cudaFree."),
+    hint=later("Run the direct loop a few times on dev and compare dev.counters.api_time_us (host time inside "
+               "API calls) with dev.counters.implicit_sync_wait_us (host time waiting for the streams in "
+               "cudaFree); read both before and after. Return 'sync' when the waiting is larger, else 'api'."),
 ))
 
 

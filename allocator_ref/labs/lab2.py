@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 
+from ..editions.messages import translator
 from ..caching import AllocatorConfig
 from . import reference as ref_config
 from .reference import CachingAllocator
@@ -26,6 +27,9 @@ from ..caching.block import Block, BlockPool
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
 from .spec import Drawn, Edge, edges, function_exercise, seen_in_run
 from .workload import compare, random_workload
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
+later = translator("labs", later=True)  # marked now, said when shown (check.shown)
 
 DIV4 = "roundup_power2_divisions:4"
 
@@ -38,19 +42,26 @@ def _config(text: str) -> AllocatorConfig:
 def _round_reason(size: int, config_text: str, expected: int) -> str:
     cfg = _config(config_text)
     if size < 512:
-        return f"every request smaller than 512 B becomes one 512 B block, so round_size({size}) is 512"
+        return tr("every request smaller than 512 B becomes one 512 B block, so round_size({size}) is 512",
+                  size=size)
     div = cfg.divisions_for(size)
     if div > 1 and size > 512 * div:
         if expected == size:
-            return (f"with '{config_text}' the size {size} ({fmt(size)}) falls in a bucket with {div} divisions "
-                    "and already sits on one of its steps (or is a power of two), so it stays "
-                    f"{size}: round up, never add a whole step")
-        return (f"with '{config_text}' the size {size} ({fmt(size)}) falls in a bucket with {div} divisions: "
-                f"round up to the next of {div} equal steps between powers of two, giving {expected} ({fmt(expected)})")
+            return (tr("with '{config_text}' the size {size} ({size2}) falls in a bucket with {div} divisions "
+                       "and already sits on one of its steps (or is a power of two), so it stays {size}: round "
+                       "up, never add a whole step",
+                       config_text=config_text, size=size, size2=fmt(size), div=div))
+        return (tr("with '{config_text}' the size {size} ({size2}) falls in a bucket with {div} divisions: round "
+                   "up to the next of {div} equal steps between powers of two, giving {expected} ({expected2})",
+                   config_text=config_text, size=size, size2=fmt(size), div=div, expected=expected,
+                   expected2=fmt(expected)))
     if size % 512 == 0:
-        return f"{size} is already a multiple of 512, so it stays {size} (round up, never add a whole step)"
-    tail = f" (divisions do not apply: {size} <= 512 * {div})" if div > 1 else ""
-    return f"round up to the next multiple of 512 B: {size} -> {expected}{tail}"
+        return tr("{size} is already a multiple of 512, so it stays {size} (round up, never add a whole step)",
+                  size=size)
+    tail = tr(" (divisions do not apply: {size} <= 512 * {div})",
+              size=size, div=div) if div > 1 else ""
+    return tr("round up to the next multiple of 512 B: {size} -> {expected}{tail}",
+              size=size, expected=expected, tail=tail)
 
 
 def _size_fn_case(name: str, fn_ref, sizes, config_text: str, label: str, reason) -> Case:
@@ -60,25 +71,30 @@ def _size_fn_case(name: str, fn_ref, sizes, config_text: str, label: str, reason
             expected = fn_ref(size, _config(config_text))
             got = fn(size, cfg)
             if type(got) is not int:
-                raise Fail(f"{name}({size}) returned {show(got)}, a {type(got).__name__}: return an int number "
-                           "of bytes", f"your {name} returned a {type(got).__name__}, not an int")
+                raise Fail(tr("{name}({size}) returned {got}, a {got_type}: return an int number of bytes",
+                              name=name, size=size, got=show(got), got_type=type(got).__name__),
+                           tr("your {name} returned a {got_type}, not an int",
+                              name=name, got_type=type(got).__name__))
             if not same(got, expected):
-                raise Fail(f"{name}({size}) with config '{config_text or 'default'}' returned {show(got)}; "
-                           f"expected {expected}: {reason(size, config_text, expected)}",
-                           f"your {name} disagrees with the reference on a size in this range "
-                           f"(config '{config_text or 'default'}')")
+                raise Fail(tr("{name}({size}) with config '{config}' returned {got}; expected "
+                              "{expected}: {why}",
+                              name=name, size=size, config=config_text or 'default', got=show(got),
+                              expected=expected, why=reason(size, config_text, expected)),
+                           tr("your {name} disagrees with the reference on a size in this range (config "
+                              "'{config}')",
+                              name=name, config=config_text or 'default'))
     return Case(label, judge, data=(list(sizes), config_text))
 
 
 def _round_public():
     cases = [
-        _size_fn_case("round_size", ref_config.round_size, [1, 4, 511, 512], "", "tiny sizes (1, 4, 511, 512 B)", _round_reason),
+        _size_fn_case("round_size", ref_config.round_size, [1, 4, 511, 512], "", tr("tiny sizes (1, 4, 511, 512 B)"), _round_reason),
         _size_fn_case("round_size", ref_config.round_size, [513, 1000, 1024, 4096, 5000], "",
-                      "multiples of 512 and their neighbours", _round_reason),
+                      tr("multiples of 512 and their neighbours"), _round_reason),
         _size_fn_case("round_size", ref_config.round_size, [1 * MiB, 5 * MiB + 1, 12 * MiB + 1], "",
-                      "1 MiB, 5 MiB + 1, 12 MiB + 1", _round_reason),
+                      tr("1 MiB, 5 MiB + 1, 12 MiB + 1"), _round_reason),
         _size_fn_case("round_size", ref_config.round_size, [1200, 88_080_384, 3 * MiB + 7, 2 * MiB, 5 * MiB], DIV4,
-                      "roundup_power2_divisions:4 (1200 B, 84 MiB, 3 MiB + 7, 2 MiB, 5 MiB)", _round_reason),
+                      tr("roundup_power2_divisions:4 (1200 B, 84 MiB, 3 MiB + 7, 2 MiB, 5 MiB)"), _round_reason),
     ]
     return cases
 
@@ -103,10 +119,10 @@ def _round_hidden(rng: random.Random):
     cases = []
     div = rng.choice([2, 4, 8, 16])
     # The divisions case first: check()'s quick mode (CI's notebook runs) keeps the first two.
-    for label, lo, hi, conf in (("roundup_power2_divisions: random sizes and the rule's edges", MiB, 1 << 30,
+    for label, lo, hi, conf in ((tr("roundup_power2_divisions: random sizes and the rule's edges"), MiB, 1 << 30,
                                  f"roundup_power2_divisions:{div}"),
-                                ("random sizes below 1 MiB, default config", 1, MiB, ""),
-                                ("random sizes 1 MiB to 1 GiB, default config", MiB, 1 << 30, "")):
+                                (tr("random sizes below 1 MiB, default config"), 1, MiB, ""),
+                                (tr("random sizes 1 MiB to 1 GiB, default config"), MiB, 1 << 30, "")):
         sizes = [rng.randint(lo, hi) for _ in range(40)] + [512 * rng.randint(lo // 512 + 1, hi // 512)]
         if lo == 1:                                  # below 512 B, and 512 B itself
             sizes += [rng.randint(1, 511), 512]
@@ -114,8 +130,8 @@ def _round_hidden(rng: random.Random):
             sizes += _division_edges(rng, div)
         cases.append(_size_fn_case("round_size", ref_config.round_size, sizes, conf, label, _round_reason))
     ops = random_workload(rng, 60)
-    cases.append(Case("a seeded workload with your round_size plugged in",
-                      lambda fn, ops=ops: _plugged_compare(ops, what="your round_size", round_size=fn), data=ops))
+    cases.append(Case(tr("a seeded workload with your round_size plugged in"),
+                      lambda fn, ops=ops: _plugged_compare(ops, what=tr("your round_size"), round_size=fn), data=ops))
     return cases
 
 
@@ -127,51 +143,55 @@ def _public_workload():
 
 def _round_public_cases():
     cases = _round_public()
-    cases.append(Case("plugged into the allocator: a mixed workload (block sizes, segments, cudaMallocs)",
-                      lambda fn: _plugged_compare(_public_workload(), what="your round_size", round_size=fn)))
+    cases.append(Case(tr("plugged into the allocator: a mixed workload (block sizes, segments, cudaMallocs)"),
+                      lambda fn: _plugged_compare(_public_workload(), what=tr("your round_size"), round_size=fn)))
     return cases
 
 
 register(Exercise(
-    id="lab2.round_size", pure=True, lab=2, title="round_size(size, config): how big a block a request gets",
+    id="lab2.round_size", pure=True, lab=2, title=later("round_size(size, config): how big a block a request gets"),
     public=_round_public_cases, hidden=_round_hidden,
-    nudge='Look at the size named above: is it below 512 B, an exact multiple, or in a bucket where divisions apply?',
-    hint="Below 512 B the answer is 512. Otherwise round UP to a multiple of 512 (exact multiples stay). "
-         "Only when config.divisions_for(size) > 1 and size > 512 * divisions, round up to the next of "
-         "`divisions` equal steps between the two powers of two around size (powers of two stay).",
+    nudge=later("Look at the size named above: is it below 512 B, an exact multiple, or in a bucket where "
+                "divisions apply?"),
+    hint=later("Below 512 B the answer is 512. Otherwise round UP to a multiple of 512 (exact multiples stay). "
+               "Only when config.divisions_for(size) > 1 and size > 512 * divisions, round up to the next of "
+               "`divisions` equal steps between the two powers of two around size (powers of two stay)."),
 ))
 
 
 # ------------------------------------------------------------ get_allocation_size
 def _segment_reason(size: int, config_text: str, expected: int) -> str:
     if size <= MiB:
-        return f"{fmt(size)} is <= 1 MiB (small pool): small requests share 2 MiB segments"
+        return tr("{size} is <= 1 MiB (small pool): small requests share 2 MiB segments",
+                  size=fmt(size))
     if size < 10 * MiB:
-        return f"{fmt(size)} is between 1 MiB and 10 MiB: it gets a {fmt(expected)} segment (large_segment_size) to share"
-    return f"{fmt(size)} is >= 10 MiB: its segment is the size rounded up to a 2 MiB multiple, {fmt(expected)}"
+        return tr("{size} is between 1 MiB and 10 MiB: it gets a {expected} segment (large_segment_size) to share",
+                  size=fmt(size), expected=fmt(expected))
+    return tr("{size} is >= 10 MiB: its segment is the size rounded up to a 2 MiB multiple, {expected}",
+              size=fmt(size), expected=fmt(expected))
 
 
 def _seg_public():
     cases = [
         _size_fn_case("get_allocation_size", ref_config.get_allocation_size, [512, 4096, MiB - 512, MiB], "",
-                      "small-pool sizes up to exactly 1 MiB", _segment_reason),
+                      tr("small-pool sizes up to exactly 1 MiB"), _segment_reason),
         _size_fn_case("get_allocation_size", ref_config.get_allocation_size, [MiB + 512, 5 * MiB, 10 * MiB - 512], "",
-                      "1 MiB < size < 10 MiB", _segment_reason),
+                      tr("1 MiB < size < 10 MiB"), _segment_reason),
         _size_fn_case("get_allocation_size", ref_config.get_allocation_size, [10 * MiB, 12 * MiB + 512, 40 * MiB], "",
-                      "10 MiB and more (2 MiB multiples)", _segment_reason),
+                      tr("10 MiB and more (2 MiB multiples)"), _segment_reason),
         _size_fn_case("get_allocation_size", ref_config.get_allocation_size, [5 * MiB], "large_segment_size_mb:64",
                       "large_segment_size_mb:64 (5 MiB)", _segment_reason),
-        Case("plugged into the allocator: a mixed workload (segments, reserved bytes, cudaMallocs)",
-             lambda fn: _plugged_compare(_public_workload(), what="your get_allocation_size", get_allocation_size=fn)),
+        Case(tr("plugged into the allocator: a mixed workload (segments, reserved bytes, cudaMallocs)"),
+             lambda fn: _plugged_compare(_public_workload(), what=tr("your get_allocation_size"), get_allocation_size=fn)),
     ]
     return cases
 
 
 def _seg_hidden(rng: random.Random):
     cases = []
-    for label, lo, hi in (("random rounded sizes below 1 MiB", 1, 2048),
-                          ("random rounded sizes 1 to 10 MiB", 2049, 20480),
-                          ("random rounded sizes 10 MiB to 4 GiB", 20480, 8 << 20)):
+    for label, lo, hi in ((tr("random rounded sizes below 1 MiB"), 1, 2048),
+                          (tr("random rounded sizes 1 to 10 MiB"), 2049, 20480),
+                          (tr("random rounded sizes 10 MiB to 4 GiB"), 20480, 8 << 20)):
         sizes = [512 * rng.randint(lo, hi) for _ in range(40)] + [512 * lo, 512 * (hi - 1), 512 * hi]   # the edges
         # Mid-sized requests always meet a changed large_segment_size (a hard-coded 20 MiB shows there).
         conf = (f"large_segment_size_mb:{rng.choice([16, 32, 64])}" if lo == 2049
@@ -179,18 +199,20 @@ def _seg_hidden(rng: random.Random):
         cases.append(_size_fn_case("get_allocation_size", ref_config.get_allocation_size, sizes, conf, label,
                                    _segment_reason))
     ops = random_workload(rng, 60)
-    cases.append(Case("a seeded workload with your get_allocation_size plugged in",
-                      lambda fn, ops=ops: _plugged_compare(ops, what="your get_allocation_size",
+    cases.append(Case(tr("a seeded workload with your get_allocation_size plugged in"),
+                      lambda fn, ops=ops: _plugged_compare(ops, what=tr("your get_allocation_size"),
                                                            get_allocation_size=fn), data=ops))
     return cases
 
 
 register(Exercise(
-    id="lab2.get_allocation_size", pure=True, lab=2, title="get_allocation_size(size, config): how big a segment cudaMalloc gets",
+    id="lab2.get_allocation_size", pure=True, lab=2, title=later("get_allocation_size(size, config): how big a "
+                                                                 "segment cudaMalloc gets"),
     public=_seg_public, hidden=_seg_hidden,
-    nudge='Which of the three size ranges does the size above fall in, and is the boundary itself inside or outside it?',
-    hint="Three ranges of the ROUNDED size: <= 1 MiB -> 2 MiB; < 10 MiB -> config.large_segment_size "
-         "(20 MiB by default); otherwise round up to a multiple of 2 MiB.",
+    nudge=later("Which of the three size ranges does the size above fall in, and is the boundary itself inside "
+                "or outside it?"),
+    hint=later("Three ranges of the ROUNDED size: <= 1 MiB -> 2 MiB; < 10 MiB -> config.large_segment_size (20 "
+               "MiB by default); otherwise round up to a multiple of 2 MiB."),
 ))
 
 
@@ -203,17 +225,19 @@ def _block(size: int, small: bool) -> Block:
 def _split_reason(block_size, size, small, expandable, config_text, expected) -> str:
     cfg = _config(config_text)
     remaining = block_size - size
-    req = f"the {fmt(size)} request from a {fmt(block_size)} block"
-    must = "must split" if expected else "must not split"
+    req = tr("the {size} request from a {block} block", size=fmt(size), block=fmt(block_size))
+    must = tr("must split") if expected else tr("must not split")
     if small or expandable:
-        where = "small pool" if small else "an expandable segment"
-        cmp = ">=" if remaining >= 512 else "is not >="
-        return f"{req} ({where}) {must}: remaining {fmt(remaining)} {cmp} 512 B"
+        where = tr("small pool") if small else tr("an expandable segment")
+        cmp = ">=" if remaining >= 512 else tr("is not >=")
+        return tr("{request} ({where}) {must}: remaining {remaining} {compare} 512 B", request=req, where=where,
+                  must=must, remaining=fmt(remaining), compare=cmp)
     if size >= cfg.max_split_size:
-        return (f"{req} {must}: the request is oversize (>= max_split_size {fmt(cfg.max_split_size)}) "
-                "and oversize blocks are never split")
-    cmp = "is > 1 MiB" if remaining > MiB else "is not > 1 MiB"
-    return f"{req} {must}: remaining {fmt(remaining)} {cmp}"
+        return tr("{request} {must}: the request is oversize (>= max_split_size {max_split}) "
+                  "and oversize blocks are never split", request=req, must=must, max_split=fmt(cfg.max_split_size))
+    cmp = tr("is > 1 MiB") if remaining > MiB else tr("is not > 1 MiB")
+    return tr("{request} {must}: remaining {remaining} {compare}", request=req, must=must,
+              remaining=fmt(remaining), compare=cmp)
 
 
 def _split_reference(block_size, size, small, expandable, config_text) -> bool:
@@ -223,19 +247,20 @@ def _split_reference(block_size, size, small, expandable, config_text) -> bool:
 
 def _split_label(args) -> str:
     block_size, size, small, expandable, config_text = args
-    pool = "small pool" if small else ("expandable" if expandable else "large pool")
+    pool = tr("small pool") if small else (tr("expandable") if expandable else tr("large pool"))
     conf = f", {config_text}" if config_text else ""
-    return f"{fmt(block_size)} block, {fmt(size)} request ({pool}{conf})"
+    return tr("{block} block, {size} request ({pool}{config})", block=fmt(block_size), size=fmt(size), pool=pool,
+              config=conf)
 
 
 def _split_message(args, got, expected) -> tuple:
-    return (f"should_split returned {show(got)}: " + _split_reason(*args, expected),
-            "your should_split disagrees with the reference on a block of this kind")
+    return (tr("should_split returned {got}: ", got=show(got)) + _split_reason(*args, expected),
+            tr("your should_split disagrees with the reference on a block of this kind"))
 
 
 def _split_workload_case(label, ops, config=""):
     def judge(fn):
-        compare(ops, None, config=config, what="your should_split", plug={"should_split": fn})
+        compare(ops, None, config=config, what=tr("your should_split"), plug={"should_split": fn})
     return Case(label, judge, data=(ops, config))
 
 
@@ -253,8 +278,8 @@ _SPLIT_PUBLIC = [
 
 
 def _split_workloads():
-    return [_split_workload_case("plugged into the allocator: a mixed workload", _public_workload()),
-            _split_workload_case("plugged in, expandable_segments:True", _public_workload(), "expandable_segments:True")]
+    return [_split_workload_case(tr("plugged into the allocator: a mixed workload"), _public_workload()),
+            _split_workload_case(tr("plugged in, expandable_segments:True"), _public_workload(), "expandable_segments:True")]
 
 
 def _split_hidden(rng: random.Random):
@@ -265,43 +290,43 @@ def _split_hidden(rng: random.Random):
         edge = [MiB] if k == 0 else [MiB + 512] if k == 1 else [0, 512, MiB - 512, 512 * rng.randint(1, 4096)]
         size = block - rng.choice(edge)
         size = max(512, size)
-        drawn.append(Drawn((block, size, False, False, ""), "large pool, remainder near 1 MiB"))
+        drawn.append(Drawn((block, size, False, False, ""), tr("large pool, remainder near 1 MiB")))
     for k in range(3):
         block = 512 * rng.randint(2, 4096)
         # k=0: exactly 512 B left, the smallest remainder the small pool keeps (>= is not >); k=1: nothing left
         left = 512 if k == 0 else 0 if k == 1 else rng.choice([1024, 512 * rng.randint(0, 64)])
         size = max(512, block - left)
-        drawn.append(Drawn((block, size, True, False, ""), "small pool"))
+        drawn.append(Drawn((block, size, True, False, ""), tr("small pool")))
     for k in range(2):
         block = 512 * rng.randint(40960, 409600)
         # k=0: a 512 B remainder, which splits here though the large pool's rule would not
         left = 512 if k == 0 else 512 * rng.randint(1, 4000)
-        drawn.append(Drawn((block, block - left, False, True, ""), "expandable segment"))
+        drawn.append(Drawn((block, block - left, False, True, ""), tr("expandable segment")))
     ms = rng.choice([40, 64, 128])
     # The request exactly at max_split_size (oversize: `<` is not `<=`), one just below it (splits), one above.
     for size in (ms * MiB, ms * MiB - 512 * rng.randint(1, 2048), ms * MiB + 512 * rng.randint(1, 4096)):
         drawn.append(Drawn((ms * MiB * 2, size, False, False, f"max_split_size_mb:{ms}"),
-                           "max_split_size set, a request near it"))
+                           tr("max_split_size set, a request near it")))
     return drawn
 
 
 def _split_hidden_workload(rng: random.Random):
     """After the drawn inputs, from the same generator: a seeded workload with should_split plugged in."""
     conf = rng.choice(["", "max_split_size_mb:40", "expandable_segments:True"])
-    return [_split_workload_case("a seeded workload with your should_split plugged in", random_workload(rng, 60), conf)]
+    return [_split_workload_case(tr("a seeded workload with your should_split plugged in"), random_workload(rng, 60), conf)]
 
 
 function_exercise(
-    id="lab2.should_split", pure=True, lab=2, title="should_split(block, size, expandable_active, config)",
+    id="lab2.should_split", pure=True, lab=2, title=later("should_split(block, size, expandable_active, config)"),
     reference=_split_reference, public=_SPLIT_PUBLIC, hidden=_split_hidden, label=_split_label,
     # The learner's function gets a fresh Block of that size and pool, and the parsed config.
     call=lambda args: (_block(args[0], args[2]), args[1], args[3], _config(args[4])),
-    returns=(bool, "True or False"), message=_split_message,
+    returns=(bool, later("True or False")), message=_split_message,
     more_public=_split_workloads, more_hidden=_split_hidden_workload,
-    nudge='Which pool is the block in, and is the comparison with the remainder strict or not?',
-    hint="remaining = block.size - size. Small pool (block.pool.is_small) or expandable_active: split when "
-         "remaining >= 512. Large pool: split only when size < config.max_split_size AND remaining is "
-         "strictly more than 1 MiB (kSmallSize).",
+    nudge=later("Which pool is the block in, and is the comparison with the remainder strict or not?"),
+    hint=later("remaining = block.size - size. Small pool (block.pool.is_small) or expandable_active: split when "
+               "remaining >= 512. Large pool: split only when size < config.max_split_size AND remaining is "
+               "strictly more than 1 MiB (kSmallSize)."),
 )
 
 
@@ -344,18 +369,18 @@ def _merge_event_ops():
 
 def _merge_case(label, ops, config=""):
     def judge(fn):
-        compare(ops, None, config=config, what="your try_merge_blocks", plug={"try_merge_blocks": fn})
+        compare(ops, None, config=config, what=tr("your try_merge_blocks"), plug={"try_merge_blocks": fn})
     return Case(label, judge, data=(ops, config))
 
 
 def _merge_public():
     return [
-        _merge_case("free the middle, then the neighbours, in one 2 MiB segment and one 20 MiB segment",
+        _merge_case(tr("free the middle, then the neighbours, in one 2 MiB segment and one 20 MiB segment"),
                     _merge_public_ops()),
-        _merge_case("a free block before, after an allocated one: the links on both sides move",
+        _merge_case(tr("a free block before, after an allocated one: the links on both sides move"),
                     _merge_between_ops()),
-        _merge_case("a neighbour still waiting for another stream's event (record_stream)", _merge_event_ops()),
-        _merge_case("expandable_segments:True: merging inside one growing segment", _merge_public_ops(),
+        _merge_case(tr("a neighbour still waiting for another stream's event (record_stream)"), _merge_event_ops()),
+        _merge_case(tr("expandable_segments:True: merging inside one growing segment"), _merge_public_ops(),
                     "expandable_segments:True"),
     ]
 
@@ -382,26 +407,27 @@ def _seeded_stream_uses_ops(rng: random.Random):
 
 def _merge_hidden(rng: random.Random):
     return [
-        _merge_case("a seeded neighbour pending on another stream's event", _seeded_event_ops(rng)),
-        _merge_case("a seeded neighbour whose free is held back by a capture (stream uses, no event yet)",
+        _merge_case(tr("a seeded neighbour pending on another stream's event"), _seeded_event_ops(rng)),
+        _merge_case(tr("a seeded neighbour whose free is held back by a capture (stream uses, no event yet)"),
                     _seeded_stream_uses_ops(rng)),
-        _merge_case("a seeded workload, one stream", random_workload(rng, 80)),
-        _merge_case("a seeded workload, two streams with record_stream",
+        _merge_case(tr("a seeded workload, one stream"), random_workload(rng, 80)),
+        _merge_case(tr("a seeded workload, two streams with record_stream"),
                     random_workload(rng, 80, streams=2, events=True)),
-        _merge_case("a seeded workload, expandable_segments:True", random_workload(rng, 60),
+        _merge_case(tr("a seeded workload, expandable_segments:True"), random_workload(rng, 60),
                     "expandable_segments:True"),
     ]
 
 
 register(Exercise(
-    id="lab2.merge", observed=True, lab=2, title="try_merge_blocks(dst, src, pool): the merge on free",
+    id="lab2.merge", observed=True, lab=2, title=later("try_merge_blocks(dst, src, pool): the merge on free"),
     public=_merge_public, hidden=_merge_hidden,
-    nudge='Look at the neighbour named above: may it be absorbed right now, and is every link, pointer and pool entry updated when it is?',
-    hint="Return 0 (no merge) when src is None, allocated, has event_count > 0 or stream_uses, or its "
-         "mapped flag differs from dst's. Otherwise take src out of the pool (pool.remove, or "
-         "pool.remove_unmapped when not mapped), unlink it (if src is dst.prev: dst.ptr = src.ptr and "
-         "dst.prev = src.prev, fix the neighbour's next; else dst.next = src.next, fix its prev), "
-         "grow dst.size and return src.size.",
+    nudge=later("Look at the neighbour named above: may it be absorbed right now, and is every link, pointer and "
+                "pool entry updated when it is?"),
+    hint=later("Return 0 (no merge) when src is None, allocated, has event_count > 0 or stream_uses, or its "
+               "mapped flag differs from dst's. Otherwise take src out of the pool (pool.remove, or "
+               "pool.remove_unmapped when not mapped), unlink it (if src is dst.prev: dst.ptr = src.ptr and "
+               "dst.prev = src.prev, fix the neighbour's next; else dst.next = src.next, fix its prev), grow "
+               "dst.size and return src.size."),
 ))
 
 

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import random
 
+from ..editions.messages import translator
 from ..allocation import Allocation
 from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, fmt, lab_device, observed, register, show
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
+later = translator("labs", later=True)  # marked now, said when shown (check.shown)
 
 FILL = 0xEE
 
@@ -71,11 +75,12 @@ class CountingAllocator(CachingAllocator):
         probe = super().malloc(freed.size, stream=freed.stream)
         try:
             if probe.ptr < freed.ptr + freed.size and freed.ptr < probe.ptr + probe.size:
-                self.unordered_reuse = (
-                    f"you freed x at {self.device.now_us():.0f} us (simulated host time), but the side stream's "
-                    f"copy reads x until {reader[3]:.0f} us, and the allocator did not know: a request made right "
-                    f"after your free on x's stream got x's own block back (at {probe.ptr:#x}), so the next "
-                    "buffer of the program can be written while the side stream still reads x")
+                self.unordered_reuse = tr(
+                    "you freed x at {freed_at:.0f} us (simulated host time), but the side stream's copy reads x "
+                    "until {read_until:.0f} us, and the allocator did not know: a request made right after your "
+                    "free on x's stream got x's own block back (at {probe_ptr:#x}), so the next buffer of the "
+                    "program can be written while the side stream still reads x",
+                    freed_at=self.device.now_us(), read_until=reader[3], probe_ptr=probe.ptr)
         finally:
             super().free(probe)
 
@@ -169,104 +174,116 @@ def run_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int) -> di
     reference (the bytes, a leak, a host write, cudaFree) fails here; the timing goes back for the verdict."""
     data = random.Random(data_seed).randbytes(n)
     dev, alloc, out, elapsed = _timed(fn, profile, data, work_us)
-    what = f"{fmt(n)} of data, {work_us:g} us of work per stream, {profile}"
+    what = tr("{n} of data, {work_us:g} us of work per stream, {profile}", n=fmt(n), work_us=work_us,
+              profile=profile)
     if type(out) is not Allocation or out.allocator is not alloc:
-        raise Fail(f"your pipeline returned {show(out)}; it must return `out`, the Allocation the side stream "
-                   "copied into (from alloc.malloc)", "your pipeline did not return the output Allocation")
+        raise Fail(tr("your pipeline returned {out}; it must return `out`, the Allocation the side stream copied "
+                      "into (from alloc.malloc)",
+                      out=show(out)),
+                   tr("your pipeline did not return the output Allocation"))
     if out.freed or out.ptr == 0 or out.size < n:
-        raise Fail("the returned `out` was freed (or is too small): return it still allocated",
-                   "the returned output allocation was freed or too small")
+        raise Fail(tr("the returned `out` was freed (or is too small): return it still allocated"),
+                   tr("the returned output allocation was freed or too small"))
     into_out = [(p, k) for p, k in dev.host_writes if p < out.ptr + n and out.ptr < p + k]
     if into_out:
-        raise Fail(f"`out` was written from the host (dev.write at {into_out[0][0]:#x}, {fmt(into_out[0][1])}): "
-                   "the output must be what the side stream's copy of x produced on the device; the check "
-                   "judges what ran on the device, so a host write into `out` does not count",
-                   "the output was written from the host (dev.write into `out`), not copied on the device")
+        raise Fail(tr("`out` was written from the host (dev.write at {ptr:#x}, {size}): the "
+                      "output must be what the side stream's copy of x produced on the device; the check judges "
+                      "what ran on the device, so a host write into `out` does not count",
+                      ptr=into_out[0][0], size=fmt(into_out[0][1])),
+                   tr("the output was written from the host (dev.write into `out`), not copied on the device"))
     got = dev.read(out.ptr, n, stream=out.stream)
     if got != data:
         i = next(k for k in range(n) if got[k] != data[k])
         bad = sum(1 for k in range(0, n, max(1, n // 4096)) if got[k] != data[k]) / len(range(0, n, max(1, n // 4096)))
-        cause = (f"0x{FILL:02X} is what the default stream wrote into its next buffer: that buffer got x's memory "
-                 "back from the allocator while the side stream had not copied x yet"
-                 if got[i] == FILL else "the side stream read x at the wrong time")
-        raise Fail(f"corrupted output ({what}): byte {i} of `out` is 0x{got[i]:02X} but the input had "
-                   f"0x{data[i]:02X} (about {bad:.0%} of the bytes are wrong). {cause}.",
-                   "corrupted output: the bytes read back differ from the input (memory was reused too early)")
+        cause = (tr("0x{fill:02X} is what the default stream wrote into its next buffer: that buffer got x's "
+                    "memory back from the allocator while the side stream had not copied x yet", fill=FILL)
+                 if got[i] == FILL else tr("the side stream read x at the wrong time"))
+        raise Fail(tr("corrupted output ({what}): byte {i} of `out` is 0x{got_i:02X} but the input had "
+                      "0x{data_i:02X} (about {bad:.0%} of the bytes are wrong). {cause}.",
+                      what=what, i=i, got_i=got[i], data_i=data[i], bad=bad, cause=cause),
+                   tr("corrupted output: the bytes read back differ from the input (memory was reused too early)"))
     if alloc.unordered_reuse:
-        raise Fail(f"unordered reuse ({what}): the output is right this time, but only by the streams' timing: "
-                   f"{alloc.unordered_reuse}. Free x only once the side stream's copy has completed "
-                   "(wait for an event recorded after the copy), or tell the allocator with record_stream.",
-                   "unordered reuse: x was freed while the side stream's copy still read it, and the "
-                   "allocator handed x's block to the next request")
+        raise Fail(tr("unordered reuse ({what}): the output is right this time, but only by the streams' timing: "
+                      "{why}. Free x only once the side stream's copy has completed (wait for "
+                      "an event recorded after the copy), or tell the allocator with record_stream.",
+                      what=what, why=alloc.unordered_reuse),
+                   tr("unordered reuse: x was freed while the side stream's copy still read it, and the "
+                      "allocator handed x's block to the next request"))
     leaked = [a for a in alloc.live_allocations() if a is not out]
     if leaked:
-        raise Fail(f"leak: {len(leaked)} allocation(s) besides `out` are still allocated when your pipeline "
-                   f"returns ({', '.join(fmt(a.requested_size) for a in leaked)}): free x and tmp",
-                   "leak: allocations besides `out` are still allocated at the end")
+        raise Fail(tr("leak: {leaked} allocation(s) besides `out` are still allocated when your pipeline returns "
+                      "({value}): free x and tmp",
+                      leaked=len(leaked), value=', '.join((fmt(a.requested_size) for a in leaked))),
+                   tr("leak: allocations besides `out` are still allocated at the end"))
     if dev.counters.implicit_syncs:
-        raise Fail("your pipeline made cudaFree run (empty_cache() or a direct device free): cudaFree waits for "
-                   "every stream (an implicit device-wide synchronisation), which serialises the streams",
-                   "cudaFree was called during the pipeline (an implicit device-wide synchronisation)")
+        raise Fail(tr("your pipeline made cudaFree run (empty_cache() or a direct device free): cudaFree waits "
+                      "for every stream (an implicit device-wide synchronisation), which serialises the streams"),
+                   tr("cudaFree was called during the pipeline (an implicit device-wide synchronisation)"))
     return {"elapsed": float(elapsed), "record_stream_calls": int(alloc.record_stream_calls)}
 
 
 def judge_pipeline(fn, n: int, work_us: float, profile: str, data_seed: int, mode: str) -> None:
     seen = observed(fn, run_pipeline, n, work_us, profile, data_seed)
-    what = f"{fmt(n)} of data, {work_us:g} us of work per stream, {profile}"
+    what = tr("{n} of data, {work_us:g} us of work per stream, {profile}", n=fmt(n), work_us=work_us,
+              profile=profile)
     # The reference timings: measured after the learner's code ran (in a graded check, in another process).
     data = random.Random(data_seed).randbytes(n)
     _, _, _, t_ref = _timed(_reference_record_stream, profile, data, work_us)
     _, _, _, t_serial = _timed(_reference_serial, profile, data, work_us)
     limit = (t_ref + t_serial) / 2
     if seen["elapsed"] > limit:
-        raise Fail(f"correct bytes, but the streams were serialised ({what}): your program took {seen['elapsed']:.0f} us "
-                   f"of (simulated) device time; the version that synchronizes the device before the free takes "
-                   f"{t_serial:.0f} us and one that keeps both streams busy at once takes {t_ref:.0f} us. "
-                   "Do not make the default stream (or the host, for the whole device) wait for the side stream's "
-                   "work: only the reuse of x's memory has to wait.",
-                   "correct bytes, but the streams were serialised: the program took about as long as "
-                   "running the two streams one after the other")
+        raise Fail(tr("correct bytes, but the streams were serialised ({what}): your program took "
+                      "{seen_elapsed:.0f} us of (simulated) device time; the version that synchronizes the "
+                      "device before the free takes {t_serial:.0f} us and one that keeps both streams busy at "
+                      "once takes {t_ref:.0f} us. Do not make the default stream (or the host, for the whole "
+                      "device) wait for the side stream's work: only the reuse of x's memory has to wait.",
+                      what=what, seen_elapsed=seen['elapsed'], t_serial=t_serial, t_ref=t_ref),
+                   tr("correct bytes, but the streams were serialised: the program took about as long as running "
+                      "the two streams one after the other"))
     if mode == "record_stream" and seen["record_stream_calls"] == 0:
-        raise Fail("correct and overlapping, but this exercise is about record_stream: your pipeline never called "
-                   "alloc.record_stream(x, side)", "your pipeline did not call record_stream")
+        raise Fail(tr("correct and overlapping, but this exercise is about record_stream: your pipeline never "
+                      "called alloc.record_stream(x, side)"),
+                   tr("your pipeline did not call record_stream"))
     if mode == "event" and seen["record_stream_calls"]:
-        raise Fail("this exercise asks for the event fix: do it without alloc.record_stream (record an event on "
-                   "the side stream after the copy and free x only once it has completed)",
-                   "your event-based pipeline called record_stream")
+        raise Fail(tr("this exercise asks for the event fix: do it without alloc.record_stream (record an event "
+                      "on the side stream after the copy and free x only once it has completed)"),
+                   tr("your event-based pipeline called record_stream"))
 
 
 def _cases(mode, rng=None):
     if rng is None:
-        specs = [(4096, 1000, "h100-80gb", 1, "4 KiB (small pool), 1000 us of work"),
-                 (12 << 20, 1000, "h100-80gb", 2, "12 MiB (large pool), 1000 us of work"),
-                 (3 << 20, 400, "t4-16gb", 3, "3 MiB on a T4 profile, 400 us of work")]
+        specs = [(4096, 1000, "h100-80gb", 1, tr("4 KiB (small pool), 1000 us of work")),
+                 (12 << 20, 1000, "h100-80gb", 2, tr("12 MiB (large pool), 1000 us of work")),
+                 (3 << 20, 400, "t4-16gb", 3, tr("3 MiB on a T4 profile, 400 us of work"))]
     else:
         specs = []
         for k in range(3):
             n = [rng.randint(1, 1 << 20), rng.randint((1 << 20) + 1, 10 << 20), rng.randint(10 << 20, 40 << 20)][k]
             specs.append((n, rng.choice([200, 500, 1500, 3000]), rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"]),
-                          rng.randrange(1 << 30), ["a small", "a medium", "a large"][k % 3] + " buffer, seeded"))
+                          rng.randrange(1 << 30), [tr("a small buffer, seeded"), tr("a medium buffer, seeded"),
+                                                   tr("a large buffer, seeded")][k % 3]))
     return [Case(spec[4], (lambda fn, s=spec: judge_pipeline(fn, *s[:4], mode)), data=spec[:4])
             for spec in specs]
 
 
 register(Exercise(
-    id="lab3.record_stream", observed=True, lab=3, title="fix the race with record_stream (and keep the streams overlapping)",
+    id="lab3.record_stream", observed=True, lab=3, title=later("fix the race with record_stream (and keep the "
+                                                               "streams overlapping)"),
     public=lambda: _cases("record_stream"), hidden=lambda rng: _cases("record_stream", rng),
-    nudge='Who still reads x after the default stream frees it, and does the allocator know?',
-    hint="x is allocated on the default stream but read by the side stream. Before alloc.free(x), tell the "
-         "allocator about that use: alloc.record_stream(x, side). The free then waits (without blocking "
-         "anyone) for an event on the side stream before x's memory can be handed out again.",
+    nudge=later("Who still reads x after the default stream frees it, and does the allocator know?"),
+    hint=later("x is allocated on the default stream but read by the side stream. Before alloc.free(x), tell the "
+               "allocator about that use: alloc.record_stream(x, side). The free then waits (without blocking "
+               "anyone) for an event on the side stream before x's memory can be handed out again."),
 ))
 
 register(Exercise(
-    id="lab3.event", observed=True, lab=3, title="fix the race with an event instead (no record_stream)",
+    id="lab3.event", observed=True, lab=3, title=later("fix the race with an event instead (no record_stream)"),
     public=lambda: _cases("event"), hidden=lambda rng: _cases("event", rng),
-    nudge="Which wait is enough: the whole device, a stream, or just the side stream's copy?",
-    hint="Record an event on the side stream right after the copy (done = dev.create_event(); "
-         "done.record(side)). Queue the default stream's own work first, then let the host wait only for "
-         "that event (done.synchronize()) before alloc.free(x). Do not dev.synchronize() the whole device, "
-         "and do not make the default stream wait for the side stream before its own work.",
+    nudge=later("Which wait is enough: the whole device, a stream, or just the side stream's copy?"),
+    hint=later("Record an event on the side stream right after the copy (done = dev.create_event(); "
+               "done.record(side)). Queue the default stream's own work first, then let the host wait only for "
+               "that event (done.synchronize()) before alloc.free(x). Do not dev.synchronize() the whole device, "
+               "and do not make the default stream wait for the side stream before its own work."),
 ))
 
 

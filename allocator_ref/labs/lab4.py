@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import random
 
+from ..editions.messages import translator
 from ..caching import AllocatorConfig, OutOfMemoryError
 from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
+later = translator("labs", later=True)  # marked now, said when shown (check.shown)
 
 PROFILE = "tiny-1gb"
 
@@ -80,9 +84,11 @@ def expected_diagnosis(state: dict) -> dict:
     cause = "fragmentation" if usable >= state["request"] else "too much live memory"
     return {"reserved_but_unallocated": reserved - allocated,
             "largest_free_block": max(free_blocks, default=0), "cause": cause,
-            "_why": (f"{fmt(reserved - allocated)} is reserved but unallocated and the device has {fmt(device_free)} "
-                     f"free: {fmt(usable)} in all, {'enough' if cause == 'fragmentation' else 'not enough'} for the "
-                     f"{fmt(state['request'])} request")}
+            "_why": (tr("{reserved_allocated} is reserved but unallocated and the device has {device_free} free: "
+                        "{usable} in all, {value} for the {state_request} request",
+                        reserved_allocated=fmt(reserved - allocated), device_free=fmt(device_free),
+                        usable=fmt(usable), value=tr('enough') if cause == 'fragmentation' else tr('not enough'),
+                        state_request=fmt(state['request'])))}
 
 
 def _diagnose_case(ops, label, data=None, config=""):
@@ -92,18 +98,28 @@ def _diagnose_case(ops, label, data=None, config=""):
         expected = expected_diagnosis(state)
         got = fn(state["stats"], state["snapshot"], state["request"], state["device"].mem_get_info()[0])
         if type(got) is not dict:
-            raise Fail(f"diagnose returned {show(got)}; it must return a dict with the keys "
-                       "reserved_but_unallocated, largest_free_block, cause", "diagnose did not return a dict")
-        for key, words in (("reserved_but_unallocated", "reserved_bytes minus allocated_bytes (current, 'all' pool)"),
-                           ("largest_free_block", "the largest block whose state is 'inactive' in the snapshot's segments"),
+            raise Fail(tr("diagnose returned {got}; it must return a dict with the keys "
+                          "reserved_but_unallocated, largest_free_block, cause",
+                          got=show(got)),
+                       tr("diagnose did not return a dict"))
+        for key, words in (("reserved_but_unallocated", tr("reserved_bytes minus allocated_bytes (current, 'all' "
+                                                           "pool)")),
+                           ("largest_free_block", tr("the largest block whose state is 'inactive' in the "
+                                                     "snapshot's segments")),
                            ("cause", expected["_why"])):
             if key not in got:
-                raise Fail(f"diagnose's dict has no key {key!r}", f"diagnose's dict has no key {key!r}")
+                raise Fail(tr("diagnose's dict has no key {key!r}",
+                              key=key),
+                           tr("diagnose's dict has no key {key!r}",
+                              key=key))
             if not same(got[key], expected[key]):
                 shown = fmt(expected[key]) if isinstance(expected[key], int) else repr(expected[key])
-                raise Fail(f"at the OOM (op {state['failed_op']}, a {fmt(state['request'])} request): "
-                           f"{key} is {shown}, yours is {_show(got[key])}: {words}",
-                           f"your {key} differs from the value computed from the state at this OOM")
+                raise Fail(tr("at the OOM (op {state_failed_op}, a {state_request} request): {key} is {expected}, "
+                              "yours is {got}: {words}",
+                              state_failed_op=state['failed_op'], state_request=fmt(state['request']), key=key,
+                              expected=shown, got=_show(got[key]), words=words),
+                           tr("your {key} differs from the value computed from the state at this OOM",
+                              key=key))
     return Case(label, judge, data=data or (ops, config))
 
 
@@ -112,21 +128,23 @@ def _show(value) -> str:
 
 
 def _diagnose_public():
-    return [_diagnose_case(training_like_workload(), "the training-like workload (100 MiB / 30 MiB tensors)"),
-            _diagnose_case(too_big_workload(), "ten 100 MiB tensors on a 1 GiB device")]
+    return [_diagnose_case(training_like_workload(), tr("the training-like workload (100 MiB / 30 MiB tensors)")),
+            _diagnose_case(too_big_workload(), tr("ten 100 MiB tensors on a 1 GiB device"))]
 
 
 def _diagnose_hidden(rng):
-    cases = [_diagnose_case(_device_free_workload(rng), "a seeded workload: fragmented, the device still has room"),
-             _diagnose_case(_seeded_workload(rng), "a seeded training-like workload"),
-             _diagnose_case(_cached_cover_workload(rng), "a seeded workload: fragmented, enough cached bytes"),
-             _diagnose_case(_exact_fit_workload(rng), "a seeded workload: the free bytes exactly cover the request"),
-             _diagnose_case(_expandable_workload(rng), "a seeded workload with expandable_segments:True",
+    cases = [_diagnose_case(_device_free_workload(rng), tr("a seeded workload: fragmented, the device still has "
+                                                           "room")),
+             _diagnose_case(_seeded_workload(rng), tr("a seeded training-like workload")),
+             _diagnose_case(_cached_cover_workload(rng), tr("a seeded workload: fragmented, enough cached bytes")),
+             _diagnose_case(_exact_fit_workload(rng), tr("a seeded workload: the free bytes exactly cover the "
+                                                         "request")),
+             _diagnose_case(_expandable_workload(rng), tr("a seeded workload with expandable_segments:True"),
                             config="expandable_segments:True")]
     size = rng.randint(60, 200) * MiB
-    cases.append(_diagnose_case(too_big_workload(size, 960 * MiB // size + 1), "a seeded workload too big for the device"))
-    cases.append(_diagnose_case(_small_free_workload(rng), "a seeded workload: every large block in use, free "
-                                                           "blocks only in a small-pool segment"))
+    cases.append(_diagnose_case(too_big_workload(size, 960 * MiB // size + 1), tr("a seeded workload too big for the device")))
+    cases.append(_diagnose_case(_small_free_workload(rng), tr("a seeded workload: every large block in use, free "
+                                                              "blocks only in a small-pool segment")))
     return cases
 
 
@@ -144,13 +162,16 @@ def _small_free_workload(rng: random.Random) -> list:
 
 
 register(Exercise(
-    id="lab4.diagnose", pure=True, lab=4, title="diagnose(stats, snapshot, request, device_free): why did it run out of memory?",
-    public=_diagnose_public, hidden=_diagnose_hidden, what="diagnose function",
-    nudge="Which bytes could serve the request if they were in one piece: the cached ones only, or the device's free ones too?",
-    hint="reserved_but_unallocated = stats['reserved_bytes.all.current'] - stats['allocated_bytes.all.current']; "
-         "largest_free_block = max size of the blocks with state 'inactive' over snapshot['segments']; the cause is "
-         "fragmentation when reserved-but-unallocated bytes plus the device's free bytes would cover the request "
-         "(the memory exists, not in one piece), else too much live memory.",
+    id="lab4.diagnose", pure=True, lab=4, title=later("diagnose(stats, snapshot, request, device_free): why did "
+                                                      "it run out of memory?"),
+    public=_diagnose_public, hidden=_diagnose_hidden, what=later("diagnose function"),
+    nudge=later("Which bytes could serve the request if they were in one piece: the cached ones only, or the "
+                "device's free ones too?"),
+    hint=later("reserved_but_unallocated = stats['reserved_bytes.all.current'] - "
+               "stats['allocated_bytes.all.current']; largest_free_block = max size of the blocks with state "
+               "'inactive' over snapshot['segments']; the cause is fragmentation when reserved-but-unallocated "
+               "bytes plus the device's free bytes would cover the request (the memory exists, not in one "
+               "piece), else too much live memory."),
 ))
 
 
@@ -228,28 +249,37 @@ def _config_case(ops, label):
     def judge(fn):
         text = fn()
         if not isinstance(text, str):
-            raise Fail(f"choose_config() returned {text!r}; return a PYTORCH_CUDA_ALLOC_CONF string such as "
-                       "'max_split_size_mb:128'", "choose_config() did not return a string")
+            raise Fail(tr("choose_config() returned {text!r}; return a PYTORCH_CUDA_ALLOC_CONF string such as "
+                          "'max_split_size_mb:128'",
+                          text=text),
+                       tr("choose_config() did not return a string"))
         name, sep, value = text.partition("=")
         if sep and name.strip() == "PYTORCH_CUDA_ALLOC_CONF":
-            raise Fail(f"choose_config() returned the whole environment line {text!r}: return only its value, "
-                       f"{value.strip()!r} (what you would put after PYTORCH_CUDA_ALLOC_CONF=)",
-                       "choose_config() returned a whole PYTORCH_CUDA_ALLOC_CONF=... line, not its value",
-                       hint="the option itself may be right: return only the part after the = sign.")
+            raise Fail(tr("choose_config() returned the whole environment line {text!r}: return only its value, "
+                          "{value!r} (what you would put after PYTORCH_CUDA_ALLOC_CONF=)",
+                          text=text, value=value.strip()),
+                       tr("choose_config() returned a whole PYTORCH_CUDA_ALLOC_CONF=... line, not its value"),
+                       hint=tr("the option itself may be right: return only the part after the = sign."))
         try:
             AllocatorConfig.parse(text)
         except ValueError as exc:
-            raise Fail(f"the config {text!r} is not valid: {exc}", f"the config is not valid: {exc}",
-                       hint="fix the syntax first: comma-separated key:value pairs, as PyTorch parses "
-                            "PYTORCH_CUDA_ALLOC_CONF; the error above names the part it could not read.") from None
+            raise Fail(tr("the config {text!r} is not valid: {exc}",
+                          text=text, exc=exc),
+                       tr("the config is not valid: {exc}",
+                          exc=exc),
+                       hint=tr("fix the syntax first: comma-separated key:value pairs, as PyTorch parses "
+                               "PYTORCH_CUDA_ALLOC_CONF; the error above names the part it could not read.")) from None
         state = run_until_oom(ops, text)
         if not state["ok"]:
             st = state["stats"]
             reserved, allocated = st["reserved_bytes.all.current"], st["allocated_bytes.all.current"]
-            raise Fail(f"with {text!r} the workload still runs out of memory at op {state['failed_op']} "
-                       f"(a {fmt(state['request'])} request): {fmt(reserved)} reserved, {fmt(allocated)} allocated, "
-                       f"{fmt(reserved - allocated)} reserved but unallocated",
-                       f"with your config a seeded variant of the workload still runs out of memory")
+            raise Fail(tr("with {text!r} the workload still runs out of memory at op {state_failed_op} (a "
+                          "{state_request} request): {reserved} reserved, {allocated} allocated, "
+                          "{reserved_allocated} reserved but unallocated",
+                          text=text, state_failed_op=state['failed_op'], state_request=fmt(state['request']),
+                          reserved=fmt(reserved), allocated=fmt(allocated),
+                          reserved_allocated=fmt(reserved - allocated)),
+                       tr("with your config a seeded variant of the workload still runs out of memory"))
         peak = state["stats"]["reserved_bytes.all.peak"]
         capacity = state["device"].info.total_memory - state["device"].info.context_reserve
         assert peak <= capacity
@@ -257,16 +287,17 @@ def _config_case(ops, label):
 
 
 register(Exercise(
-    id="lab4.config", pure=True, lab=4, title="choose_config(): the PYTORCH_CUDA_ALLOC_CONF that makes it fit",
-    public=lambda: [_config_case(training_like_workload(), "the training-like workload on tiny-1gb")],
-    hidden=lambda rng: [_config_case(_seeded_workload(rng), "a seeded variant (other tensor sizes)") for _ in range(2)],
-    what="choose_config function",
-    nudge='Which option stops the big cached blocks from being carved up by the medium requests?',
-    hint="The medium buffers are carved out of cached big blocks (best fit splits them), and a split segment is "
-         "never returned to the device. Either stop big blocks from being split for smaller requests "
-         "(max_split_size_mb: blocks at least that big are never split and never handed to smaller requests; "
-         "pick a value between the medium and the big sizes), or let the allocator grow one segment page by page "
-         "and unmap free pages (expandable_segments:True).",
+    id="lab4.config", pure=True, lab=4, title=later("choose_config(): the PYTORCH_CUDA_ALLOC_CONF that makes it "
+                                                    "fit"),
+    public=lambda: [_config_case(training_like_workload(), tr("the training-like workload on tiny-1gb"))],
+    hidden=lambda rng: [_config_case(_seeded_workload(rng), tr("a seeded variant (other tensor sizes)")) for _ in range(2)],
+    what=later("choose_config function"),
+    nudge=later("Which option stops the big cached blocks from being carved up by the medium requests?"),
+    hint=later("The medium buffers are carved out of cached big blocks (best fit splits them), and a split "
+               "segment is never returned to the device. Either stop big blocks from being split for smaller "
+               "requests (max_split_size_mb: blocks at least that big are never split and never handed to "
+               "smaller requests; pick a value between the medium and the big sizes), or let the allocator grow "
+               "one segment page by page and unmap free pages (expandable_segments:True)."),
 ))
 
 

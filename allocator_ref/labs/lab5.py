@@ -26,11 +26,15 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from ..editions.messages import translator
 from ..device import CudaError
 from ..device.sim import SimDevice
 from ..vmm import GrowableBuffer
 from .check import Case, Exercise, Fail, MiB, fmt, observed, register
 from .guard import show
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
+later = translator("labs", later=True)  # marked now, said when shown (check.shown)
 
 VMM_CALLS = ("address_reserve", "address_free", "mem_create", "mem_release", "mem_map", "mem_unmap",
              "mem_set_access")
@@ -102,35 +106,42 @@ def run_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed:
     expected value needed (``stop``: the step, the stage of that step and the explanation), or None.
     ``judge_buffer`` reads them in order next to the reference's steps."""
     if not isinstance(cls, type):
-        raise Fail(f"check() needs your class itself (e.g. check('lab5.growable_buffer', Buffer)), got "
-                   f"{type(cls).__name__}", "check() needs your class itself")
+        raise Fail(tr("check() needs your class itself (e.g. check('lab5.growable_buffer', Buffer)), got "
+                      "{cls_type}",
+                      cls_type=type(cls).__name__),
+                   tr("check() needs your class itself"))
     dev = VmmLogDevice(profile, g)
     g = dev.vmm_granularity()
     rng = random.Random(data_seed)
-    where = f"max_size {fmt(max_size)}, granularity {fmt(g)}, grows {[fmt(n) for n in grows]}"
+    where = tr("max_size {max_size}, granularity {g}, grows {grows}",
+               max_size=fmt(max_size), g=fmt(g), grows=[fmt(n) for n in grows])
     free0 = dev.mem_get_info()[0]
 
     buf = cls(dev, max_size)
     reserves = _calls(dev.log, ("address_reserve",))
     if len(reserves) != 1:
-        raise Fail(f"__init__ must reserve one virtual range with dev.address_reserve; it made "
-                   f"{len(reserves)} reservation(s) ({where})",
-                   "__init__ did not reserve exactly one virtual range")
+        raise Fail(tr("__init__ must reserve one virtual range with dev.address_reserve; it made {reserves} "
+                      "reservation(s) ({where})",
+                      reserves=len(reserves), where=where),
+                   tr("__init__ did not reserve exactly one virtual range"))
     _, (reserved, *_), start = reserves[0]
     if reserved < max_size:
-        raise Fail(f"__init__ reserved {fmt(reserved)} of addresses for max_size {fmt(max_size)}: reserve "
-                   f"max_size rounded up to the granularity ({fmt(_pages(max_size, g))})",
-                   "__init__ reserved fewer addresses than max_size")
+        raise Fail(tr("__init__ reserved {reserved} of addresses for max_size {max_size}: reserve max_size "
+                      "rounded up to the granularity ({pages_max_size_g})",
+                      reserved=fmt(reserved), max_size=fmt(max_size), pages_max_size_g=fmt(_pages(max_size, g))),
+                   tr("__init__ reserved fewer addresses than max_size"))
     created = sum(c[1][0] for c in _calls(dev.log, ("mem_create",)))
     if created or _mapped_in(dev, start, reserved):
-        raise Fail(f"__init__ mapped the whole range up front: it created {fmt(created)} of physical memory "
-                   f"before any grow() asked for it ({where}). Reserving addresses costs no memory; "
-                   "create and map pages only when grow() needs them.",
-                   "__init__ mapped the whole range up front (created physical memory before any grow())")
+        raise Fail(tr("__init__ mapped the whole range up front: it created {created} of physical memory before "
+                      "any grow() asked for it ({where}). Reserving addresses costs no memory; create and map "
+                      "pages only when grow() needs them.",
+                      created=fmt(created), where=where),
+                   tr("__init__ mapped the whole range up front (created physical memory before any grow())"))
     if getattr(buf, "ptr", None) != start:
-        raise Fail(f"buf.ptr is {show(getattr(buf, 'ptr', None))}; it must be the start of your reservation "
-                   f"({start:#x}, what dev.address_reserve returned)",
-                   "buf.ptr is not the start of the reservation")
+        raise Fail(tr("buf.ptr is {ptr}; it must be the start of your reservation ({start:#x}, "
+                      "what dev.address_reserve returned)",
+                      ptr=show(getattr(buf, 'ptr', None)), start=start),
+                   tr("buf.ptr is not the start of the reservation"))
 
     steps: list = []
     seen = {"reserved": reserved, "steps": steps, "stop": None}
@@ -141,45 +152,51 @@ def run_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed:
             calls0 = dev.counters.vmm_calls
             buf.grow(n)
             new = dev.log[mark:]
-            step = f"grow({fmt(n)}) after {fmt(len(shadow))} in use ({where})"
+            step = tr("grow({n}) after {len_shadow} in use ({where})",
+                      n=fmt(n), len_shadow=fmt(len(shadow)), where=where)
             now = _mapped_in(dev, start, reserved)
             held = dev.vmm_physical_bytes()
             steps.append({"step": step, "undone": len(_calls(new, ("mem_unmap", "mem_release"))),
                           "made": sum(c[1][0] for c in _calls(new, ("mem_create",))), "held": held, "now": now,
                           "used": dev.counters.vmm_calls - calls0})
             if buf.ptr != start or _calls(new, ("address_reserve", "address_free")):
-                raise _Stop("moved", f"{step}: the address changed (or the range was reserved again). A growable "
-                            "buffer keeps its one reservation: only map pages at its end.",
-                            "the buffer's address changed while growing")
+                raise _Stop("moved", tr("{step}: the address changed (or the range was reserved again). A "
+                                        "growable buffer keeps its one reservation: only map pages at its end.",
+                                        step=step),
+                            tr("the buffer's address changed while growing"))
             if held != now:
-                raise _Stop("mapped", f"{step}: the device holds {fmt(held)} of physical memory but only {fmt(now)} "
-                            "is mapped: a handle was created and never mapped (or never released)",
-                            "physical memory was created that is not mapped (a leaked handle)")
+                raise _Stop("mapped", tr("{step}: the device holds {held} of physical memory but only {now} is "
+                                         "mapped: a handle was created and never mapped (or never released)",
+                                         step=step, held=fmt(held), now=fmt(now)),
+                            tr("physical memory was created that is not mapped (a leaked handle)"))
             # The new bytes become usable: write them (fails on pages without access rights).
             extra = rng.randbytes(max(0, n - len(shadow)))
             if extra:
                 try:
                     dev.write(start + len(shadow), extra)
                 except CudaError as e:
-                    grant = " Call dev.mem_set_access(ptr, size) after dev.mem_map." if "access" in str(e) else ""
-                    raise _Stop("used", f"{step}: writing the new bytes failed: {e}.{grant}",
-                                "the new bytes cannot be written" +
+                    grant = tr(" Call dev.mem_set_access(ptr, size) after dev.mem_map.") if "access" in str(e) else ""
+                    raise _Stop("used", tr("{step}: writing the new bytes failed: {e}.{grant}",
+                                           step=step, e=e, grant=grant),
+                                tr("the new bytes cannot be written") +
                                 (" (mapped without mem_set_access)" if grant else "")) from None
                 shadow += extra
             got = dev.read(start, len(shadow)) if shadow else b""
             if got != bytes(shadow):
                 i = next(k for k in range(len(shadow)) if got[k] != shadow[k])
-                raise _Stop("used", f"{step}: byte {i} changed (0x{shadow[i]:02X} was written, 0x{got[i]:02X} reads "
-                            "back): the bytes written before a growth must stay where they are",
-                            "bytes written before the growth were lost")
+                raise _Stop("used", tr("{step}: byte {i} changed (0x{shadow_i:02X} was written, 0x{got_i:02X} "
+                                       "reads back): the bytes written before a growth must stay where they are",
+                                       step=step, i=i, shadow_i=shadow[i], got_i=got[i]),
+                            tr("bytes written before the growth were lost"))
             if now < reserved:
                 try:
                     dev.write(start + now, b"\x01")
                 except CudaError:
                     pass
                 else:
-                    raise _Stop("used", f"{step}: writing one byte past the mapped end ({fmt(now)}) succeeded: "
-                                "only mapped pages may be usable", "writing past the mapped end succeeded")
+                    raise _Stop("used", tr("{step}: writing one byte past the mapped end ({now}) succeeded: only "
+                                           "mapped pages may be usable",
+                                           step=step, now=fmt(now)), tr("writing past the mapped end succeeded"))
         mapped = _mapped_in(dev, start, reserved)
 
         # Misuse: growing past the reservation must raise and change nothing on the device.
@@ -190,16 +207,19 @@ def run_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed:
         except Exception:
             pass
         else:
-            raise _Stop("end", f"grow({fmt(reserved)} + 1 B) past the {fmt(reserved)} reservation returned without "
-                        f"an error ({where}): it must raise (e.g. ValueError)",
-                        "growing past the reservation did not raise")
+            raise _Stop("end", tr("grow({reserved} + 1 B) past the {reserved} reservation returned without an "
+                                  "error ({where}): it must raise (e.g. ValueError)",
+                                  reserved=fmt(reserved), where=where),
+                        tr("growing past the reservation did not raise"))
         if dev.vmm_physical_bytes() != held or _mapped_in(dev, start, reserved) != mapped:
             creates = len(_calls(dev.log[mark:], ("mem_create",)))
-            raise _Stop("end", f"grow({fmt(reserved)} + 1 B) past the {fmt(reserved)} reservation raised but leaked "
-                        f"physical memory: the device now holds {fmt(dev.vmm_physical_bytes() - held)} more than "
-                        f"before it ({creates} mem_create call(s) before the error; {where}). Check the size (and "
-                        "raise ValueError) before any device call.",
-                        "growing past the reservation raised but leaked physical memory")
+            raise _Stop("end", tr("grow({reserved} + 1 B) past the {reserved} reservation raised but leaked "
+                                  "physical memory: the device now holds {value} more than before it ({creates} "
+                                  "mem_create call(s) before the error; {where}). Check the size (and raise "
+                                  "ValueError) before any device call.",
+                                  reserved=fmt(reserved), value=fmt(dev.vmm_physical_bytes() - held),
+                                  creates=creates, where=where),
+                        tr("growing past the reservation raised but leaked physical memory"))
 
         buf.close()
         free1 = dev.mem_get_info()[0]
@@ -211,10 +231,12 @@ def run_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_seed:
         if dev._reservations:
             left.append(f"{len(dev._reservations)} reservation(s) (address_free)")
         if free1 != free0 or left:
-            raise _Stop("end", f"leak after close(): mem_get_info reports {fmt(free0 - free1)} less free memory "
-                        f"than before the buffer ({where}); still held: {', '.join(left) or 'memory'}. close() "
-                        "must unmap every page, release every handle and free the range.",
-                        "leak after close(): the device did not get everything back")
+            raise _Stop("end", tr("leak after close(): mem_get_info reports {missing} less free memory than "
+                                  "before the buffer ({where}); still held: {held}. close() must "
+                                  "unmap every page, release every handle and free the range.",
+                                  missing=fmt(free0 - free1), where=where,
+                                  held=', '.join(left) or 'memory'),
+                        tr("leak after close(): the device did not get everything back"))
     except _Stop as stop:
         seen["stop"] = {"at": len(steps) - 1 if stop.stage != "end" else len(steps), "stage": stop.stage,
                         "message": stop.message, "safe": stop.safe}
@@ -241,25 +263,30 @@ def judge_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_see
         stopped(i, "moved")
         if rec["undone"] or made > ref_mapped - mapped:
             leaked = held - now
-            leak = (f" The old handles were never released: a leak of {fmt(leaked)} (the device still holds "
-                    f"{fmt(held)} of physical memory for {fmt(now)} mapped)." if leaked > 0 else "")
-            raise Fail(f"{step}: re-created pages that were already mapped: it created {fmt(made)} of physical "
-                       f"memory (mem_create) and unmapped {rec['undone']} time(s), but only "
-                       f"{fmt(ref_mapped - mapped)} of new pages were missing.{leak} Keep the pages you "
-                       "have; map new ones after them.",
-                       "grow() re-created pages that were already mapped" +
-                       (" and leaked the old handles (never released)" if leaked > 0 else ""))
+            leak = (tr(" The old handles were never released: a leak of {leaked} (the device still holds "
+                       "{held} of physical memory for {mapped} mapped).", leaked=fmt(leaked), held=fmt(held),
+                       mapped=fmt(now)) if leaked > 0 else "")
+            raise Fail(tr("{step}: re-created pages that were already mapped: it created {made} of physical "
+                          "memory (mem_create) and unmapped {unmaps} time(s), but only {missing} "
+                          "of new pages were missing.{leak} Keep the pages you have; map new ones after them.",
+                          step=step, made=fmt(made), unmaps=rec['undone'],
+                          missing=fmt(ref_mapped - mapped), leak=leak),
+                       tr("grow() re-created pages that were already mapped and leaked the old handles "
+                          "(never released)") if leaked > 0 else tr("grow() re-created pages that were already mapped"))
         if now != ref_mapped:
             more = now > ref_mapped
-            raise Fail(f"{step}: {fmt(now)} is mapped in your range; it needs exactly {fmt(ref_mapped)} "
-                       f"({'the pages already mapped' if ref_mapped == mapped else fmt(n) + ' rounded up to ' + fmt(g) + ' pages'})"
-                       + (": map only the pages grow() needs" if more else ""),
-                       "grow() mapped more pages than needed" if more else "grow() mapped fewer pages than needed")
+            why = (tr("the pages already mapped") if ref_mapped == mapped
+                   else tr("{size} rounded up to {page} pages", size=fmt(n), page=fmt(g)))
+            raise Fail(tr("{step}: {mapped} is mapped in your range; it needs exactly {needed} ({why})",
+                          step=step, mapped=fmt(now), needed=fmt(ref_mapped), why=why)
+                       + (tr(": map only the pages grow() needs") if more else ""),
+                       tr("grow() mapped more pages than needed") if more else tr("grow() mapped fewer pages than needed"))
         stopped(i, "mapped")
         if rec["used"] > ref_calls:
-            raise Fail(f"{step}: {rec['used']} VMM calls; the reference makes {ref_calls} (create, map and grant "
-                       "each new page once, nothing for pages already mapped)",
-                       "grow() made more VMM calls than needed")
+            raise Fail(tr("{step}: {calls} VMM calls; the reference makes {ref_calls} (create, map and grant "
+                          "each new page once, nothing for pages already mapped)",
+                          step=step, calls=rec['used'], ref_calls=ref_calls),
+                       tr("grow() made more VMM calls than needed"))
         stopped(i, "used")
         mapped = now
     stopped(len(seen["steps"]), "end")
@@ -268,11 +295,11 @@ def judge_buffer(cls, max_size: int, grows: list, profile: str, g: int, data_see
 PUBLIC = [
     # (max_size, grows, profile, granularity, data seed, label)
     (64 * MiB, [3 * MiB, 3 * MiB + 1, 9 * MiB], "h100-80gb", 0, 1,
-     "64 MiB range; grow to 3 MiB, by one byte, to 9 MiB"),
+     later("64 MiB range; grow to 3 MiB, by one byte, to 9 MiB")),
     (16 * MiB, [1, 2 * MiB, 2 * MiB + 100, 16 * MiB], "tiny-1gb", 0, 2,
-     "16 MiB range grown to the full reservation"),
+     later("16 MiB range grown to the full reservation")),
     (40 * MiB, [10 * MiB, 5 * MiB, 13 * MiB], "h100-80gb", 4 * MiB, 3,
-     "granularity 4 MiB; a smaller grow maps nothing"),
+     later("granularity 4 MiB; a smaller grow maps nothing")),
 ]
 
 
@@ -298,20 +325,22 @@ def _cases(rng=None):
             if k == 1:                           # the whole reservation
                 grows.append(reserved)
             specs.append((max_size, grows, rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"]), g,
-                          rng.randrange(1 << 30), f"seeded growth sequence ({len(grows)} grows)"))
+                          rng.randrange(1 << 30), tr("seeded growth sequence ({grows} grows)",
+                                                     grows=len(grows))))
     return [Case(s[5], (lambda cls, s=s: judge_buffer(cls, *s[:5])), data=s[:5]) for s in specs]
 
 
 register(Exercise(
     id="lab5.growable_buffer", observed=True, lab=5,
-    title="a growable buffer: reserve once, map pages on demand, release everything",
-    public=lambda: _cases(), hidden=lambda rng: _cases(rng), what="class",
-    nudge='Compare the step named above with the reference: which VMM call is missing, extra, or made with the wrong size?',
-    hint="__init__: g = dev.vmm_granularity(); reserve max_size rounded up to g with dev.address_reserve "
-         "(no memory yet). grow(n): for each missing page i (from len(self.handles) up to ceil(n / g)): "
-         "h = dev.mem_create(g); dev.mem_map(ptr + i*g, g, h); dev.mem_set_access(ptr + i*g, g); keep h. "
-         "Raise ValueError before any device call when n is past the reservation. close(): mem_unmap and "
-         "mem_release every page, then address_free(ptr, reserved).",
+    title=later("a growable buffer: reserve once, map pages on demand, release everything"),
+    public=lambda: _cases(), hidden=lambda rng: _cases(rng), what=later("class"),
+    nudge=later("Compare the step named above with the reference: which VMM call is missing, extra, or made with "
+                "the wrong size?"),
+    hint=later("__init__: g = dev.vmm_granularity(); reserve max_size rounded up to g with dev.address_reserve "
+               "(no memory yet). grow(n): for each missing page i (from len(self.handles) up to ceil(n / g)): h "
+               "= dev.mem_create(g); dev.mem_map(ptr + i*g, g, h); dev.mem_set_access(ptr + i*g, g); keep h. "
+               "Raise ValueError before any device call when n is past the reservation. close(): mem_unmap and "
+               "mem_release every page, then address_free(ptr, reserved)."),
 ))
 
 

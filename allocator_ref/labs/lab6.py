@@ -34,6 +34,7 @@ import traceback
 from dataclasses import replace
 from typing import Any, Optional
 
+from ..editions.messages import translator
 from .. import sharing
 # The harness's internals lab 6's checker runs its own child on, and the share registry it cleans up
 # after a learner's code: each from the file of sharing/ that owns it.
@@ -42,6 +43,9 @@ from ..sharing.harness import _Peer, _leaks, _raise_remote, _reply
 from ..sharing.tokens import _remove_token
 from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, KiB, MiB, fmt, lab_device, observed, register
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
+later = translator("labs", later=True)  # marked now, said when shown (check.shown)
 
 RUN_TIMEOUT_S = 60
 
@@ -105,7 +109,8 @@ def _run_learner(dev: Any, source: str, name: str, handle: dict) -> tuple:
         where = ""
         if frames:
             line = source.splitlines()[frames[-1].lineno - 1].strip()
-            where = f" (line {frames[-1].lineno} of your function: {line})"
+            where = tr(" (line {lineno} of your function: {line})",
+                       lineno=frames[-1].lineno, line=line)
         raise LearnerError(f"{type(exc).__name__}: {exc}{where}") from None
     finally:
         left = [p for p in dev._import_ptrs if p not in before]
@@ -129,8 +134,9 @@ class LabPeer(sharing.RemoteReceiver):
         self.conn.send(("run", source, name, dict(handle)))
         if not self.conn.poll(RUN_TIMEOUT_S):
             self.process.kill()
-            raise Fail(f"your receiver did not return within {RUN_TIMEOUT_S} s (in the other process)",
-                       "your receiver did not return in time")
+            raise Fail(tr("your receiver did not return within {run_timeout_s} s (in the other process)",
+                          run_timeout_s=RUN_TIMEOUT_S),
+                       tr("your receiver did not return in time"))
         return _raise_remote(self.conn.recv())
 
 
@@ -191,8 +197,11 @@ def _layout(profile: str, pads: list, size: int, data_seed: int, events: Optiona
 
 
 def _describe_layout(pads: list, size: int, profile: str) -> str:
-    parts = [f"{fmt(n)}{'' if keep else ' (freed)'}" for n, keep in pads]
-    return f"{fmt(size)} block after {', '.join(parts) if parts else 'nothing'} on {profile}"
+    parts = [fmt(n) if keep else tr("{size} (freed)", size=fmt(n)) for n, keep in pads]
+    if not parts:
+        return tr("{size} block after nothing on {profile}", size=fmt(size), profile=profile)
+    return tr("{size} block after {blocks} on {profile}", size=fmt(size), blocks=tr(", ").join(parts),
+              profile=profile)
 
 
 def _remote_error(exc: Exception) -> str:
@@ -227,21 +236,27 @@ def run_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) ->
     try:
         h = fn(alloc, a)
         if not isinstance(h, dict) or not {"ipc_handle", "offset", "size"} <= set(h):
-            raise Fail(f"share_handle returned {type(h).__name__}; return a dict with the keys "
-                       "'ipc_handle', 'offset' and 'size'", "share_handle did not return the handle dict")
+            raise Fail(tr("share_handle returned {h_type}; return a dict with the keys 'ipc_handle', 'offset' "
+                          "and 'size'",
+                          h_type=type(h).__name__),
+                       tr("share_handle did not return the handle dict"))
         ipc, offset, nbytes = h["ipc_handle"], h["offset"], h["size"]
         if not isinstance(ipc, (bytes, bytearray)) or len(ipc) != 64:
-            raise Fail("h['ipc_handle'] must be the 64 bytes dev.ipc_get_mem_handle(base) returns",
-                       "the ipc_handle is not the 64 bytes of a legacy IPC handle")
+            raise Fail(tr("h['ipc_handle'] must be the 64 bytes dev.ipc_get_mem_handle(base) returns"),
+                       tr("the ipc_handle is not the 64 bytes of a legacy IPC handle"))
         if not isinstance(offset, int) or not isinstance(nbytes, int):
-            raise Fail("h['offset'] and h['size'] must be ints", "offset and size must be ints")
+            raise Fail(tr("h['offset'] and h['size'] must be ints"),
+                       tr("offset and size must be ints"))
         ipc, offset, nbytes = bytes(ipc), int(offset), int(nbytes)
         if not a.requested_size <= nbytes <= a.size:
-            raise Fail(f"h['size'] is {nbytes}: share the allocation's bytes ({a.requested_size} asked for, "
-                       f"{a.size} in its block)", "the size in the handle is not the allocation's")
+            raise Fail(tr("h['size'] is {nbytes}: share the allocation's bytes ({a_requested_size} asked for, "
+                          "{a_size} in its block)",
+                          nbytes=nbytes, a_requested_size=a.requested_size, a_size=a.size),
+                       tr("the size in the handle is not the allocation's"))
         if a.freed or alloc.live_allocations() != sorted(held + [a], key=lambda x: x.ptr):
-            raise Fail("share_handle changed the allocator (freed or allocated blocks): it only describes "
-                       "the block", "share_handle allocated or freed blocks")
+            raise Fail(tr("share_handle changed the allocator (freed or allocated blocks): it only describes the "
+                          "block"),
+                       tr("share_handle allocated or freed blocks"))
         seen = {"named_base": _named_base(dev, ipc), "offset": offset, "what": what, "pid": None,
                 "open_error": None, "read_error": None, "read": None}
         share = sharing.share_block(alloc, a, "legacy")      # what carries the learner's handle over there
@@ -291,36 +306,42 @@ def judge_share_handle(fn, profile: str, pads: list, size: int, data_seed: int) 
     # another process than it).
     ptr, base, ref_offset, segment_size, digest = _expected_share(profile, pads, size, data_seed)
     if seen["named_base"] != base:
-        raise Fail(f"your handle names another allocation than the segment that holds the block ({what}): "
-                   f"the block at {ptr:#x} lies in the {fmt(segment_size)} segment based at {base:#x}; "
-                   "find the segment whose [address, address + total_size) holds the block's pointer "
-                   "(not simply the first one) and get the handle of its base",
-                   "your handle does not name the block's segment")
+        raise Fail(tr("your handle names another allocation than the segment that holds the block ({what}): the "
+                      "block at {ptr:#x} lies in the {segment_size} segment based at {base:#x}; find the segment "
+                      "whose [address, address + total_size) holds the block's pointer (not simply the first "
+                      "one) and get the handle of its base",
+                      what=what, ptr=ptr, segment_size=fmt(segment_size), base=base),
+                   tr("your handle does not name the block's segment"))
     if seen["open_error"] is not None:
-        raise Fail(f"the receiver (process {seen['pid']}) could not open your handle ({what}): "
-                   f"{seen['open_error']}", "the receiver could not open your handle")
+        raise Fail(tr("the receiver (process {seen_pid}) could not open your handle ({what}): {seen_open_error}",
+                      seen_pid=seen['pid'], what=what, seen_open_error=seen['open_error']),
+                   tr("the receiver could not open your handle"))
     if seen["read_error"] is not None:
-        raise Fail(f"the receiver (process {seen['pid']}) could not read {fmt(size)} at your offset "
-                   f"{seen['offset']} ({what}): {seen['read_error']}",
-                   "the receiver could not read the block at your offset")
+        raise Fail(tr("the receiver (process {seen_pid}) could not read {size} at your offset {seen_offset} "
+                      "({what}): {seen_read_error}",
+                      seen_pid=seen['pid'], size=fmt(size), seen_offset=seen['offset'], what=what,
+                      seen_read_error=seen['read_error']),
+                   tr("the receiver could not read the block at your offset"))
     if seen["read"] != digest:
-        raise Fail(f"the receiver read other bytes than the block's ({what}): your offset is {seen['offset']}, the "
-                   f"block is {ref_offset} bytes ({fmt(ref_offset)}) into its {fmt(segment_size)} "
-                   "segment. The handle names the whole segment: add the block's offset from its base.",
-                   "the receiver read other bytes than the block's: wrong offset from the segment base")
+        raise Fail(tr("the receiver read other bytes than the block's ({what}): your offset is {seen_offset}, "
+                      "the block is {ref_offset} bytes ({offset_bytes}) into its {segment_size} segment. The "
+                      "handle names the whole segment: add the block's offset from its base.",
+                      what=what, seen_offset=seen['offset'], ref_offset=ref_offset, offset_bytes=fmt(ref_offset),
+                      segment_size=fmt(segment_size)),
+                   tr("the receiver read other bytes than the block's: wrong offset from the segment base"))
 
 
 # ------------------------------------------------------------------ lab6.read_shared
 
 def _source_of(fn) -> tuple:
     if not inspect.isfunction(fn) or fn.__name__ == "<lambda>":
-        raise Fail("check() needs your receiver function itself (a def, not a lambda)",
-                   "check() needs your receiver function itself")
+        raise Fail(tr("check() needs your receiver function itself (a def, not a lambda)"),
+                   tr("check() needs your receiver function itself"))
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
-        raise Fail("the source of your function cannot be read (define it with def in a cell or a file)",
-                   "the source of your function cannot be read") from None
+        raise Fail(tr("the source of your function cannot be read (define it with def in a cell or a file)"),
+                   tr("the source of your function cannot be read")) from None
     return source, fn.__name__
 
 
@@ -347,25 +368,30 @@ def judge_read_shared(fn, profile: str, pads: list, size: int, data_seed: int) -
             text = str(exc).replace("in the other process: LearnerError: ", "")
             if text.startswith("NotImplementedError"):
                 raise NotImplementedError(text) from None     # the stub: "not written yet"
-            hint = (" Your function runs in another process: names defined in your notebook are not there; "
-                    "import what you need inside the function." if "NameError" in text else "")
-            raise Fail(f"your receiver raised in the other process (pid {p.pid}; {what}): {text}.{hint}",
-                       "your receiver raised an error in the other process" + (" (NameError)" if hint else "")) \
+            hint = (tr(" Your function runs in another process: names defined in your notebook are not there; "
+                       "import what you need inside the function.") if "NameError" in text else "")
+            raise Fail(tr("your receiver raised in the other process (pid {p_pid}; {what}): {text}.{hint}",
+                          p_pid=p.pid, what=what, text=text, hint=hint),
+                       tr("your receiver raised an error in the other process") + (" (NameError)" if hint else "")) \
                 from None
         if type(got) is not bytes:
-            raise Fail(f"your receiver returned {got}; return the bytes it read (dev.read(...))",
-                       "your receiver did not return bytes")
+            raise Fail(tr("your receiver returned {got}; return the bytes it read (dev.read(...))",
+                          got=got),
+                       tr("your receiver did not return bytes"))
         if got != data:
             n = min(len(got), len(data))
             i = next((k for k in range(n) if got[k] != data[k]), n)
-            raise Fail(f"your receiver returned {len(got)} bytes that differ from the block's {len(data)} from "
-                       f"byte {i} on ({what}; the block is {ref.offset} bytes into its segment). The handle's "
-                       "ipc_handle opens the whole segment: the block starts at base + offset.",
-                       "the bytes your receiver read differ from the block's (offset from the segment base?)")
+            raise Fail(tr("your receiver returned {got} bytes that differ from the block's {data} from byte {i} "
+                          "on ({what}; the block is {ref_offset} bytes into its segment). The handle's "
+                          "ipc_handle opens the whole segment: the block starts at base + offset.",
+                          got=len(got), data=len(data), i=i, what=what, ref_offset=ref.offset),
+                       tr("the bytes your receiver read differ from the block's (offset from the segment base?)"))
         if left_open:
-            raise Fail(f"correct bytes, but your receiver left {left_open} IPC mapping(s) open on its device "
-                       "(no dev.ipc_close_mem_handle(base) after the read): every open needs a close, with "
-                       "the pointer ipc_open_mem_handle returned", "your receiver did not close the handle")
+            raise Fail(tr("correct bytes, but your receiver left {left_open} IPC mapping(s) open on its device "
+                          "(no dev.ipc_close_mem_handle(base) after the read): every open needs a close, with "
+                          "the pointer ipc_open_mem_handle returned",
+                          left_open=left_open),
+                       tr("your receiver did not close the handle"))
     finally:
         alloc.free(a)
         _remove_token(ref.token)
@@ -425,46 +451,57 @@ def run_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> Non
         except sharing.SharingError as exc:
             kind = getattr(exc, "remote_type", type(exc).__name__)
             if kind == "SenderFreedError":
-                raise Fail(f"the receiver (process {p.pid}) failed ({what}): SenderFreedError: {exc} "
-                           "Free the block only after the receiver has closed it.",
-                           "the receiver failed with SenderFreedError: the sender freed the block while the "
-                           "receiver still used it") from None
-            raise Fail(f"the receiver (process {p.pid}) failed ({what}): {kind}: {exc}",
-                       "the receiver failed") from None
+                raise Fail(tr("the receiver (process {p_pid}) failed ({what}): SenderFreedError: {exc} Free the "
+                              "block only after the receiver has closed it.",
+                              p_pid=p.pid, what=what, exc=exc),
+                           tr("the receiver failed with SenderFreedError: the sender freed the block while the "
+                              "receiver still used it")) from None
+            raise Fail(tr("the receiver (process {p_pid}) failed ({what}): {kind}: {exc}",
+                          p_pid=p.pid, what=what, kind=kind, exc=exc),
+                       tr("the receiver failed")) from None
         opened = {e[1] for e in events if e[0] == "open"}
         reads = [e for e in events if e[0] == "read"]
         if not opened or not reads:
-            raise Fail("the receiver never opened and read the block: hand it the handle with "
-                       "peer.open(handle), then peer.read(ref)", "the receiver never read the block")
+            raise Fail(tr("the receiver never opened and read the block: hand it the handle with "
+                          "peer.open(handle), then peer.read(ref)"),
+                       tr("the receiver never read the block"))
         n = len(data)           # the block is rounded up: a read of the whole block has more bytes
         if type(got) is not bytes or got[:n] != data or not any(e[2] == 0 and e[3][:n] == data for e in reads):
-            raise Fail(f"the receiver did not read the data ({what}): write `data` into the block "
-                       "(alloc.device.write(x.ptr, data)) before sharing it, share that block, and return what "
-                       "peer.read(ref) gave", "the receiver did not read the data that was written")
+            raise Fail(tr("the receiver did not read the data ({what}): write `data` into the block "
+                          "(alloc.device.write(x.ptr, data)) before sharing it, share that block, and return "
+                          "what peer.read(ref) gave",
+                          what=what),
+                       tr("the receiver did not read the data that was written"))
         closed = [i for i, e in enumerate(events) if e[0] == "close"]
         frees = [i for i, e in enumerate(events) if e[0] == "free"]
         if opened - {events[i][1] for i in closed}:
-            raise Fail("the receiver still has the block open when your producer returns: call "
-                       "peer.close(ref) when it is done", "the receiver never closed the block")
+            raise Fail(tr("the receiver still has the block open when your producer returns: call "
+                          "peer.close(ref) when it is done"),
+                       tr("the receiver never closed the block"))
         if not frees:
-            raise Fail(f"leak: the shared block is still allocated when your producer returns ({what}): free "
-                       "it once the receiver has closed it", "leak: the shared block was never freed")
+            raise Fail(tr("leak: the shared block is still allocated when your producer returns ({what}): free "
+                          "it once the receiver has closed it",
+                          what=what),
+                       tr("leak: the shared block was never freed"))
         if frees[-1] < closed[-1]:
-            raise Fail("the block was freed before the receiver closed it: the receiver was not done with it "
-                       "(it may still read). Free it after peer.close(ref).",
-                       "the block was freed before the receiver closed it")
+            raise Fail(tr("the block was freed before the receiver closed it: the receiver was not done with it "
+                          "(it may still read). Free it after peer.close(ref)."),
+                       tr("the block was freed before the receiver closed it"))
         leaked = [x for x in alloc.live_allocations() if x not in held]
         if leaked:
-            raise Fail(f"leak: {len(leaked)} allocation(s) besides the ones the check made are still allocated "
-                       f"({', '.join(fmt(x.requested_size) for x in leaked)})",
-                       "leak: allocations are left when the producer returns")
+            raise Fail(tr("leak: {leaked} allocation(s) besides the ones the check made are still allocated "
+                          "({value})",
+                          leaked=len(leaked), value=', '.join((fmt(x.requested_size) for x in leaked))),
+                       tr("leak: allocations are left when the producer returns"))
         if set(_SHARES) - shares_before:
-            raise Fail("a share is still active when your producer returns (share_block without a free of "
-                       "its block, or unshare)", "a share is still active at the end")
+            raise Fail(tr("a share is still active when your producer returns (share_block without a free of its "
+                          "block, or unshare)"),
+                       tr("a share is still active at the end"))
         left = p.leaks()
         if left["imports"]:
-            raise Fail(f"the receiver's device still holds {left['imports']} IPC mapping(s)",
-                       "the receiver still holds an IPC mapping")
+            raise Fail(tr("the receiver's device still holds {left_imports} IPC mapping(s)",
+                          left_imports=left['imports']),
+                       tr("the receiver still holds an IPC mapping"))
     finally:
         for ref in {e[1] for e in events if e[0] == "open"} - {e[1] for e in events if e[0] == "close"}:
             try:
@@ -482,10 +519,10 @@ def run_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> Non
 
 PUBLIC = [
     # (profile, pads [(bytes, kept?)], size, data seed, label)
-    ("h100-80gb", [], 3 * MiB, 1, "a 3 MiB block at the base of its segment"),
-    ("h100-80gb", [(3 * MiB, True)], 5 * MiB, 2, "a 5 MiB block 3 MiB into a 20 MiB segment"),
-    ("h100-80gb", [(1000, True), (5000, True)], 700, 3, "a 700 B block after two small ones (2 MiB segment)"),
-    ("h100-80gb", [(4096, True), (30 * MiB, True)], 2 * MiB, 4, "a 2 MiB block in the third segment"),
+    ("h100-80gb", [], 3 * MiB, 1, later("a 3 MiB block at the base of its segment")),
+    ("h100-80gb", [(3 * MiB, True)], 5 * MiB, 2, later("a 5 MiB block 3 MiB into a 20 MiB segment")),
+    ("h100-80gb", [(1000, True), (5000, True)], 700, 3, later("a 700 B block after two small ones (2 MiB segment)")),
+    ("h100-80gb", [(4096, True), (30 * MiB, True)], 2 * MiB, 4, later("a 2 MiB block in the third segment")),
 ]
 
 
@@ -501,12 +538,12 @@ def _hidden(rng: random.Random) -> list:
             pads[0] = (pads[0][0], True)
         size = rng.randint(1, 300 * KiB) if small else rng.randint(1 * MiB + 1, 8 * MiB)
         profile = rng.choice(["h100-80gb", "t4-16gb", "tiny-1gb"])
-        label = ("a small block" if small else "a large block") + " after seeded allocations and frees"
+        label = (tr("a small block") if small else tr("a large block")) + tr(" after seeded allocations and frees")
         specs.append((profile, pads, size, rng.randrange(1 << 30), label))
     # A block in a *later* segment (a small-pool segment comes first): the base is not segments[0].
     pads = [(rng.randint(512, 200 * KiB), True), (rng.randint(21 * MiB, 40 * MiB), rng.random() < 0.5)]
     specs.append((rng.choice(["h100-80gb", "t4-16gb"]), pads, rng.randint(1 * MiB + 1, 8 * MiB),
-                  rng.randrange(1 << 30), "a large block in a later segment, after seeded allocations"))
+                  rng.randrange(1 << 30), tr("a large block in a later segment, after seeded allocations")))
     return specs
 
 
@@ -516,36 +553,40 @@ def _cases(judge, rng=None) -> list:
 
 
 register(Exercise(
-    id="lab6.share_handle", observed=True, lab=6, title="the sender: a legacy handle of the segment base + the block's offset",
+    id="lab6.share_handle", observed=True, lab=6, title=later("the sender: a legacy handle of the segment base + "
+                                                              "the block's offset"),
     public=lambda: _cases(judge_share_handle), hidden=lambda rng: _cases(judge_share_handle, rng),
     teardown=_close_peer,
-    nudge='What exactly does a legacy IPC handle name: a block, or the whole allocation that holds it?',
-    hint="cudaIpcGetMemHandle only names a whole cudaMalloc allocation, i.e. the block's segment. Find the "
-         "segment holding allocation.ptr in alloc.snapshot()['segments'] (its 'address' and 'total_size'), "
-         "then return {'ipc_handle': alloc.device.ipc_get_mem_handle(base), 'offset': allocation.ptr - base, "
-         "'size': allocation.requested_size}.",
+    nudge=later("What exactly does a legacy IPC handle name: a block, or the whole allocation that holds it?"),
+    hint=later("cudaIpcGetMemHandle only names a whole cudaMalloc allocation, i.e. the block's segment. Find the "
+               "segment holding allocation.ptr in alloc.snapshot()['segments'] (its 'address' and 'total_size'), "
+               "then return {'ipc_handle': alloc.device.ipc_get_mem_handle(base), 'offset': allocation.ptr - "
+               "base, 'size': allocation.requested_size}."),
 ))
 
 register(Exercise(
-    id="lab6.read_shared", observed=True, lab=6, title="the receiver, in another process: open the segment, add the offset, close",
+    id="lab6.read_shared", observed=True, lab=6, title=later("the receiver, in another process: open the "
+                                                             "segment, add the offset, close"),
     public=lambda: _cases(judge_read_shared), hidden=lambda rng: _cases(judge_read_shared, rng),
     teardown=_close_peer,
-    nudge='Where does the block start in the mapping open returned, and what must be closed before you return?',
-    hint="base = dev.ipc_open_mem_handle(handle['ipc_handle']) maps the sender's whole segment here; the "
-         "block starts at base + handle['offset']. Read handle['size'] bytes there with dev.read, then "
-         "dev.ipc_close_mem_handle(base) (the pointer open returned, not base + offset). The function runs "
-         "in another process: import inside it whatever it needs.",
+    nudge=later("Where does the block start in the mapping open returned, and what must be closed before you "
+                "return?"),
+    hint=later("base = dev.ipc_open_mem_handle(handle['ipc_handle']) maps the sender's whole segment here; the "
+               "block starts at base + handle['offset']. Read handle['size'] bytes there with dev.read, then "
+               "dev.ipc_close_mem_handle(base) (the pointer open returned, not base + offset). The function runs "
+               "in another process: import inside it whatever it needs."),
 ))
 
 register(Exercise(
-    id="lab6.lifetime", observed=True, lab=6, title="the lifetime rule: keep the block alive until the receiver is done",
+    id="lab6.lifetime", observed=True, lab=6, title=later("the lifetime rule: keep the block alive until the "
+                                                          "receiver is done"),
     public=lambda: _cases(judge_lifetime), hidden=lambda rng: _cases(judge_lifetime, rng),
     teardown=_close_peer,
-    nudge='When is the sender allowed to free: after sharing, or after the receiver is done?',
-    hint="Allocate a block of len(data) bytes and write data into it; share it with share_block; let the peer "
-         "open the handle, read the bytes and close its mapping; only after that free the block, and return what "
-         "the peer read. Freeing earlier returns the block to the cache, where the next malloc may reuse its bytes "
-         "while the receiver still reads them.",
+    nudge=later("When is the sender allowed to free: after sharing, or after the receiver is done?"),
+    hint=later("Allocate a block of len(data) bytes and write data into it; share it with share_block; let the "
+               "peer open the handle, read the bytes and close its mapping; only after that free the block, and "
+               "return what the peer read. Freeing earlier returns the block to the cache, where the next malloc "
+               "may reuse its bytes while the receiver still reads them."),
 ))
 
 

@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import random
 
+from ..editions.messages import translator
 from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
 from .workload import _apply, random_workload
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
+later = translator("labs", later=True)  # marked now, said when shown (check.shown)
 
 REAL_FROM_EMPTY = "small-from-empty.pickle"     # recorded from an empty allocator: peaks are well defined
 
@@ -107,8 +111,9 @@ def training_snapshot() -> tuple:
     path = find_trace(REAL_FROM_EMPTY)
     if path is not None:
         from ..trace.recording import load_recording
-        return load_recording(path).snapshot, f"real PyTorch snapshot {REAL_FROM_EMPTY}"
-    return course_snapshot(7), "course-made snapshot (CachingAllocator.snapshot(), seed 7)"
+        return load_recording(path).snapshot, tr("real PyTorch snapshot {real_from_empty}",
+                                                 real_from_empty=REAL_FROM_EMPTY)
+    return course_snapshot(7), tr("course-made snapshot (CachingAllocator.snapshot(), seed 7)")
 
 
 def replay_trace(snapshot: dict) -> dict:
@@ -138,15 +143,19 @@ def _peaks_case(get, label):
         expected = replay_trace(snapshot)
         got = fn(snapshot)
         if type(got) is not dict:
-            raise Fail(f"peaks returned {show(got)}; return a dict with peak_requested and peak_reserved",
-                       "peaks did not return a dict")
-        for key, words in (("peak_requested", "the running sum of 'alloc' sizes minus 'free_completed' sizes"),
-                           ("peak_reserved", "the running sum of 'segment_alloc'/'segment_map' sizes minus "
-                                             "'segment_free'/'segment_unmap' sizes")):
+            raise Fail(tr("peaks returned {got}; return a dict with peak_requested and peak_reserved",
+                          got=show(got)),
+                       tr("peaks did not return a dict"))
+        for key, words in (("peak_requested", tr("the running sum of 'alloc' sizes minus 'free_completed' sizes")),
+                           ("peak_reserved", tr("the running sum of 'segment_alloc'/'segment_map' sizes minus "
+                                                "'segment_free'/'segment_unmap' sizes"))):
             if not same(got.get(key), expected[key]):
-                raise Fail(f"{where}: {key} is {fmt(expected[key])} ({expected[key]}), yours is {show(got.get(key))}: "
-                           f"the maximum over the trace of {words}",
-                           f"your {key} differs from the value replayed from this snapshot's trace")
+                raise Fail(tr("{where}: {key} is {expected} ({expected_bytes}), yours is {got}: the "
+                              "maximum over the trace of {words}",
+                              where=where, key=key, expected=fmt(expected[key]), expected_bytes=expected[key],
+                              got=show(got.get(key)), words=words),
+                           tr("your {key} differs from the value replayed from this snapshot's trace",
+                              key=key))
     return Case(label, judge)
 
 
@@ -156,9 +165,10 @@ def _free_case(get, label):
         expected = largest_free(snapshot)
         got = fn(snapshot)
         if not same(got, expected):
-            raise Fail(f"{where}: the largest free block is {fmt(expected)} ({expected}), yours is {show(got)}: look at "
-                       "the blocks whose state is 'inactive' in every segment of snapshot['segments']",
-                       "your answer differs from the largest inactive block of this snapshot")
+            raise Fail(tr("{where}: the largest free block is {expected} ({expected_bytes}), yours is {got}: look at "
+                          "the blocks whose state is 'inactive' in every segment of snapshot['segments']",
+                          where=where, expected=fmt(expected), expected_bytes=expected, got=show(got)),
+                       tr("your answer differs from the largest inactive block of this snapshot"))
     return Case(label, judge)
 
 
@@ -176,8 +186,9 @@ def _hidden(make_case, make_suffix, configs=("",), more_suffixes=()):
             config = configs[k] if k < len(configs) else ""
             case = make_case(lambda seed=seed, n=n, suffix=suffix, config=config:
                              (course_snapshot(seed, n, suffix=suffix, config=config),
-                              f"a seeded course-made snapshot{' (' + config + ')' if config else ''}"),
-                             "a snapshot recorded now from a seeded workload")
+                              tr("a seeded course-made snapshot{config}",
+                                 config=' (' + config + ')' if config else '')),
+                             tr("a snapshot recorded now from a seeded workload"))
             case.data = (seed, n, suffix, config)
             cases.append(case)
         return cases
@@ -185,36 +196,39 @@ def _hidden(make_case, make_suffix, configs=("",), more_suffixes=()):
 
 
 register(Exercise(
-    id="lab7.peaks", pure=True, lab=7, title="peaks(snapshot): peak requested and peak reserved bytes from the trace",
-    public=lambda: [_peaks_case(training_snapshot, "the training snapshot"),
+    id="lab7.peaks", pure=True, lab=7, title=later("peaks(snapshot): peak requested and peak reserved bytes from "
+                                                   "the trace"),
+    public=lambda: [_peaks_case(training_snapshot, tr("the training snapshot")),
                     _peaks_case(lambda: (course_snapshot(3, suffix=peaks_suffix(random.Random(3))),
-                                         "course-made snapshot (seed 3; ends with a free deferred by record_stream, "
-                                         "then empty_cache and a new segment)"),
-                                "a course-made snapshot with a deferred free and an emptied cache"),
+                                         tr("course-made snapshot (seed 3; ends with a free deferred by "
+                                            "record_stream, then empty_cache and a new segment)")),
+                                tr("a course-made snapshot with a deferred free and an emptied cache")),
                     _peaks_case(lambda: (course_snapshot(4, suffix=peaks_suffix(random.Random(4)),
                                                          config="expandable_segments:True"),
-                                         "course-made snapshot (seed 4, expandable_segments:True: pages are "
-                                         "mapped and unmapped)"),
-                                "a course-made snapshot with expandable segments")],
-    hidden=_hidden(_peaks_case, peaks_suffix, configs=("", "expandable_segments:True")), what="peaks function",
-    nudge="When does a tensor's memory really stop being in use: when the program frees it, or when the allocator completes the free?",
-    hint="Walk snapshot['device_traces'][0] in order, keeping two running totals: requested bytes (+size on "
-         "'alloc', -size on 'free_completed') and reserved bytes (+size on 'segment_alloc' and 'segment_map', "
-         "-size on 'segment_free' and 'segment_unmap'); return the maximum each reached.",
+                                         tr("course-made snapshot (seed 4, expandable_segments:True: pages are "
+                                            "mapped and unmapped)")),
+                                tr("a course-made snapshot with expandable segments"))],
+    hidden=_hidden(_peaks_case, peaks_suffix, configs=("", "expandable_segments:True")), what=later("peaks function"),
+    nudge=later("When does a tensor's memory really stop being in use: when the program frees it, or when the "
+                "allocator completes the free?"),
+    hint=later("Walk snapshot['device_traces'][0] in order, keeping two running totals: requested bytes (+size "
+               "on 'alloc', -size on 'free_completed') and reserved bytes (+size on 'segment_alloc' and "
+               "'segment_map', -size on 'segment_free' and 'segment_unmap'); return the maximum each reached."),
 ))
 
 register(Exercise(
-    id="lab7.largest_free", pure=True, lab=7, title="largest_free_block(snapshot): the biggest cached free block at the end",
-    public=lambda: [_free_case(training_snapshot, "the training snapshot"),
+    id="lab7.largest_free", pure=True, lab=7, title=later("largest_free_block(snapshot): the biggest cached free "
+                                                          "block at the end"),
+    public=lambda: [_free_case(training_snapshot, tr("the training snapshot")),
                     _free_case(lambda: (course_snapshot(3, suffix=fragmented_suffix(random.Random(3))),
-                                        "course-made snapshot (seed 3; one segment holds two free blocks, and a "
-                                        "bigger block waits for another stream)"),
-                               "a course-made snapshot with a fragmented segment")],
+                                        tr("course-made snapshot (seed 3; one segment holds two free blocks, and "
+                                           "a bigger block waits for another stream)")),
+                               tr("a course-made snapshot with a fragmented segment"))],
     hidden=_hidden(_free_case, fragmented_suffix, more_suffixes=(small_free_suffix,)),
-    what="largest_free_block function",
-    nudge='One segment can hold several free blocks: are you looking at blocks, or at totals?',
-    hint="snapshot['segments'] lists every segment with its blocks; a cached free block has state 'inactive'. "
-         "Return the largest size among them (0 when there is none).",
+    what=later("largest_free_block function"),
+    nudge=later("One segment can hold several free blocks: are you looking at blocks, or at totals?"),
+    hint=later("snapshot['segments'] lists every segment with its blocks; a cached free block has state "
+               "'inactive'. Return the largest size among them (0 when there is none)."),
 ))
 
 

@@ -24,9 +24,13 @@ from __future__ import annotations
 import random
 import threading
 
+from ..editions.messages import translator
 from ..caching import CachingAllocator, CUDAGraph, MemPool, graph, graph_pool_handle
 from ..caching.config import kSmallSize
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
+later = translator("labs", later=True)  # marked now, said when shown (check.shown)
 
 
 # ----------------------------------------------------------------- the step
@@ -111,26 +115,30 @@ def _route_case(scenario: Scenario, label: str) -> Case:
         captures, size, stream = scenario.learner_input()
         got = fn(captures, size, stream)
         if not (isinstance(got, tuple) and len(got) == 2):
-            raise Fail(f"route returned {got!r}; return a pair (pool_id, 'small' or 'large')",
-                       "route did not return a (pool_id, kind) pair")
+            raise Fail(tr("route returned {got!r}; return a pair (pool_id, 'small' or 'large')",
+                          got=got),
+                       tr("route did not return a (pool_id, kind) pair"))
         if tuple(got[0]) != want[0]:
-            which = ("the default pools (0, 0): no entry accepts the stream" if index is None
-                     else f"{want[0]}, the NEWEST entry whose filter accepts stream {stream}")
-            raise Fail(f"{scenario}: the request goes to {which}; yours chose {got[0]!r}",
-                       "your pool differs from get_pool's choice (which entry wins when several accept?)")
+            which = (tr("the default pools (0, 0): no entry accepts the stream") if index is None
+                     else tr("{want_0}, the NEWEST entry whose filter accepts stream {stream}",
+                             want_0=want[0], stream=stream))
+            raise Fail(tr("{scenario}: the request goes to {which}; yours chose {got_0!r}",
+                          scenario=scenario, which=which, got_0=got[0]),
+                       tr("your pool differs from get_pool's choice (which entry wins when several accept?)"))
         if got[1] != want[1]:
-            raise Fail(f"{scenario}: a rounded size of {size} bytes goes to the {want[1]} list "
-                       f"(small means <= {kSmallSize} bytes); yours said {got[1]!r}",
-                       "your small/large choice differs from get_pool's")
+            raise Fail(tr("{scenario}: a rounded size of {size} bytes goes to the {want_1} list (small means <= "
+                          "{ksmallsize} bytes); yours said {got_1!r}",
+                          scenario=scenario, size=size, want_1=want[1], ksmallsize=kSmallSize, got_1=got[1]),
+                       tr("your small/large choice differs from get_pool's"))
     return Case(label, judge, data=(tuple(frozenset(h) for h in scenario.accepts), scenario.size, scenario.stream))
 
 
 def _route_public() -> list:
     return [
-        _route_case(Scenario(0, [], 4096, 0), "no pool context: the default small list"),
-        _route_case(Scenario(1, [{0}], 4 * MiB, 0), "one MemPool context taking this stream: its large list"),
-        _route_case(Scenario(1, [{7}], 4 * MiB, 0), "a capture on another stream: the default pools"),
-        _route_case(Scenario(1, [{0}], kSmallSize, 0), "exactly 1 MiB, inside a context"),
+        _route_case(Scenario(0, [], 4096, 0), tr("no pool context: the default small list")),
+        _route_case(Scenario(1, [{0}], 4 * MiB, 0), tr("one MemPool context taking this stream: its large list")),
+        _route_case(Scenario(1, [{7}], 4 * MiB, 0), tr("a capture on another stream: the default pools")),
+        _route_case(Scenario(1, [{0}], kSmallSize, 0), tr("exactly 1 MiB, inside a context")),
     ]
 
 
@@ -149,12 +157,12 @@ def _route_hidden(rng: random.Random) -> list:
                 h.discard(stream)
             accepts[-1] = accepts[-1] or {h for h in handles if h != stream}
             accepts[rng.randrange(n - 1)].add(stream)
-            size, label = kSmallSize, "nested contexts, exactly 1 MiB, the newest does not accept"
+            size, label = kSmallSize, tr("nested contexts, exactly 1 MiB, the newest does not accept")
         elif k == 1:                                   # none takes it: the default pools
             for h in accepts:
                 h.discard(stream)
                 h.add(rng.choice([x for x in handles if x != stream]))
-            size, label = kSmallSize + 512, "nested contexts, 1 MiB + 512 B, none accepts"
+            size, label = kSmallSize + 512, tr("nested contexts, 1 MiB + 512 B, none accepts")
         else:
             if not any(stream in h for h in accepts):
                 accepts[rng.randrange(n)].add(stream)
@@ -165,7 +173,7 @@ def _route_hidden(rng: random.Random) -> list:
                 size = kSmallSize - 512
             else:
                 size = rng.choice([512 * rng.randint(1, 2048), rng.randint(2, 64) * MiB])
-            label = "nested contexts, several accepting"
+            label = tr("nested contexts, several accepting")
         cases.append(_route_case(Scenario(n, accepts, size, stream), label))
     return cases
 
@@ -175,19 +183,21 @@ def _order_case(sizes: list, layers: int, mib: int, label: str) -> Case:
     def judge(fn):
         plan = fn(list(sizes))
         if sorted(plan) != sorted(sizes):
-            raise Fail(f"plan({sizes}) returned {plan!r}; return the same batch sizes, reordered",
-                       "your plan is not a reordering of the batch sizes")
+            raise Fail(tr("plan({sizes}) returned {plan!r}; return the same batch sizes, reordered",
+                          sizes=sizes, plan=plan),
+                       tr("your plan is not a reordering of the batch sizes"))
         best = reserved_after_captures(sorted(sizes, reverse=True), layers, mib)
         got = reserved_after_captures(plan, layers, mib)
         if got > best:
-            raise Fail(f"captured in the order {plan}, the shared pool reserves {fmt(got)}; largest first "
-                       f"reserves {fmt(best)}. A capture can reuse only freed blocks big enough for it",
-                       "your order makes the shared pool reserve more than the best order does")
+            raise Fail(tr("captured in the order {plan}, the shared pool reserves {got}; largest first reserves "
+                          "{best}. A capture can reuse only freed blocks big enough for it",
+                          plan=plan, got=fmt(got), best=fmt(best)),
+                       tr("your order makes the shared pool reserve more than the best order does"))
     return Case(label, judge, data=(tuple(sizes), layers, mib))
 
 
 def _order_public() -> list:
-    return [_order_case([3], 4, 6, "one batch size"),
+    return [_order_case([3], 4, 6, tr("one batch size")),
             _order_case([4, 2, 1], 4, 6, "batch sizes 4, 2, 1")]
 
 
@@ -205,7 +215,7 @@ def _order_hidden(rng: random.Random) -> list:
             if reserved_after_captures(sizes, layers, mib) > best:
                 break
             rng.shuffle(sizes)
-        cases.append(_order_case(sizes, layers, mib, "batch sizes in another order"))
+        cases.append(_order_case(sizes, layers, mib, tr("batch sizes in another order")))
     return cases
 
 
@@ -242,33 +252,39 @@ def _free_case(uses: int, pools_open: int, label: str) -> Case:
         want = free_outcome(uses, pools_open)
         got = fn(uses, pools_open)
         if not (isinstance(got, tuple) and len(got) == 2 and got[0] in ACTIONS and isinstance(got[1], bool)):
-            raise Fail(f"after_free returned {got!r}; return (one of {ACTIONS}, True or False)",
-                       "after_free did not return an (action, reused) pair")
-        situation = (f"a block used on {uses} other stream(s), freed while {pools_open} use_mem_pool "
-                     "context(s) are open in other threads")
+            raise Fail(tr("after_free returned {got!r}; return (one of {actions}, True or False)",
+                          got=got, actions=ACTIONS),
+                       tr("after_free did not return an (action, reused) pair"))
+        situation = (tr("a block used on {uses} other stream(s), freed while {pools_open} use_mem_pool "
+                        "context(s) are open in other threads",
+                        uses=uses, pools_open=pools_open))
         if got[0] != want[0]:
-            raise Fail(f"{situation}: free does {want[0]!r}; yours said {got[0]!r}",
-                       "what free does differs from the allocator (does an open pool elsewhere change it?)")
+            raise Fail(tr("{situation}: free does {want_0!r}; yours said {got_0!r}",
+                          situation=situation, want_0=want[0], got_0=got[0]),
+                       tr("what free does differs from the allocator (does an open pool elsewhere change it?)"))
         if got[1] != want[1]:
-            raise Fail(f"{situation}: after a synchronize the next request "
-                       f"{'gets' if want[1] else 'does not get'} the block back; yours said {got[1]}",
-                       "whether the block is reused differs (does malloc run process_events?)")
+            raise Fail(tr("{situation}: after a synchronize the next request gets the block back; yours said "
+                          "{said}", situation=situation, said=got[1]) if want[1] else
+                       tr("{situation}: after a synchronize the next request does not get the block back; yours "
+                          "said {said}", situation=situation, said=got[1]),
+                       tr("whether the block is reused differs (does malloc run process_events?)"))
     return Case(label, judge, data=(uses, pools_open))
 
 
 def _free_public() -> list:
-    return [_free_case(0, 0, "no other stream, no pool open"),
-            _free_case(1, 0, "used on one other stream, no pool open"),
-            _free_case(0, 1, "no other stream, a MemPool open in another thread")]
+    return [_free_case(0, 0, tr("no other stream, no pool open")),
+            _free_case(1, 0, tr("used on one other stream, no pool open")),
+            _free_case(0, 1, tr("no other stream, a MemPool open in another thread"))]
 
 
 def _free_hidden(rng: random.Random) -> list:
     """Always a cross-stream free under an open pool (the case #175015 is about), then a mix."""
-    cases = [_free_case(rng.randint(1, 3), rng.randint(1, 2), "a cross-stream free while a pool is open elsewhere"),
-             _free_case(rng.randint(1, 3), 0, "a cross-stream free, no pool open"),
-             _free_case(0, rng.randint(1, 2), "a same-stream free while a pool is open elsewhere")]
+    cases = [_free_case(rng.randint(1, 3), rng.randint(1, 2), tr("a cross-stream free while a pool is open "
+                                                                 "elsewhere")),
+             _free_case(rng.randint(1, 3), 0, tr("a cross-stream free, no pool open")),
+             _free_case(0, rng.randint(1, 2), tr("a same-stream free while a pool is open elsewhere"))]
     for _ in range(0 if _quick() else 2):
-        cases.append(_free_case(rng.randint(0, 3), rng.randint(0, 2), "streams and open pools, mixed"))
+        cases.append(_free_case(rng.randint(0, 3), rng.randint(0, 2), tr("streams and open pools, mixed")))
     return cases
 
 
@@ -278,32 +294,35 @@ def _quick() -> bool:
 
 
 register(Exercise(
-    id="lab8.get_pool", pure=True, lab=8, title="route(captures, size, stream): get_pool's routing rule",
-    public=_route_public, hidden=_route_hidden, what="route function",
-    hint="Walk captures_underway from the NEWEST entry (the end of the list) to the oldest and take the first "
-         "whose accepts(stream) is true; no entry accepts -> (0, 0). Then small if size <= 1 MiB, else large.",
-    nudge="When two contexts are open at once (a use_mem_pool inside another), which one does PyTorch "
-          "honour: the one opened first, or the one opened last?",
+    id="lab8.get_pool", pure=True, lab=8, title=later("route(captures, size, stream): get_pool's routing rule"),
+    public=_route_public, hidden=_route_hidden, what=later("route function"),
+    hint=later("Walk captures_underway from the NEWEST entry (the end of the list) to the oldest and take the "
+               "first whose accepts(stream) is true; no entry accepts -> (0, 0). Then small if size <= 1 MiB, "
+               "else large."),
+    nudge=later("When two contexts are open at once (a use_mem_pool inside another), which one does PyTorch "
+                "honour: the one opened first, or the one opened last?"),
 ))
 
 register(Exercise(
-    id="lab8.capture_order", pure=True, lab=8, title="plan(batch_sizes): the capture order for one shared pool",
-    public=_order_public, hidden=_order_hidden, what="plan function",
-    hint="A later capture can reuse blocks an earlier capture freed only if they are big enough. Which order "
-         "makes every later step fit in what the first one left behind?",
-    nudge="A freed block serves only requests no larger than itself: compare the order you chose "
-          "with the sizes each capture leaves behind.",
+    id="lab8.capture_order", pure=True, lab=8, title=later("plan(batch_sizes): the capture order for one shared "
+                                                           "pool"),
+    public=_order_public, hidden=_order_hidden, what=later("plan function"),
+    hint=later("A later capture can reuse blocks an earlier capture freed only if they are big enough. Which "
+               "order makes every later step fit in what the first one left behind?"),
+    nudge=later("A freed block serves only requests no larger than itself: compare the order you chose with the "
+                "sizes each capture leaves behind."),
 ))
 
 register(Exercise(
-    id="lab8.cross_stream_free", pure=True, lab=8, title="after_free(uses, pools_open): a cross-stream free and open pools",
-    public=_free_public, hidden=_free_hidden, what="after_free function",
-    hint="No other stream used it: free_block, reused. Other streams and nothing open: insert_events, and after "
-         "a synchronize malloc's process_events frees it: reused. Other streams while ANY use_mem_pool is open "
-         "(any thread): captures_underway is not empty, so free defers it and malloc skips process_events: "
-         "('deferred', False).",
-    nudge="use_mem_pool and a CUDA graph capture share one list, captures_underway. What does free do with a "
-          "block that has stream uses while that list is not empty, and does malloc then look at events?",
+    id="lab8.cross_stream_free", pure=True, lab=8, title=later("after_free(uses, pools_open): a cross-stream "
+                                                               "free and open pools"),
+    public=_free_public, hidden=_free_hidden, what=later("after_free function"),
+    hint=later("No other stream used it: free_block, reused. Other streams and nothing open: insert_events, and "
+               "after a synchronize malloc's process_events frees it: reused. Other streams while ANY "
+               "use_mem_pool is open (any thread): captures_underway is not empty, so free defers it and malloc "
+               "skips process_events: ('deferred', False)."),
+    nudge=later("use_mem_pool and a CUDA graph capture share one list, captures_underway. What does free do with "
+                "a block that has stream uses while that list is not empty, and does malloc then look at events?"),
 ))
 
 

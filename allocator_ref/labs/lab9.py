@@ -18,8 +18,12 @@ from __future__ import annotations
 import copy
 import random
 
+from ..editions.messages import translator
 from .check import MiB, fmt
 from .spec import Drawn, Edge, edges, function_exercise
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
+later = translator("labs", later=True)  # marked now, said when shown (check.shown)
 
 ALLOCATED, PENDING, FREE = "active_allocated", "active_pending_free", "inactive"
 
@@ -79,14 +83,16 @@ def _hidden(rng: random.Random):
         picked = [list(k) for k in kinds] + [list(rng.choice(kinds)) for _ in range(rng.randint(1, 4))]
         rng.shuffle(picked)
         segs = [_random_segment(rng, _BASE + i * 256 * MiB, states) for i, states in enumerate(picked)]
-        drawn.append(Drawn((segs,), f"a seeded snapshot of {len(segs)} segments"))
+        drawn.append(Drawn((segs,), tr("a seeded snapshot of {segs} segments",
+                                       segs=len(segs))))
     return drawn
 
 
 def _label(args) -> str:
     segs = args[0]
     kinds = ["+".join(sorted({b["state"].replace("active_", "") for b in s["blocks"]})) for s in segs]
-    return f"stranded_bytes of {len(segs)} segment(s): {', '.join(kinds)}"
+    return tr("stranded_bytes of {segs} segment(s): {kinds}",
+              segs=len(segs), kinds=', '.join(kinds))
 
 
 def _explain(args, expected) -> str:
@@ -94,8 +100,9 @@ def _explain(args, expected) -> str:
     for seg in args[0]:
         live = any(b["state"] == ALLOCATED for b in seg["blocks"])
         free = sum(b["size"] for b in seg["blocks"] if b["state"] != ALLOCATED)
-        parts.append(f"{fmt(free)} free in a segment that {'keeps a live block (stranded)' if live else 'empty_cache releases'}")
-    return "; ".join(parts)
+        parts.append(tr("{free} free in a segment that keeps a live block (stranded)", free=fmt(free)) if live
+                     else tr("{free} free in a segment that empty_cache releases", free=fmt(free)))
+    return tr("; ").join(parts)
 
 
 def _any_segment(test):
@@ -103,13 +110,13 @@ def _any_segment(test):
 
 
 function_exercise(
-    id="lab9.stranded", lab=9, title="stranded_bytes(segments)", name="stranded_bytes", pure=True,
+    id="lab9.stranded", lab=9, title=later("stranded_bytes(segments)"), name="stranded_bytes", pure=True,
     reference=stranded_bytes, public=_PUBLIC, hidden=_hidden, label=_label, explain=_explain,
     call=lambda args: (copy.deepcopy(args[0]),), returns=(int, "an int (bytes)"),
-    nudge="Which segments does empty_cache() give back whole, and what does it wait for first?",
-    hint="For each segment: if any block is 'active_allocated', add the sizes of its other blocks "
-         "('inactive' and 'active_pending_free': empty_cache waits for pending events first); a segment "
-         "with no allocated block is released whole and strands nothing.",
+    nudge=later("Which segments does empty_cache() give back whole, and what does it wait for first?"),
+    hint=later("For each segment: if any block is 'active_allocated', add the sizes of its other blocks "
+               "('inactive' and 'active_pending_free': empty_cache waits for pending events first); a segment "
+               "with no allocated block is released whole and strands nothing."),
 )
 
 edges(

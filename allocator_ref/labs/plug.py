@@ -28,9 +28,12 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from ..editions.messages import translator
 from .check import Fail, fmt
 from .guard import show
 from .reference import CachingAllocator
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,17 @@ def _size_hook(name: str) -> Callable:
         def decided(size):
             value = fn(size, allocator.config)
             if type(value) is not int:
-                raise Fail(f"your {name}({size}) returned {show(value)} ({type(value).__name__}); it must return an "
-                           "int number of bytes", f"your {name} returned a {type(value).__name__}, not an int")
+                raise Fail(tr("your {name}({size}) returned {value} ({value_type}); it must return an int number "
+                              "of bytes",
+                              name=name, size=size, value=show(value), value_type=type(value).__name__),
+                           tr("your {name} returned a {value_type}, not an int", name=name,
+                              value_type=type(value).__name__))
             if value < size:
-                raise Fail(f"your {name}({size}) returned {value}, less than the {size} bytes asked for: "
-                           "the block would be too small and overlap its neighbour",
-                           f"your {name} returned fewer bytes than it was given (blocks would overlap)")
+                raise Fail(tr("your {name}({size}) returned {value}, less than the {size} bytes asked for: the "
+                              "block would be too small and overlap its neighbour",
+                              name=name, size=size, value=value),
+                           tr("your {name} returned fewer bytes than it was given (blocks would overlap)",
+                              name=name))
             return value
         return decided
     return plug
@@ -60,8 +68,9 @@ def _should_split(allocator, fn):
     def decided(block, size, expandable_active):
         value = fn(block, size, expandable_active, allocator.config)
         if type(value) is not bool and not (type(value) is int and value in (0, 1)):
-            raise Fail(f"your should_split returned {show(value)}; it must return True or False",
-                       "your should_split did not return True or False")
+            raise Fail(tr("your should_split returned {value}; it must return True or False",
+                          value=show(value)),
+                       tr("your should_split did not return True or False"))
         return bool(value)
     return decided
 
@@ -71,15 +80,15 @@ def _merge_refusal(dst, src) -> Optional[str]:
     if src is None:
         return None
     if src.allocated:
-        return "that is still allocated"
+        return tr("that is still allocated")
     if src.event_count > 0:
-        return (f"still pending on another stream's event (event_count={src.event_count}): "
-                "that stream may still be using its memory")
+        return tr("still pending on another stream's event (event_count={n}): "
+                  "that stream may still be using its memory", n=src.event_count)
     if src.stream_uses:
-        return ("whose free is held back (stream_uses is not empty: a record_stream use freed during a capture "
-                "has no event yet, so event_count is 0): that stream may still be using its memory")
+        return tr("whose free is held back (stream_uses is not empty: a record_stream use freed during a capture "
+                  "has no event yet, so event_count is 0): that stream may still be using its memory")
     if src.mapped != dst.mapped:
-        return "whose mapped state differs (an unmapped range of an expandable segment)"
+        return tr("whose mapped state differs (an unmapped range of an expandable segment)")
     return None
 
 
@@ -97,15 +106,19 @@ def _try_merge_blocks(allocator, fn):
         else:
             error = None
         if refusal is not None and value:
-            side = "previous" if src is dst.prev or before[2] is src else "next"
-            crash = f" (and crashed with {type(error).__name__})" if error else ""
-            raise Fail(f"freeing the {fmt(dst.size)} block at {dst.ptr:#x}: your try_merge_blocks absorbed "
-                       f"its {side} neighbour ({fmt(src.size)}), a neighbour {refusal}; it must return 0{crash}",
-                       f"your try_merge_blocks absorbed a neighbour {refusal.split(':')[0]}")
+            side = tr("previous") if src is dst.prev or before[2] is src else tr("next")
+            crash = tr(" (and crashed with {kind})", kind=type(error).__name__) if error else ""
+            raise Fail(tr("freeing the {dst_size} block at {dst_ptr:#x}: your try_merge_blocks absorbed its "
+                          "{side} neighbour ({src_size}), a neighbour {refusal}; it must return 0{crash}",
+                          dst_size=fmt(dst.size), dst_ptr=dst.ptr, side=side, src_size=fmt(src.size),
+                          refusal=refusal, crash=crash),
+                       tr("your try_merge_blocks absorbed a neighbour {refusal}",
+                          refusal=refusal.split(':')[0].split("：")[0]))
         if type(value) is not int:
-            raise Fail(f"your try_merge_blocks returned {show(value)}; it must return the number of bytes "
-                       "it absorbed (0 when it did not merge)",
-                       "your try_merge_blocks did not return an int number of bytes")
+            raise Fail(tr("your try_merge_blocks returned {value}; it must return the number of bytes it "
+                          "absorbed (0 when it did not merge)",
+                          value=show(value)),
+                       tr("your try_merge_blocks did not return an int number of bytes"))
         _check_merge(dst, src, pool, value, before)
         return value
     return decided
@@ -115,43 +128,54 @@ def _check_merge(dst, src, pool, value, before) -> None:
     """Catch a half-done merge now, where it happened, instead of as a crash ops later
     (a block left in the pool, a pointer not moved, a neighbour still linked)."""
     dst_ptr, dst_size, dst_prev, dst_next, src_ptr, src_size, src_prev, src_next = before
-    where = f"merging the freed {fmt(dst_size)} block at {dst_ptr:#x}"
-    safe = "your try_merge_blocks left the blocks in a broken state"
+    where = tr("merging the freed {size} block at {ptr:#x}", size=fmt(dst_size), ptr=dst_ptr)
+    safe = tr("your try_merge_blocks left the blocks in a broken state")
     if value == 0:
         if (dst.ptr, dst.size, dst.prev, dst.next) != (dst_ptr, dst_size, dst_prev, dst_next):
-            raise Fail(f"{where}: your try_merge_blocks returned 0 (no merge) but changed the block: return the "
-                       "bytes absorbed when you merge, and change nothing when you do not", safe)
+            raise Fail(tr("{where}: your try_merge_blocks returned 0 (no merge) but changed the block: return "
+                          "the bytes absorbed when you merge, and change nothing when you do not",
+                          where=where), safe)
         return
     if src is None:
-        raise Fail(f"{where}: there is no neighbour on that side (src is None) but your try_merge_blocks returned "
-                   f"{value}: return 0", safe)
+        raise Fail(tr("{where}: there is no neighbour on that side (src is None) but your try_merge_blocks "
+                      "returned {value}: return 0",
+                      where=where, value=value), safe)
     if value != src_size:
-        raise Fail(f"{where}: your try_merge_blocks returned {value}; it must return the bytes it absorbed, "
-                   f"the neighbour's size {src_size}", safe)
+        raise Fail(tr("{where}: your try_merge_blocks returned {value}; it must return the bytes it absorbed, "
+                      "the neighbour's size {src_size}",
+                      where=where, value=value, src_size=src_size), safe)
     if dst.size != dst_size + src_size:
-        raise Fail(f"{where} with its {fmt(src_size)} neighbour: dst.size is {dst.size}, expected "
-                   f"{dst_size} + {src_size} = {dst_size + src_size}: grow dst by the neighbour's size", safe)
+        raise Fail(tr("{where} with its {src_size} neighbour: dst.size is {now}, expected {before} + "
+                      "{absorbed} = {merged}: grow dst by the neighbour's size",
+                      where=where, src_size=fmt(src_size), now=dst.size, before=dst_size, absorbed=src_size,
+                      merged=dst_size + src_size), safe)
     if _in_pool(pool, src):
-        raise Fail(f"{where} with its {fmt(src_size)} neighbour at {src_ptr:#x}: the neighbour is still in the "
-                   "pool of free blocks, so the allocator could hand out memory that is now part of the merged "
-                   "block. Take it out first: pool.remove(src) (pool.remove_unmapped(src) when it is not mapped)",
+        raise Fail(tr("{where} with its {src_size} neighbour at {src_ptr:#x}: the neighbour is still in the pool "
+                      "of free blocks, so the allocator could hand out memory that is now part of the merged "
+                      "block. Take it out first: pool.remove(src) (pool.remove_unmapped(src) when it is not "
+                      "mapped)",
+                      where=where, src_size=fmt(src_size), src_ptr=src_ptr),
                    safe)
     if src is dst_prev:                                                      # [src dst]: dst takes src's place
         if dst.ptr != src_ptr:
-            raise Fail(f"{where} with the {fmt(src_size)} free block BEFORE it (at {src_ptr:#x}): the merged "
-                       f"block must start where that neighbour started, {src_ptr:#x}, but dst.ptr is "
-                       f"{dst.ptr:#x}: set dst.ptr = src.ptr", safe)
+            raise Fail(tr("{where} with the {src_size} free block BEFORE it (at {src_ptr:#x}): the merged block "
+                          "must start where that neighbour started, {src_ptr:#x}, but dst.ptr is {dst_ptr:#x}: "
+                          "set dst.ptr = src.ptr",
+                          where=where, src_size=fmt(src_size), src_ptr=src_ptr, dst_ptr=dst.ptr), safe)
         if dst.prev is not src_prev or (src_prev is not None and src_prev.next is not dst):
-            raise Fail(f"{where} with the free block before it: the block before THAT one must now be linked to "
-                       "the merged block (dst.prev = src.prev, and its .next = dst)", safe)
+            raise Fail(tr("{where} with the free block before it: the block before THAT one must now be linked "
+                          "to the merged block (dst.prev = src.prev, and its .next = dst)",
+                          where=where), safe)
     else:                                                                    # [dst src]
         if dst.ptr != dst_ptr:
-            raise Fail(f"{where} with the {fmt(src_size)} free block AFTER it: the merged block still starts "
-                       f"at {dst_ptr:#x}, but dst.ptr is now {dst.ptr:#x}: only a merge with the block before "
-                       "moves the pointer", safe)
+            raise Fail(tr("{where} with the {src_size} free block AFTER it: the merged block still starts at "
+                          "{dst_ptr:#x}, but dst.ptr is now {moved:#x}: only a merge with the block before "
+                          "moves the pointer",
+                          where=where, src_size=fmt(src_size), dst_ptr=dst_ptr, moved=dst.ptr), safe)
         if dst.next is not src_next or (src_next is not None and src_next.prev is not dst):
-            raise Fail(f"{where} with the free block after it: the block after THAT one must now be linked to "
-                       "the merged block (dst.next = src.next, and its .prev = dst)", safe)
+            raise Fail(tr("{where} with the free block after it: the block after THAT one must now be linked to "
+                          "the merged block (dst.next = src.next, and its .prev = dst)",
+                          where=where), safe)
 
 
 def _in_pool(pool, block) -> bool:
@@ -173,9 +197,11 @@ def _method_hook(name: str) -> Callable:
                 try:
                     signature.bind(allocator, *args, **kwargs)
                 except TypeError as exc:
-                    raise Fail(f"the allocator calls your {name} as {METHOD_HOOKS[name]}, but your function's "
-                               f"parameters are {signature} ({exc})",
-                               f"your {name} does not take the arguments the allocator passes") from None
+                    raise Fail(tr("the allocator calls your {name} as {call}, but your function's "
+                                  "parameters are {signature} ({exc})",
+                                  name=name, call=METHOD_HOOKS[name], signature=signature, exc=exc),
+                               tr("your {name} does not take the arguments the allocator passes",
+                                  name=name)) from None
             return fn(allocator, *args, **kwargs)
         return decided
     return plug

@@ -235,6 +235,10 @@ def judge_main() -> None:
     outbox = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                                  # whatever a judge prints must not enter the verdicts
     request = receive(inbox)
+    # The verdicts are the instructor's record (the gradebook, make autograde's log): the same words
+    # whatever language the learner's folder, the room or this process's locale would choose.
+    from ..editions.language import set_language
+    set_language("en")
     check_module = importlib.import_module("allocator_ref.labs.check")
     submission = None
     for call in request["checks"]:

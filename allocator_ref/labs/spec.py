@@ -27,7 +27,11 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from .check import Case, Exercise, Fail, register, same, show
+from ..editions.messages import translator
+from .check import Case, Exercise, Fail, register, same, shown, show
+
+tr = translator("labs")                  # what a learner reads, in the learner's language
+later = translator("labs", later=True)  # marked now, said when shown (check.shown)
 
 
 def _call_text(name: str, args: tuple) -> str:
@@ -53,21 +57,25 @@ def value_case(name: str, reference: Callable, args: tuple, explain: Optional[Ca
         expected = reference(*args)
         got = fn(*(call(args) if call else args))
         if returns is not None and type(got) is not returns[0]:
-            raise Fail(f"{name} returned {show(got)}, a {type(got).__name__}: return {returns[1]}",
-                       f"your {name} did not return {returns[1]}")
+            raise Fail(tr("{name} returned {got}, a {kind}: return {wanted}", name=name, got=show(got),
+                          kind=type(got).__name__, wanted=shown(returns[1])),
+                       tr("your {name} did not return {wanted}", name=name, wanted=shown(returns[1])))
         if not same(got, expected):
             if message is not None:
                 raise Fail(*message(args, got, expected))
-            why = f": {explain(args, expected)}" if explain else ""
-            kind = "" if type(got) is type(expected) else f" ({type(got).__name__} instead of {type(expected).__name__})"
-            raise Fail(f"{_call_text(name, args)} returned {show(got)}{kind}; expected {show(expected)}{why}",
-                       f"your {name} differs from the reference on an input of this kind{kind}")
+            why = tr(": {why}", why=explain(args, expected)) if explain else ""
+            kind = "" if type(got) is type(expected) else tr(" ({got} instead of {expected})",
+                                                              got=type(got).__name__, expected=type(expected).__name__)
+            raise Fail(tr("{call} returned {got}{kind}; expected {expected}{why}", call=_call_text(name, args),
+                          got=show(got), kind=kind, expected=show(expected), why=why),
+                       tr("your {name} differs from the reference on an input of this kind{kind}", name=name,
+                          kind=kind))
     return Case(label or _call_text(name, args), judge, data=args)
 
 
 def function_exercise(*, id: str, lab: int, title: str, reference: Callable, public: Sequence[tuple],
                       hidden: Callable[[random.Random], Sequence[Any]], nudge: str, hint: str,
-                      explain: Optional[Callable] = None, hidden_label: str = "a seeded input",
+                      explain: Optional[Callable] = None, hidden_label: str = later("a seeded input"),
                       name: Optional[str] = None, label: Optional[Callable] = None,
                       call: Optional[Callable] = None, returns: Optional[tuple] = None,
                       message: Optional[Callable] = None, more_public: Callable[[], Sequence[Case]] = list,
@@ -87,7 +95,7 @@ def function_exercise(*, id: str, lab: int, title: str, reference: Callable, pub
         cases = []
         for drawn in hidden(rng):
             args, text = (drawn.args, drawn.label) if isinstance(drawn, Drawn) else (drawn, hidden_label)
-            cases.append(value_case(name, reference, tuple(args), explain, text, **how))
+            cases.append(value_case(name, reference, tuple(args), explain, shown(text), **how))
         return cases + (list(more_hidden(rng)) if more_hidden else [])
 
     return register(Exercise(id=id, lab=lab, title=title, public=public_cases, hidden=hidden_cases,

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from ..editions.messages import translator
+
+tr = translator("labs")
+
 
 class Fail(Exception):
     """Raised by a case's judge: ``message`` is located (may show expected values);
@@ -16,7 +20,7 @@ class Fail(Exception):
     def __init__(self, message: str, safe: Optional[str] = None, hint: Optional[str] = None) -> None:
         super().__init__(message)
         self.message = message
-        self.safe = safe or "your result differs from what the reference allocator does on this input"
+        self.safe = safe or tr("your result differs from what the reference allocator does on this input")
         self.hint = hint
 
 

@@ -25,27 +25,31 @@ from pathlib import Path
 from dataclasses import astuple, dataclass
 from typing import Any, Callable, Optional
 
+from ..editions.messages import translator
 from ..caching import check_stats_consistency
 from .check import Fail, MiB, fmt, lab_device, observed
 from .plug import PluggedAllocator  # noqa: F401 -- labs import it from here
 from .reference import CachingAllocator
 
+tr = translator("labs")                  # what a learner reads, in the learner's language
+
 
 def describe_op(i: int, op: tuple, sizes: dict) -> str:
     kind = op[0]
     if kind == "malloc":
-        where = "" if op[3] == 0 else f" on stream {op[3]}"
-        return f"op {i} (malloc {fmt(op[2])}{where})"
+        where = "" if op[3] == 0 else tr(" on stream {stream}", stream=op[3])
+        return tr("op {i} (malloc {size}{where})", i=i, size=fmt(op[2]), where=where)
     if kind == "free":
-        return f"op {i} (free the {fmt(sizes.get(op[1], 0))} allocation '{op[1]}')"
+        return tr("op {i} (free the {size} allocation '{name}')", i=i, size=fmt(sizes.get(op[1], 0)), name=op[1])
     if kind == "record":
-        return f"op {i} (record_stream '{op[1]}' on stream {op[2]})"
+        return tr("op {i} (record_stream '{name}' on stream {stream})", i=i, name=op[1], stream=op[2])
     if kind == "sleep":
-        return f"op {i} (stream {op[1]} busy for {op[2]} us)"
+        return tr("op {i} (stream {stream} busy for {us} us)", i=i, stream=op[1], us=op[2])
     if kind == "pool_begin":
-        return f"op {i} (a pool context begins, as during a graph capture: a free with stream uses is held back)"
+        return tr("op {i} (a pool context begins, as during a graph capture: a free with stream uses is held back)",
+                  i=i)
     if kind == "pool_end":
-        return f"op {i} (the pool context ends: held-back frees get their events)"
+        return tr("op {i} (the pool context ends: held-back frees get their events)", i=i)
     return f"op {i} ({kind})"
 
 
@@ -61,12 +65,12 @@ class Observation:
     def words(self) -> str:
         parts = []
         if self.block_size is not None:
-            parts.append(f"a {fmt(self.block_size)} block")
-        parts.append(f"{self.segments} segment(s)")
-        parts.append(f"{fmt(self.reserved)} reserved")
-        parts.append(f"{fmt(self.allocated)} allocated")
-        parts.append(f"{self.device_mallocs} cudaMalloc call(s) so far")
-        return ", ".join(parts)
+            parts.append(tr("a {size} block", size=fmt(self.block_size)))
+        parts.append(tr("{n} segment(s)", n=self.segments))
+        parts.append(tr("{size} reserved", size=fmt(self.reserved)))
+        parts.append(tr("{size} allocated", size=fmt(self.allocated)))
+        parts.append(tr("{n} cudaMalloc call(s) so far", n=self.device_mallocs))
+        return tr(", ").join(parts)
 
 
 def _layout(allocator) -> tuple:
@@ -106,13 +110,14 @@ def run(ops: list, allocator_factory: Callable[[Any], Any], profile: str = "h100
         except Exception as exc:
             if not _raised_inside_course(exc):
                 raise                              # the learner's own code raised: check() reports it
-            raise Fail(f"at {describe_op(i, op, sizes)} the allocator itself failed with your code plugged in "
-                       f"({type(exc).__name__}: {exc}), where the reference allocator did not. Your code either "
-                       "asked for something impossible here, or an earlier step of yours left the blocks "
-                       "inconsistent (a block still in the pool after a merge, a pointer or size not updated, "
-                       "a link to a neighbour not fixed) and this op is where it showed",
-                       f"after op {i} of a seeded workload ({op[0]}) the allocator's state was broken "
-                       "by an earlier step of yours") from None
+            raise Fail(tr("at {op} the allocator itself failed with your code plugged in "
+                          "({kind}: {error}), where the reference allocator did not. Your code either "
+                          "asked for something impossible here, or an earlier step of yours left the blocks "
+                          "inconsistent (a block still in the pool after a merge, a pointer or size not updated, "
+                          "a link to a neighbour not fixed) and this op is where it showed",
+                          op=describe_op(i, op, sizes), kind=type(exc).__name__, error=exc),
+                       tr("after op {i} of a seeded workload ({kind}) the allocator's state was broken "
+                          "by an earlier step of yours", i=i, kind=op[0])) from None
         observations.append(observe(allocator, size))
     try:
         for a in list(live.values()):
@@ -122,9 +127,10 @@ def run(ops: list, allocator_factory: Callable[[Any], Any], profile: str = "h100
     except Exception as exc:
         if not _raised_inside_course(exc):
             raise
-        raise Fail(f"freeing everything at the end of the workload, the allocator itself failed with your code "
-                   f"plugged in ({type(exc).__name__}: {exc}): an earlier step of yours left its blocks "
-                   "inconsistent", "at the end of a seeded workload the allocator's state was broken") from None
+        raise Fail(tr("freeing everything at the end of the workload, the allocator itself failed with your code "
+                      "plugged in ({kind}: {error}): an earlier step of yours left its blocks "
+                      "inconsistent", kind=type(exc).__name__, error=exc),
+                   tr("at the end of a seeded workload the allocator's state was broken")) from None
     final = observe(allocator)
     final.block_size = dev.mem_get_info()[0] - initial_free   # bytes not given back to the device (should be 0)
     observations.append(final)
@@ -173,12 +179,13 @@ def _raised_inside_course(exc: BaseException) -> bool:
 
 
 def compare(ops: list, learner: Callable, profile: str = "h100-80gb", config: str = "",
-            what: str = "your functions", plug: Optional[dict] = None) -> None:
+            what: Optional[str] = None, plug: Optional[dict] = None) -> None:
     """Run ``ops`` with the reference and with the learner's allocator; raise Fail at the first difference.
 
     ``learner(dev)`` builds the learner's allocator (the reference with their pieces plugged in);
     ``plug`` ({"round_size": fn, ...}) plugs those decisions instead (see plug.py) when ``learner`` is None.
     """
+    what = what or tr("your functions")
     if plug and len(plug) == 1:
         # The submission runs where it lives (the notebook, in a graded check: check.observed) and
         # only its plain observations come here.
@@ -196,17 +203,22 @@ def compare(ops: list, learner: Callable, profile: str = "h100-80gb", config: st
             continue
         where = describe_op(i, op, sizes)
         diff = _what_differs(ref, got)
-        raise Fail(f"after {where} of the workload, with {what} plugged into the reference allocator:\n"
-                   f"  reference: {ref.words()}\n  yours:     {got.words()}" + _layout_diff(ref, got),
-                   f"after op {i} of a seeded workload ({op[0]}), {diff} differs from the reference allocator's")
+        raise Fail(tr("after {op} of the workload, with {what} plugged into the reference allocator:",
+                      op=where, what=what) + "\n"
+                   + tr("  reference: {ref}", ref=ref.words()) + "\n"
+                   + tr("  yours:     {got}", got=got.words()) + _layout_diff(ref, got),
+                   tr("after op {i} of a seeded workload ({kind}), {what} differs from the reference allocator's",
+                      i=i, kind=op[0], what=diff))
     ref_final, got_final = reference[-2], mine[-2]
     if got_final.reserved or got_final.block_size:
-        raise Fail(f"leak: after freeing everything and empty_cache(), {fmt(got_final.reserved)} is still reserved "
-                   f"and {fmt(got_final.block_size)} was not given back to the device (reference: 0 and 0)",
-                   "leak: after freeing everything and empty_cache() memory stays reserved")
+        raise Fail(tr("leak: after freeing everything and empty_cache(), {reserved} is still reserved "
+                      "and {kept} was not given back to the device (reference: 0 and 0)",
+                      reserved=fmt(got_final.reserved), kept=fmt(got_final.block_size)),
+                   tr("leak: after freeing everything and empty_cache() memory stays reserved"))
     if mine[-1] is not None:
-        raise Fail(f"memory_stats() no longer matches the snapshot after the workload: {mine[-1]}",
-                   "memory_stats() no longer matches the snapshot after a seeded workload")
+        raise Fail(tr("memory_stats() no longer matches the snapshot after the workload: {problem}",
+                      problem=mine[-1]),
+                   tr("memory_stats() no longer matches the snapshot after a seeded workload"))
 
 
 def run_plugged(fn, ops: list, profile: str, config: str, name: str) -> list:
@@ -222,16 +234,16 @@ def from_plain(observations: list) -> list:
 
 def _what_differs(ref: Observation, got: Observation) -> str:
     if ref.block_size != got.block_size:
-        return "the size of the block handed out"
+        return tr("the size of the block handed out")
     if ref.device_mallocs != got.device_mallocs:
-        return "the number of cudaMalloc calls"
+        return tr("the number of cudaMalloc calls")
     if ref.reserved != got.reserved:
-        return "the reserved bytes"
+        return tr("the reserved bytes")
     if ref.allocated != got.allocated:
-        return "the allocated bytes"
+        return tr("the allocated bytes")
     if ref.segments != got.segments:
-        return "the number of segments"
-    return "the layout of blocks inside the segments (splits and merges)"
+        return tr("the number of segments")
+    return tr("the layout of blocks inside the segments (splits and merges)")
 
 
 def _layout_diff(ref: Observation, got: Observation) -> str:
@@ -243,13 +255,16 @@ def _layout_diff(ref: Observation, got: Observation) -> str:
             free_got = sum(1 for blk in b if blk[2] == "inactive")
             extra = ""
             if free_got > free_ref and len(b) > len(a):
-                extra = (f"\n  segment {n} should hold {free_ref} free block(s) after merging with free neighbours; "
-                         f"yours left {free_got} free block(s): a freed block should have merged with its neighbour")
+                extra = "\n  " + tr("segment {n} should hold {free_ref} free block(s) after merging with free "
+                                    "neighbours; yours left {free_got} free block(s): a freed block should have "
+                                    "merged with its neighbour", n=n, free_ref=free_ref, free_got=free_got)
             elif len(b) < len(a) and free_got < free_ref + 1:
-                extra = (f"\n  segment {n}: yours merged blocks that must stay apart (a neighbour that is allocated, "
-                         "or still pending on another stream's event, must not be absorbed)")
-            return (f"\n  segment {n} (blocks as offset size state):\n    reference: {show(a)}\n    yours:     {show(b)}"
-                    + extra)
+                extra = "\n  " + tr("segment {n}: yours merged blocks that must stay apart (a neighbour that is "
+                                    "allocated, or still pending on another stream's event, must not be absorbed)",
+                                    n=n)
+            return ("\n  " + tr("segment {n} (blocks as offset size state):", n=n)
+                    + "\n    " + tr("reference: {blocks}", blocks=show(a))
+                    + "\n    " + tr("yours:     {blocks}", blocks=show(b)) + extra)
     return ""
 
 
