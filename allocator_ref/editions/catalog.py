@@ -220,6 +220,8 @@ CLAIMED = re.compile(r"\*\*[^*\n]+\*\*<!--\s*claim:\s*[\w.\-]+\s*-->")
 INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
 LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
 URL = re.compile(r"https?://[^\s)>\"'`]+")
+HTML_TAG = re.compile(r"</?([A-Za-z][A-Za-z0-9-]*)\b[^>]*>")
+SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
 def _fenced(text: str) -> list:
@@ -253,7 +255,36 @@ def rule_problems(msgid: str, msgstr: str) -> list:
     for url in URL.findall(msgid):
         if url.rstrip(".,;") not in msgstr:
             problems.append(f"URL {url!r} must be kept")
+    return problems + added_problems(msgid, msgstr)
+
+
+def added_problems(msgid: str, msgstr: str) -> list:
+    """What a translation adds that its English does not have, and a reader would trust because the
+    course shows it: a web address or scheme link (a phishing link, ``javascript:``), a raw HTML tag
+    (``<script>``, an ``<iframe>``), a fenced block (code the reader would copy), a ``<!-- -->`` marker
+    (a claim that checks nothing).  Relative links (to a chapter, the glossary) may be added."""
+    problems = []
+    english_urls = {u.rstrip(".,;") for u in URL.findall(msgid)}
+    for url in URL.findall(msgstr):
+        if url.rstrip(".,;") not in english_urls:
+            problems.append(f"URL {url!r} is not in the English: a translation adds no web address")
+    for target in LINK_TARGET.findall(msgstr):
+        if SCHEME.match(target) and target not in msgid and not URL.match(target):
+            problems.append(f"link target {target!r} is not in the English")
+    english_tags = {t.lower() for t in HTML_TAG.findall(_code_free(msgid))}
+    for tag in HTML_TAG.findall(_code_free(msgstr)):
+        if tag.lower() not in english_tags:
+            problems.append(f"HTML tag <{tag}> is not in the English: a translation adds no markup")
+    if len(_fenced(msgstr)) > len(_fenced(msgid)):
+        problems.append("a fenced block that is not in the English: a translation adds no code")
+    for marker in set(MARKER.findall(msgstr)) - set(MARKER.findall(msgid)):
+        problems.append(f"marker {marker!r} is not in the English")
     return problems
+
+
+def _code_free(text: str) -> str:
+    """The text without fenced blocks and inline code (``<T>`` inside backticks is not markup)."""
+    return INLINE_CODE.sub("", _strip_fences(text))
 
 
 def _strip_fences(text: str) -> str:
