@@ -9,7 +9,9 @@ timeline (viz/timeline.py) and the doctor's charts (memory_doctor/charts.py) bot
 from __future__ import annotations
 
 import functools
+import sys
 from functools import lru_cache
+from pathlib import Path
 from typing import Optional
 
 from ..editions.language import language, speaking
@@ -20,10 +22,24 @@ CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanY
 
 @lru_cache(maxsize=None)
 def cjk_font() -> Optional[str]:
-    """The first installed font of ``CJK_FONTS``, or None."""
+    """The first installed font of ``CJK_FONTS``, or None.
+
+    matplotlib finds the system's fonts (Debian's ``fonts-noto-cjk`` in /usr/share/fonts); conda's
+    ``font-ttf-noto-cjk`` installs into ``$CONDA_PREFIX/fonts``, which a pip-installed matplotlib does
+    not search, so those files are added here.
+    """
     from matplotlib import font_manager
     installed = {f.name for f in font_manager.fontManager.ttflist}
-    return next((name for name in CJK_FONTS if name in installed), None)
+    found = next((name for name in CJK_FONTS if name in installed), None)
+    if found is None:
+        for path in sorted((Path(sys.prefix) / "fonts").glob("*CJK*")):
+            try:
+                font_manager.fontManager.addfont(str(path))
+            except (OSError, RuntimeError, ValueError):
+                continue                     # a file matplotlib cannot read is not a reason to fail a chart
+        installed = {f.name for f in font_manager.fontManager.ttflist}
+        found = next((name for name in CJK_FONTS if name in installed), None)
+    return found
 
 
 def chart_language() -> str:
