@@ -103,9 +103,10 @@ def real_gpu(measures: str, simulated_instead: str):
     from allocator_ref.device.cuda import probe_cuda
     found, why = probe_cuda()
     if not found:
+        from allocator_ref.device.select import reason_words
         print(tr("no GPU here ({why}), so nothing is measured.\n"
                  "On a GPU this cell measures {measures}.\n"
-                 "The simulated equivalent: {simulated_instead}.", why=why, measures=measures,
+                 "The simulated equivalent: {simulated_instead}.", why=reason_words(why), measures=measures,
                  simulated_instead=simulated_instead))
         return None
     gpu = ar.open_device("cuda")
