@@ -355,6 +355,20 @@ def _doctor_command(args) -> int:
     return 0 if getattr(report.diagnosis, "verified", True) else 1
 
 
+LANG_HELP = ("the human-readable lines' language (default: ALLOCATOR_REF_LANG, a Chinese edition folder, "
+             "the course-settings.toml language, the locale, else English); --json keys stay English")
+
+
+def _in_language(command):
+    """``command`` run in ``--lang``'s language when it was given (as the doctor's --lang does)."""
+    def run(args) -> int:
+        from contextlib import nullcontext
+        from .editions.language import speaking
+        with speaking(args.lang) if getattr(args, "lang", None) else nullcontext():
+            return command(args)
+    return run
+
+
 def main(argv=None) -> int:
     from .policies.registry import policy_names
     parser = argparse.ArgumentParser(prog="python -m allocator_ref",
@@ -371,14 +385,16 @@ def main(argv=None) -> int:
     p.add_argument("--profile", type=profile_name, default="h100-80gb", help="simulated device profile")
     p.add_argument("--device-memory", type=device_gib, default=None,
                    help="GiB: replay on a simulated GPU of this size and count the OOMs")
-    p.set_defaults(func=cmd_replay)
+    p.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
+    p.set_defaults(func=_in_language(cmd_replay))
     c = sub.add_parser("compare", help="what-if table: the same run under several configs and policies")
     c.add_argument("snapshot")
     c.add_argument("--profile", type=profile_name, default="h100-80gb")
     c.add_argument("--device-memory", type=device_gib, default=None, help="GiB: say whether each design fits")
     c.add_argument("--plot", type=plot_path, default=None, help="write a bar chart PNG here")
     c.add_argument("--json", action="store_true")
-    c.set_defaults(func=cmd_compare)
+    c.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
+    c.set_defaults(func=_in_language(cmd_compare))
     t = sub.add_parser("traces", help="the real PyTorch snapshots: fetch them once, or list where they are")
     tsub = t.add_subparsers(dest="traces_command", required=True)
     f = tsub.add_parser("fetch", help="download them from their public sources into the per-user cache")

@@ -205,9 +205,8 @@ def test_compare_and_replay_speak_chinese(tmp_path, capsys):
     a.free(xs[1])
     a.free(xs[0])
     path = ar.save_snapshot(a.snapshot(), tmp_path / "run.pickle")
-    with speaking("zh"):
-        assert main(["compare", str(path), "--device-memory", "1"]) == 0
-        assert main(["replay", str(path), "--verify"]) == 0
+    assert main(["compare", str(path), "--device-memory", "1", "--lang", "zh"]) == 0
+    assert main(["replay", str(path), "--verify", "--lang", "zh"]) == 0
     out = capsys.readouterr().out.replace(str(path), "run.pickle")
     assert "策略" in out and "预留峰值" in out and "对照 PyTorch 验证" in out
     for line in out.splitlines():
