@@ -232,3 +232,34 @@ def test_a_chinese_chapters_film_strip_and_banner_are_chinese(name):
     assert strip and banner, f"zh/{name}: no film strip or banner in Chinese"
     for text in strip + banner:
         assert not english_left(text), text
+
+
+def test_the_ipc_picture_and_the_growable_buffer_in_chinese():
+    from allocator_ref import sharing
+    from allocator_ref.viz.ipc import render_ipc_share
+    from allocator_ref.vmm import GrowableBuffer
+
+    def texts(svg: str) -> list:
+        return re.findall(r"<(?:text|title)[^>]*>([^<]+)<", svg)
+
+    dev = ar.SimDevice("tiny-1gb")
+    a = ar.CachingAllocator(dev)
+    a.malloc(3 * MiB)
+    x = a.malloc(5 * MiB)
+    h = sharing.share_block(a, x)
+    try:
+        seg = next(s for s in a.segments(record=False) if s["address"] <= x.ptr < s["address"] + s["total_size"])
+        english = render_ipc_share(seg, h, 0x7A0000000000 + h.offset, sender_pid=1, receiver_pid=2)
+        with speaking("zh"):
+            chinese = render_ipc_share(seg, h, 0x7A0000000000 + h.offset, sender_pid=1, receiver_pid=2)
+    finally:
+        sharing.unshare(h)                   # a share left open would fail the sharing tests' leak check
+    with speaking("zh"):
+        buf = GrowableBuffer(dev, 64 * MiB)
+        buf.resize(5_000_000)
+        bars = "".join(s.to_svg() for s in buf.history)
+        buf.close()
+    assert "receiver, pid 2" in english and "sender's block" in english       # English as it was
+    for words in texts(chinese) + texts(bars):
+        assert not english_left(words), words
+    assert "接收方，pid 2" in chinese and "已映射" in bars
