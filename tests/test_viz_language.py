@@ -263,3 +263,12 @@ def test_the_ipc_picture_and_the_growable_buffer_in_chinese():
     for words in texts(chinese) + texts(bars):
         assert not english_left(words), words
     assert "接收方，pid 2" in chinese and "已映射" in bars
+
+
+def test_an_empty_block_map_says_so_in_chinese():
+    from allocator_ref.viz.blockmap import render_blockmap
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"))
+    assert "No segments: the allocator has not reserved any memory yet." in render_blockmap(a)
+    with speaking("zh"):
+        svg = render_blockmap(a)
+    assert "没有段" in svg and not [t for t in re.findall(r">([^<]+)<", svg) if english_left(t)]
