@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from allocator_ref.__main__ import main
 from allocator_ref.editions import catalog
 from allocator_ref.editions.language import speaking
 from allocator_ref.viz import chart_language, timeline
-from allocator_ref.viz.frames import build_frames, record_frames
+from allocator_ref.viz.frames import record_frames
 from allocator_ref.viz.player import Compare, LiveView, TracePlayer
 
 ROOT = Path(__file__).resolve().parents[1]
