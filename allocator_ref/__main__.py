@@ -17,6 +17,7 @@ import json
 import math
 import os
 import stat
+import unicodedata
 import sys
 from pathlib import Path
 
@@ -114,49 +115,70 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
+def _columns(text: str) -> int:
+    """How many terminal columns ``text`` takes: a CJK character (a Chinese table word) takes two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _cell(text: str, width: int, right: bool = False) -> str:
+    """``text`` padded to ``width`` columns (``f"{text:<{width}}"`` for English, aligned for Chinese too)."""
+    pad = " " * max(0, width - _columns(text))
+    return pad + text if right else text + pad
+
+
 def _print_replay(result, out=None) -> None:
     out = out or sys.stdout                  # at call time: main() wraps it (textsafe.EscapingWriter)
     j = result.to_json()
-    mode = "verify against PyTorch" if result.verify else "what-if"
-    print(f"{result.source}: {mode}, policy {result.policy}, config {result.config or '(default)'!r} "
-          "(simulated device)", file=out)
+    mode = tr("verify against PyTorch") if result.verify else tr("what-if")
+    print(tr("{source}: {mode}, policy {policy}, config {config} (simulated device)", source=result.source,
+             mode=mode, policy=result.policy, config=repr(result.config or tr("(default)"))), file=out)
     several = len(result.devices) > 1
     for d in result.devices:
         for note in d.inferred:
-            print(f"  inferred{f' (device {d.device})' if several else ''}: {note}", file=out)
+            print(tr("  inferred (device {device}): {note}", device=d.device, note=note) if several
+                  else tr("  inferred: {note}", note=note), file=out)
     if j.get("pools"):
-        print(f"  private pools kept: {', '.join(map(str, j['pools']))} "
-              f"({j['pool_requests']} requests routed into them)", file=out)
+        print(tr("  private pools kept: {pools} ({n} requests routed into them)",
+                 pools=", ".join(map(str, j["pools"])), n=j["pool_requests"]), file=out)
     if result.verify:
         pct = 100.0 * j["allocs_exact"] / j["allocs"] if j["allocs"] else 100.0
-        print(f"  allocations at PyTorch's address: {j['allocs_exact']}/{j['allocs']} ({pct:.1f}%)", file=out)
-        print(f"  segment allocs/maps: {j['segment_allocs_made']} made, {j['segment_allocs_expected']} in the trace", file=out)
-        print(f"  segment frees/unmaps: {j['segment_frees_made']} made, {j['segment_frees_expected']} in the trace", file=out)
-        print(f"  OOMs: {j['ooms_raised']} raised, {j['ooms_expected']} in the trace", file=out)
+        print(tr("  allocations at PyTorch's address: {exact}/{allocs} ({pct}%)", exact=j["allocs_exact"],
+                 allocs=j["allocs"], pct=f"{pct:.1f}"), file=out)
+        print(tr("  segment allocs/maps: {made} made, {expected} in the trace", made=j["segment_allocs_made"],
+                 expected=j["segment_allocs_expected"]), file=out)
+        print(tr("  segment frees/unmaps: {made} made, {expected} in the trace", made=j["segment_frees_made"],
+                 expected=j["segment_frees_expected"]), file=out)
+        print(tr("  OOMs: {raised} raised, {expected} in the trace", raised=j["ooms_raised"],
+                 expected=j["ooms_expected"]), file=out)
         div = j["first_divergence"]
-        print(f"  first divergence: {'none' if div is None else json.dumps(div)}", file=out)
-        print(f"  final state equals the snapshot's segments: {j['final_state_equal']}", file=out)
+        print(tr("  first divergence: {divergence}", divergence=tr("none") if div is None else json.dumps(div)),
+              file=out)
+        print(tr("  final state equals the snapshot's segments: {equal}", equal=j["final_state_equal"]), file=out)
         _print_devices(result, out)
-    print(f"  peak reserved {_mib(j['peak_reserved'])}, peak allocated {_mib(j['peak_allocated'])}, "
-          f"fragmentation at peak {_mib(j['fragmentation_at_peak'])}", file=out)
-    print(f"  device calls {j['device_calls']}, simulated time {j['simulated_time_us'] / 1000:.1f} ms", file=out)
+    print(tr("  peak reserved {reserved}, peak allocated {allocated}, fragmentation at peak {fragmentation}",
+             reserved=_mib(j["peak_reserved"]), allocated=_mib(j["peak_allocated"]),
+             fragmentation=_mib(j["fragmentation_at_peak"])), file=out)
+    print(tr("  device calls {calls}, simulated time {ms} ms", calls=j["device_calls"],
+             ms=f"{j['simulated_time_us'] / 1000:.1f}"), file=out)
     if not result.verify:
-        print(f"  out-of-memory errors: {j['ooms_raised']}" + ("" if j["ooms_raised"] else " (it fits)"), file=out)
+        print(tr("  out-of-memory errors: {n}", n=j["ooms_raised"]) + ("" if j["ooms_raised"] else tr(" (it fits)")),
+              file=out)
 
 
 def _print_devices(result, out) -> None:
     """One line per device: what was checked there and whether it matched (--verify)."""
     if not result.devices:
-        print("  nothing to verify: the snapshot holds no segments and no trace events", file=out)
+        print(tr("  nothing to verify: the snapshot holds no segments and no trace events"), file=out)
     for d in result.devices:
-        looked = f", {d.snapshot_entries} 'snapshot' entries left out" if d.snapshot_entries else ""
+        looked = tr(", {n} 'snapshot' entries left out", n=d.snapshot_entries) if d.snapshot_entries else ""
         if d.state_only:
-            what = (f"state only (no trace events{looked}): {d.segments_compared} segments rebuilt "
-                    "from the snapshot alone and compared")
+            what = tr("state only (no trace events{looked}): {n} segments rebuilt from the snapshot alone and compared",
+                      looked=looked, n=d.segments_compared)
         else:
-            what = f"{d.events} events replayed, {d.allocs_exact}/{d.allocs} allocations exact{looked}"
-        verdict = "verified" if d.final_state_equal else "NOT verified"
-        print(f"  device {d.device}: {what}: {verdict}", file=out)
+            what = tr("{events} events replayed, {exact}/{allocs} allocations exact{looked}", events=d.events,
+                      exact=d.allocs_exact, allocs=d.allocs, looked=looked)
+        verdict = tr("verified") if d.final_state_equal else tr("NOT verified")
+        print(tr("  device {device}: {what}: {verdict}", device=d.device, what=what, verdict=verdict), file=out)
         for line in (d.final_state_diff.splitlines() if not d.final_state_equal else [])[:5]:
             print(f"    {line}", file=out)
 
@@ -231,53 +253,65 @@ def cmd_compare(args) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"{args.snapshot}: what-if (simulated device '{args.profile}')")
+    print(tr("{snapshot}: what-if (simulated device '{profile}')", snapshot=args.snapshot, profile=args.profile))
     if rows[0]["anchored"]:
         cap = rows[0]["capacity"] or {}
-        gpu = (f"{cap['target'] / GiB:.2f} GiB usable, the GPU this run behaved like" if cap.get("known")
-               else "uncapped (the run never flushed on retry nor ran out of memory: its GPU's size is unknown)")
+        gpu = (tr("{gib} GiB usable, the GPU this run behaved like", gib=f"{cap['target'] / GiB:.2f}") if cap.get("known")
+               else tr("uncapped (the run never flushed on retry nor ran out of memory: its GPU's size is unknown)"))
         if args.device_memory:
-            gpu = f"{args.device_memory:g} GiB (--device-memory)"
-        print(f"every row replays the run's own program from PyTorch's state at its first event; GPU: {gpu}")
-        print("the first row is the run as recorded: it "
-              + ("reproduces the recorded reserved curve" if rows[0]["reproduces"] else
-                 "does NOT reproduce the recorded curve, so the other rows are not comparable"))
+            gpu = tr("{gib} GiB (--device-memory)", gib=f"{args.device_memory:g}")
+        print(tr("every row replays the run's own program from PyTorch's state at its first event; GPU: {gpu}", gpu=gpu))
+        print(tr("the first row is the run as recorded: it reproduces the recorded reserved curve") if rows[0]["reproduces"]
+              else tr("the first row is the run as recorded: it does NOT reproduce the recorded curve, "
+                      "so the other rows are not comparable"))
     else:
-        print("the reference allocator does not reproduce this trace: plain replays from an empty allocator, "
-              "not anchored to the recorded run")
-    header = (f"{'policy':<15} {'config':<28} {'peak reserved':>15} {'peak allocated':>15} {'frag @ peak':>13} "
-              f"{'calls':>7} {'retries':>8}")
+        print(tr("the reference allocator does not reproduce this trace: plain replays from an empty allocator, "
+                 "not anchored to the recorded run"))
+    header = " ".join([_cell(tr("policy"), 15), _cell(tr("config"), 28), _cell(tr("peak reserved"), 15, True),
+                       _cell(tr("peak allocated"), 15, True), _cell(tr("frag @ peak"), 13, True),
+                       _cell(tr("calls"), 7, True), _cell(tr("retries"), 8, True)])
     if args.device_memory:
-        header += f"  fits {args.device_memory:g} GiB"
+        header += "  " + tr("fits {gib} GiB", gib=f"{args.device_memory:g}")
     print(header)
     for r in rows:
         if r.get("skipped"):
-            print(f"{r['policy']:<15} {r['config']:<28} not replayed: {r['skipped']}")
+            print(f"{r['policy']:<15} {_cell(_config_words(r['config']), 28)} "
+                  + tr("not replayed: {why}", why=r["skipped"]))
             continue
         retries = "-" if r["num_alloc_retries"] is None else f"{r['num_alloc_retries']:,}"
-        line = (f"{r['policy']:<15} {r['config']:<28} {_mib(r['peak_reserved']):>15} "
+        line = (f"{r['policy']:<15} {_cell(_config_words(r['config']), 28)} {_mib(r['peak_reserved']):>15} "
                 f"{_mib(r['peak_allocated']):>15} {_mib(r['fragmentation_at_peak']):>13} {r['device_calls']:>7} "
                 f"{retries:>8}")
         if r["fits"] is not None:
-            line += "  " + ("yes" if r["fits"] else "NO (OOM)")
+            line += "  " + (tr("yes") if r["fits"] else tr("NO (OOM)"))
         if r["prediction"]:
-            line += "  (model prediction)"
+            line += "  " + tr("(model prediction)")
         print(line)
     rows = [r for r in rows if not r.get("skipped")]
     if len({r["peak_reserved"] for r in rows}) == 1:
-        print("every row has the same peak reserved: on this run no design or setting changes what is held at "
-              "the peak (compare the calls and retries columns for what they do cost)")
+        print(tr("every row has the same peak reserved: on this run no design or setting changes what is held at "
+                 "the peak (compare the calls and retries columns for what they do cost)"))
     if args.plot:
         from .memory_doctor.charts import plot_what_if
         target = None if args.device_memory is None else int(args.device_memory * GiB)
         chart_rows = [{"label": r["config"] if r["policy"] == "caching" else r["policy"],
                        "peak_reserved": r["peak_reserved"], "peak_allocated": r["peak_allocated"],
                        "fragmentation": r["fragmentation_at_peak"], "fits": r["fits"]} for r in rows]
-        fig = plot_what_if(chart_rows, target=target,
-                           title="What if: the same program under other allocators (simulated)")
+        from .editions.language import speaking
+        from .viz.chart_language import chart_language
+        with speaking(chart_language()):              # the title in a language the chart's fonts can draw
+            title = tr("What if: the same program under other allocators (simulated)")
+        fig = plot_what_if(chart_rows, target=target, title=title)
         fig.savefig(args.plot, dpi=100)
-        print(f"plot written to {args.plot}")
+        print(tr("plot written to {path}", path=args.plot))
     return 0
+
+
+def _config_words(label: str) -> str:
+    """A row's config in the reader's language when it is one of the table's own words, else as typed."""
+    words = {"(as recorded)": tr("(as recorded)"), "(recorded settings, target)": tr("(recorded settings, target)"),
+             "(default)": tr("(default)")}
+    return words.get(label, label)
 
 
 def cmd_traces(args) -> int:
@@ -321,6 +355,20 @@ def _doctor_command(args) -> int:
     return 0 if getattr(report.diagnosis, "verified", True) else 1
 
 
+LANG_HELP = ("the human-readable lines' language (default: ALLOCATOR_REF_LANG, a Chinese edition folder, "
+             "the course-settings.toml language, the locale, else English); --json keys stay English")
+
+
+def _in_language(command):
+    """``command`` run in ``--lang``'s language when it was given (as the doctor's --lang does)."""
+    def run(args) -> int:
+        from contextlib import nullcontext
+        from .editions.language import speaking
+        with speaking(args.lang) if getattr(args, "lang", None) else nullcontext():
+            return command(args)
+    return run
+
+
 def main(argv=None) -> int:
     from .policies.registry import policy_names
     parser = argparse.ArgumentParser(prog="python -m allocator_ref",
@@ -337,14 +385,16 @@ def main(argv=None) -> int:
     p.add_argument("--profile", type=profile_name, default="h100-80gb", help="simulated device profile")
     p.add_argument("--device-memory", type=device_gib, default=None,
                    help="GiB: replay on a simulated GPU of this size and count the OOMs")
-    p.set_defaults(func=cmd_replay)
+    p.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
+    p.set_defaults(func=_in_language(cmd_replay))
     c = sub.add_parser("compare", help="what-if table: the same run under several configs and policies")
     c.add_argument("snapshot")
     c.add_argument("--profile", type=profile_name, default="h100-80gb")
     c.add_argument("--device-memory", type=device_gib, default=None, help="GiB: say whether each design fits")
     c.add_argument("--plot", type=plot_path, default=None, help="write a bar chart PNG here")
     c.add_argument("--json", action="store_true")
-    c.set_defaults(func=cmd_compare)
+    c.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
+    c.set_defaults(func=_in_language(cmd_compare))
     t = sub.add_parser("traces", help="the real PyTorch snapshots: fetch them once, or list where they are")
     tsub = t.add_subparsers(dest="traces_command", required=True)
     f = tsub.add_parser("fetch", help="download them from their public sources into the per-user cache")

@@ -24,6 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .editions.messages import translator
+
+tr = translator("doctor")          # the buffer picture's words in the reader's language
+
 __all__ = [
     "granularity", "round_up", "reserve_range", "create_physical", "map_and_grant", "unmap",
     "release", "free_range", "GrowableBuffer", "BufferState",
@@ -105,8 +109,10 @@ class BufferState:
         cell = width / slots
         parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 2}" height="{top + h + 18}" '
                  f'font-family="monospace" font-size="11">',
-                 f'<text x="1" y="12">{_esc(self.label)}  virtual {self.va_size >> 20} MiB at '
-                 f'{self.va_start:#x}, mapped {self.mapped >> 20} MiB, used {self.size / 2**20:.2f} MiB</text>',
+                 '<text x="1" y="12">' + _esc(tr("{label}  virtual {virtual} MiB at {address}, mapped {mapped} MiB, "
+                                                 "used {used} MiB", label=self.label, virtual=self.va_size >> 20,
+                                                 address=f"{self.va_start:#x}", mapped=self.mapped >> 20,
+                                                 used=f"{self.size / 2**20:.2f}")) + '</text>',
                  f'<rect x="1" y="{top}" width="{width}" height="{h}" fill="#f4f4f4" stroke="#999" '
                  f'stroke-dasharray="4 2"/>']
         for i, (addr, handle) in enumerate(self.pages):
@@ -114,7 +120,8 @@ class BufferState:
             x = 1 + slot * cell
             used = min(self.page_size, max(0, self.size - slot * self.page_size))
             parts.append(f'<rect x="{x:.1f}" y="{top}" width="{cell:.1f}" height="{h}" fill="#9cc3e6" '
-                         f'stroke="#fff"><title>page {slot}: handle {handle:#x}</title></rect>')
+                         f'stroke="#fff"><title>{tr("page {slot}: handle {handle}", slot=slot, handle=f"{handle:#x}")}'
+                         '</title></rect>')
             if used:
                 parts.append(f'<rect x="{x:.1f}" y="{top + 8}" width="{cell * used / self.page_size:.1f}" '
                              f'height="{h - 16}" fill="#1f4e79"/>')
@@ -157,7 +164,7 @@ class GrowableBuffer:
         self.size = 0
         self.closed = False
         self.history: list[BufferState] = []
-        self._snap("reserved")
+        self._snap(tr("reserved"))
 
     # --- state --------------------------------------------------------------
     @property
@@ -218,7 +225,7 @@ class GrowableBuffer:
                 release(self.device, h)
             raise
         if new:
-            self._snap(f"mapped {len(new)} page(s)")
+            self._snap(tr("mapped {n} page(s)", n=len(new)))
 
     def resize(self, nbytes: int) -> None:
         """Set the logical size; grows the mapping when needed (never shrinks it: see ``shrink_to_fit``)."""
@@ -226,7 +233,7 @@ class GrowableBuffer:
         self._check_count(nbytes, "resize(nbytes)")
         self.reserve(nbytes)
         self.size = nbytes
-        self._snap(f"size {nbytes}")
+        self._snap(tr("size {nbytes}", nbytes=nbytes))
 
     def append(self, data: bytes) -> int:
         """Write ``data`` at the end (a host-to-device copy); returns the offset it was written at."""
@@ -245,7 +252,7 @@ class GrowableBuffer:
             self._unmap_down_to(pages)             # the pages this call mapped go back
             raise
         self.size = offset + len(payload)
-        self._snap(f"append {len(data)} B")
+        self._snap(tr("append {n} B", n=len(data)))
         return offset
 
     def read(self, offset: int = 0, nbytes: Optional[int] = None) -> bytes:
@@ -264,7 +271,7 @@ class GrowableBuffer:
         dropped = max(0, len(self.handles) - keep)
         self._unmap_down_to(keep)
         if dropped:
-            self._snap(f"unmapped {dropped} page(s)")
+            self._snap(tr("unmapped {n} page(s)", n=dropped))
 
     def close(self) -> None:
         """Unmap and release every page, then free the virtual range.  Safe to call twice."""

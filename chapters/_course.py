@@ -14,6 +14,10 @@ the executed value equals the bold text.  A claim shows nothing to the learner:
 its value travels in the output's data under ``CLAIM_MIME`` (next to an empty
 ``text/markdown``, which every front end renders as nothing), where only the
 test reads it.
+
+What the helpers print goes through ``tr`` (the snapshot tools' catalogue,
+``allocator_ref/locale/zh_CN/doctor.po``): the Chinese notebooks run these same
+cells from ``chapters/zh``, where the tools speak Chinese.
 """
 from __future__ import annotations
 
@@ -28,6 +32,9 @@ if str(_HERE.parent) not in sys.path:          # the package, when the chapter r
 
 import allocator_ref as ar                       # noqa: E402
 from allocator_ref.caching import format_size   # noqa: E402
+from allocator_ref.editions.messages import translator   # noqa: E402
+
+tr = translator("doctor")                        # the helpers' words in the edition's language
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 CLAIM_MIME = "application/vnd.allocator-ref.claim+json"
@@ -47,20 +54,21 @@ def open_device(profile: str | None = None):
     _DEVICES.append(dev)
     info = dev.info
     free, total = dev.mem_get_info()
-    print(f"device     : {info.name}")
-    print(f"capacity   : {fmt(total)}   free now (cudaMemGetInfo / nvidia-smi view): {fmt(free)}")
-    print(f"context    : {fmt(info.context_reserve)} held by the CUDA context, outside every allocator")
+    print(tr("device     : {name}", name=info.name))
+    print(tr("capacity   : {total}   free now (cudaMemGetInfo / nvidia-smi view): {free}",
+             total=fmt(total), free=fmt(free)))
+    print(tr("context    : {size} held by the CUDA context, outside every allocator", size=fmt(info.context_reserve)))
     if profile is None and dev.simulated:
         from allocator_ref import settings
         chosen = settings.get("profile")
-        print(f"profile    : {chosen.value} ({chosen.source}); a workshop sets it once in "
-              f"course-settings.toml or ALLOCATOR_REF_PROFILE")
+        print(tr("profile    : {profile} ({source}); a workshop sets it once in "
+                 "course-settings.toml or ALLOCATOR_REF_PROFILE", profile=chosen.value, source=chosen.source))
     if dev.simulated:
-        print("what it is : SIMULATED. Times come from a cost model with cited sources "
-              "(allocator_ref/device/profiles/costs.json) on a virtual clock; every figure below "
-              "is simulated, not measured on a GPU. Allocator decisions and byte counts are exact.")
+        print(tr("what it is : SIMULATED. Times come from a cost model with cited sources "
+                 "(allocator_ref/device/profiles/costs.json) on a virtual clock; every figure below "
+                 "is simulated, not measured on a GPU. Allocator decisions and byte counts are exact."))
     else:
-        print("what it is : a REAL GPU. Times are measured wall-clock and vary run to run.")
+        print(tr("what it is : a REAL GPU. Times are measured wall-clock and vary run to run."))
     return dev
 
 
@@ -79,8 +87,8 @@ def pinned(profile: str):
     course = settings.get("profile")
     if profile != course.value and profile not in _PINNED_SAID:
         _PINNED_SAID.add(profile)
-        print(f"(this example pins the simulated {profile}: the text quotes its numbers; "
-              f"your course profile, {course.value}, is used everywhere else)")
+        print(tr("(this example pins the simulated {profile}: the text quotes its numbers; "
+                 "your course profile, {course}, is used everywhere else)", profile=profile, course=course.value))
     return ar.SimDevice(profile)
 
 
@@ -95,9 +103,11 @@ def real_gpu(measures: str, simulated_instead: str):
     from allocator_ref.device.cuda import probe_cuda
     found, why = probe_cuda()
     if not found:
-        print(f"no GPU here ({why}), so nothing is measured.\n"
-              f"On a GPU this cell measures {measures}.\n"
-              f"The simulated equivalent: {simulated_instead}.")
+        from allocator_ref.device.select import reason_words
+        print(tr("no GPU here ({why}), so nothing is measured.\n"
+                 "On a GPU this cell measures {measures}.\n"
+                 "The simulated equivalent: {simulated_instead}.", why=reason_words(why), measures=measures,
+                 simulated_instead=simulated_instead))
         return None
     gpu = ar.open_device("cuda")
     _DEVICES.append(gpu)
@@ -107,7 +117,7 @@ def real_gpu(measures: str, simulated_instead: str):
 def where(dev) -> str:
     """The tag every printed measurement carries: which device produced it."""
     name = dev.info.name.replace(" (simulated)", "")
-    return f"[{'simulated' if dev.simulated else 'measured'} on {name}]"
+    return tr("[simulated on {name}]", name=name) if dev.simulated else tr("[measured on {name}]", name=name)
 
 
 # ------------------------------------------------------------------ pictures
@@ -155,8 +165,8 @@ def show_frames(frames, first: int = 0, last: int | None = None, simulated: bool
     for i in range(first, last):
         f = frames[i]
         ev = f.event
-        _display(Markdown(f"**step {i + 1}/{len(frames)}** `{ev['action']}` size {fmt(ev.get('size', 0))}: "
-                          f"{f.caption}"))
+        _display(Markdown(tr("**step {i}/{n}** `{action}` size {size}: {caption}", i=i + 1, n=len(frames),
+                             action=ev["action"], size=fmt(ev.get("size", 0)), caption=f.caption)))
         _display(SVG(render_blockmap(f.segments, highlight=f.changed, segment_ids=f.segment_ids,
                                      simulated=simulated, width=760)))
 
@@ -191,23 +201,26 @@ def player(frames, simulated: bool = True):
 
 # ------------------------------------------------------------------ numbers
 
-STAT_ROWS = [
-    ("allocated_bytes.all.current", "memory_allocated()  live blocks, rounded"),
-    ("reserved_bytes.all.current", "memory_reserved()   segments held (cudaMalloc'd)"),
-    ("active_bytes.all.current", "active_bytes        allocated + pending free"),
-    ("inactive_split_bytes.all.current", "inactive_split_bytes free inside split segments (non-releasable)"),
-    ("segment.all.current", "segment             number of segments"),
-    ("num_device_alloc", "num_device_alloc    cudaMalloc calls so far"),
-    ("num_device_free", "num_device_free     cudaFree calls so far"),
-    ("num_alloc_retries", "num_alloc_retries   full flush + retry"),
-    ("num_ooms", "num_ooms            OutOfMemoryError raised"),
-]
+def stat_rows() -> list:
+    """(memory_stats() key, the name and what it counts) for the keys the chapters talk about,
+    the words in the edition's language (the API names stay as PyTorch writes them)."""
+    return [
+        ("allocated_bytes.all.current", "memory_allocated()  " + tr("live blocks, rounded")),
+        ("reserved_bytes.all.current", "memory_reserved()   " + tr("segments held (cudaMalloc'd)")),
+        ("active_bytes.all.current", "active_bytes        " + tr("allocated + pending free")),
+        ("inactive_split_bytes.all.current", "inactive_split_bytes " + tr("free inside split segments (non-releasable)")),
+        ("segment.all.current", "segment             " + tr("number of segments")),
+        ("num_device_alloc", "num_device_alloc    " + tr("cudaMalloc calls so far")),
+        ("num_device_free", "num_device_free     " + tr("cudaFree calls so far")),
+        ("num_alloc_retries", "num_alloc_retries   " + tr("full flush + retry")),
+        ("num_ooms", "num_ooms            " + tr("OutOfMemoryError raised")),
+    ]
 
 
 def show_stats(allocator, keys=None, label: str = "") -> None:
-    """Print chosen ``memory_stats()`` keys (all of STAT_ROWS by default)."""
+    """Print chosen ``memory_stats()`` keys (all of :func:`stat_rows` by default)."""
     stats = allocator.memory_stats()
-    rows = [r for r in STAT_ROWS if keys is None or r[0] in keys]
+    rows = [r for r in stat_rows() if keys is None or r[0] in keys]
     if label:
         print(label)
     for key, words in rows:
@@ -219,10 +232,11 @@ def show_stats(allocator, keys=None, label: str = "") -> None:
 def device_view(dev, allocator=None) -> str:
     """One line: nvidia-smi's view (mem_get_info) next to the allocator's."""
     free, total = dev.mem_get_info()
-    line = f"mem_get_info: used {fmt(total - free)}, free {fmt(free)} of {fmt(total)}"
+    line = tr("mem_get_info: used {used}, free {free} of {total}", used=fmt(total - free), free=fmt(free),
+              total=fmt(total))
     if allocator is not None:
-        line += (f" | allocator: reserved {fmt(allocator.memory_reserved())}, "
-                 f"allocated {fmt(allocator.memory_allocated())}")
+        line += tr(" | allocator: reserved {reserved}, allocated {allocated}",
+                   reserved=fmt(allocator.memory_reserved()), allocated=fmt(allocator.memory_allocated()))
     return line + f"  {where(dev)}"
 
 

@@ -18,11 +18,21 @@ from __future__ import annotations
 from typing import Optional
 
 from .. import settings
+from ..editions.messages import translator
 from .costs import load_profile, profile_names
 from .errors import cuda_error
 
 KINDS = ("auto", "sim", "cuda")
 DEFAULT_PROFILE = settings.SETTINGS["profile"][1]
+tr = translator("doctor")          # the line every chapter's first cell prints, in the edition's language
+
+
+def reason_words(reason: str) -> str:
+    """``probe_cuda``'s reason for no GPU, in the reader's language (the reason itself stays English:
+    code tests it, e.g. ``"no GPU" in reason``)."""
+    known = {"no NVIDIA driver found": tr("no NVIDIA driver found"),
+             "the NVIDIA driver reports no GPU": tr("the NVIDIA driver reports no GPU")}
+    return known.get(reason, reason)
 
 
 def _kind(kind: Optional[str]) -> tuple[str, str]:
@@ -56,19 +66,20 @@ def open_device(kind: Optional[str] = None, profile: Optional[str] = None, index
     name = _profile(profile)
     if kind == "sim":
         dev = SimDevice(name)
-        print(f"allocator_ref: using SimDevice '{name}' (simulated: {source} asked for sim)")
+        print(tr("allocator_ref: using SimDevice '{name}' (simulated: {source} asked for sim)", name=name,
+                 source=source))
         return dev
     found, reason = probe_cuda()
     if found:
         from .cuda import CudaDevice
         dev = CudaDevice(index)
-        print(f"allocator_ref: using CudaDevice {index} '{dev.info.name}' "
-              f"(real GPU, driver {dev.info.driver_version}; {source}={kind})")
+        print(tr("allocator_ref: using CudaDevice {index} '{name}' (real GPU, driver {driver}; {source}={kind})",
+                 index=index, name=dev.info.name, driver=dev.info.driver_version, source=source, kind=kind))
         return dev
     if kind == "cuda":
         code = "cudaErrorNoDevice" if "no GPU" in reason else "cudaErrorInsufficientDriver"
         raise cuda_error(code, f"{source}=cuda but {reason}. Use the simulated device: "
                                "ALLOCATOR_REF_DEVICE=sim (or open_device('sim'))")
     dev = SimDevice(name)
-    print(f"allocator_ref: using SimDevice '{name}' (simulated: {reason})")
+    print(tr("allocator_ref: using SimDevice '{name}' (simulated: {reason})", name=name, reason=reason_words(reason)))
     return dev

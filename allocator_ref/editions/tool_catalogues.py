@@ -2,7 +2,8 @@
 
 Reads the package's source with :mod:`ast` (nothing is imported or run): in each module, a name bound
 at module level by ``NAME = translator("domain")`` marks ``NAME("literal", ...)`` calls as
-sentences of that domain.  ``update()`` adds new sentences as untranslated entries (with the file and
+sentences of that domain.  The chapters' display helpers (``chapters/_course.py``, outside the package
+but printing in every chapter) are read too, when the checkout has them.  ``update()`` adds new sentences as untranslated entries (with the file and
 line they come from), keeps every translation whose English is unchanged, and marks sentences the
 code no longer says obsolete (their Chinese stays in the file for a translator to reuse).
 ``problems()`` lists what would make a Chinese reader meet English: an untranslated sentence, a
@@ -20,6 +21,8 @@ import polib
 from .messages import DOMAINS, catalogue_path, fields_of
 
 PACKAGE = Path(__file__).resolve().parent.parent
+# Files outside the package whose tr("...") sentences live in the same catalogues.
+COURSE_FILES = (PACKAGE.parent / "chapters" / "_course.py",)
 
 
 def _translator_names(tree: ast.Module) -> dict:
@@ -36,9 +39,11 @@ def _translator_names(tree: ast.Module) -> dict:
 
 
 def scan(package: Path = PACKAGE) -> tuple[dict, list]:
-    """({domain: {sentence: ['file:line', ...]}}, [problem, ...]) for the whole package."""
+    """({domain: {sentence: ['file:line', ...]}}, [problem, ...]) for the whole package
+    (and, for the course's own package, the chapters' helpers: ``COURSE_FILES``)."""
     found, problems = {d: defaultdict(list) for d in DOMAINS}, []
-    for path in sorted(package.rglob("*.py")):
+    extra = [p for p in COURSE_FILES if p.exists()] if package == PACKAGE else []
+    for path in sorted(package.rglob("*.py")) + extra:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         names = _translator_names(tree)
         if not names:

@@ -16,49 +16,16 @@ The labels are in the reader's language when the chart can draw it: Chinese need
 """
 from __future__ import annotations
 
-import functools
 import io
-from functools import lru_cache
 from typing import Optional, Sequence
 
-from ..editions.language import language, speaking
 from ..editions.messages import translator
+from ..viz.chart_language import CJK_FONTS, chart_language, cjk_font, drawable  # noqa: F401 (the doctor's names)
 
 GiB = 2**30
 FITS, NO_FIT, UNKNOWN = "#59a14f", "#e15759", "#4c78a8"
-CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei",
-             "WenQuanYi Micro Hei", "Microsoft YaHei", "PingFang SC", "SimHei")
 tr = translator("doctor")
-
-
-@lru_cache(maxsize=None)
-def cjk_font() -> Optional[str]:
-    """The first installed font of ``CJK_FONTS``, or None."""
-    from matplotlib import font_manager
-    installed = {f.name for f in font_manager.fontManager.ttflist}
-    return next((name for name in CJK_FONTS if name in installed), None)
-
-
-def chart_language() -> str:
-    """The language a chart can be drawn in: the reader's, unless it needs a font that is not installed."""
-    lang = language()
-    if lang == "zh":
-        font = cjk_font()
-        if font is None:
-            return "en"
-        import matplotlib
-        if font not in matplotlib.rcParams["font.sans-serif"]:
-            matplotlib.rcParams["font.sans-serif"] = [font, *matplotlib.rcParams["font.sans-serif"]]
-    return lang
-
-
-def _drawable(plot):
-    """Draw ``plot`` with its labels in :func:`chart_language`."""
-    @functools.wraps(plot)
-    def wrapped(*args, **kwargs):
-        with speaking(chart_language()):
-            return plot(*args, **kwargs)
-    return wrapped
+_drawable = drawable          # a chart's labels in the language its fonts can draw (viz/chart_language.py)
 
 
 def _pyplot():

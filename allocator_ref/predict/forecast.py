@@ -17,9 +17,11 @@ from typing import Any, Callable, Optional
 
 from ..caching import CachingAllocator, OutOfMemoryError
 from ..device.sim.device import SimDevice
+from ..editions.messages import translator
 from .unseen import Unseen, cublas_workspace_bytes, unseen_items
 
 GiB = 2**30
+tr = translator("doctor")          # the prediction's words in the reader's language (numbers and names as they are)
 AGGREGATE = 0       # StatType::AGGREGATE
 
 
@@ -115,36 +117,42 @@ class Prediction:
 
     def text(self) -> str:
         mib = lambda n: f"{n / 2**20:,.1f} MiB"
-        lines = [f"predicted on a simulated {self.profile} ({self.capacity / GiB:.2f} GiB, CUDA context "
-                 f"{mib(self.context)} estimated): {self.to_json()['requests']:,} allocations traced on meta tensors",
-                 f"  peak allocated {mib(self.peak_allocated)}, peak reserved {mib(self.peak_reserved)}"]
+        lines = [tr("predicted on a simulated {profile} ({gib} GiB, CUDA context {context} estimated): "
+                    "{n} allocations traced on meta tensors", profile=self.profile, gib=f"{self.capacity / GiB:.2f}",
+                    context=mib(self.context), n=f"{self.to_json()['requests']:,}"),
+                 tr("  peak allocated {allocated}, peak reserved {reserved}", allocated=mib(self.peak_allocated),
+                    reserved=mib(self.peak_reserved))]
         if self.fits:
-            lines.append(f"  fits: yes, {mib(self.headroom)} to spare "
-                         f"({100 * self.peak_reserved / self.usable:.1f}% of the {mib(self.usable)} the allocator may use)")
+            lines.append(tr("  fits: yes, {spare} to spare ({pct}% of the {usable} the allocator may use)",
+                            spare=mib(self.headroom), pct=f"{100 * self.peak_reserved / self.usable:.1f}",
+                            usable=mib(self.usable)))
         else:
-            why = (self.oom or "peak reserved above the usable memory").split(" GPU 0 ")[0]
-            lines.append(f"  fits: NO ({why}; the peaks above are up to that point)")
-        lines.append("  live at the allocated peak (largest first):")
+            why = (self.oom or tr("peak reserved above the usable memory")).split(" GPU 0 ")[0]
+            lines.append(tr("  fits: NO ({why}; the peaks above are up to that point)", why=why))
+        lines.append(tr("  live at the allocated peak (largest first):"))
         for size, frames in self.at_peak[:5]:
             lines.append(f"    {mib(size):>12}  {_where(frames)}")
-        lines.append("  not traced (estimates, public sources):")
+        lines.append(tr("  not traced (estimates, public sources):"))
         for u in self.unseen:
-            amount = "unknown" if u.nbytes is None else mib(u.nbytes)
-            how = "added to the trace" if u.added_to_trace else ("through the allocator" if u.through_allocator
-                                                                 else "beside the allocator")
+            amount = tr("unknown") if u.nbytes is None else mib(u.nbytes)
+            how = tr("added to the trace") if u.added_to_trace else (
+                tr("through the allocator") if u.through_allocator else tr("beside the allocator"))
             lines.append(f"    {u.name}: {amount}, {how} ({u.source})")
         if self.what_if:
-            lines.append("  what the doctor's settings would change (replays of the predicted run):")
+            lines.append(tr("  what the doctor's settings would change (replays of the predicted run):"))
             for r in self.what_if:
-                fit = "" if r.get("fits") is None else ("  fits" if r["fits"] else "  NO (OOM)")
-                lines.append(f"    {r['policy']:<15} {r['config']:<28} reserved {mib(r['peak_reserved']):>12}{fit}")
+                fit = "" if r.get("fits") is None else ("  " + (tr("fits") if r["fits"] else tr("NO (OOM)")))
+                lines.append(f"    {r['policy']:<15} {r['config']:<28} "
+                             + tr("reserved {size}", size=f"{mib(r['peak_reserved']):>12}") + fit)
         if self.sweep:
             s = self.sweep
             for v, reserved, ok in s["points"]:
-                lines.append(f"    {s['knob']}={v}: peak reserved {mib(reserved) if reserved else '-'}  "
-                             f"{'fits' if ok else 'does not fit'}")
+                lines.append(tr("    {knob}={value}: peak reserved {size}  {verdict}", knob=s["knob"], value=v,
+                                size=mib(reserved) if reserved else "-",
+                                verdict=tr("fits") if ok else tr("does not fit")))
             best = s["largest_fitting"]
-            lines.append(f"  largest {s['knob']} that fits: {best if best is not None else 'none of those tried'}")
+            lines.append(tr("  largest {knob} that fits: {best}", knob=s["knob"],
+                            best=best if best is not None else tr("none of those tried")))
         return "\n".join(lines) + "\n"
 
 

@@ -178,8 +178,8 @@ def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: O
             y += _draw_segment(body, seg, ids.get(seg["address"], "?"), y, bar_w, marked, largest)
         y += 6
     if not segments:
-        body.append(f'<text x="4" y="{y + 16}" fill="#5b6770">No segments: the allocator has not '
-                    f'reserved any memory yet.</text>')
+        body.append(f'<text x="4" y="{y + 16}" fill="#5b6770">'
+                    + tr("No segments: the allocator has not reserved any memory yet.") + '</text>')
         y += ROW_H
 
     height = y + 4

@@ -26,9 +26,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
+from ..editions.messages import translator
 from .blockmap import segments_of
 from .segment_reader import SegmentFollower, can_follow, fresh_segment
 from .sizes import format_bytes, format_offset
+
+tr = translator("doctor")          # the captions in the reader's language (the snapshot tools' catalogue)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,10 @@ def changed_addresses(before: list, after: list) -> frozenset:
 
 
 # ---------------------------------------------------------------- captions
+#
+# Each caption is said with ``tr`` (the doctor's catalogue, allocator_ref/locale/zh_CN/doctor.po), so a
+# Chinese notebook's player speaks Chinese; the English sentences are the ones a test or a chapter
+# may quote.  Code that needs to know *what* happened reads the frame's event and segments, not these words.
 
 def describe(event: dict, before: list, after: list, segment_ids: Optional[dict] = None,
              previous_event: Optional[dict] = None) -> str:
@@ -105,50 +112,57 @@ def describe(event: dict, before: list, after: list, segment_ids: Optional[dict]
     action = event.get("action", "?")
     explain = _CAPTIONS.get(action)
     if explain is None:
-        return f"{action} event"
+        return tr("{action} event", action=action)
     return explain(event, before, after, ids, previous_event or {})
 
 
 def _where(seg: Optional[dict], addr: int, ids: dict) -> str:
     if seg is None:
-        return f"at {addr:#x}"
-    where = f"at {format_offset(addr - seg['address'])} in segment {ids.get(seg['address'], '?')}"
+        return tr("at {address}", address=f"{addr:#x}")
+    offset, number = format_offset(addr - seg["address"]), ids.get(seg["address"], "?")
     pool_id = tuple(seg.get("segment_pool_id") or (0, 0))
-    return where if pool_id == (0, 0) else f"{where} of private pool {pool_id}"
+    if pool_id == (0, 0):
+        return tr("at {offset} in segment {segment}", offset=offset, segment=number)
+    return tr("at {offset} in segment {segment} of private pool {pool}", offset=offset, segment=number,
+              pool=str(pool_id))
 
 
 def _caption_alloc(event, before, after, ids, previous):
     addr, request = event["addr"], event.get("size", 0)
     new_seg, old_seg = _segment_at(after, addr), _segment_at(before, addr)
     block, found = _block_at(new_seg, addr), _block_at(old_seg, addr)
-    head = f"{format_bytes(request)} request"
+    head = tr("{size} request", size=format_bytes(request))
     if block is None or found is None:
-        return f"{head}: allocated at {addr:#x}"
+        return tr("{head}: allocated at {address}", head=head, address=f"{addr:#x}")
+    where = _where(old_seg, found["address"], ids)
     if previous.get("action") in ("segment_alloc", "segment_map") and found["size"] >= block["size"] \
             and _segment_at(before, previous.get("addr", -1)) is old_seg:
-        source = f"no cached block fits, so it goes in the new memory {_where(old_seg, found['address'], ids)}"
+        source = tr("no cached block fits, so it goes in the new memory {where}", where=where)
     else:
-        source = f"best fit is the {format_bytes(found['size'])} free block {_where(old_seg, found['address'], ids)}"
+        source = tr("best fit is the {size} free block {where}", size=format_bytes(found["size"]), where=where)
     left = found["size"] - block["size"]
     if left > 0:
-        return f"{head}: {source}; split: {format_bytes(block['size'])} allocated, {format_bytes(left)} stays free"
+        return tr("{head}: {source}; split: {allocated} allocated, {left} stays free", head=head, source=source,
+                  allocated=format_bytes(block["size"]), left=format_bytes(left))
     spare = block["size"] - _round_request(request)
     if spare > 0:
-        return (f"{head}: {source}; not split: the {format_bytes(spare)} left over is too small "
-                f"to be worth a block, so the whole {format_bytes(block['size'])} is handed out")
-    return f"{head}: {source}; an exact fit, used whole"
+        return tr("{head}: {source}; not split: the {spare} left over is too small to be worth a block, "
+                  "so the whole {size} is handed out", head=head, source=source, spare=format_bytes(spare),
+                  size=format_bytes(block["size"]))
+    return tr("{head}: {source}; an exact fit, used whole", head=head, source=source)
 
 
 def _caption_free_requested(event, before, after, ids, previous):
     addr = event["addr"]
     seg = _segment_at(after, addr) or _segment_at(before, addr)
     block = _block_at(seg, addr) or _block_at(_segment_at(before, addr), addr) or {"size": event.get("size", 0)}
-    head = f"free of {format_bytes(block['size'])} {_where(seg, addr, ids)} requested"
+    head = tr("free of {size} {where} requested", size=format_bytes(block["size"]), where=_where(seg, addr, ids))
     state = block.get("state")
     if state == "active_pending_free":
-        return f"{head}: another stream used it, so it stays pending free until that stream's work is done"
+        return tr("{head}: another stream used it, so it stays pending free until that stream's work is done",
+                  head=head)
     if state == "inactive":
-        return f"{head}: no other stream used it, so it goes back to the cache at once"
+        return tr("{head}: no other stream used it, so it goes back to the cache at once", head=head)
     return head
 
 
@@ -157,66 +171,80 @@ def _caption_free_completed(event, before, after, ids, previous):
     old_seg, new_seg = _segment_at(before, addr), _segment_at(after, addr)
     freed = _block_at(old_seg, addr)
     size = freed["size"] if freed else event.get("size", 0)
-    head = f"free of {format_bytes(size)} {_where(old_seg or new_seg, addr, ids)}"
+    head = tr("free of {size} {where}", size=format_bytes(size), where=_where(old_seg or new_seg, addr, ids))
     if freed is not None and freed.get("state") == "active_pending_free":
-        head = f"pending free done (the other stream finished): {head}"
+        head = tr("pending free done (the other stream finished): {head}", head=head)
     merged = _block_at(new_seg, addr)
     if merged is None:
-        return f"{head}: returned to the cache"
+        return tr("{head}: returned to the cache", head=head)
     before_it = merged["address"] < addr
     after_it = merged["address"] + merged["size"] > addr + size
     if before_it and after_it:
-        how = "merged with the free blocks before and after it"
+        how = tr("merged with the free blocks before and after it")
     elif before_it:
-        how = "merged with the free block before it"
+        how = tr("merged with the free block before it")
     elif after_it:
-        how = "merged with the free block after it"
+        how = tr("merged with the free block after it")
     else:
-        return f"{head}: no free neighbour to merge with, so it stays a separate {format_bytes(size)} free block" \
-               + _whole_segment_free(new_seg, ids)
-    return f"{head}: {how} \u2192 {format_bytes(merged['size'])} free" + _whole_segment_free(new_seg, ids)
+        return tr("{head}: no free neighbour to merge with, so it stays a separate {size} free block",
+                  head=head, size=format_bytes(size)) + _whole_segment_free(new_seg, ids)
+    return tr("{head}: {how} \u2192 {size} free", head=head, how=how, size=format_bytes(merged["size"])) \
+        + _whole_segment_free(new_seg, ids)
 
 
 def _whole_segment_free(seg, ids) -> str:
     blocks = seg.get("blocks", ()) if seg else ()
     if len(blocks) == 1 and blocks[0]["state"] == "inactive":
-        return f"; segment {ids.get(seg['address'], '?')} is now entirely free (empty_cache() would release it)"
+        return tr("; segment {segment} is now entirely free (empty_cache() would release it)",
+                  segment=ids.get(seg["address"], "?"))
     return ""
+
+
+def _pool_words(kind: str) -> str:
+    return {"large": tr("large pool"), "small": tr("small pool")}.get(kind, f"{kind} pool")
 
 
 def _caption_segment_alloc(event, before, after, ids, previous):
     seg = _segment_at(after, event["addr"])
-    pool = f"{seg.get('segment_type', 'large')} pool, " if seg else ""
-    number = f" {ids.get(seg['address'], '?')}" if seg else ""
-    return f"cudaMalloc of a new {format_bytes(event.get('size', 0))} segment{number} ({pool}stream {event.get('stream', 0)})"
+    size, stream = format_bytes(event.get("size", 0)), event.get("stream", 0)
+    if seg is None:
+        return tr("cudaMalloc of a new {size} segment (stream {stream})", size=size, stream=stream)
+    return tr("cudaMalloc of a new {size} segment {segment} ({pool}, stream {stream})", size=size,
+              segment=ids.get(seg["address"], "?"), pool=_pool_words(seg.get("segment_type", "large")),
+              stream=stream)
 
 
 def _caption_segment_free(event, before, after, ids, previous):
     seg = _segment_at(before, event["addr"])
-    number = f" {ids.get(seg['address'], '?')}" if seg else ""
-    return f"segment{number} ({format_bytes(event.get('size', 0))}) released to the driver (cudaFree)"
+    size = format_bytes(event.get("size", 0))
+    if seg is None:
+        return tr("segment ({size}) released to the driver (cudaFree)", size=size)
+    return tr("segment {segment} ({size}) released to the driver (cudaFree)", segment=ids.get(seg["address"], "?"),
+              size=size)
 
 
 def _caption_segment_map(event, before, after, ids, previous):
     seg = _segment_at(after, event["addr"])
-    grown = f"; segment {ids.get(seg['address'], '?')} now maps {format_bytes(seg['total_size'])}" if seg else ""
-    return (f"expandable segment grows: {format_bytes(event.get('size', 0))} of physical memory mapped "
-            f"at {event['addr']:#x} (cuMemCreate + cuMemMap){grown}")
+    grown = tr("; segment {segment} now maps {size}", segment=ids.get(seg["address"], "?"),
+               size=format_bytes(seg["total_size"])) if seg else ""
+    return tr("expandable segment grows: {size} of physical memory mapped at {address} (cuMemCreate + cuMemMap)",
+              size=format_bytes(event.get("size", 0)), address=f"{event['addr']:#x}") + grown
 
 
 def _caption_segment_unmap(event, before, after, ids, previous):
-    return (f"expandable segment shrinks: {format_bytes(event.get('size', 0))} unmapped at {event['addr']:#x} "
-            f"and handed back to the driver (cuMemUnmap); the virtual addresses stay reserved")
+    return tr("expandable segment shrinks: {size} unmapped at {address} and handed back to the driver "
+              "(cuMemUnmap); the virtual addresses stay reserved", size=format_bytes(event.get("size", 0)),
+              address=f"{event['addr']:#x}")
 
 
 def _caption_oom(event, before, after, ids, previous):
     free = event.get("device_free", event.get("addr", 0))
-    return (f"out of memory: a {format_bytes(event.get('size', 0))} request failed; "
-            f"the device had only {format_bytes(free)} free")
+    return tr("out of memory: a {size} request failed; the device had only {free} free",
+              size=format_bytes(event.get("size", 0)), free=format_bytes(free))
 
 
 def _caption_snapshot(event, before, after, ids, previous):
-    return "snapshot taken (nothing changes)"
+    return tr("snapshot taken (nothing changes)")
 
 
 _CAPTIONS = {

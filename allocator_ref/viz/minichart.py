@@ -14,6 +14,11 @@ from .sizes import format_bytes
 MAX_POINTS = 800      # more points than pixels only slows the browser down
 
 
+def _width(label: str) -> int:
+    """A label's width in Latin letters: a CJK character (the Chinese edition's legend) is two wide."""
+    return sum(2 if ord(ch) >= 0x2E80 else 1 for ch in label)
+
+
 class MiniChart:
     """Curves over steps 0..n-1.  ``series``: (label, values, colour, dashed)."""
 
@@ -47,7 +52,7 @@ class MiniChart:
                          f'stroke="{color}" stroke-width="1.5"{dash}/>')
             parts.append(f'<line x1="{legend_x}" y1="26" x2="{legend_x + 18}" y2="26" stroke="{color}" '
                          f'stroke-width="2"{dash}/><text x="{legend_x + 22}" y="30" font-size="11">{escape(label)}</text>')
-            legend_x += 30 + 7 * len(label)
+            legend_x += 30 + 7 * _width(label)
         return "".join(parts)
 
     def svg(self, at: int = -1) -> str:

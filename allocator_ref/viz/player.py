@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 
 import ipywidgets as widgets
 
+from ..editions.messages import translator
 from .blockmap import render_blockmap, segments_of
 from .frames import Frame, as_event, changed_addresses, describe, settle
 from .minichart import MiniChart
@@ -32,6 +33,7 @@ from .sizes import format_bytes
 
 SPEEDS = [("0.25x", 2000), ("0.5x", 1000), ("1x", 500), ("2x", 250), ("4x", 120), ("8x", 60)]
 CURVE_COLORS = {"allocated": "#4c78a8", "reserved": "#f58518"}
+tr = translator("doctor")          # the widgets' words in the reader's language (the snapshot tools' catalogue)
 
 
 def _scroll_box(svg: str, max_height: int) -> str:
@@ -43,7 +45,7 @@ def _caption_html(frame: Frame, total: int) -> str:
     event = frame.event
     return (f'<div class="ar-caption" data-index="{frame.index}" data-action="{event.get("action", "")}" '
             f'style="font-family:sans-serif;font-size:14px;min-height:2.6em">'
-            f'<b>event {frame.index + 1} of {total}</b> · <code>{event.get("action", "")}</code> · '
+            f'<b>{tr("event {i} of {n}", i=frame.index + 1, n=total)}</b> · <code>{event.get("action", "")}</code> · '
             f'{frame.caption}</div>')
 
 
@@ -53,16 +55,16 @@ class _Controls:
     def __init__(self, n: int, on_step, interval_ms: int = 500):
         last = max(0, n - 1)
         self.play = widgets.Play(value=0, min=0, max=last, step=1, interval=interval_ms,
-                                 description="Play", show_repeat=False)
+                                 description=tr("Play"), show_repeat=False)
         # no readout: the caption says "event i of n" (1-based), the slider would say i - 1
-        self.slider = widgets.IntSlider(value=0, min=0, max=last, description="event", readout=False,
+        self.slider = widgets.IntSlider(value=0, min=0, max=last, description=tr("event"), readout=False,
                                         layout=widgets.Layout(width="420px"))
-        self.back = widgets.Button(description="◀ back", tooltip="previous event",
+        self.back = widgets.Button(description=tr("◀ back"), tooltip=tr("previous event"),
                                    layout=widgets.Layout(width="80px"))
-        self.forward = widgets.Button(description="next ▶", tooltip="next event",
+        self.forward = widgets.Button(description=tr("next ▶"), tooltip=tr("next event"),
                                       layout=widgets.Layout(width="80px"))
         self.speed = widgets.SelectionSlider(options=SPEEDS, value=interval_ms if interval_ms in dict(SPEEDS).values()
-                                             else 500, description="speed", layout=widgets.Layout(width="260px"))
+                                             else 500, description=tr("speed"), layout=widgets.Layout(width="260px"))
         # A Python-side link (not jslink): it also works without a browser, in tests.
         self._link = widgets.link((self.play, "value"), (self.slider, "value"))
         self.back.on_click(lambda _b: self.step(-1))
@@ -91,7 +93,7 @@ class TracePlayer(widgets.VBox):
         self.caption = widgets.HTML()
         self.picture = widgets.HTML()
         self.curves = widgets.HTML()
-        self._chart = _memory_chart([frames], ["" ], title="memory after each event") if show_curves else None
+        self._chart = _memory_chart([frames], ["" ], title=tr("memory after each event")) if show_curves else None
         self.controls = _Controls(len(frames), self.show, interval_ms)
         super().__init__([self.controls.box, self.caption, self.picture, self.curves])
         self.add_class("ar-trace-player")
@@ -142,7 +144,7 @@ class LiveView(widgets.VBox):
         self._stop = allocator.trace.add_listener(self._on_event)
         super().__init__([self.caption, self.picture, self.numbers])
         self.add_class("ar-live-view")
-        self._draw(frozenset(), "Ready: call malloc / free / empty_cache on the allocator and watch.")
+        self._draw(frozenset(), tr("Ready: call malloc / free / empty_cache on the allocator and watch."))
 
     def _on_event(self, entry: Any) -> None:
         if self._busy or entry.action == "snapshot":
@@ -187,9 +189,10 @@ def _numbers_html(allocator: Any, segments: list) -> str:
         return ""
     allocated = sum(s.get("allocated_size", 0) for s in segments)
     reserved = sum(s.get("total_size", 0) for s in segments)
-    return (f'<div class="ar-numbers" style="font-family:sans-serif;font-size:13px">allocated {format_bytes(allocated)} · '
-            f'reserved {format_bytes(reserved)} · what nvidia-smi shows {format_bytes(reserved + other)} '
-            f'of {format_bytes(total)}</div>')
+    words = tr("allocated {allocated} · reserved {reserved} · what nvidia-smi shows {visible} of {total}",
+               allocated=format_bytes(allocated), reserved=format_bytes(reserved),
+               visible=format_bytes(reserved + other), total=format_bytes(total))
+    return f'<div class="ar-numbers" style="font-family:sans-serif;font-size:13px">{words}</div>'
 
 
 # ---------------------------------------------------------------- side by side
@@ -225,9 +228,10 @@ def _memory_chart(sources: Sequence[Any], labels: Sequence[str], title: str,
             for f in frames]
         if steps is not None:
             totals = [totals[i] for i in steps[k]]
-        name = f"{label} " if label else ""
-        series.append((f"{name}allocated", [a for a, _ in totals], CURVE_COLORS["allocated"], k == 1))
-        series.append((f"{name}reserved", [r for _, r in totals], CURVE_COLORS["reserved"], k == 1))
+        allocated, reserved = ((tr("{label} allocated", label=label), tr("{label} reserved", label=label)) if label
+                               else (tr("allocated"), tr("reserved")))
+        series.append((allocated, [a for a, _ in totals], CURVE_COLORS["allocated"], k == 1))
+        series.append((reserved, [r for _, r in totals], CURVE_COLORS["reserved"], k == 1))
     return MiniChart(series, title=title)
 
 
@@ -252,14 +256,14 @@ class Compare(widgets.VBox):
             raise ValueError("nothing to compare: neither side recorded a malloc or free")
         if len(self.steps[0]) != len(self.steps[1]):
             # Not fatal (one side may have stopped at an OOM), but worth saying.
-            labels = (f"{labels[0]} ({len(self.steps[0])} calls)", f"{labels[1]} ({len(self.steps[1])} calls)")
+            labels = tuple(tr("{label} ({n} calls)", label=label, n=len(steps)) for label, steps in zip(labels, self.steps))
         self.captions = (widgets.HTML(), widgets.HTML())
         self.pictures = (widgets.HTML(), widgets.HTML())
         self.curves = widgets.HTML()
-        self._chart = _memory_chart(self.sides, self.labels, "memory after each call: solid "
-                                    f"{self.labels[0]}, dashed {self.labels[1]}", self.steps)
+        self._chart = _memory_chart(self.sides, self.labels, tr("memory after each call: solid {a}, dashed {b}",
+                                                                a=self.labels[0], b=self.labels[1]), self.steps)
         self.controls = _Controls(n, self.show, interval_ms)
-        self.controls.slider.description = "call"
+        self.controls.slider.description = tr("call")
         columns = [widgets.VBox([widgets.HTML(f"<b>{label}</b>"), caption, picture],
                                 layout=widgets.Layout(width="50%"))
                    for label, caption, picture in zip(labels, self.captions, self.pictures)]

@@ -35,7 +35,9 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
+from ..editions.messages import translator
 from .blockmap import segments_of
+from .chart_language import drawable
 from .frames import as_event, settle
 from .sizes import format_bytes
 
@@ -44,6 +46,7 @@ from .sizes import format_bytes
 # same figure as the simulated H100 profile.
 DEFAULT_CONTEXT_RESERVE = 500 * 2**20
 
+tr = translator("doctor")          # the charts' words in the reader's language, when a font can draw it
 COLORS = {"allocated": "#4c78a8", "reserved": "#f58518", "visible": "#54a24b", "total": "#9d755d"}
 
 
@@ -136,12 +139,13 @@ def _curves_from_trace(events: list, segments: Optional[list], context_reserve: 
     else:                      # no snapshot: start at zero, or just high enough to never go negative
         allocated -= min(0, int(allocated.min(initial=0)))
         reserved -= min(0, int(reserved.min(initial=0)))
-    xs, label = np.arange(len(events)), "event number"
+    xs, label = np.arange(len(events)), tr("event number")
     times = [e.get("time_us") for e in events]
     if x == "time" and events and all(times):
-        xs, label = (np.array(times, dtype=np.float64) - times[0]) / 1000.0, "time since the first event (ms)"
+        xs, label = (np.array(times, dtype=np.float64) - times[0]) / 1000.0, tr("time since the first event (ms)")
     return MemoryCurves(xs, allocated, reserved, reserved + context_reserve, label,
-                        visible_label=f"what nvidia-smi shows (reserved + {format_bytes(context_reserve)} context, estimated)")
+                        visible_label=tr("what nvidia-smi shows (reserved + {context} context, estimated)",
+                                         context=format_bytes(context_reserve)))
 
 
 def _curves_from_frames(frames: Any, context_reserve: int) -> MemoryCurves:
@@ -152,14 +156,16 @@ def _curves_from_frames(frames: Any, context_reserve: int) -> MemoryCurves:
                             sum(s.get("total_size", 0) for s in f.segments)) for f in frames],
                           dtype=np.int64).reshape(-1, 2)
     allocated, reserved = totals[:, 0], totals[:, 1]
-    return MemoryCurves(np.arange(len(totals)), allocated, reserved, reserved + context_reserve, "event number",
-                        visible_label=f"what nvidia-smi shows (reserved + {format_bytes(context_reserve)} context)")
+    return MemoryCurves(np.arange(len(totals)), allocated, reserved, reserved + context_reserve, tr("event number"),
+                        visible_label=tr("what nvidia-smi shows (reserved + {context} context)",
+                                         context=format_bytes(context_reserve)))
 
 
 def _curves_from_samples(samples: MemorySamples) -> MemoryCurves:
     return MemoryCurves(np.arange(len(samples.allocated)), np.array(samples.allocated, dtype=np.int64),
                         np.array(samples.reserved, dtype=np.int64), np.array(samples.visible, dtype=np.int64),
-                        "event number", total=samples.total, simulated=samples.simulated)
+                        tr("event number"), tr("what nvidia-smi shows"), total=samples.total,
+                        simulated=samples.simulated)
 
 
 @contextmanager
@@ -206,7 +212,7 @@ def record_memory(allocator: Any) -> Iterator[MemorySamples]:
 # ---------------------------------------------------------------- pictures
 
 def _title(text: str, simulated: Optional[bool]) -> str:
-    return f"{text} (simulated)" if simulated else text
+    return tr("{title} (simulated)", title=text) if simulated else text
 
 
 def _new_axes(ax: Any, size=(10, 4.5)):
@@ -222,6 +228,7 @@ def _unit(peak: float) -> tuple[str, int]:
     return ("GiB", 2**30) if peak >= 2**30 else ("MiB", 2**20)
 
 
+@drawable
 def plot_memory(source: Any, *, simulated: Optional[bool] = None, ax: Any = None, title: Optional[str] = None,
                 device: int = 0, context_reserve: int = DEFAULT_CONTEXT_RESERVE, x: str = "event"):
     """The "nvidia-smi vs PyTorch" picture; returns the matplotlib Figure.
@@ -233,8 +240,8 @@ def plot_memory(source: Any, *, simulated: Optional[bool] = None, ax: Any = None
     simulated = curves.simulated if simulated is None else simulated
     fig, ax = _new_axes(ax)
     unit, scale = _unit(float(max(curves.visible.max(initial=0), curves.total or 0)))
-    drawing = [("allocated", curves.allocated, "allocated: bytes held by tensors (memory_allocated)"),
-               ("reserved", curves.reserved, "reserved: PyTorch's cache (memory_reserved)"),
+    drawing = [("allocated", curves.allocated, tr("allocated: bytes held by tensors (memory_allocated)")),
+               ("reserved", curves.reserved, tr("reserved: PyTorch's cache (memory_reserved)")),
                ("nvidia-smi", curves.visible, curves.visible_label)]
     for gid, values, label in drawing:
         color = COLORS["visible" if gid == "nvidia-smi" else gid]
@@ -242,20 +249,20 @@ def plot_memory(source: Any, *, simulated: Optional[bool] = None, ax: Any = None
         line.set_gid(gid)
     if len(curves.x):
         ax.fill_between(curves.x, curves.allocated / scale, curves.reserved / scale, step="post",
-                        color=COLORS["reserved"], alpha=0.12, label="cached but unused (reserved - allocated)")
+                        color=COLORS["reserved"], alpha=0.12, label=tr("cached but unused (reserved - allocated)"))
         for values in (curves.allocated, curves.reserved, curves.visible):   # final values, at the right edge
             ax.annotate(format_bytes(int(values[-1])), (curves.x[-1], values[-1] / scale), fontsize=8,
                         xytext=(3, 0), textcoords="offset points", va="center")
     if curves.total:
         ax.axhline(curves.total / scale, color=COLORS["total"], linestyle="--", linewidth=1,
-                   label=f"device capacity {format_bytes(curves.total)}")
-    ax.set_ylabel(f"memory ({unit})")
+                   label=tr("device capacity {size}", size=format_bytes(curves.total)))
+    ax.set_ylabel(tr("memory ({unit})", unit=unit))
     ax.set_xlabel(curves.x_label)
     ax.set_ylim(bottom=0)
     ax.margins(x=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
-    ax.set_title(_title(title or "Memory over time: what PyTorch counts vs what nvidia-smi shows", simulated))
+    ax.set_title(_title(title or tr("Memory over time: what PyTorch counts vs what nvidia-smi shows"), simulated))
     return fig
 
 
@@ -296,6 +303,7 @@ def active_lifetimes(source: Any, device: int = 0) -> tuple[list[Lifetime], int]
     return done + list(live.values()), len(events)
 
 
+@drawable
 def plot_active_timeline(source: Any, *, simulated: Optional[bool] = None, ax: Any = None,
                          title: Optional[str] = None, device: int = 0, top: int = 150):
     """Stacked bands, one per allocation (the ``top`` largest; the rest summed in one grey band)."""
@@ -308,14 +316,14 @@ def plot_active_timeline(source: Any, *, simulated: Optional[bool] = None, ax: A
     bands, labels, colors = [], [], []
     if old:
         bands.append(_band(old, n))
-        labels.append("active before the recording began")
+        labels.append(tr("active before the recording began"))
         colors.append("#bab0ac")
     # Stack in allocation order, older lower, like memory_viz.  The largest get their own colour;
     # runs of smaller ones between them share a grey band (thousands of bands would not draw fast).
     palette = [tuple(c) for c in __import__("matplotlib").colormaps["tab20"].colors]
     run: list = []
     chunk = max(50, (len(new) - top) // 100)
-    small_label = f"{max(0, len(new) - top)} smaller allocations (grey, in runs)"
+    small_label = tr("{n} smaller allocations (grey, in runs)", n=max(0, len(new) - top))
     for life in new + [None]:
         if run and (life is None or id(life) in big or len(run) >= chunk):
             bands.append(_band(run, n))
@@ -342,14 +350,14 @@ def plot_active_timeline(source: Any, *, simulated: Optional[bool] = None, ax: A
         stack[-1].set_gid("active-top")
     total = np.sum(bands, axis=0) if bands else np.zeros(n)
     (line,) = ax.step(x, total / scale, where="post", color="#33414e", linewidth=0.8,
-                      label=f"total active (peak {format_bytes(int(total.max(initial=0)))})")
+                      label=tr("total active (peak {size})", size=format_bytes(int(total.max(initial=0)))))
     line.set_gid("active-total")
-    ax.set_ylabel(f"memory ({unit})")
-    ax.set_xlabel("event number")
+    ax.set_ylabel(tr("memory ({unit})", unit=unit))
+    ax.set_xlabel(tr("event number"))
     ax.set_ylim(bottom=0)
     ax.margins(x=0)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
-    ax.set_title(_title(title or f"Active memory timeline (the {len(shown)} largest allocations in colour)",
+    ax.set_title(_title(title or tr("Active memory timeline (the {n} largest allocations in colour)", n=len(shown)),
                         simulated))
     return fig
 
