@@ -18,6 +18,7 @@ def _plain_environment(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     lang.set_language(None)
+    lang.forget()
     yield
     lang.set_language(None)
 
@@ -53,7 +54,19 @@ def test_a_room_setting_and_a_locale(monkeypatch, tmp_path):
     monkeypatch.setenv("LANG", "zh_CN.UTF-8")
     assert lang.language() == "zh"
     (tmp_path / settings.FILE_NAME).write_text('[course]\nlanguage = "en"\n')
+    lang.forget()                                # a file edited in the same folder is seen within FRESH_S
     assert lang.language() == "en"               # the room's setting beats the reader's locale
+
+
+def test_a_decision_is_kept_briefly_and_a_variable_change_is_seen_at_once(monkeypatch, tmp_path):
+    assert lang.language() == "en"
+    (tmp_path / lang.MARKER).write_text("zh\n")
+    assert lang.language() == "en"               # the same folder and variables: decided a moment ago
+    later = lang.time.monotonic() + lang.FRESH_S + 0.01
+    monkeypatch.setattr(lang.time, "monotonic", lambda: later)
+    assert lang.language() == "zh"               # ... and decided afresh once that moment has passed
+    monkeypatch.setenv("ALLOCATOR_REF_LANG", "en")
+    assert lang.language() == "en"               # a variable is part of the key: seen at once
 
 
 def test_a_hostile_marker_is_ignored(tmp_path):

@@ -84,8 +84,10 @@ def test_the_tools_speak_the_rooms_language(tmp_path, monkeypatch):
     assert "结论" in ar.doctor(examples.shortage_run(900)).text()
     english = room.room_settings(settings, "en", tmp_path)            # an English room ...
     monkeypatch.setenv("ALLOCATOR_REF_SETTINGS", str(english))
+    lang.forget()                                                     # the same file, rewritten: decide afresh
     assert lang.language() == "en"
     (work / lang.MARKER).write_text("zh\n")                           # ... still speaks Chinese in chapters/zh
+    lang.forget()
     assert lang.language() == "zh"
 
 

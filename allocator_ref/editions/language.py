@@ -18,6 +18,7 @@ say "Chinese".  The language is decided, first match wins, from:
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
@@ -70,16 +71,43 @@ def from_locale(environ=None) -> Optional[str]:
     return ("zh" if first.lower().startswith("zh") else "en") if first else None
 
 
+# What language() decided, per (working folder, variables), for FRESH_S seconds: the player asks once per
+# caption and the doctor once per sentence, and deciding walks the folders up to the settings file
+# (~50 us; half of the time a 19k-event film strip spent on its frames).  A variable or folder that
+# changes is a new key at once; an edited settings file or a new marker is seen within FRESH_S.
+FRESH_S = 1.0
+_VARIABLES = ("ALLOCATOR_REF_LANG", settings.FILE_ENV, "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE")
+_decided: dict = {}
+
+
+def forget() -> None:
+    """Decide afresh at the next call (after writing a settings file or a marker in the same folder)."""
+    _decided.clear()
+
+
 def language(start: Optional[Path] = None) -> str:
     """'en' or 'zh', decided in the order the module's docstring gives."""
     if _chosen:
         return _chosen
-    setting = settings.get("language", start)           # a bad value is a SettingsError there
-    asked = normalise(setting.value)
-    if asked and setting.source == settings.SETTINGS["language"][0]:
-        return asked                                     # ALLOCATOR_REF_LANG beats the folder
     try:
         here = start or Path.cwd()
     except OSError:
         here = None
+    key = (str(here), tuple(os.environ.get(name) for name in _VARIABLES))
+    now = time.monotonic()
+    hit = _decided.get(key)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    decided = _decide(here, start)
+    if len(_decided) > 64:               # a long session in many folders keeps few keys
+        _decided.clear()
+    _decided[key] = (now + FRESH_S, decided)
+    return decided
+
+
+def _decide(here: Optional[Path], start: Optional[Path]) -> str:
+    setting = settings.get("language", start)           # a bad value is a SettingsError there
+    asked = normalise(setting.value)
+    if asked and setting.source == settings.SETTINGS["language"][0]:
+        return asked                                     # ALLOCATOR_REF_LANG beats the folder
     return (edition_of(here) if here else None) or asked or from_locale() or "en"
