@@ -74,3 +74,21 @@ def sim():
     dev = SimDevice("tiny-1gb")
     yield dev
     dev.close()
+
+
+LANGUAGE_VARIABLES = ("ALLOCATOR_REF_LANG", "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE", settings.FILE_ENV)
+
+
+@pytest.fixture
+def plain_language(monkeypatch, tmp_path):
+    """English unless the test asks: no language variable, no settings file (the suite's pinned one
+    says en), a working folder with no edition marker, no language chosen, nothing remembered."""
+    from allocator_ref.editions import language as lang
+    for name in LANGUAGE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    lang.set_language(None)
+    lang.forget()
+    yield
+    lang.set_language(None)
+    lang.forget()

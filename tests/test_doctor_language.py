@@ -8,6 +8,8 @@ are the same in both languages.
 """
 from __future__ import annotations
 
+import html
+
 import html as html_lib
 import json
 import os
@@ -31,14 +33,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 REAL = ("hf-finetune-expandable-oom.pickle", "small-from-empty.pickle", "multistream-select-n.pickle")
 
 
-@pytest.fixture(autouse=True)
-def _plain_environment(monkeypatch, tmp_path):
-    for name in ("ALLOCATOR_REF_LANG", "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE", "ALLOCATOR_REF_SETTINGS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    lang.set_language(None)
-    yield
-    lang.set_language(None)
+pytestmark = pytest.mark.usefixtures("plain_language")      # tests/conftest.py
 
 
 SIZE_OR_FILE = re.compile(r"-?\d[\d.,]*\s?(?:B|KiB|MiB|GiB|TiB)\b|\S+\.(?:pickle|pkl|py|html)\b")
@@ -108,6 +103,11 @@ def test_a_state_only_dump_and_a_job_of_ranks_in_chinese(tmp_path):
     for text in (state.text(), ranks.text()):
         assert CJK.search(text) and english_sentences(text) == []
     assert ranks.why == "the same live memory laid out worse"   # the key a program (and chapter 7) reads
+    for report, name in ((state, "state.html"), (ranks, "ranks.html")):   # their pages: the text, escaped
+        page = report.html(tmp_path / name)
+        assert page == (tmp_path / name).read_text(encoding="utf-8")
+        assert page.startswith("<!doctype html><html lang='zh-CN'>") and "<title>显存医生" in page
+        assert html.unescape(page.split("<pre>", 1)[1].rsplit("</pre>", 1)[0]) == report.text()
 
 
 @pytest.mark.slow

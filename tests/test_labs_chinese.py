@@ -31,17 +31,11 @@ WRONG = ["lab1_measure_use_after_free", "lab2_should_split_ge", "lab2_merge_forg
 
 
 @pytest.fixture(autouse=True)
-def _plain_language(monkeypatch, tmp_path):
-    for name in ("ALLOCATOR_REF_LANG", "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE", "ALLOCATOR_REF_SETTINGS"):
-        monkeypatch.delenv(name, raising=False)
+def _first_attempt_in_english(plain_language, monkeypatch):
     monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")
     monkeypatch.setenv("ALLOCATOR_REF_LAB_QUICK", "1")
-    monkeypatch.chdir(tmp_path)                  # no edition marker: English unless asked
-    lang.set_language(None)
     monkeypatch.setattr(check_module, "_ATTEMPTS", {})     # the nudge follows the attempt: start at the first
     monkeypatch.setattr(check_module, "_STATUS", {})
-    yield
-    lang.set_language(None)
 
 
 def _wrong(name):

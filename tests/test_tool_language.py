@@ -12,15 +12,7 @@ from allocator_ref.editions import messages, tool_catalogues
 from allocator_ref.editions.build import outputs
 
 
-@pytest.fixture(autouse=True)
-def _plain_environment(monkeypatch, tmp_path):
-    for name in ("ALLOCATOR_REF_LANG", "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE", "ALLOCATOR_REF_SETTINGS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    lang.set_language(None)
-    lang.forget()
-    yield
-    lang.set_language(None)
+pytestmark = pytest.mark.usefixtures("plain_language")      # tests/conftest.py
 
 
 def test_english_is_the_default():

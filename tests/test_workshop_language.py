@@ -25,14 +25,9 @@ import room_language as room  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _plain_environment(monkeypatch, tmp_path):
-    for name in ("ALLOCATOR_REF_LANG", "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE", "ALLOCATOR_REF_SETTINGS",
-                 "WORKSHOP_LANGUAGE", "WORKSHOP_SETTINGS"):
+def _no_room(plain_language, monkeypatch):
+    for name in ("WORKSHOP_LANGUAGE", "WORKSHOP_SETTINGS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    lang.set_language(None)
-    yield
-    lang.set_language(None)
 
 
 def _settings(folder: Path, language: str | None = None) -> Path:

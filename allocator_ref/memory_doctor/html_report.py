@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 from html import escape
+from pathlib import Path
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
@@ -30,6 +31,16 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .picture { max-height: 640px; overflow: auto; border: 1px solid #d5dce3; }
 img { max-width: 100%; }
 """
+
+
+def text_page(title: str, text: str, lang: str, path=None) -> str:
+    """A report with no pictures as one page: its text, escaped, in a ``<pre>`` (the ranks' comparison
+    and the state-only report); written to ``path`` when given."""
+    page = (f"<!doctype html><html lang='{HTML_LANG[lang]}'><meta charset='utf-8'>"
+            f"<title>{escape(title)}</title><pre>" + escape(text) + "</pre>")
+    if path is not None:
+        Path(path).write_text(page, encoding="utf-8")
+    return page
 
 
 def _img(png: bytes, alt: str, name: str) -> str:

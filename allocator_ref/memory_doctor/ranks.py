@@ -118,15 +118,10 @@ class RanksReport:
         return _AllVerified(all(getattr(r.report.diagnosis, "verified", True) for r in self.ranks))
 
     def html(self, path=None) -> str:
-        from html import escape
-        from .html_report import HTML_LANG
+        from .html_report import text_page        # lazily: it draws with matplotlib
         with speaking(self.language):
             title = tr("memory doctor: ranks")
-        page = (f"<!doctype html><html lang='{HTML_LANG[self.language]}'><meta charset='utf-8'>"
-                f"<title>{escape(title)}</title><pre>" + escape(self.text()) + "</pre>")
-        if path is not None:
-            Path(path).write_text(page, encoding="utf-8")
-        return page
+        return text_page(title, self.text(), self.language, path)
 
 
 @dataclass
