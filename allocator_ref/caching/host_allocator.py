@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .config import AllocatorConfig
-from .stats import Stat
+from .stats import DurationStat, Stat
 
 MiB = 1 << 20
 MAX_SIZE_INDEX = 64                # one free list per power of two (CachingHostAllocator.h)
@@ -47,26 +47,6 @@ def power_of_two_ceil(nbytes: int) -> int:
 def size_index(nbytes: int) -> int:
     """``size_index`` (``Log2_64_Ceil``): which free list a block of this size lives on."""
     return (nbytes - 1).bit_length()
-
-
-@dataclass
-class DurationStat:
-    """``c10::CachingAllocator::DurationStat``: time spent in the pinning and unpinning calls (µs)."""
-
-    total: int = 0
-    max: int = 0
-    min: int = 0
-    count: int = 0
-
-    def increase(self, microseconds: int) -> None:
-        self.total += microseconds
-        self.count += 1
-        self.max = max(self.max, microseconds)
-        self.min = microseconds if self.count == 1 else min(self.min, microseconds)
-
-    def as_dict(self) -> dict:
-        return {"total": self.total, "max": self.max, "min": self.min, "count": self.count,
-                "avg": self.total // self.count if self.count else 0}
 
 
 @dataclass(eq=False)
