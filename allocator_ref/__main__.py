@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from .editions.messages import translator
+from .editions.language import LANGUAGES   # the --lang choices
 from .textsafe import EscapingWriter
 
 tr = translator("doctor")          # the doctor's own lines (its report carries its words)
@@ -385,7 +386,7 @@ def main(argv=None) -> int:
     p.add_argument("--profile", type=profile_name, default="h100-80gb", help="simulated device profile")
     p.add_argument("--device-memory", type=device_gib, default=None,
                    help="GiB: replay on a simulated GPU of this size and count the OOMs")
-    p.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
+    p.add_argument("--lang", choices=LANGUAGES, default=None, help=LANG_HELP)
     p.set_defaults(func=_in_language(cmd_replay))
     c = sub.add_parser("compare", help="what-if table: the same run under several configs and policies")
     c.add_argument("snapshot")
@@ -393,7 +394,7 @@ def main(argv=None) -> int:
     c.add_argument("--device-memory", type=device_gib, default=None, help="GiB: say whether each design fits")
     c.add_argument("--plot", type=plot_path, default=None, help="write a bar chart PNG here")
     c.add_argument("--json", action="store_true")
-    c.add_argument("--lang", choices=("en", "zh"), default=None, help=LANG_HELP)
+    c.add_argument("--lang", choices=LANGUAGES, default=None, help=LANG_HELP)
     c.set_defaults(func=_in_language(cmd_compare))
     t = sub.add_parser("traces", help="the real PyTorch snapshots: fetch them once, or list where they are")
     tsub = t.add_subparsers(dest="traces_command", required=True)
@@ -420,7 +421,7 @@ def main(argv=None) -> int:
     d.add_argument("--device", type=int, default=None, help="which GPU of a multi-GPU snapshot")
     d.add_argument("--profile", type=profile_name, default="h100-80gb",
                    help="simulated device profile for the replays")
-    d.add_argument("--lang", choices=("en", "zh"), default=None,
+    d.add_argument("--lang", choices=LANGUAGES, default=None,
                    help="the report's language (default: ALLOCATOR_REF_LANG, a Chinese edition folder, the "
                         "course-settings.toml language, the locale, else English)")
     d.set_defaults(func=cmd_doctor)

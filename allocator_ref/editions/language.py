@@ -25,7 +25,7 @@ from typing import Optional
 
 from .. import settings
 
-LANGUAGES = ("en", "zh")
+LANGUAGES = ("en", "zh")             # what --lang offers; settings.LANGUAGE_NAMES maps what readers type onto these
 MARKER = ".course-language"          # the file a Chinese edition folder holds
 _chosen: Optional[str] = None
 normalise = settings.normalise_language        # 'zh-CN' -> 'zh'; the names live with the setting
