@@ -450,14 +450,14 @@ def run_command(args) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(tr("interrupted"), file=sys.stderr)
         return 130
     except (ValueError, OSError) as exc:     # SnapshotError, config and settings errors among them
-        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        print(tr("error: {message}", message=_one_line(exc)), file=sys.stderr)
         return 2
     except Exception as exc:                 # a bug, or an input nothing above foresaw
-        print(f"error: {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for the traceback)",
-              file=sys.stderr)
+        print(tr("error: {kind}: {message} (rerun with --debug for the traceback)",
+                 kind=type(exc).__name__, message=_one_line(exc)), file=sys.stderr)
         return 1
 
 
