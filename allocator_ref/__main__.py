@@ -445,6 +445,15 @@ def main(argv=None) -> int:
 
 def run_command(args) -> int:
     """Run the chosen command; any error is one line on stderr (the traceback only with --debug)."""
+    from contextlib import nullcontext
+    from .editions.language import speaking
+    # The error line is said in --lang's language too: the command's own speaking() has ended by
+    # the time its exception reaches the handlers below.
+    with speaking(args.lang) if getattr(args, "lang", None) else nullcontext():
+        return _run_saying_errors(args)
+
+
+def _run_saying_errors(args) -> int:
     if args.debug:
         return args.func(args)
     try:

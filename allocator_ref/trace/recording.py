@@ -178,7 +178,7 @@ def load_recording(source: Any, name: Optional[str] = None) -> Recording:
         try:
             snapshot = validate_snapshot(source)
         except SnapshotError as exc:
-            raise SnapshotError(f"{label}: {exc}") from None
+            raise SnapshotError(tr("{source}: {problem}", source=label, problem=exc)) from None
     else:
         raise SnapshotError(tr("{name}: is {value}; expected a path to a snapshot, its "
                                "bytes, the dict torch.cuda.memory._snapshot() returns, or the list "

@@ -57,7 +57,7 @@ def loads_snapshot(data: bytes, source: str = "<bytes>") -> dict:
         obj = loads_plain(bytes(data), MAX_DEPTH, VALUES_PER_BYTE * len(data) + MIN_VALUES)
         return validate_snapshot(obj, distinct_records=True)
     except (UnsafePickle, SnapshotError) as exc:
-        raise SnapshotError(f"{source}: {exc}") from None
+        raise SnapshotError(tr("{source}: {problem}", source=source, problem=exc)) from None
 
 
 def load_snapshot(path: Union[str, os.PathLike], max_bytes: Optional[int] = None) -> dict:
