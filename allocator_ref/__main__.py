@@ -445,19 +445,28 @@ def main(argv=None) -> int:
 
 def run_command(args) -> int:
     """Run the chosen command; any error is one line on stderr (the traceback only with --debug)."""
+    from contextlib import nullcontext
+    from .editions.language import speaking
+    # The error line is said in --lang's language too: the command's own speaking() has ended by
+    # the time its exception reaches the handlers below.
+    with speaking(args.lang) if getattr(args, "lang", None) else nullcontext():
+        return _run_saying_errors(args)
+
+
+def _run_saying_errors(args) -> int:
     if args.debug:
         return args.func(args)
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(tr("interrupted"), file=sys.stderr)
         return 130
     except (ValueError, OSError) as exc:     # SnapshotError, config and settings errors among them
-        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        print(tr("error: {message}", message=_one_line(exc)), file=sys.stderr)
         return 2
     except Exception as exc:                 # a bug, or an input nothing above foresaw
-        print(f"error: {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for the traceback)",
-              file=sys.stderr)
+        print(tr("error: {kind}: {message} (rerun with --debug for the traceback)",
+                 kind=type(exc).__name__, message=_one_line(exc)), file=sys.stderr)
         return 1
 
 

@@ -184,3 +184,43 @@ def test_json_keeps_its_keys(tmp_path, capsys):
     assert main(["doctor", str(path), "--json"]) == 0
     en = json.loads(capsys.readouterr().out)
     assert zh.keys() == en.keys() and zh["verdict"] == en["verdict"] and CJK.search(zh["verdict_text"])
+
+
+def _cli_error(path, *flags, **env):
+    """The doctor's exit code and stderr on ``path`` from a reader's shell (no pinned settings)."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("ALLOCATOR_REF_LANG", "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE",
+                          "ALLOCATOR_REF_SETTINGS", "ALLOCATOR_REF_MAX_SNAPSHOT_MB")}
+    clean.update(env, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "allocator_ref", "doctor", path.name, *flags],
+                          capture_output=True, text=True, env=clean, cwd=path.parent, timeout=300)
+    return done.returncode, done.stderr
+
+
+def _hostile_files(folder: Path) -> dict:
+    """Three files a user may hand the doctor, each with the English line it has always given."""
+    (folder / "text.pickle").write_text("not a pickle\n")
+    import pickle
+    (folder / "ints.pickle").write_bytes(pickle.dumps([1, 2, 3], protocol=4))
+    ar.save_snapshot({"segments": [], "device_traces": []}, folder / "big.pickle")
+    return {
+        "text.pickle": ({}, "error: text.pickle: not a valid pickle: unknown opcode b'n' at byte 1"),
+        "ints.pickle": ({}, "error: ints.pickle: segment 0: is 1; expected a dict"),
+        "big.pickle": ({"ALLOCATOR_REF_MAX_SNAPSHOT_MB": "0.00001"},
+                       "error: big.pickle: is 0.0 MiB, over the 0 MiB limit for snapshots; for a file "
+                       "you trust, raise it with ALLOCATOR_REF_MAX_SNAPSHOT_MB (or max_snapshot_mb in "
+                       "course-settings.toml, or load_snapshot(path, max_bytes=...))"),
+    }
+
+
+def test_a_hostile_file_is_refused_in_chinese_and_in_the_same_english_as_before(tmp_path):
+    for name, (env, english_line) in _hostile_files(tmp_path).items():
+        path = tmp_path / name
+        code, english = _cli_error(path, **env)
+        assert (code, english) == (2, english_line + "\n"), name
+        for flags, more in ((("--lang", "zh"), {}), ((), {"ALLOCATOR_REF_LANG": "zh"})):
+            code, chinese = _cli_error(path, *flags, **env, **more)
+            lines = chinese.splitlines()
+            assert code == 2 and len(lines) == 1 and name in lines[0], (name, chinese)
+            assert lines[0].startswith("错误：") and CJK.search(lines[0].replace("错误：", "")), chinese
+            assert "not a valid pickle" not in chinese and "expected" not in chinese, chinese

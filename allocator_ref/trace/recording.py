@@ -21,10 +21,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..editions.messages import translator
 from .device_traces import devices_of, raw_trace, replayable_events, replayable_positions
 from .snapshot import load_snapshot, loads_snapshot
 from .snapshot_error import SnapshotError, show
 from .validate import validate_snapshot
+
+tr = translator("doctor")          # a refusal in the reader's language
 
 RELEASES = ("segment_free", "segment_unmap")
 NEW_MEMORY = ("segment_alloc", "segment_map")
@@ -107,8 +110,9 @@ def recorded_config(config: str, source: str = "<dict>"):
     try:
         return AllocatorConfig.parse(config) if config else AllocatorConfig()
     except ValueError as exc:
-        raise SnapshotError(f"{source}: allocator_settings['PYTORCH_CUDA_ALLOC_CONF'] = "
-                            f"{config[:80]!r} cannot be used: {exc}") from None
+        raise SnapshotError(tr("{source}: allocator_settings['PYTORCH_CUDA_ALLOC_CONF'] = "
+                               "{config} cannot be used: {why}", source=source,
+                               config=repr(config[:80]), why=exc)) from None
 
 
 @dataclass
@@ -174,11 +178,12 @@ def load_recording(source: Any, name: Optional[str] = None) -> Recording:
         try:
             snapshot = validate_snapshot(source)
         except SnapshotError as exc:
-            raise SnapshotError(f"{label}: {exc}") from None
+            raise SnapshotError(tr("{source}: {problem}", source=label, problem=exc)) from None
     else:
-        raise SnapshotError(f"{name or '<input>'}: is {show(source)}; expected a path to a snapshot, its "
-                            "bytes, the dict torch.cuda.memory._snapshot() returns, or the list "
-                            "torch.cuda.memory_snapshot() returns")
+        raise SnapshotError(tr("{name}: is {value}; expected a path to a snapshot, its "
+                               "bytes, the dict torch.cuda.memory._snapshot() returns, or the list "
+                               "torch.cuda.memory_snapshot() returns", name=name or "<input>",
+                               value=show(source)))
     config = (snapshot.get("allocator_settings") or {}).get("PYTORCH_CUDA_ALLOC_CONF", "") or ""
     return Recording(label, snapshot, config)
 

@@ -28,6 +28,8 @@ import io
 import pickle
 import struct
 
+from ..editions.messages import translator
+
 # Opcodes that would run code or reach outside the file.
 CODE_OPCODES = {
     0x63: "GLOBAL", 0x93: "STACK_GLOBAL", 0x69: "INST", 0x6F: "OBJ", 0x52: "REDUCE",
@@ -62,6 +64,9 @@ _LEN_FORMAT = {1: "<B", 2: "<H", 4: "<I", 8: "<Q"}
 SCALAR = -1      # a stack entry that is not a container
 
 
+tr = translator("doctor")          # a refusal in the reader's language; Python's own words stay fields
+
+
 class UnsafePickle(ValueError):
     """The bytes are not plain data within the limits; the message says what and where."""
 
@@ -81,7 +86,7 @@ def loads_plain(data: bytes, max_depth: int, max_values: int):
     except (EOFError, ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError,
             MemoryError, RecursionError) as exc:
         # The scan checks structure, not types: e.g. SETITEM on a list fails only here.
-        raise UnsafePickle(f"not a valid pickle ({type(exc).__name__})") from None
+        raise UnsafePickle(tr("not a valid pickle ({why})", why=type(exc).__name__)) from None
 
 
 def scan(data: bytes) -> tuple:
@@ -100,7 +105,7 @@ def scan(data: bytes) -> tuple:
     push = stack.append
 
     def fail(what: str):
-        raise UnsafePickle(f"not a valid pickle: {what} at byte {pos}")
+        raise UnsafePickle(tr("not a valid pickle: {why} at byte {pos}", why=what, pos=pos))
 
     def pop_mark() -> list:
         if not marks:
@@ -178,10 +183,14 @@ def scan(data: bytes) -> tuple:
             memo[key] = stack[-1]
         elif kind == _CODE:
             name = CODE_OPCODES[op]
-            what = "the global" if name in ("GLOBAL", "STACK_GLOBAL", "INST") else "the opcode"
-            raise UnsafePickle(f"refused to load {what} at byte {pos - 1} (pickle opcode {name}): "
+            message = (tr("refused to load the global at byte {pos} (pickle opcode {name}): "
+                          "a memory snapshot holds only plain data, so this file is not a "
+                          "snapshot or was tampered with", pos=pos - 1, name=name)
+                       if name in ("GLOBAL", "STACK_GLOBAL", "INST")
+                       else tr("refused to load the opcode at byte {pos} (pickle opcode {name}): "
                                "a memory snapshot holds only plain data, so this file is not a "
-                               "snapshot or was tampered with")
+                               "snapshot or was tampered with", pos=pos - 1, name=name))
+            raise UnsafePickle(message)
         elif op == 0x28:                      # MARK
             marks.append(len(stack))
         elif op in (0x5D, 0x7D, 0x29, 0x8F):  # EMPTY_LIST, EMPTY_DICT, EMPTY_TUPLE, EMPTY_SET
@@ -231,7 +240,7 @@ def scan(data: bytes) -> tuple:
             fail(f"unknown opcode {bytes([op])!r}")
         if pos > end:
             fail("truncated argument")
-    raise UnsafePickle("not a valid pickle: it ends before its STOP opcode (truncated file?)")
+    raise UnsafePickle(tr("not a valid pickle: it ends before its STOP opcode (truncated file?)"))
 
 
 def _memo_arg(data: bytes, op: int, pos: int, fail):
@@ -274,8 +283,8 @@ def check_shape(children: list, scalars: list, max_depth: int, max_values: int) 
                 state[node] = 1
                 for kid in kids:
                     if state[kid] == 1:
-                        raise UnsafePickle("refused: the data refers to itself (a reference "
-                                           "cycle); a memory snapshot never does")
+                        raise UnsafePickle(tr("refused: the data refers to itself (a reference "
+                                              "cycle); a memory snapshot never does"))
                     if state[kid] == 0:
                         todo.append(kid)
                 continue
@@ -285,12 +294,12 @@ def check_shape(children: list, scalars: list, max_depth: int, max_values: int) 
             state[node] = 2
             depth[node] = 1 + max(map(depth.__getitem__, kids), default=0)
             if depth[node] > max_depth:
-                raise UnsafePickle(f"refused: values nest deeper than {max_depth} levels "
-                                   "(a memory snapshot nests about 6)")
+                raise UnsafePickle(tr("refused: values nest deeper than {depth} levels "
+                                      "(a memory snapshot nests about 6)", depth=max_depth))
             size[node] = 1 + scalars[node] + sum(map(size.__getitem__, kids))
             if size[node] > max_values:
-                raise UnsafePickle(
-                    f"refused: the data expands to more than {max_values:,} values once its shared "
+                raise UnsafePickle(tr(
+                    "refused: the data expands to more than {n:,} values once its shared "
                     "references are counted each time they are used (a small file naming one list "
-                    "many times); raise the limit only for a file you trust")
+                    "many times); raise the limit only for a file you trust", n=max_values))
     return max(size, default=0)

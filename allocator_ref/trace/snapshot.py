@@ -28,6 +28,7 @@ import stat
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from ..editions.messages import say, translator
 from .safe_pickle import UnsafePickle, loads_plain
 from .validate import SnapshotError, validate_snapshot
 
@@ -35,6 +36,9 @@ MAX_DEPTH = 64               # a real snapshot nests about 6 deep
 VALUES_PER_BYTE = 16         # real snapshots expand to at most ~4 values per byte (shared frames)
 MIN_VALUES = 2**20
 MiB = 2**20
+
+tr = translator("doctor")          # a refusal in the reader's language (--lang / ALLOCATOR_REF_LANG)
+N_ = translator("doctor", later=True)
 
 
 def max_snapshot_bytes() -> int:
@@ -48,12 +52,12 @@ def max_snapshot_bytes() -> int:
 def loads_snapshot(data: bytes, source: str = "<bytes>") -> dict:
     """Unpickle snapshot bytes (plain data only, bounded in shape) and check every field."""
     if not data:
-        raise SnapshotError(f"{source}: the file is empty (expected a pickled memory snapshot)")
+        raise SnapshotError(tr("{source}: the file is empty (expected a pickled memory snapshot)", source=source))
     try:
         obj = loads_plain(bytes(data), MAX_DEPTH, VALUES_PER_BYTE * len(data) + MIN_VALUES)
         return validate_snapshot(obj, distinct_records=True)
     except (UnsafePickle, SnapshotError) as exc:
-        raise SnapshotError(f"{source}: {exc}") from None
+        raise SnapshotError(tr("{source}: {problem}", source=source, problem=exc)) from None
 
 
 def load_snapshot(path: Union[str, os.PathLike], max_bytes: Optional[int] = None) -> dict:
@@ -63,7 +67,7 @@ def load_snapshot(path: Union[str, os.PathLike], max_bytes: Optional[int] = None
     return loads_snapshot(read_regular_file(path, limit), str(path))
 
 
-SNAPSHOT_FILE = "a snapshot is a regular file written by torch.cuda.memory._dump_snapshot"
+SNAPSHOT_FILE = N_("a snapshot is a regular file written by torch.cuda.memory._dump_snapshot")
 
 
 def read_regular_file(path: Path, limit: int, expected: str = SNAPSHOT_FILE) -> bytes:
@@ -74,7 +78,8 @@ def read_regular_file(path: Path, limit: int, expected: str = SNAPSHOT_FILE) -> 
         _check_regular(path, os.stat(path), limit, expected)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
-        raise SnapshotError(f"{path}: cannot read the file ({exc.strerror})") from None
+        # strerror is the system's own words: a field, as it comes
+        raise SnapshotError(tr("{path}: cannot read the file ({why})", path=path, why=exc.strerror)) from None
     with os.fdopen(fd, "rb", buffering=0) as f:
         _check_regular(path, os.fstat(fd), limit, expected)
         data = _read_capped(f, limit)
@@ -101,21 +106,23 @@ def _read_capped(f, limit: int) -> bytes:
 
 def _check_regular(path: Path, info: os.stat_result, limit: int, expected: str) -> None:
     if stat.S_ISDIR(info.st_mode):
-        raise SnapshotError(f"{path}: is a folder; {expected}")
+        raise SnapshotError(tr("{path}: is a folder; {expected}", path=path, expected=say("doctor", expected)))
     if not stat.S_ISREG(info.st_mode):
-        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else \
-            "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else \
-            "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file"
-        raise SnapshotError(f"{path}: is {kind}; {expected}")
+        kind = tr("a FIFO (named pipe)") if stat.S_ISFIFO(info.st_mode) else \
+            tr("a device") if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else \
+            tr("a socket") if stat.S_ISSOCK(info.st_mode) else tr("not a regular file")
+        raise SnapshotError(tr("{path}: is {kind}; {expected}", path=path, kind=kind,
+                               expected=say("doctor", expected)))
     if info.st_size > limit:
         _too_big(path, info.st_size, limit)
 
 
 def _too_big(path: Path, size: int, limit: int) -> None:
-    raise SnapshotError(f"{path}: is {size / MiB:,.1f} MiB, over the {limit / MiB:,.0f} MiB limit for "
-                        "snapshots; for a file you trust, raise it with "
-                        "ALLOCATOR_REF_MAX_SNAPSHOT_MB (or max_snapshot_mb in course-settings.toml, "
-                        "or load_snapshot(path, max_bytes=...))")
+    raise SnapshotError(tr("{path}: is {size:,.1f} MiB, over the {limit:,.0f} MiB limit for "
+                           "snapshots; for a file you trust, raise it with "
+                           "ALLOCATOR_REF_MAX_SNAPSHOT_MB (or max_snapshot_mb in course-settings.toml, "
+                           "or load_snapshot(path, max_bytes=...))", path=path, size=size / MiB,
+                           limit=limit / MiB))
 
 
 def _plain(value: Any) -> Any:

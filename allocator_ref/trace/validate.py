@@ -25,9 +25,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..editions.messages import translator
 from ..events import ACTIONS
 from .formats import upgrade       # older PyTorch versions' shapes, made current (formats.py)
 from .snapshot_error import SnapshotError, show
+
+# The refusals of a file's overall shape in the reader's language; a field path ('segment 0') and a
+# value stay as they come.
+tr = translator("doctor")
 
 ADDRESS_LIMIT = 2**64            # CUDA device pointers are 64-bit
 SIZE_LIMIT = 2**60               # 1 EiB: far beyond any GPU, and round_size cannot overflow below it
@@ -93,7 +98,7 @@ class _Checker:
 
     def record(self, value: Any, where: str) -> dict:
         if not isinstance(value, dict):
-            raise SnapshotError(f"{where}: is {show(value)}; expected a dict")
+            raise SnapshotError(tr("{where}: is {value}; expected a dict", where=where, value=show(value)))
         self.once(value, where)
         return value
 
@@ -257,11 +262,11 @@ def validate_snapshot(obj: Any, distinct_records: bool = False) -> dict:
     if isinstance(obj, list):
         obj = {"segments": obj, "device_traces": []}
     if not isinstance(obj, dict):
-        raise SnapshotError(f"expected a dict with 'segments' and 'device_traces', got {show(obj)}")
+        raise SnapshotError(tr("expected a dict with 'segments' and 'device_traces', got {value}", value=show(obj)))
     if not isinstance(obj.get("segments"), list):
         keys = sorted(show(k) for k in list(obj)[:8])
-        raise SnapshotError(f"no 'segments' list: this is not a torch memory snapshot "
-                            f"(top-level keys: {', '.join(keys)})")
+        raise SnapshotError(tr("no 'segments' list: this is not a torch memory snapshot "
+                               "(top-level keys: {keys})", keys=", ".join(keys)))
     checker = _Checker(distinct_records)
     spans = sorted(checker.segment(i, seg) for i, seg in enumerate(obj["segments"]))
     for (dev_a, addr_a, size_a, where_a), (dev_b, addr_b, _, where_b) in zip(spans, spans[1:]):
@@ -271,19 +276,21 @@ def validate_snapshot(obj: Any, distinct_records: bool = False) -> dict:
         obj = {**obj, "device_traces": []}
     traces = obj["device_traces"]
     if not isinstance(traces, list):
-        raise SnapshotError(f"'device_traces' is {show(traces)}; expected a list of lists (one per device)")
+        raise SnapshotError(tr("'device_traces' is {value}; expected a list of lists (one per device)",
+                               value=show(traces)))
     if len(traces) > 2**16:
-        raise SnapshotError(f"'device_traces' has {len(traces)} devices; expected one list per GPU")
+        raise SnapshotError(tr("'device_traces' has {n} devices; expected one list per GPU", n=len(traces)))
     for d, trace in enumerate(traces):
         if not isinstance(trace, list):
-            raise SnapshotError(f"device {d} trace is {show(trace)}; expected a list of trace entries")
+            raise SnapshotError(tr("device {d} trace is {value}; expected a list of trace entries",
+                                   d=d, value=show(trace)))
         checker.once(trace, f"device {d} trace")
         for k, entry in enumerate(trace):
             checker.entry(d, k, entry)
     settings = obj.get("allocator_settings")
     if settings is not None:
         if not isinstance(settings, dict):
-            raise SnapshotError(f"'allocator_settings' is {show(settings)}; expected a dict")
+            raise SnapshotError(tr("'allocator_settings' is {value}; expected a dict", value=show(settings)))
         _str(settings, "PYTORCH_CUDA_ALLOC_CONF", "allocator_settings")
     if obj.get("external_annotations") is not None:
         _list(obj, "external_annotations", "the snapshot")
