@@ -323,15 +323,6 @@ def cmd_traces(args) -> int:
     return fetch.main_list()
 def cmd_doctor(args) -> int:
     """Exit status 0, or 1 when the replay does not reproduce PyTorch (and no advice is given)."""
-    from contextlib import nullcontext
-    from .editions.language import speaking
-    # --lang zh speaks Chinese for this command only; without it ALLOCATOR_REF_LANG, the folder's
-    # edition, course-settings.toml's language and the locale decide (editions/language.py).
-    with speaking(args.lang) if args.lang else nullcontext():
-        return _doctor_command(args)
-
-
-def _doctor_command(args) -> int:
     from pathlib import Path
     from .memory_doctor import doctor
     if args.html:                                     # before the replays, not after them
@@ -360,16 +351,6 @@ LANG_HELP = ("the human-readable lines' language (default: ALLOCATOR_REF_LANG, a
              "the course-settings.toml language, the locale, else English); --json keys stay English")
 
 
-def _in_language(command):
-    """``command`` run in ``--lang``'s language when it was given (as the doctor's --lang does)."""
-    def run(args) -> int:
-        from contextlib import nullcontext
-        from .editions.language import speaking
-        with speaking(args.lang) if getattr(args, "lang", None) else nullcontext():
-            return command(args)
-    return run
-
-
 def main(argv=None) -> int:
     from .policies.registry import policy_names
     parser = argparse.ArgumentParser(prog="python -m allocator_ref",
@@ -387,7 +368,7 @@ def main(argv=None) -> int:
     p.add_argument("--device-memory", type=device_gib, default=None,
                    help="GiB: replay on a simulated GPU of this size and count the OOMs")
     p.add_argument("--lang", choices=LANGUAGES, default=None, help=LANG_HELP)
-    p.set_defaults(func=_in_language(cmd_replay))
+    p.set_defaults(func=cmd_replay)
     c = sub.add_parser("compare", help="what-if table: the same run under several configs and policies")
     c.add_argument("snapshot")
     c.add_argument("--profile", type=profile_name, default="h100-80gb")
@@ -395,7 +376,7 @@ def main(argv=None) -> int:
     c.add_argument("--plot", type=plot_path, default=None, help="write a bar chart PNG here")
     c.add_argument("--json", action="store_true")
     c.add_argument("--lang", choices=LANGUAGES, default=None, help=LANG_HELP)
-    c.set_defaults(func=_in_language(cmd_compare))
+    c.set_defaults(func=cmd_compare)
     t = sub.add_parser("traces", help="the real PyTorch snapshots: fetch them once, or list where they are")
     tsub = t.add_subparsers(dest="traces_command", required=True)
     f = tsub.add_parser("fetch", help="download them from their public sources into the per-user cache")
@@ -444,12 +425,20 @@ def main(argv=None) -> int:
 
 
 def run_command(args) -> int:
-    """Run the chosen command; any error is one line on stderr (the traceback only with --debug)."""
-    from contextlib import nullcontext
-    from .editions.language import speaking
-    # The error line is said in --lang's language too: the command's own speaking() has ended by
-    # the time its exception reaches the handlers below.
-    with speaking(args.lang) if getattr(args, "lang", None) else nullcontext():
+    """Run the chosen command; any error is one line on stderr (the traceback only with --debug).
+
+    The language is decided once, here: ``--lang`` for this command only, else ALLOCATOR_REF_LANG, the
+    folder's edition, course-settings.toml's language and the locale (editions/language.py).  The
+    whole command, its error line included, is said in it; a language setting the course cannot use
+    is itself the one error line (in English: no language was decided)."""
+    from .editions.language import language, speaking
+    from .settings import SettingsError
+    try:
+        lang = getattr(args, "lang", None) or language()
+    except SettingsError as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    with speaking(lang):
         return _run_saying_errors(args)
 
 

@@ -224,3 +224,17 @@ def test_a_hostile_file_is_refused_in_chinese_and_in_the_same_english_as_before(
             assert code == 2 and len(lines) == 1 and name in lines[0], (name, chinese)
             assert lines[0].startswith("错误：") and CJK.search(lines[0].replace("错误：", "")), chinese
             assert "not a valid pickle" not in chinese and "expected" not in chinese, chinese
+
+
+def test_a_language_the_course_cannot_speak_is_one_error_line(tmp_path):
+    """ALLOCATOR_REF_LANG=fr: the settings error, once, on a good file and a bad one (the loader's own
+    refusal must not turn into a traceback when it asks for the language)."""
+    good = ar.save_snapshot(examples.shortage_run(900), tmp_path / "oom.pickle")
+    bad = tmp_path / "bad.pickle"
+    bad.write_bytes(b"not a pickle")
+    for path in (good, bad):
+        code, err = _cli_error(path, ALLOCATOR_REF_LANG="fr")
+        assert code == 2 and err.splitlines() == [
+            "error: ALLOCATOR_REF_LANG='fr' is not a language the course speaks; use one of auto, en, zh"], err
+        code, err = _cli_error(path, "--lang", "en", ALLOCATOR_REF_LANG="fr")   # the flag decides alone
+        assert "ALLOCATOR_REF_LANG" not in err and "Traceback" not in err, err
