@@ -15,6 +15,7 @@ PyTorch uses a ``std::set``; here it is a ``sortedcontainers.SortedList``.
 """
 from __future__ import annotations
 
+import copy
 from bisect import bisect_left
 from typing import Any, Optional
 
@@ -80,6 +81,35 @@ class Block:
             assert after.prev is before, "splice: before and after are not neighbours"
             after.prev = self
         self.next = after
+
+    def __deepcopy__(self, memo: dict) -> "Block":
+        """Copy this block's whole segment chain in one loop, not one Python frame per neighbour.
+
+        The default deepcopy follows ``next`` into ``next`` ...: a segment of a few thousand
+        blocks (a real snapshot's large segments hold hundreds) hit Python's recursion limit
+        when the replay engine copied its state to try a reading (engine_readings._clone).
+        Every block of the chain gets its empty copy first, so the links resolve through
+        ``memo`` and the depth no longer grows with the number of blocks."""
+        head = self
+        while head.prev is not None:
+            head = head.prev
+        chain, block = [], head
+        while block is not None:
+            chain.append(block)
+            block = block.next
+        fresh = [b for b in chain if id(b) not in memo]
+        for b in fresh:
+            memo[id(b)] = Block.__new__(Block)
+        for b in fresh:
+            twin = memo[id(b)]
+            for name in Block.__slots__:
+                value = getattr(b, name)
+                if name in ("prev", "next"):
+                    value = None if value is None else memo.get(id(value), value)
+                else:
+                    value = copy.deepcopy(value, memo)
+                setattr(twin, name, value)
+        return memo[id(self)]
 
     def __repr__(self) -> str:
         state = "allocated" if self.allocated else ("free" if self.mapped else "unmapped")
