@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..editions.messages import say, translator
+from .pages import embedded_snapshot, kind_of
 from .safe_pickle import UnsafePickle, loads_plain
 from .validate import SnapshotError, validate_snapshot
 
@@ -50,10 +51,19 @@ def max_snapshot_bytes() -> int:
 
 
 def loads_snapshot(data: bytes, source: str = "<bytes>") -> dict:
-    """Unpickle snapshot bytes (plain data only, bounded in shape) and check every field."""
+    """Unpickle snapshot bytes (plain data only, bounded in shape) and check every field.
+
+    The bytes may also be a memory_viz HTML page or a JSON file (pages.py): the snapshot in it
+    goes through the same checks."""
     if not data:
         raise SnapshotError(tr("{source}: the file is empty (expected a pickled memory snapshot)", source=source))
     try:
+        kind = kind_of(data)
+        if kind != "pickle":              # a memory_viz page or a JSON file (pages.py)
+            embedded = embedded_snapshot(bytes(data), kind)
+            if not isinstance(embedded, bytes):
+                return validate_snapshot(embedded, distinct_records=True)
+            data = embedded               # the page's pickle, checked as a pickle file is
         obj = loads_plain(bytes(data), MAX_DEPTH, VALUES_PER_BYTE * len(data) + MIN_VALUES)
         return validate_snapshot(obj, distinct_records=True)
     except (UnsafePickle, SnapshotError) as exc:
