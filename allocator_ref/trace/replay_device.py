@@ -116,10 +116,7 @@ class TraceDevice(ManyStreamsDevice):
     def _pytorch_address(self, kind: str, size: int) -> Optional[int]:
         """What-if: PyTorch's address for a cudaMalloc of this size in this malloc, if free here."""
         if kind != "malloc":
-            # An expandable segment mapped before the first event is reserved where PyTorch's began
-            # (rebuild_expandable.py plans it); any other reservation goes where the device puts it.
-            planned = next((a for a, _s, action in self.planned_segments if action == "segment_map"), None)
-            return planned if planned is not None and not self._space.overlapping(planned, size) else None
+            return None          # a reservation made during the what-if goes where the device puts it
         for k, (addr, planned_size) in enumerate(self.planned):
             if planned_size == size and not self._space.overlapping(addr, size):
                 del self.planned[k]
@@ -157,11 +154,15 @@ class TraceDevice(ManyStreamsDevice):
         self._used += nbytes
 
     # The trace tells where each expandable segment's address range started, not how long
-    # it was (1.125x the recording GPU's memory, which a snapshot does not record).  So in
-    # verify mode reservations are kept apart from the address space: two may overlap, only
-    # the pages mapped into them may not (mem_map still checks that).
+    # it was (1.125x the recording GPU's memory, which a snapshot does not record).  So
+    # reservations at PyTorch's bases are kept apart from the address space: two may overlap,
+    # only the pages mapped into them may not (mem_map still checks that).  That holds in
+    # verify mode, and in a what-if for the reservations that existed at the first event
+    # (rebuild_expandable.py plans their bases): an uncapped what-if GPU spans 1.125 TiB, so
+    # the large pool's reservation would otherwise cover the small pool's real base, and the
+    # rebuild failed ("landed elsewhere") with every what-if row of the run.
     def address_reserve(self, size: int, alignment: int = 0) -> int:
-        planned = self._hint_address("reserve", size) if self.follows_script else None
+        planned = self._hint_address("reserve", size) if self.follows_script else self._start_reservation()
         if planned is None:
             return super().address_reserve(size, alignment)
         self.counters.vmm_calls += 1
@@ -172,6 +173,11 @@ class TraceDevice(ManyStreamsDevice):
             self._space.claim(planned, size)
         self._replay_reservations[planned] = (size, claimed)
         return planned
+
+    def _start_reservation(self) -> Optional[int]:
+        """What-if: the base of a reservation that existed at the first event, where PyTorch's
+        began (rebuild_expandable plans it; None for any other reservation)."""
+        return next((a for a, _s, action in self.planned_segments if action == "segment_map"), None)
 
     def address_free(self, ptr: int, size: int) -> None:
         entry = self._replay_reservations.get(ptr)
