@@ -153,3 +153,19 @@ def test_skip_actions_none_is_an_empty_list(make_alloc, skip):
     a.free(a.malloc(1000))
     actions = [e["action"] for e in a.snapshot()["device_traces"][0]]
     assert actions == ["segment_alloc", "alloc", "free_requested", "free_completed"]
+
+
+def test_merging_blocks_that_are_not_split_neighbours_is_refused(make_alloc):
+    """try_merge_blocks asserts dst->is_split() && src->is_split() (c10/cuda/
+    CUDACachingAllocator.cpp, DeviceCachingAllocator::try_merge_blocks): two whole cached
+    segments handed to it fail loudly, and neither segment is changed."""
+    a = make_alloc(profile="tiny-1gb")
+    x, y = a.malloc(40 * MiB), a.malloc(40 * MiB)              # two segments, each one whole block
+    a.free(x)
+    a.free(y)
+    da = a.device_allocator
+    dst, src = (b for b in da.large_blocks if b.ptr in (x.ptr, y.ptr))
+    before = a.snapshot()["segments"]
+    with pytest.raises(AssertionError, match="not a split neighbour"):
+        da.try_merge_blocks(dst, src, da.large_blocks)
+    assert a.snapshot()["segments"] == before and not dst.is_split() and not src.is_split()

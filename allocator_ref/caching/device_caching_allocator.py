@@ -668,6 +668,13 @@ class DeviceCachingAllocator:
         if (src is None or src.allocated or src.event_count > 0 or src.stream_uses
                 or dst.mapped != src.mapped):
             return 0
+        # PyTorch asserts both are pieces of one split segment (AT_ASSERT(dst->is_split() &&
+        # src->is_split()) in DeviceCachingAllocator::try_merge_blocks, c10/cuda/
+        # CUDACachingAllocator.cpp, read at pytorch/pytorch 001074d; the check predates 2.11);
+        # here also that they are neighbours, so a caller handing in a block of another segment
+        # fails loudly instead of relinking both.
+        assert dst.is_split() and src.is_split() and (dst.prev is src or dst.next is src), \
+            f"try_merge_blocks: {src!r} is not a split neighbour of {dst!r}"
         if dst.prev is src:                       # [src dst]
             dst.ptr = src.ptr
             dst.prev = src.prev
