@@ -26,12 +26,36 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Callable, Iterable, Optional
 
-ACTIONS = (
-    "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-    "segment_map", "segment_unmap", "snapshot", "oom",
-)
+
+class Action(str, Enum):
+    """The actions of a trace entry (``TraceEntry::Action`` in ``CUDACachingAllocator.h``).
+
+    A ``str`` so that a snapshot's ``entry["action"] == Action.ALLOC`` holds as it is read."""
+    ALLOC = "alloc"                       # the user's malloc returned a block
+    FREE_REQUESTED = "free_requested"     # the user freed it (it may still wait for other streams)
+    FREE_COMPLETED = "free_completed"     # the block is back in its pool
+    SEGMENT_ALLOC = "segment_alloc"       # cudaMalloc of a new segment
+    SEGMENT_FREE = "segment_free"         # cudaFree of a segment
+    SEGMENT_MAP = "segment_map"           # pages mapped into an expandable segment
+    SEGMENT_UNMAP = "segment_unmap"       # pages unmapped from it
+    SNAPSHOT = "snapshot"                 # someone took a snapshot: nothing changed
+    OOM = "oom"                           # a malloc failed (addr holds the device's free bytes)
+
+
+ACTIONS = tuple(a.value for a in Action)
+
+# What each action does, said once here: every replay, picture and verdict reads these tuples
+# (plain strings, so they compare and hash as a snapshot's own strings do).
+NEW_MEMORY = ("segment_alloc", "segment_map")         # memory taken from the device (cudaMalloc, map)
+RELEASES = ("segment_free", "segment_unmap")          # memory given back to it (cudaFree, unmap)
+USER_CALLS = ("alloc", "free_requested")              # the user's malloc and free
+FAILED_CALL = "oom"                                   # a user's malloc that failed, announced instead
+ANNOUNCES = ("snapshot", "oom")                       # reports: no memory changes hands
+EXPANDABLE = ("segment_map", "segment_unmap")         # only expandable segments make these
+RESERVED_CHANGE = {**{a: 1 for a in NEW_MEMORY}, **{a: -1 for a in RELEASES}}   # sign on memory_reserved()
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep     # allocator_ref/

@@ -18,12 +18,12 @@ from __future__ import annotations
 from typing import Optional
 
 from ..editions.messages import translator
+from ..events import RESERVED_CHANGE
 from .costs import load_profile
 
 tr = translator("doctor")          # the doctor says why it sized the simulated GPU up
 
 GiB = 2**30
-GROWS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 
 
 def most_reserved(events: list, finals: list) -> int:
@@ -35,7 +35,7 @@ def most_reserved(events: list, finals: list) -> int:
     held = sum(int(s.get("total_size", 0)) for s in finals)
     peak = held
     for e in reversed(events):
-        sign = GROWS.get(e.get("action"))
+        sign = RESERVED_CHANGE.get(e.get("action"))
         if sign:
             held -= sign * int(e.get("size", 0))
             peak = max(peak, held)

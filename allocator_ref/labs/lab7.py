@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 
 from ..editions.messages import translator
+from ..events import NEW_MEMORY, RELEASES
 from .reference import CachingAllocator
 from .check import Case, Exercise, Fail, MiB, fmt, lab_device, register, same, show
 from .workload import _apply, random_workload
@@ -125,9 +126,9 @@ def replay_trace(snapshot: dict) -> dict:
             requested += e["size"]
         elif action == "free_completed":
             requested -= e["size"]
-        elif action in ("segment_alloc", "segment_map"):
+        elif action in NEW_MEMORY:
             reserved += e["size"]
-        elif action in ("segment_free", "segment_unmap"):
+        elif action in RELEASES:
             reserved -= e["size"]
         peak_req, peak_res = max(peak_req, requested), max(peak_res, reserved)
     return {"peak_requested": peak_req, "peak_reserved": peak_res}

@@ -153,16 +153,17 @@ def what_if(snapshot: Any, settings=(("caching", "expandable_segments:True"),), 
     from .capacity import infer_capacity
     from .diagnosis import diagnose, whatif_run
     from .remedies import Trial, context_reserve, run_trial, with_change
+    from ..trace.replay_report import DidNotReproduce
 
     diag = diagnose(snapshot, device=device, profile=profile,     # (diagnose loads it once: load_recording)
                     device_memory=None if device_memory is None else int(device_memory * GiB))
     profile = diag.profile
     if not diag.verified:
         div = diag.verify_summary.get("first_divergence") or {}
-        raise ValueError(tr("{source}: the reference allocator does not reproduce PyTorch on this trace (first "
-                            "difference at event {index}), so no what-if starts from the run that happened; run "
-                            "`python -m allocator_ref replay SNAPSHOT --verify` for the details", source=diag.source,
-                            index=div.get("index", "?")))
+        raise DidNotReproduce(tr("{source}: the reference allocator does not reproduce PyTorch on this trace (first "
+                                 "difference at event {index}), so no what-if starts from the run that happened; run "
+                                 "`python -m allocator_ref replay SNAPSHOT --verify` for the details",
+                                 source=diag.source, index=div.get("index", "?")), div.get("index"))
     run = whatif_run(diag, profile)
     capacity = infer_capacity(run.events, diag.reserved, run.program, diag.config,
                               lambda usable: _replay_recorded(run, diag.config, usable))

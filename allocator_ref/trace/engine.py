@@ -38,6 +38,7 @@ from ..caching.config import AllocatorConfig
 from ..caching.oom import OutOfMemoryError
 from ..caching.restore import restore_segment
 from ..device.errors import CudaError
+from ..events import NEW_MEMORY, RELEASES
 from ..policies.registry import make_allocator     # every design, by name (the policy registry)
 from .rebuild import infer_initial_state
 from .rebuild_expandable import CannotRebuild, rebuild_expandable
@@ -49,8 +50,6 @@ from .replay_pools import PoolRouter
 from .replay_report import Anchored, DeviceReplay, Divergence
 from .validate import SnapshotError
 
-USER_ACTIONS = ("alloc", "free_requested")
-RELEASES = ("segment_free", "segment_unmap")
 GUARD_HANDLES = 2**64     # stream handles of the replay's own guard streams (_guard_stream)
 REORDER_WINDOW = 64       # how far ahead _take_produced looks for an event emitted out of order
 
@@ -313,7 +312,7 @@ class Engine(ReadingInference, ProgramSteps):
         group = self.events[pos:j + 1]
         self.result.work += len(group)
         self.device.planned_segments = deque(
-            (g["addr"], g["size"], g["action"]) for g in group if g["action"] in ("segment_alloc", "segment_map"))
+            (g["addr"], g["size"], g["action"]) for g in group if g["action"] in NEW_MEMORY)
         self.device.script, self.device.script_pos = self.events, pos
         if not complete_frees:
             # The malloc reached release_cached_blocks, whose synchronize_and_free_events
@@ -452,13 +451,13 @@ class Engine(ReadingInference, ProgramSteps):
     def _compare(self, pos: int, got) -> None:
         e = self.events[pos]
         action = e["action"]
-        if action == "segment_alloc" or action == "segment_map":
+        if action in NEW_MEMORY:
             self.result.segment_allocs_expected += 1
         elif action in RELEASES:
             self.result.segment_frees_expected += 1
         elif action == "oom":
             self.result.ooms_expected += 1
-        if got.action in ("segment_alloc", "segment_map"):
+        if got.action in NEW_MEMORY:
             self.result.segment_allocs_made += 1
         elif got.action in RELEASES:
             self.result.segment_frees_made += 1

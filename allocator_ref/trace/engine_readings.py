@@ -13,9 +13,9 @@ import copy
 from typing import Callable
 
 from ..device.errors import CudaError
+from ..events import FAILED_CALL, NEW_MEMORY, RELEASES
 from .engine_program import NEVER
 
-RELEASES = ("segment_free", "segment_unmap")
 
 
 class ReadingInference:
@@ -153,7 +153,7 @@ class ReadingInference:
         if j >= stop:
             return -1
         k = index.release_end[j]
-        if k == n or events[k]["action"] not in ("segment_alloc", "segment_map", "oom"):
+        if k == n or events[k]["action"] not in NEW_MEMORY + (FAILED_CALL,):
             return k
         # Releases then new memory: a malloc's own retry path -- unless the cache could have
         # served that malloc before the release, in which case the malloc never reached a

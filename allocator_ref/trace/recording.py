@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..editions.messages import translator
+from ..events import NEW_MEMORY, RELEASES
 from .device_traces import devices_of, raw_trace, replayable_events, replayable_positions
 from .snapshot import load_snapshot, loads_snapshot
 from .snapshot_error import SnapshotError, show
@@ -29,8 +30,6 @@ from .validate import validate_snapshot
 
 tr = translator("doctor")          # a refusal in the reader's language
 
-RELEASES = ("segment_free", "segment_unmap")
-NEW_MEMORY = ("segment_alloc", "segment_map")
 
 
 @dataclass

@@ -22,6 +22,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from contextlib import contextmanager, nullcontext
 
+from ..events import NEW_MEMORY
+
 DEFAULT = (0, 0)
 
 
@@ -36,7 +38,7 @@ class PoolRouter:
                 ranges[seg["address"]] = (seg["address"] + seg["total_size"], pool_id)
         for e in events:
             pool_id = tuple(e.get("pool_id") or DEFAULT)
-            if pool_id != DEFAULT and e["action"] in ("segment_alloc", "segment_map"):
+            if pool_id != DEFAULT and e["action"] in NEW_MEMORY:
                 ranges[e["addr"]] = (e["addr"] + e["size"], pool_id)
         self._starts = sorted(ranges)
         self._ranges = ranges

@@ -5,6 +5,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 
+class DidNotReproduce(ValueError):
+    """The reference allocator does not reproduce PyTorch's decisions on this trace, so nothing
+    can be replayed from the run that happened.  Callers catch the type, never the words (the
+    message is in the reader's language); ``index`` is the first trace event that differs."""
+
+    def __init__(self, message: str, index: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
 @dataclass
 class Divergence:
     index: int                 # position in the device's trace

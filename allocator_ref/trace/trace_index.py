@@ -9,9 +9,11 @@ how the replay queues a backlog of ``record_stream`` frees (engine.py ``_guard_s
 """
 from __future__ import annotations
 
-USER_CALLS = ("alloc", "free_requested", "oom")      # an oom is a malloc that failed
-RELEASES = ("segment_free", "segment_unmap")
-NEW_MEMORY = ("segment_alloc", "segment_map", "oom")
+from ..events import FAILED_CALL, NEW_MEMORY, RELEASES, USER_CALLS
+
+CALLS = USER_CALLS + (FAILED_CALL,)                   # an oom is a malloc that failed
+# A release run is a malloc's retry when new memory or the failure follows it, else the user's.
+ENDS_A_RETRY = NEW_MEMORY + (FAILED_CALL,)
 
 
 class TraceIndex:
@@ -35,12 +37,12 @@ class TraceIndex:
                 next_completed[events[i]["addr"]] = i
             elif action == "free_requested":
                 self.completion_at[i] = next_completed.get(events[i]["addr"], n)
-            self.next_user[i] = i if action in USER_CALLS else self.next_user[i + 1]
+            self.next_user[i] = i if action in CALLS else self.next_user[i + 1]
             if action in RELEASES:
                 self.next_release[i] = i
                 end = self.release_end[i + 1] if i + 1 < n and actions[i + 1] in RELEASES else i + 1
                 self.release_end[i] = end
-                bare = end == n or actions[end] not in NEW_MEMORY
+                bare = end == n or actions[end] not in ENDS_A_RETRY
                 self.bare_release_end[i] = end if bare else self.bare_release_end[end]
             else:
                 self.next_release[i] = self.next_release[i + 1]

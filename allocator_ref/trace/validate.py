@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..editions.messages import translator
-from ..events import ACTIONS
+from ..events import ACTIONS, NEW_MEMORY, RELEASES, Action
 from .formats import upgrade       # older PyTorch versions' shapes, made current (formats.py)
 from .snapshot_error import SnapshotError, show
 
@@ -40,7 +40,7 @@ BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 SEGMENT_TYPES = ("small", "large")
 # Actions whose size is a real, non-zero amount of memory (PyTorch's malloc returns nullptr
 # for a size-0 request without recording anything: CUDACachingAllocator's allocate()).
-SIZED_ACTIONS = ("alloc", "segment_alloc", "segment_free", "segment_map", "segment_unmap")
+SIZED_ACTIONS = (Action.ALLOC.value,) + NEW_MEMORY + RELEASES
 
 
 def _int(record: dict, key: str, where: str, low: int, high: int, required: bool = True):

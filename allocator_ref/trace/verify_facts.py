@@ -28,17 +28,17 @@ from typing import Optional
 
 from ..caching.snapshot import block_state
 from ..caching.stats import AGGREGATE
+from ..events import EXPANDABLE
 from .recording import DeviceRecording
 from .replay import TraceStepper
 
-EXPANDABLE_ACTIONS = ("segment_map", "segment_unmap")
 
 
 def available(dev: DeviceRecording) -> bool:
     """Can these facts stand in for the frames on this device (no expandable segments)?"""
     if any(s.get("is_expandable") for s in dev.segments):
         return False
-    return not any(e["action"] in EXPANDABLE_ACTIONS for e in dev.events) and not dev.start_state().expandable
+    return not any(e["action"] in EXPANDABLE for e in dev.events) and not dev.start_state().expandable
 
 
 class TotalsAfterEachEvent:

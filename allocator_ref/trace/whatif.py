@@ -38,13 +38,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from ..caching.config import AllocatorConfig
+from ..events import FAILED_CALL, NEW_MEMORY, RELEASES, USER_CALLS
 from .engine import UNCAPPED, Engine
-from .rebuild import infer_initial_state
 from .recording import DeviceRecording, device_recording
 from .replay_report import Anchored    # noqa: F401  (what an anchored replay measured; imported from here)
 
-RELEASES = ("segment_free", "segment_unmap")
 
 
 # ---------------------------------------------------------------- the program
@@ -98,7 +96,7 @@ def program_of(events: list, readings: dict, user_empty_caches: list, reserved: 
             users_flush = False
         if i in readings and readings[i] != "deferred":
             group_reading = readings[i]
-        if a in ("segment_alloc", "segment_map"):
+        if a in NEW_MEMORY:
             group_segments.append((e["addr"], e["size"]))
         elif a in RELEASES:
             group_released = group_released or not users_flush
@@ -160,7 +158,7 @@ def user_flushes(events: list, reserved: Optional[list], known: list = ()) -> li
         j = i
         while j < n and events[j]["action"] in RELEASES + ("free_completed",):
             j += 1
-        grows = j < n and events[j]["action"] in ("segment_alloc", "segment_map")
+        grows = j < n and events[j]["action"] in NEW_MEMORY
         named = any(f.get("name") == "empty_cache" for f in events[i].get("frames") or ())
         fits = grows and peak is not None and i > 0 and reserved[i - 1] + events[j]["size"] <= peak
         if grows and (named or fits):
@@ -175,7 +173,7 @@ def _standalone_completion(events: list, i: int) -> bool:
     j = i + 1
     if j < len(events) and events[j]["action"] == "free_completed":
         return False
-    while j < len(events) and events[j]["action"] not in ("alloc", "oom", "free_requested"):
+    while j < len(events) and events[j]["action"] not in USER_CALLS + (FAILED_CALL,):
         j += 1
     return j == len(events) or events[j]["action"] == "free_requested"
 
@@ -199,11 +197,6 @@ def anchored_replay(events: list, finals: list, program: Program, *, config: str
                     factory=allocator_factory, progress=False,
                     usable=UNCAPPED if usable is None else usable)
     return engine.run_program(program)
-
-
-def start_state(events: list, finals: list, config: str):
-    """The allocator state at the trace's first event, under the recorded ``config`` (rebuild.py)."""
-    return infer_initial_state(events, finals, AllocatorConfig.parse(config) if config else AllocatorConfig())
 
 
 def first_mismatch(recorded: list, run: Anchored) -> Optional[tuple]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
 from ..editions.messages import translator
+from ..events import NEW_MEMORY
 from .blockmap import segments_of
 from .segment_reader import SegmentFollower, can_follow, fresh_segment
 from .sizes import format_bytes, format_offset
@@ -135,7 +136,7 @@ def _caption_alloc(event, before, after, ids, previous):
     if block is None or found is None:
         return tr("{head}: allocated at {address}", head=head, address=f"{addr:#x}")
     where = _where(old_seg, found["address"], ids)
-    if previous.get("action") in ("segment_alloc", "segment_map") and found["size"] >= block["size"] \
+    if previous.get("action") in NEW_MEMORY and found["size"] >= block["size"] \
             and _segment_at(before, previous.get("addr", -1)) is old_seg:
         source = tr("no cached block fits, so it goes in the new memory {where}", where=where)
     else:

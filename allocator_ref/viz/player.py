@@ -26,6 +26,7 @@ from typing import Any, Optional, Sequence
 import ipywidgets as widgets
 
 from ..editions.messages import translator
+from ..events import FAILED_CALL, USER_CALLS
 from .blockmap import render_blockmap, segments_of
 from .frames import Frame, as_event, changed_addresses, describe, settle
 from .minichart import MiniChart
@@ -197,7 +198,7 @@ def _numbers_html(allocator: Any, segments: list) -> str:
 
 # ---------------------------------------------------------------- side by side
 
-USER_ACTIONS = ("alloc", "free_requested", "oom")
+USER_ACTIONS = USER_CALLS + (FAILED_CALL,)        # a failed malloc is the user's call too
 
 
 def user_steps(frames: Sequence[Frame]) -> list[int]:

@@ -36,6 +36,7 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from ..editions.messages import translator
+from ..events import RESERVED_CHANGE
 from .blockmap import segments_of
 from .chart_language import drawable
 from .frames import as_event, settle
@@ -125,8 +126,7 @@ def _is_frames(source: Any) -> bool:
 def _curves_from_trace(events: list, segments: Optional[list], context_reserve: int, x: str) -> MemoryCurves:
     d_alloc = np.zeros(len(events), dtype=np.int64)
     d_reserved = np.zeros(len(events), dtype=np.int64)
-    sign = {"alloc": (1, 0), "free_requested": (-1, 0), "segment_alloc": (0, 1), "segment_map": (0, 1),
-            "segment_free": (0, -1), "segment_unmap": (0, -1)}
+    sign = {"alloc": (1, 0), "free_requested": (-1, 0), **{a: (0, s) for a, s in RESERVED_CHANGE.items()}}
     for i, event in enumerate(events):
         a, r = sign.get(event.get("action"), (0, 0))
         size = int(event.get("size", 0))

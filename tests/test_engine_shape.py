@@ -1,0 +1,124 @@
+"""The engine's shape, checked from the source and by use: one place says which actions take or
+give back memory, and "did not reproduce" is a type that every language falls back on.
+
+Read with ``ast`` (nothing imported to count); the language test runs the command line."""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+import allocator_ref as ar
+from allocator_ref.__main__ import main
+from allocator_ref.events import ACTIONS, NEW_MEMORY, RELEASES, RESERVED_CHANGE, USER_CALLS
+from allocator_ref.memory_doctor import what_if
+from allocator_ref.trace.replay_report import DidNotReproduce
+
+ROOT = Path(__file__).resolve().parents[1] / "allocator_ref"
+MiB = 2**20
+
+
+def _literals(path: Path):
+    """(line, the strings) of every tuple, list, set or dict-keys literal in a file."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            items = node.elts
+        elif isinstance(node, ast.Dict):
+            items = [k for k in node.keys if k is not None]
+        else:
+            continue
+        yield node.lineno, {e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+
+
+def places_naming(actions: set, under=("",)) -> list:
+    """Where a literal names all of ``actions`` but is no per-action table (one entry for every action)."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith(under):
+            continue
+        for line, strings in _literals(path):
+            if actions <= strings and not set(ACTIONS) <= strings:
+                found.append(f"{rel}:{line}")
+    return found
+
+
+def test_one_place_names_the_actions_that_release_memory():
+    assert places_naming({"segment_free", "segment_unmap"}) == ["events.py:%d" % _line("RELEASES")]
+
+
+def test_the_engine_names_new_memory_and_user_calls_only_through_events():
+    # The trace engine, the device sizing and the vocabulary: one definition each (events.py).
+    under = ("trace/", "device/", "events.py")
+    assert places_naming({"segment_alloc", "segment_map"}, under) == ["events.py:%d" % _line("NEW_MEMORY")]
+    assert places_naming({"alloc", "free_requested"}, under) == ["events.py:%d" % _line("USER_CALLS")]
+
+
+def test_no_module_defines_its_own_copy_of_the_vocabulary():
+    copies = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign):
+                names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+                if names & {"RELEASES", "NEW_MEMORY", "USER_CALLS", "GROWS"} and path.name != "events.py":
+                    copies.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert copies == []
+
+
+def test_every_named_action_is_an_action():
+    from allocator_ref.events import ANNOUNCES, EXPANDABLE, FAILED_CALL
+    named = set(NEW_MEMORY) | set(RELEASES) | set(USER_CALLS) | set(ANNOUNCES) | set(EXPANDABLE) | {FAILED_CALL}
+    assert named <= set(ACTIONS) and set(RESERVED_CHANGE) == set(NEW_MEMORY) | set(RELEASES)
+
+
+def test_the_vocabulary_says_what_each_action_does_to_memory_reserved():
+    # Replay a course run and sum the trace with RESERVED_CHANGE: it must land on memory_reserved().
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "expandable_segments:True")
+    a.record_memory_history(max_entries=100_000)
+    held = [a.malloc((k % 4 + 1) * 7 * MiB) for k in range(20)]
+    for x in held[::2]:
+        a.free(x)
+    a.free(a.malloc(200 * MiB))
+    a.empty_cache()                                          # unmaps the 200 MiB of pages
+    trace = a.snapshot()["device_traces"][0]
+    assert {e["action"] for e in trace} >= set(NEW_MEMORY[1:]) | set(RELEASES[1:]) | set(USER_CALLS)
+    assert sum(RESERVED_CHANGE.get(e["action"], 0) * e["size"] for e in trace) == a.memory_reserved()
+
+
+def _line(name: str) -> int:
+    tree = ast.parse((ROOT / "events.py").read_text(encoding="utf-8"))
+    return next(n.value.lineno for n in tree.body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
+
+
+# ---------------------------------------------------------------- "did not reproduce" is a type
+
+def diverged_run() -> dict:
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    a.record_memory_history(max_entries=100_000)
+    held = [a.malloc((k % 5 + 1) * MiB) for k in range(60)]
+    for x in held[::3]:
+        a.free(x)
+    snap = a.snapshot()
+    events = snap["device_traces"][0]
+    k = next(i for i, e in enumerate(events) if e["action"] == "alloc" and i > 30)
+    events[k] = dict(events[k], addr=events[k]["addr"] + 512)      # PyTorch "chose" another address
+    return snap
+
+
+def test_what_if_raises_the_type_on_a_run_it_does_not_reproduce():
+    with pytest.raises(DidNotReproduce) as err:
+        what_if(diverged_run())
+    assert err.value.index is not None and err.value.index > 30
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_compare_falls_back_to_plain_replays_in_every_language(lang, tmp_path, capsys):
+    path = ar.save_snapshot(diverged_run(), tmp_path / "diverged.pickle")
+    assert main(["compare", str(path), "--lang", lang, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) > 1 and not any(r["anchored"] for r in rows)
+    assert main(["compare", str(path), "--lang", lang]) == 0        # the table, in that language
+    assert str(path) in capsys.readouterr().out
