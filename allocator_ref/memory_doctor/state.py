@@ -20,7 +20,6 @@ from typing import Any, Optional
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
-from ..trace.device_traces import device_events
 from ..viz.sizes import format_bytes
 from .diagnosis import SegmentHolding, _where_memory_sits, pending_by_stream
 from .remedies import MAX_SPLIT_SWEEP_MB, parse_conf
@@ -53,12 +52,6 @@ class StateDiagnosis:
     @property
     def unallocated(self) -> int:
         return self.reserved - self.allocated
-
-
-def is_state_only(snapshot: dict) -> bool:
-    """Segments but nothing to replay: no device has a trace event ('snapshot' entries are looks, not events)."""
-    devices = range(len(snapshot.get("device_traces") or ()))
-    return not any(device_events(snapshot, i) for i in devices) and bool(snapshot.get("segments"))
 
 
 def diagnose_state(snapshot: dict, source: str, device: Optional[int] = None) -> StateDiagnosis:
@@ -272,4 +265,4 @@ class StateReport:
         return text_page(title, self.text(), self.language, path)
 
 
-__all__ = ["StateDiagnosis", "StateReport", "diagnose_state", "is_state_only", "SegmentHolding"]
+__all__ = ["StateDiagnosis", "StateReport", "diagnose_state", "SegmentHolding"]
