@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import bench_doctor, bench_engine, bench_fragmentation, bench_gpu, bench_predict, bench_replay, bench_warm_path
+from . import (bench_doctor, bench_engine, bench_fragmentation, bench_gpu, bench_loader, bench_predict, bench_replay,
+               bench_warm_path)
 from .common import RESULTS, machine, write_result
 
 BENCHMARKS = {
@@ -25,6 +26,7 @@ BENCHMARKS = {
     "doctor": bench_doctor.run,
     "predict": bench_predict.run,
     "engine": bench_engine.run,
+    "loader": bench_loader.run,
 }
 
 
@@ -169,6 +171,24 @@ def report(results: dict, quick: bool) -> str:
         else:
             lines.append("- `doctor` / `replay --verify`: skipped (no ../shared/traces)")
         lines.append("")
+    lo = results.get("loader")
+    if lo:
+        t, big = lo["targets"], lo["largest_trace"]
+        lines += ["## Loader and one verify replay, whole processes (benchmarks/bench_loader.py)", "",
+                  f"- `replay --verify` on {big['file']} ({big['file_mib']:.1f} MiB): {big['wall_s']:.2f} s wall, "
+                  f"{big['cpu_s']:.2f} s CPU, peak RSS {big['peak_rss_mib']:.0f} MiB ({big['rss_over_file']:.1f}x the file)",
+                  "", "Loading alone, the run's device copied as more ranks (benchmarks/scale_snapshot.py):", "",
+                  "| copies | file MiB | wall s | CPU s | MiB/s (wall) | peak RSS MiB | RSS / file |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in lo["scaled_loads"]:
+            lines.append(f"| {r['copies']} | {r['file_mib']:.1f} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['mib_per_s']:.1f} | "
+                         f"{r['peak_rss_mib']:.0f} | {r['rss_over_file']:.1f}x |")
+        dv = lo["doctor_vs_replay"]
+        lines += ["", f"- peak RSS over file size on the largest: {t['load_rss_over_file']['value']:.1f}x; target "
+                      f"{t['load_rss_over_file']['target']}: **{_mark(t['load_rss_over_file']['pass'])}**",
+                  f"- `doctor` / `replay --verify` ({dv['runs']} runs, medians): CPU **{dv['ratio_cpu']:.2f}x**, "
+                  f"wall {dv['ratio_wall']:.2f}x; target {t['doctor_vs_replay_cpu']['target']}: "
+                  f"**{_mark(t['doctor_vs_replay_cpu']['pass'])}**", ""]
     v = results.get("viz")
     if v:
         lines += ["## Block map and player (benchmarks/bench_viz.py)", "", "| figure | value |", "|---|---:|"]

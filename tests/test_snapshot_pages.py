@@ -158,3 +158,22 @@ def test_copying_an_allocator_keeps_every_link():
         assert left.next is right and right.prev is left
     originals = set(map(id, a.device_allocator.active_blocks.values()))
     assert not any(id(b) in originals for b in blocks)          # copies, not the originals
+
+
+# ---------------------------------------------------------------- bigger files (the benchmark's)
+
+def test_a_run_scaled_to_more_ranks_loads_and_every_rank_replays_as_the_original(pickled, tmp_path):
+    """benchmarks/scale_snapshot.py makes the big files bench_loader.py measures: each copy is a
+    device of its own records, and every one reproduces as the original does."""
+    from benchmarks.scale_snapshot import write_scaled
+    snap, path = pickled
+    size = write_scaled(path, 3, tmp_path / "x3.pickle")
+    assert size > 2.5 * path.stat().st_size                 # its own records: nothing shared by memo
+    rec = load_recording(tmp_path / "x3.pickle")
+    assert rec.devices == [0, 1, 2]
+    original = load_recording(path).device(0)
+    for d in rec.devices:
+        assert [e["addr"] for e in rec.device(d).events] == [e["addr"] for e in original.events]
+        assert rec.device(d).peak_reserved == original.peak_reserved
+    result = replay(rec, verify=True, progress=False)
+    assert result.perfect and len(result.devices) == 3
