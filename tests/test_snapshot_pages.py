@@ -177,3 +177,45 @@ def test_a_run_scaled_to_more_ranks_loads_and_every_rank_replays_as_the_original
         assert rec.device(d).peak_reserved == original.peak_reserved
     result = replay(rec, verify=True, progress=False)
     assert result.perfect and len(result.devices) == 3
+
+
+# ---------------------------------------------------------------- the streaming path (big pickles)
+
+@pytest.fixture()
+def streaming(monkeypatch):
+    """Every pickle takes the streaming path (it starts at 64 MiB): opcodes checked through a
+    memory map, objects built from the open file."""
+    import allocator_ref.trace.snapshot as snapshot_module
+    monkeypatch.setattr(snapshot_module, "STREAM_BYTES", 0)
+    return snapshot_module
+
+
+def test_streaming_loads_what_the_bytes_path_loads(pickled, streaming):
+    snap, path = pickled
+    expected = streaming.loads_snapshot(path.read_bytes(), str(path))
+    assert streaming.load_snapshot(path) == expected
+    assert replay(path, verify=True, progress=False).perfect
+
+
+def test_streaming_refuses_what_the_bytes_path_refuses(tmp_path, streaming):
+    path = tmp_path / "evil.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [], "x": Evil()}))
+    with pytest.raises(SnapshotError, match="refused to load the global") as err:
+        streaming.load_snapshot(path)
+    assert str(err.value).startswith(f"{path}: ")
+    path.write_bytes(b"\x80\x04]\x94h\x00a.")                  # L = []; L.append(L)
+    with pytest.raises(SnapshotError, match="refers to itself"):
+        streaming.load_snapshot(path)
+
+
+def test_a_file_that_changes_while_it_streams_is_refused(pickled, streaming, monkeypatch):
+    _, path = pickled
+    build = streaming.build_scanned
+
+    def build_then_rewrite(stream):
+        obj = build(stream)
+        path.write_bytes(path.read_bytes() + b"\0")           # another process writes to it
+        return obj
+    monkeypatch.setattr(streaming, "build_scanned", build_then_rewrite)
+    with pytest.raises(SnapshotError, match="changed while it was read"):
+        streaming.load_snapshot(path)

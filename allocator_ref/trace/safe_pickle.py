@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import pickle
 import struct
+from array import array
 
 from ..editions.messages import translator
 
@@ -62,6 +63,7 @@ for _op in CODE_OPCODES:
 _LEN_FORMAT = {1: "<B", 2: "<H", 4: "<I", 8: "<Q"}
 
 SCALAR = -1      # a stack entry that is not a container
+MISSING = -2     # a memo key never stored
 
 
 tr = translator("doctor")          # a refusal in the reader's language; Python's own words stay fields
@@ -78,9 +80,15 @@ class _NoGlobals(pickle.Unpickler):
 
 def loads_plain(data: bytes, max_depth: int, max_values: int):
     """The object the pickle holds, if it is plain data within the limits (else UnsafePickle)."""
-    check_shape(*scan(data), max_depth, max_values)
+    scan(data, max_depth, max_values)
+    return build_scanned(io.BytesIO(data))
+
+
+def build_scanned(stream):
+    """Build the objects of a pickle whose opcodes :func:`scan` has passed, reading ``stream``
+    (bytes in memory, or the open file itself: snapshot.py's streaming path)."""
     try:
-        return _NoGlobals(io.BytesIO(data)).load()
+        return _NoGlobals(stream).load()
     except pickle.UnpicklingError as exc:
         raise UnsafePickle(str(exc)) from None
     except (EOFError, ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError,
@@ -89,17 +97,24 @@ def loads_plain(data: bytes, max_depth: int, max_values: int):
         raise UnsafePickle(tr("not a valid pickle ({why})", why=type(exc).__name__)) from None
 
 
-def scan(data: bytes) -> tuple:
-    """Walk the opcodes without building objects: the containers and what each one holds.
+def scan(data: bytes, max_depth: int, max_values: int) -> int:
+    """Walk the opcodes without building objects; refuse the shapes the module doc lists.
 
-    Returns ``(children, scalars)``: for container ``i``, the ids of the containers it
-    holds, and how many scalars (numbers, strings, None...) it holds.
+    Each container's depth and expanded size (itself, its scalars, and each container it
+    holds, counted every time it is used) are summed as items are added: ``pickle.dump``
+    builds every object completely before it places it in another or names it again, so a
+    container placed somewhere is *sealed*, and items added to a sealed one are refused (only
+    a reference cycle or a hand-made file does that).  Memory: three machine integers per
+    container and one per memo entry, whatever the file holds (a list per container, as
+    before, cost 3.4x the file).  Returns the largest expanded size.
     """
-    children: list = []
-    scalars: list = []
+    size = array("q")             # per container: 1 + its scalars + the sizes of what it holds
+    depth = array("q")            # per container: 1 + the deepest container it holds
+    sealed = bytearray()          # per container: 1 once placed in another (nothing more may go in)
     stack: list = []
     marks: list = []
-    memo: dict = {}
+    memo = array("q")             # memo key -> container id or SCALAR; MISSING where never stored
+    stored = 0                    # memo entries stored (MEMOIZE's next key, as the unpickler counts)
     pos, end = 0, len(data)
     unpack = struct.unpack_from
     push = stack.append
@@ -116,41 +131,73 @@ def scan(data: bytes) -> tuple:
         return items
 
     def container(items=()) -> int:
-        children.append([])
-        scalars.append(0)
-        add(len(children) - 1, items)
-        return len(children) - 1
+        size.append(1)
+        depth.append(1)
+        sealed.append(0)
+        node = len(size) - 1
+        add(node, items)
+        return node
 
     def add(node: int, items) -> None:
         n = items.count(SCALAR) if items else 0
-        scalars[node] += n
+        total, deep = size[node] + n, depth[node]
         if n != len(items):
-            children[node].extend(item for item in items if item != SCALAR)
+            if sealed[node]:
+                raise UnsafePickle(tr("refused: the data refers to itself (a reference cycle) or fills a "
+                                      "container after using it; a memory snapshot does neither"))
+            for item in items:
+                if item == SCALAR:
+                    continue
+                if item == node:
+                    raise UnsafePickle(tr("refused: the data refers to itself (a reference "
+                                          "cycle); a memory snapshot never does"))
+                sealed[item] = 1
+                total += size[item]
+                if depth[item] >= deep:
+                    deep = depth[item] + 1
+        if deep > max_depth:
+            raise UnsafePickle(tr("refused: values nest deeper than {depth} levels "
+                                  "(a memory snapshot nests about 6)", depth=max_depth))
+        if total > max_values:
+            raise UnsafePickle(tr(
+                "refused: the data expands to more than {n:,} values once its shared "
+                "references are counted each time they are used (a small file naming one list "
+                "many times); raise the limit only for a file you trust", n=max_values))
+        size[node], depth[node] = total, deep
+
+    def memo_get(key: int) -> int:
+        item = memo[key] if key < len(memo) else MISSING
+        if item == MISSING:
+            fail("memo entry used before it was stored")
+        return item
+
+    def memo_put(key: int, item: int) -> None:
+        nonlocal stored
+        if key >= len(memo):
+            if key > end:             # a real pickle stores fewer entries than it has bytes
+                fail("memo index past the end of the file")
+            memo.extend(array("q", [MISSING]) * (key + 1 - len(memo)))
+        if memo[key] == MISSING:
+            stored += 1
+        memo[key] = item
 
     def target() -> int:
         if not stack or stack[-1] == SCALAR:
             fail("items added to something that is not a container")
         return stack[-1]
 
-    memo_get = memo.get
     from_bytes = int.from_bytes
     while pos < end:
         op = data[pos]
         pos += 1
         # The memo fetches first: they are three quarters of a real snapshot's opcodes.
         if op == 0x6A and pos + 4 <= end:     # LONG_BINGET
-            item = memo_get(from_bytes(data[pos:pos + 4], "little"))
+            push(memo_get(from_bytes(data[pos:pos + 4], "little")))
             pos += 4
-            if item is None:
-                fail("memo entry used before it was stored")
-            push(item)
             continue
         if op == 0x68 and pos < end:          # BINGET
-            item = memo_get(data[pos])
+            push(memo_get(data[pos]))
             pos += 1
-            if item is None:
-                fail("memo entry used before it was stored")
-            push(item)
             continue
         kind = _KIND[op]
         if kind == _FIXED:
@@ -170,17 +217,15 @@ def scan(data: bytes) -> tuple:
             push(SCALAR)
         elif kind == _MEMO_GET:
             key, pos = _memo_arg(data, op, pos, fail)
-            if key not in memo:
-                fail("memo entry used before it was stored")
-            push(memo[key])
+            push(memo_get(key))
         elif kind == _MEMO_PUT:
             if not stack:
                 fail("memo store with an empty stack")
             if op == 0x94:                    # MEMOIZE
-                key = len(memo)
+                key = stored
             else:
                 key, pos = _memo_arg(data, op, pos, fail)
-            memo[key] = stack[-1]
+            memo_put(key, stack[-1])
         elif kind == _CODE:
             name = CODE_OPCODES[op]
             message = (tr("refused to load the global at byte {pos} (pickle opcode {name}): "
@@ -235,7 +280,7 @@ def scan(data: bytes) -> tuple:
         elif op == 0x2E:                      # STOP
             if len(stack) != 1 or marks:
                 fail("STOP with a malformed stack")
-            return children, scalars
+            return max(size, default=0)
         else:
             fail(f"unknown opcode {bytes([op])!r}")
         if pos > end:
@@ -260,46 +305,3 @@ def _memo_arg(data: bytes, op: int, pos: int, fail):
     if pos + 4 > len(data):
         fail("truncated memo index")
     return struct.unpack_from("<I", data, pos)[0], pos + 4
-
-
-def check_shape(children: list, scalars: list, max_depth: int, max_values: int) -> int:
-    """Refuse nesting deeper than max_depth, cycles, and more than max_values values in all.
-
-    A post-order walk with an explicit stack, so a hostile depth cannot exhaust Python's
-    own.  Returns the number of values the largest container expands to.
-    """
-    n = len(children)
-    depth = [0] * n
-    size = [0] * n
-    state = bytearray(n)        # 0 not met, 1 entered (on the current path), 2 done
-    for root in range(n):
-        if state[root]:
-            continue
-        todo = [root]
-        while todo:
-            node = todo[-1]
-            kids = children[node]
-            if state[node] == 0:             # entering: walk the children first
-                state[node] = 1
-                for kid in kids:
-                    if state[kid] == 1:
-                        raise UnsafePickle(tr("refused: the data refers to itself (a reference "
-                                              "cycle); a memory snapshot never does"))
-                    if state[kid] == 0:
-                        todo.append(kid)
-                continue
-            todo.pop()
-            if state[node] == 2:             # met again through another parent
-                continue
-            state[node] = 2
-            depth[node] = 1 + max(map(depth.__getitem__, kids), default=0)
-            if depth[node] > max_depth:
-                raise UnsafePickle(tr("refused: values nest deeper than {depth} levels "
-                                      "(a memory snapshot nests about 6)", depth=max_depth))
-            size[node] = 1 + scalars[node] + sum(map(size.__getitem__, kids))
-            if size[node] > max_values:
-                raise UnsafePickle(tr(
-                    "refused: the data expands to more than {n:,} values once its shared "
-                    "references are counted each time they are used (a small file naming one list "
-                    "many times); raise the limit only for a file you trust", n=max_values))
-    return max(size, default=0)
