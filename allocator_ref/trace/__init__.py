@@ -1,7 +1,7 @@
 """Traces, snapshots and replay.
 
 (the event vocabulary, TraceEntry and TraceRecorder, is allocator_ref/events.py: caching/ records it)
-snapshot.py  safe loading and saving of torch memory snapshots (file checks, size limit)
+snapshot.py  safe loading and saving of torch memory snapshots (file checks, size limit, streaming)
 pages.py     the snapshot inside a memory_viz HTML page or a JSON file
 safe_pickle.py  the pickle's opcodes checked before anything is built (no code, bounded shape)
 validate.py  every field of a snapshot checked, one clear line saying where it is wrong

@@ -17,6 +17,12 @@ people.  :func:`load_snapshot` reads a file no file can crash, hang or fool:
 * every field is then checked (``validate.py``): one clear line says what is
   wrong and where (which segment, block or trace entry).
 
+The file may also be a memory_viz HTML page or a JSON snapshot (``pages.py``: the snapshot
+inside goes through the same checks).  A pickle of ``STREAM_BYTES`` (64 MiB) or more loads
+streaming: its opcodes are checked through a memory map and its objects built from the
+open file, so the file is never held as one bytes object (peak RSS measured at 4.6x the
+file, the snapshot's own Python objects being most of it: benchmarks/bench_loader.py).
+
 :func:`save_snapshot` writes protocol 4 with plain types only, the subset
 PyTorch's browser viewer (MemoryViz.js) can read.
 """
