@@ -70,3 +70,21 @@ def test_on_real_traces_the_facts_are_the_frames_facts(path):
         fast, slow = diagnose(rec, device=device), from_frames(rec, device)
         for name in FACTS:
             assert getattr(fast, name) == getattr(slow, name), (device, name)
+
+
+def test_one_run_keeps_the_block_map_at_the_peak_and_at_the_oom():
+    """capture_at takes several events (the recorded peak and each OOM): one verify run keeps
+    each block map, and each is the one a run stopped right after that event shows."""
+    from allocator_ref.trace.replay import TraceStepper
+    rec = load_recording(oom_run())
+    events = rec.device(0).events
+    oom = next(i for i, e in enumerate(events) if e["action"] == "oom")
+    peak = max((i for i, e in enumerate(events) if e["action"] == "alloc"),
+               key=rec.device(0).reserved_after_each_event().__getitem__)
+    facts = verify_facts.VerifyFacts(TraceStepper(rec), capture_at=[peak, oom])
+    kept = facts.totals.captured_at
+    assert set(kept) == {peak, oom} and kept[peak] != kept[oom]
+    for i in (peak, oom):
+        assert kept[i] == verify_facts.state_after(rec, 0, i)
+    single = verify_facts.VerifyFacts(TraceStepper(rec), capture_at=oom).totals
+    assert single.captured == kept[oom]                      # one event, as the doctor asks today

@@ -44,11 +44,13 @@ def available(dev: DeviceRecording) -> bool:
 class TotalsAfterEachEvent:
     """A trace listener: (action, allocated, reserved, active) after each event the allocator makes."""
 
-    def __init__(self, allocator, capture_at: Optional[int] = None) -> None:
+    def __init__(self, allocator, capture_at=None) -> None:
         self.allocator = allocator
         self.da = allocator.device_allocator
-        self.capture_at = capture_at      # the event after which to keep the whole block map
-        self.captured: Optional[list] = None
+        # The events after which to keep the whole block map (an index, or several: the peak and
+        # each OOM, so one run answers every "what did memory look like there?").
+        self.capture_at = {capture_at} if isinstance(capture_at, int) else set(capture_at or ())
+        self.captured_at: dict = {}       # event index -> the segments right after it
         self.actions: list = []
         self.allocated: list = []
         self.reserved: list = []
@@ -76,13 +78,18 @@ class TotalsAfterEachEvent:
                 active -= block.size
         elif action == "segment_free":           # reserved drops right after
             reserved -= entry.size
-        if len(self.actions) == self.capture_at and action in ("alloc", "oom"):
+        if len(self.actions) in self.capture_at and action in ("alloc", "oom"):
             # The last event of a malloc: the blocks already are what they are after it.
-            self.captured = self.allocator.segments(record=False)
+            self.captured_at[len(self.actions)] = self.allocator.segments(record=False)
         self.actions.append(action)
         self.allocated.append(allocated)
         self.reserved.append(reserved)
         self.active.append(active)
+
+    @property
+    def captured(self) -> Optional[list]:
+        """The block map kept for a single ``capture_at`` event (None if it was not reached)."""
+        return next(iter(self.captured_at.values())) if len(self.capture_at) == 1 and self.captured_at else None
 
     def __deepcopy__(self, memo: dict) -> "_Muted":
         # The replay tries readings of an ambiguous trace on copies of its allocator: what a
@@ -98,9 +105,10 @@ class _Muted:
 class VerifyFacts:
     """One verify run of a device with the totals after each event (see the module doc)."""
 
-    def __init__(self, stepper: TraceStepper, capture_at: Optional[int] = None) -> None:
-        """``capture_at``: an event whose block map to keep (the recorded peak, say: a verified
-        replay makes the recorded curve, so it is known before the run)."""
+    def __init__(self, stepper: TraceStepper, capture_at=None) -> None:
+        """``capture_at``: an event whose block map to keep, or several (the recorded peak and
+        each OOM, say: a verified replay makes the recorded curve, so they are known before
+        the run); read them in ``totals.captured_at``."""
         self.stepper = stepper
         allocator = stepper.allocator
         # The player numbers the segments present at the start by address (FrameSource).
