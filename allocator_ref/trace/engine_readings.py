@@ -14,6 +14,9 @@ from typing import Callable
 
 from ..device.errors import CudaError
 from .engine_program import NEVER
+from ..editions.messages import translator
+
+tr = translator("doctor")     # the note replay prints, in the reader's language
 
 RELEASES = ("segment_free", "segment_unmap")
 
@@ -76,7 +79,7 @@ class ReadingInference:
     def _can_try(self) -> bool:
         if self._trial_budget > 0:
             return True
-        note = "trial budget spent: later ambiguous groups took the default reading"
+        note = tr("trial budget spent: later ambiguous groups took the default reading")
         if note not in self.result.inferred:
             self.result.inferred.append(note)
         return False
