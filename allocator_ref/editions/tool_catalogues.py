@@ -90,7 +90,7 @@ def _help_sentences(tree: ast.Module, where: str, found: dict, problems: list) -
 # The chapters' code cells print through ``course.say("...")`` / ``course.words("...")`` (chapters/_course.py):
 # their sentences are the "course" catalogue's.
 CHAPTERS = PACKAGE.parent / "chapters"
-COURSE_CALLS = {"say", "words"}
+COURSE_CALLS = {"say": (0,), "words": (0,), "result_words": (1, 2)}     # which arguments are sentences
 
 
 def _chapter_sentences(found: dict, problems: list) -> None:
@@ -110,12 +110,13 @@ def _chapter_sentences(found: dict, problems: list) -> None:
             for node in ast.walk(tree):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                         and node.func.attr in COURSE_CALLS and getattr(node.func.value, "id", "") == "course"):
-                    first = node.args[0] if node.args else None
-                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                        found["course"][first.value].append(where)
-                    else:
-                        problems.append(f"{where}: course.{node.func.attr}() needs a literal English sentence "
-                                        f"(line {node.lineno} of a cell); pass the changing parts as named fields")
+                    for index in COURSE_CALLS[node.func.attr]:
+                        arg = node.args[index] if len(node.args) > index else None
+                        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                            found["course"][arg.value].append(where)
+                        elif node.func.attr != "result_words":    # its other branch may be a number or f-string
+                            problems.append(f"{where}: course.{node.func.attr}() needs a literal English sentence "
+                                            f"(line {node.lineno} of a cell); pass the changing parts as named fields")
 
 
 def scan(package: Path = PACKAGE) -> tuple[dict, list]:
@@ -141,6 +142,8 @@ def scan(package: Path = PACKAGE) -> tuple[dict, list]:
                     problems.append(f"{where}:{node.lineno}: {node.func.id}() needs a literal English "
                                     f"sentence (an f-string or a variable can never match the catalogue); "
                                     f"pass the changing parts as named fields")
+    if package == PACKAGE and CHAPTERS.is_dir():
+        _chapter_sentences(found, problems)
     return found, problems
 
 
