@@ -90,6 +90,10 @@ def open_device(profile: str | None = None):
                  "is simulated, not measured on a GPU. Allocator decisions and byte counts are exact."))
     else:
         print(tr("what it is : a REAL GPU. Times are measured wall-clock and vary run to run."))
+    from allocator_ref.viz.chart_language import font_advice
+    advice = font_advice()                       # a Chinese reader without a CJK font: say how to get one
+    if advice:
+        print(advice)
     return dev
 
 

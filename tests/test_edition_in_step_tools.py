@@ -1,18 +1,21 @@
 """The commands a maintainer runs fail when the Chinese edition is out of step, and render each notebook once.
 
-``make student`` ends with ``editions build`` and ``make check-labs`` runs ``labs.verify``: both must
-exit non-zero on an English paragraph whose Chinese was not refreshed (before, only ``editions check``
+``make student`` and ``make translations`` end with ``editions build``, ``make check-labs`` with
+``editions check``: each must exit non-zero on an English paragraph whose Chinese was not refreshed (before, only ``editions check``
 did), and the stale-copy check covers ``labs/student/zh``."""
 from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from allocator_ref.editions import __main__ as editions_cli
 from allocator_ref.editions import build, catalog, instep
-from allocator_ref.labs import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,17 +34,14 @@ def test_build_exits_1_when_an_edition_is_out_of_step(monkeypatch):
     assert "untranslated" in out.getvalue()
 
 
-def test_check_labs_includes_the_chinese_labs(monkeypatch):
-    asked = {}
-
-    def problems(root=instep.ROOT, sources=None):
-        asked["sources"] = sources
-        return ["labs/student/zh/lab02_x.ipynb differs from what `make translations` writes"]
-    monkeypatch.setattr(instep, "problems", problems)
-    found = verify.student_copy_problems()
-    assert "labs/student/zh/lab02_x.ipynb differs from what `make translations` writes" in found
-    assert asked["sources"] and all(s.parent.name == "source" and s.parent.parent.name == "labs"
-                                    for s in asked["sources"])
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("target", ["check-labs", "student", "translations"])
+def test_make_targets_run_the_in_step_check(target):
+    """Each ends with a command that exits 1 when the editions are out of step (make stops there)."""
+    out = subprocess.run(["make", "-n", "-W", "pyproject.toml", target], cwd=ROOT, capture_output=True,
+                         text=True).stdout
+    last = [ln for ln in out.splitlines() if "allocator_ref.editions" in ln]
+    assert last and re.search(r"-m allocator_ref\.editions (check|build)$", last[-1].strip()), out[-800:]
 
 
 def test_an_edited_student_copy_in_zh_and_an_edited_lab_paragraph_are_caught(tmp_path):

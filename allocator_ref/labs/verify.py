@@ -277,16 +277,7 @@ def student_copy_problems() -> list:
     listed = guide[guide.find("Student copies:"):][:800]
     problems += [f"labs/README.md: add {p.name} to the list after 'Student copies:'"
                  for p in sorted(generate.STUDENT_DIR.glob("*.ipynb")) if p.name not in listed]
-    return problems + chinese_copy_problems()
-
-
-def chinese_copy_problems() -> list:
-    """The Chinese labs are in step too: an English paragraph changed without its catalogue entry, or a
-    labs/source/zh or labs/student/zh notebook that is not what `make student` writes now, fails the
-    check (a Chinese learner would otherwise get the changed paragraph in English, silently)."""
-    from allocator_ref.editions import catalog, instep
-    labs = [s for s in catalog.sources() if s.parent == generate.SOURCE_DIR]
-    return instep.problems(sources=labs)
+    return problems
 
 
 def main(argv=None) -> int:
