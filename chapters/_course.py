@@ -129,10 +129,12 @@ def real_gpu(measures: str, simulated_instead: str):
     found, why = probe_cuda()
     if not found:
         from allocator_ref.device.select import reason_words
+        # the two descriptions are the cell's English, said in the edition's language (course.po)
         print(tr("no GPU here ({why}), so nothing is measured.\n"
                  "On a GPU this cell measures {measures}.\n"
-                 "The simulated equivalent: {simulated_instead}.", why=reason_words(why), measures=measures,
-                 simulated_instead=simulated_instead))
+                 "The simulated equivalent: {simulated_instead}.", why=reason_words(why),
+                 measures=messages.say("course", measures),
+                 simulated_instead=messages.say("course", simulated_instead)))
         return None
     gpu = ar.open_device("cuda")
     _DEVICES.append(gpu)

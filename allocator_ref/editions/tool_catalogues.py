@@ -90,7 +90,8 @@ def _help_sentences(tree: ast.Module, where: str, found: dict, problems: list) -
 # The chapters' code cells print through ``course.say("...")`` / ``course.words("...")`` (chapters/_course.py):
 # their sentences are the "course" catalogue's.
 CHAPTERS = PACKAGE.parent / "chapters"
-COURSE_CALLS = {"say": (0,), "words": (0,), "result_words": (1, 2)}     # which arguments are sentences
+COURSE_CALLS = {"say": (0,), "words": (0,), "result_words": (1, 2),    # which arguments are sentences
+                "real_gpu": (0, 1)}
 
 
 def _chapter_sentences(found: dict, problems: list) -> None:
@@ -114,7 +115,7 @@ def _chapter_sentences(found: dict, problems: list) -> None:
                         arg = node.args[index] if len(node.args) > index else None
                         if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                             found["course"][arg.value].append(where)
-                        elif node.func.attr != "result_words":    # its other branch may be a number or f-string
+                        elif node.func.attr not in ("result_words", "real_gpu"):   # may be a number or f-string
                             problems.append(f"{where}: course.{node.func.attr}() needs a literal English sentence "
                                             f"(line {node.lineno} of a cell); pass the changing parts as named fields")
 
