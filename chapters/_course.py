@@ -67,6 +67,17 @@ def words(english: str, **fields) -> str:
     return messages.say("course", english, **fields)
 
 
+def term(english: str) -> str:
+    """Mark a label a cell keeps as data (a dict key, a row name) for the course catalogue; it stays
+    English, so the code that looks it up still finds it.  :func:`shown` says it when printed."""
+    return english
+
+
+def shown(label: str) -> str:
+    """A label marked with :func:`term`, in the edition's language (as itself if it is not one)."""
+    return messages.say("course", label)
+
+
 # ------------------------------------------------------------------ the device
 
 def open_device(profile: str | None = None):

@@ -18,10 +18,16 @@ from english_words import english_sentences                   # noqa: E402
 from test_notebooks import execute_notebook, outputs_text     # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CLEAN = ["09_casebook.ipynb"]
-# PyTorch's own words, shown as PyTorch says them (c10/cuda/CUDACachingAllocator.cpp's messages)
+CLEAN = ["00_setup_and_tour.ipynb", "01_what_cudamalloc_costs.ipynb", "02_caching_allocator.ipynb",
+         "03_streams.ipynb", "08_pools_you_own.ipynb", "09_casebook.ipynb"]
+# PyTorch's and CUDA's own words, shown as they say them; each runs to the end of its line:
+# c10/cuda/CUDACachingAllocator.cpp's OOM message (malloc, the "Tried to allocate" report and its
+# "Including non-PyTorch memory" / "allowed;" / "If reserved but unallocated" lines), its
+# "Allocator backend parsed at runtime" check (CUDAAllocatorConfig.cpp), and cudaGetErrorString's text.
 PYTORCH_TEXTS = ("Allocator backend parsed at runtime != allocator backend parsed at load time",
-                 "CUDA out of memory. Tried to allocate")
+                 "CUDA out of memory. Tried to allocate", "Including non-PyTorch memory",
+                 "allowed; Of the allocated memory", "If reserved but unallocated memory is large",
+                 "cudaErrorMemoryAllocation", "See documentation for Memory Management")
 CLAIMED = re.compile(r"\*\*([^*\n]+)\*\*<!--\s*claim:")
 
 
@@ -29,7 +35,8 @@ def english_lines(text: str) -> list:
     lines = []
     for line in text.splitlines():
         for quoted in PYTORCH_TEXTS:
-            line = line.replace(quoted, " ")
+            if quoted in line:
+                line = line[:line.index(quoted)]
         if english_sentences(line):
             lines.append(line)
     return lines

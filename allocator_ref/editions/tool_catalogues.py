@@ -91,7 +91,7 @@ def _help_sentences(tree: ast.Module, where: str, found: dict, problems: list) -
 # their sentences are the "course" catalogue's.
 CHAPTERS = PACKAGE.parent / "chapters"
 COURSE_CALLS = {"say": (0,), "words": (0,), "result_words": (1, 2),    # which arguments are sentences
-                "real_gpu": (0, 1)}
+                "real_gpu": (0, 1), "term": (0,)}
 
 
 def _chapter_sentences(found: dict, problems: list) -> None:
