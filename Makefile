@@ -28,12 +28,17 @@ venv: $(STAMP)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # JUPYTER_CONFIG_PATH adds .jupyter-course/, which hides each chapter's and lab source's jupytext .md
 # twin from the file browser: JupyterLab would otherwise list and open every chapter twice.
-# The language a learner starts in: COURSE_LANG=zh, or a Chinese locale (LANG=zh_CN.UTF-8), opens the Chinese
+# The language a learner starts in: COURSE_LANG=zh, or a Chinese locale (LC_ALL, LC_MESSAGES or LANG=zh_CN.UTF-8), opens the Chinese
 # edition's chapter 0 (README.zh-CN.md); anything else the English one.
-COURSE_LANG ?= $(if $(filter zh%,$(LANG)),zh,en)
+# The locale as POSIX orders it for messages: LC_ALL, else LC_MESSAGES, else LANG (the first one set).
+COURSE_LOCALE := $(firstword $(LC_ALL) $(LC_MESSAGES) $(LANG))
+COURSE_LANG ?= $(if $(filter zh%,$(COURSE_LOCALE)),zh,en)
 FIRST_CHAPTER := $(if $(filter zh%,$(COURSE_LANG)),chapters/zh/00_setup_and_tour.ipynb,chapters/00_setup_and_tour.ipynb)
+# A Chinese lab also has JupyterLab's menus in Chinese: .jupyter-course-zh/ sets the language pack
+# (jupyterlab-language-pack-zh-CN, installed with the course) as the default locale.
+LAB_CONFIG := $(CURDIR)/.jupyter-course$(if $(filter zh%,$(COURSE_LANG)),:$(CURDIR)/.jupyter-course-zh)
 lab: $(STAMP)
-	JUPYTER_CONFIG_PATH="$(CURDIR)/.jupyter-course$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" $(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_ARGS) $(FIRST_CHAPTER)
+	JUPYTER_CONFIG_PATH="$(LAB_CONFIG)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" $(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_ARGS) $(FIRST_CHAPTER)
 
 # Every test.  Passes on a 2-core machine without a GPU (GPU tests skip and say why).
 # Optional extras the tests use when they can have them cheaply (else those tests skip and say why):
@@ -73,8 +78,11 @@ test-labs: $(STAMP)
 # The labs' own rules (labs/README.md): every exercise has a solution that passes, a check cell, its row in
 # the guide's table, hidden cases that meet every edge of its rule for every seed, and a known-wrong answer
 # that the hidden cases alone reject.  make check-labs LAB=2 checks one lab.
+# It also fails when the Chinese edition is out of step (an English paragraph changed without its
+# catalogue entry, or a stale labs/source/zh or labs/student/zh copy): Chinese learners would get it in English.
 check-labs: $(STAMP)
 	$(PY) -m allocator_ref.labs.verify $(if $(LAB),--lab $(LAB))
+	$(PY) -m allocator_ref.editions check
 
 # Graded labs with nbgrader (labs/README.md, "Grading"): make nbgrader LAB=02 (the release), the
 # hub hands it out (WORKSHOP_GRADED=build/nbgrader), make collect LAB=02 gathers the learners'

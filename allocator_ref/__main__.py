@@ -350,10 +350,24 @@ LANG_HELP = ("the human-readable lines' language (default: ALLOCATOR_REF_LANG, a
              "the course-settings.toml language, the locale, else English); --json keys stay English")
 
 
-def main(argv=None) -> int:
+def add_lang(parser) -> None:
+    """``--lang en|zh`` on a command that has none yet (predict's own parser included): one option,
+    one help sentence, the same for every command; run_command speaks it."""
+    if "--lang" not in parser._option_string_actions:
+        parser.add_argument("--lang", choices=LANGUAGES, default=None, help=LANG_HELP)
+    for action in parser._actions:                # traces list / traces fetch take it after their name too
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                add_lang(child)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The whole command line: every command, its options and their help (said in the reader's language)."""
     from .policies.registry import policy_names
-    parser = argparse.ArgumentParser(prog="python -m allocator_ref",
-                                     description="Replay PyTorch memory snapshots on the reference allocator.")
+    from .editions.cli_words import CourseParser
+    # CourseParser: --help in the reader's language (editions/cli_words.py); every subparser inherits it
+    parser = CourseParser(prog="python -m allocator_ref",
+                          description="Replay PyTorch memory snapshots on the reference allocator.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("replay", help="replay a snapshot's trace (verify it, or try another config/policy)")
@@ -411,12 +425,21 @@ def main(argv=None) -> int:
         if "--debug" not in subparser._option_string_actions:
             subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                    help="show the full traceback of an error")
+        add_lang(subparser)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = make_parser()
     # Everything printed from here on, the reports, argparse's errors and ours, goes out with
     # control characters escaped: a snapshot's frame names and paths are the file's words (textsafe.py).
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = EscapingWriter(sys.stdout), EscapingWriter(sys.stderr)
     try:
-        args = parser.parse_args(argv)
+        from .editions.cli_words import help_language
+        from .editions.language import speaking
+        with speaking(help_language(argv)):           # -h prints while parsing, before run_command decides
+            args = parser.parse_args(argv)
         return run_command(args)
     finally:
         sys.stdout.flush()

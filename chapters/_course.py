@@ -32,6 +32,7 @@ if str(_HERE.parent) not in sys.path:          # the package, when the chapter r
 
 import allocator_ref as ar                       # noqa: E402
 from allocator_ref.caching import format_size   # noqa: E402
+from allocator_ref.editions import messages     # noqa: E402
 from allocator_ref.editions.messages import translator   # noqa: E402
 
 tr = translator("doctor")                        # the helpers' words in the edition's language
@@ -44,6 +45,37 @@ _DEVICES: list = []
 def fmt(nbytes: int) -> str:
     """PyTorch's ``format_size`` (the OOM message's units): '512 bytes', '20.00 MiB', '1.50 GiB'."""
     return format_size(int(nbytes))
+
+
+# ------------------------------------------------------------------ the chapters' own lines
+
+def say(english: str, **fields) -> None:
+    """Print one line of a chapter's output in the edition's language::
+
+        course.say("after the OOM, still allocated: {size}", size=course.fmt(a.memory_allocated()))
+
+    The English sentence is written in the cell, so the code reads the same in both editions and the
+    Chinese notebook runs it byte for byte; the Chinese comes from ``allocator_ref/locale/zh_CN/course.po``
+    (``python -m allocator_ref.editions update`` collects every ``course.say``/``course.words`` sentence
+    of the chapters; ``check`` fails on one with no Chinese).  Numbers, sizes and API names go in as
+    named fields, so a translator can move them and never retypes them."""
+    print(messages.say("course", english, **fields))
+
+
+def words(english: str, **fields) -> str:
+    """:func:`say`'s sentence as a string, for a label a cell builds up or draws (a chart's title)."""
+    return messages.say("course", english, **fields)
+
+
+def term(english: str) -> str:
+    """Mark a label a cell keeps as data (a dict key, a row name) for the course catalogue; it stays
+    English, so the code that looks it up still finds it.  :func:`shown` says it when printed."""
+    return english
+
+
+def shown(label: str) -> str:
+    """A label marked with :func:`term`, in the edition's language (as itself if it is not one)."""
+    return messages.say("course", label)
 
 
 # ------------------------------------------------------------------ the device
@@ -69,6 +101,10 @@ def open_device(profile: str | None = None):
                  "is simulated, not measured on a GPU. Allocator decisions and byte counts are exact."))
     else:
         print(tr("what it is : a REAL GPU. Times are measured wall-clock and vary run to run."))
+    from allocator_ref.viz.chart_language import font_advice
+    advice = font_advice()                       # a Chinese reader without a CJK font: say how to get one
+    if advice:
+        print(advice)
     return dev
 
 
@@ -104,10 +140,12 @@ def real_gpu(measures: str, simulated_instead: str):
     found, why = probe_cuda()
     if not found:
         from allocator_ref.device.select import reason_words
+        # the two descriptions are the cell's English, said in the edition's language (course.po)
         print(tr("no GPU here ({why}), so nothing is measured.\n"
                  "On a GPU this cell measures {measures}.\n"
-                 "The simulated equivalent: {simulated_instead}.", why=reason_words(why), measures=measures,
-                 simulated_instead=simulated_instead))
+                 "The simulated equivalent: {simulated_instead}.", why=reason_words(why),
+                 measures=messages.say("course", measures),
+                 simulated_instead=messages.say("course", simulated_instead)))
         return None
     gpu = ar.open_device("cuda")
     _DEVICES.append(gpu)
@@ -276,8 +314,13 @@ def claim_needs_torch(name: str) -> None:
 
 def result_words(condition: bool, yes: str, no: str) -> str:
     """The words a sentence states as a result (``claim(name, result_words(...))``): ``yes`` when the
-    cell's condition holds, else ``no``, so the prose can only say what this run shows."""
-    return yes if condition else no
+    cell's condition holds, else ``no``, so the prose can only say what this run shows.
+
+    In the edition's language: the Chinese prose states ``yes``'s Chinese from ``course.po`` in bold
+    (``**显存不足**<!-- claim: ... -->``), the Chinese run computes the same words, and the claim test
+    compares them as it compares the English; ``editions check`` accepts that phrase in place of the
+    English one only when it is the catalogue's translation of it."""
+    return messages.say("course", yes if condition else no)
 
 
 def course_made(report_text: str) -> str:

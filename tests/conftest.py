@@ -76,7 +76,8 @@ def sim():
     dev.close()
 
 
-LANGUAGE_VARIABLES = ("ALLOCATOR_REF_LANG", "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE", settings.FILE_ENV)
+LANGUAGE_VARIABLES = ("ALLOCATOR_REF_LANG", "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE", "JPY_SESSION_NAME",
+                      settings.FILE_ENV)
 
 
 @pytest.fixture

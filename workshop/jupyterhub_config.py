@@ -260,7 +260,10 @@ c.Spawner.environment = {
     # HOMES with the language set when WORKSHOP_LANGUAGE overrides the file: room_language.py)
     "ALLOCATOR_REF_SETTINGS": str(room_settings(SETTINGS, asked_language(), HOMES)),
     # .jupyter-course/: the .md twins hidden, nbgrader's instructor menus off
-    "JUPYTER_CONFIG_PATH": lambda spawner: str(_home(spawner) / COURSE_FOLDER / ".jupyter-course"),
+    # (+ .jupyter-course-zh/ in a Chinese room: JupyterLab's menus from the Chinese language pack)
+    "JUPYTER_CONFIG_PATH": lambda spawner: os.pathsep.join(
+        str(_home(spawner) / COURSE_FOLDER / name)
+        for name in ((".jupyter-course", ".jupyter-course-zh") if LANGUAGE == "zh" else (".jupyter-course",))),
     "PATH": f"{PYTHON.parent}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
     # connection files and the kernels' sockets (see RUNTIME above)
     "JUPYTER_RUNTIME_DIR": lambda spawner: str(RUNTIME / str(pwd.getpwnam(spawner.user.name).pw_uid)),

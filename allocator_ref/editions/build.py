@@ -146,8 +146,25 @@ def _plain(nb, prefix: str):
     return nbformat.v4.new_notebook(cells=cells)
 
 
+# Each source is rendered once per run: `build` writes, then says what is stale and what the in-step
+# check finds, and each of those asked for every notebook again (five renders per notebook).  Keyed on
+# the texts the rendering reads, so an edit between two calls (a test's copy of the course) renders anew.
+_RENDERED: dict = {}
+
+
 def rendered(source: Path, root: Path = ROOT) -> dict:
-    """{Chinese notebook path: its text} for one English source."""
+    """{Chinese notebook path: its text} for one English source (rendered once per content)."""
+    po = catalog.catalogue_path(source, root)
+    key = (str(source.resolve()), str(root.resolve()), source.read_text(encoding="utf-8"),
+           po.read_text(encoding="utf-8") if po.exists() else None)
+    if key not in _RENDERED:
+        if len(_RENDERED) > 64:
+            _RENDERED.clear()
+        _RENDERED[key] = _render(source, root)
+    return dict(_RENDERED[key])
+
+
+def _render(source: Path, root: Path) -> dict:
     from allocator_ref.labs import generate
 
     nb = chinese_notebook(source, root)

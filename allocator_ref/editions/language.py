@@ -7,17 +7,22 @@ say "Chinese".  The language is decided, first match wins, from:
 
 1. :func:`set_language` (what ``python -m allocator_ref doctor --lang zh`` calls);
 2. ``ALLOCATOR_REF_LANG`` (``en``, ``zh`` or ``auto``; ``zh_CN``, ``zh-CN``, ``zh-Hans`` mean zh);
-3. the edition of the working folder: a notebook's kernel starts in the notebook's folder, and
+3. the notebook's own metadata: every Chinese notebook says ``"allocator_ref": {"language": "zh_CN"}``
+   (written by ``build``), so a notebook moved out of ``chapters/zh`` -- downloaded, or opened on
+   Colab, whose bootstrap runs it from the English folder -- still speaks Chinese.  Jupyter's server
+   names the notebook of a kernel in ``JPY_SESSION_NAME``; Colab hands its notebook over on request;
+4. the edition of the working folder: a notebook's kernel starts in the notebook's folder, and
    every Chinese edition folder holds a ``.course-language`` file saying ``zh``
    (written by ``python -m allocator_ref.editions build``);
-4. the ``language`` key of ``course-settings.toml`` (a workshop room's language);
-5. the reader's locale: ``LC_ALL``, ``LC_MESSAGES``, ``LANG`` (the first that is set; ``zh*`` means zh)
-   and ``LANGUAGE``'s first entry;
-6. English.
+5. the ``language`` key of ``course-settings.toml`` (a workshop room's language);
+6. the reader's locale, as POSIX orders it for messages: ``LC_ALL``, else ``LC_MESSAGES``, else ``LANG``
+   (the first that is set and not empty; ``zh*`` means zh), then ``LANGUAGE``'s first entry;
+7. English.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,7 +81,8 @@ def from_locale(environ=None) -> Optional[str]:
 # (~50 us; half of the time a 19k-event film strip spent on its frames).  A variable or folder that
 # changes is a new key at once; an edited settings file or a new marker is seen within FRESH_S.
 FRESH_S = 1.0
-_VARIABLES = ("ALLOCATOR_REF_LANG", settings.FILE_ENV, "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE")
+_VARIABLES = ("ALLOCATOR_REF_LANG", settings.FILE_ENV, "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE",
+              "JPY_SESSION_NAME")
 _decided: dict = {}
 
 
@@ -110,4 +116,45 @@ def _decide(here: Optional[Path], start: Optional[Path]) -> str:
     asked = normalise(setting.value)
     if asked and setting.source == settings.SETTINGS["language"][0]:
         return asked                                     # ALLOCATOR_REF_LANG beats the folder
-    return (edition_of(here) if here else None) or asked or from_locale() or "en"
+    return (notebook_language() or (edition_of(here) if here else None) or asked or from_locale() or "en")
+
+
+def language_in_metadata(notebook: dict) -> Optional[str]:
+    """'zh' for a notebook whose metadata says ``"allocator_ref": {"language": "zh_CN"}``, else None."""
+    meta = notebook.get("metadata") if isinstance(notebook, dict) else None
+    course = meta.get("allocator_ref") if isinstance(meta, dict) else None
+    said = course.get("language") if isinstance(course, dict) else None
+    try:
+        return normalise(said) if isinstance(said, str) else None
+    except ValueError:
+        return None              # metadata we did not write is no reason to fail a notebook
+
+
+def notebook_language() -> Optional[str]:
+    """The language the running notebook's metadata names (None outside a notebook, or if it names none)."""
+    path = os.environ.get("JPY_SESSION_NAME")
+    if path and path.endswith(".ipynb"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                import json
+                return language_in_metadata(json.loads(f.read(8 << 20)))
+        except (OSError, ValueError):
+            return None
+    if "google.colab" in sys.modules:
+        return _colab_notebook_language()
+    return None
+
+
+_COLAB: list = []
+
+
+def _colab_notebook_language() -> Optional[str]:
+    """Colab keeps the notebook in the browser; ``get_ipynb`` hands it to the kernel (asked once)."""
+    if not _COLAB:
+        try:
+            from google.colab import _message            # only on Colab
+            reply = _message.blocking_request("get_ipynb", timeout_sec=5) or {}
+            _COLAB.append(language_in_metadata(reply.get("ipynb") or {}))
+        except Exception:                                 # an older Colab, or no answer: the folder decides
+            _COLAB.append(None)
+    return _COLAB[0]

@@ -26,7 +26,7 @@ from pathlib import Path
 from .language import language
 
 LOCALE = Path(__file__).resolve().parent.parent / "locale" / "zh_CN"
-DOMAINS = ("doctor", "labs")          # one catalogue per tool family
+DOMAINS = ("doctor", "labs", "course")   # one catalogue per tool family; course: the chapters' printed lines
 
 
 def catalogue_path(domain: str) -> Path:

@@ -23,6 +23,11 @@ from .messages import DOMAINS, catalogue_path, fields_of
 PACKAGE = Path(__file__).resolve().parent.parent
 # Files outside the package whose tr("...") sentences live in the same catalogues.
 COURSE_FILES = (PACKAGE.parent / "chapters" / "_course.py",)
+# The command line's --help: argparse's help=/description= sentences of these files go into the doctor's
+# catalogue (editions/cli_words.py says them at --help time), like xgettext's keyword list.
+CLI_FILES = ("__main__.py", "predict/cli.py")
+HELP_CALLS = {"add_argument", "add_parser", "ArgumentParser", "CourseParser", "add_argument_group"}
+HELP_KEYWORDS = {"help", "description"}
 
 
 def _translator_names(tree: ast.Module) -> dict:
@@ -38,6 +43,83 @@ def _translator_names(tree: ast.Module) -> dict:
     return names
 
 
+def _constants(tree: ast.Module) -> dict:
+    """Module-level ``NAME = "text"`` (or a concatenation of such), for help=NAME."""
+    consts = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = _text(node.value, consts)
+            if value is not None:
+                consts[node.targets[0].id] = value
+    return consts
+
+
+def _text(node, consts: dict):
+    """The string a literal, a module constant or a ``+`` of them spells; None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return consts.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _text(node.left, consts), _text(node.right, consts)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _help_sentences(tree: ast.Module, where: str, found: dict, problems: list) -> None:
+    consts = _constants(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "attr", getattr(node.func, "id", None))
+        if name not in HELP_CALLS:
+            continue
+        for keyword in node.keywords:
+            if keyword.arg not in HELP_KEYWORDS:
+                continue
+            if isinstance(keyword.value, ast.Attribute):      # argparse.SUPPRESS
+                continue
+            text = _text(keyword.value, consts)
+            if text is None:
+                problems.append(f"{where}:{node.lineno}: {keyword.arg}= needs a literal English sentence (or a "
+                                f"module constant) for --help to find its Chinese")
+            else:
+                found["doctor"][text].append(f"{where}:{node.lineno}")
+
+
+# The chapters' code cells print through ``course.say("...")`` / ``course.words("...")`` (chapters/_course.py):
+# their sentences are the "course" catalogue's.
+CHAPTERS = PACKAGE.parent / "chapters"
+COURSE_CALLS = {"say": (0,), "words": (0,), "result_words": (1, 2),    # which arguments are sentences
+                "real_gpu": (0, 1), "term": (0,)}
+
+
+def _chapter_sentences(found: dict, problems: list) -> None:
+    import jupytext
+    for path in sorted(CHAPTERS.glob("[0-9][0-9]_*.md")):
+        where = path.relative_to(PACKAGE.parent).as_posix()
+        for cell in jupytext.read(path).cells:
+            if cell.cell_type != "code":
+                continue
+            # a magic or shell line is not Python: blank it, keeping the line numbers
+            source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                               for line in cell.source.splitlines())
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in COURSE_CALLS and getattr(node.func.value, "id", "") == "course"):
+                    for index in COURSE_CALLS[node.func.attr]:
+                        arg = node.args[index] if len(node.args) > index else None
+                        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                            found["course"][arg.value].append(where)
+                        elif node.func.attr not in ("result_words", "real_gpu"):   # may be a number or f-string
+                            problems.append(f"{where}: course.{node.func.attr}() needs a literal English sentence "
+                                            f"(line {node.lineno} of a cell); pass the changing parts as named fields")
+
+
 def scan(package: Path = PACKAGE) -> tuple[dict, list]:
     """({domain: {sentence: ['file:line', ...]}}, [problem, ...]) for the whole package
     (and, for the course's own package, the chapters' helpers: ``COURSE_FILES``)."""
@@ -45,10 +127,12 @@ def scan(package: Path = PACKAGE) -> tuple[dict, list]:
     extra = [p for p in COURSE_FILES if p.exists()] if package == PACKAGE else []
     for path in sorted(package.rglob("*.py")) + extra:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        where = path.relative_to(package.parent).as_posix()
+        if package == PACKAGE and path.is_relative_to(package) and path.relative_to(package).as_posix() in CLI_FILES:
+            _help_sentences(tree, where, found, problems)
         names = _translator_names(tree)
         if not names:
             continue
-        where = path.relative_to(package.parent).as_posix()
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
                 domain = names[node.func.id]
@@ -59,6 +143,8 @@ def scan(package: Path = PACKAGE) -> tuple[dict, list]:
                     problems.append(f"{where}:{node.lineno}: {node.func.id}() needs a literal English "
                                     f"sentence (an f-string or a variable can never match the catalogue); "
                                     f"pass the changing parts as named fields")
+    if package == PACKAGE and CHAPTERS.is_dir():
+        _chapter_sentences(found, problems)
     return found, problems
 
 
@@ -88,7 +174,9 @@ def update(package: Path = PACKAGE) -> dict:
                 po.append(entry)
                 new += 1
             entry.obsolete = False
-            entry.occurrences = [tuple(p.rsplit(":", 1)) for p in places]
+            # The files a sentence comes from, without line numbers: an edit elsewhere in a file must not
+            # rewrite every catalogue entry below it (``make translations`` would touch an unrelated .po).
+            entry.occurrences = [(name, "") for name in sorted({p.rsplit(":", 1)[0] for p in places})]
         gone = 0
         for entry in po:
             if entry.msgid not in sentences and not entry.obsolete:

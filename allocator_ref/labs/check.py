@@ -448,8 +448,9 @@ def progress(lab: Optional[int] = None) -> str:
 def hint(exercise_id: str) -> str:
     """The full recipe of one exercise (asked for, so given)."""
     ex = exercise(exercise_id)
-    print(tr("Recipe for {id}: {recipe}", id=ex.id, recipe=shown(ex.hint)))
-    return ex.hint
+    recipe = shown(ex.hint)          # returned in the same language it was printed in (Jupyter shows both)
+    print(tr("Recipe for {id}: {recipe}", id=ex.id, recipe=recipe))
+    return recipe
 
 
 def solution_text(exercise_id: str) -> str:

@@ -41,6 +41,10 @@ import os
 import re
 from dataclasses import dataclass, asdict
 
+from ..editions.messages import translator
+
+tr = translator("doctor")          # what the prediction cannot see, in the reader's language
+
 MiB = 2**20
 
 # parseChosenWorkspaceSize's default without CUBLAS_WORKSPACE_CONFIG: ":4096:2:16:8".
@@ -82,18 +86,19 @@ class Unseen:
 
 def unseen_items(profile: str, context_reserve: int, workspaces: int, workspace_bytes: int) -> list[Unseen]:
     """The list a prediction prints under "not traced" (and the workspaces it did add)."""
+    # Names and sources in the reader's language (the figures and PyTorch's function names stay as they are)
     return [
-        Unseen("cuBLAS workspace", workspaces * workspace_bytes, True, True,
-               f"{workspaces} x {workspace_bytes:,} B, CublasHandlePool.cpp parseChosenWorkspaceSize "
-               "(one per handle and stream; forward and backward run on two threads)"),
-        Unseen("CUDA context", context_reserve, False, False,
-               f"device profile {profile!r} context_reserve (taken off the GPU's capacity)"),
-        Unseen("cuBLASLt workspace", CUBLASLT_WORKSPACE, True, False,
-               "CUDABlas.cpp _parseChosenWorkspaceSize default 1024 KiB (shared with cuBLAS's in newer PyTorch)"),
-        Unseen("kernel workspaces (cuDNN, cub, flash attention)", None, True, False,
-               "allocated and freed inside one kernel: invisible at dispatch level; no general figure"),
-        Unseen("NCCL buffers", NCCL_BUFFSIZE, False, False,
-               "NCCL docs: NCCL_BUFFSIZE default 4 MiB per channel and peer; distributed runs only"),
-        Unseen("autocast weight cache", None, True, False,
-               "kept until the autocast region exits; traced only if the program autocasts on that device"),
+        Unseen(tr("cuBLAS workspace"), workspaces * workspace_bytes, True, True,
+               tr("{n} x {size} B, CublasHandlePool.cpp parseChosenWorkspaceSize (one per handle and stream; "
+                  "forward and backward run on two threads)", n=workspaces, size=f"{workspace_bytes:,}")),
+        Unseen(tr("CUDA context"), context_reserve, False, False,
+               tr("device profile {profile} context_reserve (taken off the GPU's capacity)", profile=repr(profile))),
+        Unseen(tr("cuBLASLt workspace"), CUBLASLT_WORKSPACE, True, False,
+               tr("CUDABlas.cpp _parseChosenWorkspaceSize default 1024 KiB (shared with cuBLAS's in newer PyTorch)")),
+        Unseen(tr("kernel workspaces (cuDNN, cub, flash attention)"), None, True, False,
+               tr("allocated and freed inside one kernel: invisible at dispatch level; no general figure")),
+        Unseen(tr("NCCL buffers"), NCCL_BUFFSIZE, False, False,
+               tr("NCCL docs: NCCL_BUFFSIZE default 4 MiB per channel and peer; distributed runs only")),
+        Unseen(tr("autocast weight cache"), None, True, False,
+               tr("kept until the autocast region exits; traced only if the program autocasts on that device")),
     ]

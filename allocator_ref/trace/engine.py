@@ -49,6 +49,9 @@ from .replay_device import TraceDevice
 from .replay_pools import PoolRouter
 from .replay_report import Anchored, DeviceReplay, Divergence
 from .validate import SnapshotError
+from ..editions.messages import translator
+
+tr = translator("doctor")     # the inference lines replay prints, in the reader's language
 
 GUARD_HANDLES = 2**64     # stream handles of the replay's own guard streams (_guard_stream)
 REORDER_WINDOW = 64       # how far ahead _take_produced looks for an event emitted out of order
@@ -186,8 +189,9 @@ class Engine(ReadingInference, ProgramSteps):
             segments = state.segments + state.expandable
             live = sum(len(seg.live_blocks) for seg in state.segments) + sum(
                 1 for seg in state.expandable for b in seg["blocks"] if b["state"] != "inactive")
-            state.notes[:] = [f"state only: {len(segments)} segment(s) with {live} live block(s) "
-                              f"({len(state.pending_free)} freed and still pending) rebuilt from the segments"]
+            state.notes[:] = [tr("state only: {segments} segment(s) with {live} live block(s) ({pending} freed "
+                                 "and still pending) rebuilt from the segments", segments=len(segments),
+                                 live=live, pending=len(state.pending_free))]
         self.result.inferred = list(state.notes)
         if state.empty:
             self.produced.clear()
@@ -228,10 +232,10 @@ class Engine(ReadingInference, ProgramSteps):
             self.live.update(rebuild_expandable(self, state.expandable, self.events))
         except (CannotRebuild, ValueError, RuntimeError, AssertionError) as exc:   # CudaError included
             # The data shows a layout no allocator could have: the comparison reports it.
-            state.notes.append(f"expandable segments not rebuilt: {exc}")
+            state.notes.append(tr("expandable segments not rebuilt: {why}", why=exc))
         else:
-            state.notes.append(f"{len(state.expandable)} expandable segment(s) mapped at the start rebuilt "
-                               "(one reservation per stream and pool, from its lowest mapped address)")
+            state.notes.append(tr("{n} expandable segment(s) mapped at the start rebuilt (one reservation per "
+                                  "stream and pool, from its lowest mapped address)", n=len(state.expandable)))
         self.result.inferred = list(state.notes)
 
     # ------------------------------------------------------------ actions

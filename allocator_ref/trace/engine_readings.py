@@ -15,6 +15,9 @@ from typing import Callable
 from ..device.errors import CudaError
 from ..events import FAILED_CALL, NEW_MEMORY, RELEASES
 from .engine_program import NEVER
+from ..editions.messages import translator
+
+tr = translator("doctor")     # the note replay prints, in the reader's language
 
 
 
@@ -76,7 +79,7 @@ class ReadingInference:
     def _can_try(self) -> bool:
         if self._trial_budget > 0:
             return True
-        note = "trial budget spent: later ambiguous groups took the default reading"
+        note = tr("trial budget spent: later ambiguous groups took the default reading")
         if note not in self.result.inferred:
             self.result.inferred.append(note)
         return False

@@ -45,6 +45,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from .. import settings
+from ..editions.messages import translator
+
+tr = translator("doctor")     # traces list / fetch in the reader's language
 
 # The original public address of every file: https://raw.githubusercontent.com/<repo>/<commit>/<path>
 RAW_GITHUB = "https://raw.githubusercontent.com"
@@ -152,8 +155,8 @@ def search_dirs() -> list[tuple[Path, str]]:
     dirs = []
     named = setting_dir()
     if named is not None:
-        dirs.append((named, f"the traces setting ({settings.get('traces').source})"))
-    dirs.append((cache_dir(), "the per-user cache"))
+        dirs.append((named, tr("the traces setting ({source})", source=settings.get('traces').source)))
+    dirs.append((cache_dir(), tr("the per-user cache")))
     dirs.append((shared_dir(), "../shared/traces"))
     return dirs
 
@@ -445,33 +448,33 @@ def main_fetch(names: list[str], target: Optional[str], base_url: str, out=None,
     for name in names:
         _known(name)                              # an unknown name is a usage error, before anything runs
     if not target and settings.value("traces").lower() == OFF:
-        print(f"the traces setting is {OFF!r} ({settings.get('traces').source}): real snapshots are turned "
-              f"off. Unset it, or pass --to DIR.", file=out)
+        print(tr("the traces setting is {off} ({source}): real snapshots are turned off. Unset it, or pass "
+                 "--to DIR.", off=repr(OFF), source=settings.get('traces').source), file=out)
         return 2
     dest = Path(target).expanduser() if target else fetch_target()
-    say(f"fetching {len(names) or len(TRACES)} real PyTorch snapshot(s) into {dest}")
+    say(tr("fetching {n} real PyTorch snapshot(s) into {dest}", n=len(names) or len(TRACES), dest=dest))
     report = fetch(names or None, dest, base_url, say=say, deadline=deadline, total_deadline=total_deadline)
     if report.ok:
-        say(f"done: {len(report.fetched)} downloaded, {len(report.already)} already there. "
-            f"The chapters find them there (python -m allocator_ref traces list).")
+        say(tr("done: {fetched} downloaded, {already} already there. The chapters find them there "
+               "(python -m allocator_ref traces list).", fetched=len(report.fetched), already=len(report.already)))
         if dest != fetch_target():
-            say(f"(the course looks in {fetch_target()} first; set ALLOCATOR_REF_TRACES={dest} "
-                f"so it finds these)")
+            say(tr("(the course looks in {first} first; set ALLOCATOR_REF_TRACES={dest} so it finds these)",
+                   first=fetch_target(), dest=dest))
         return 0
-    say(f"{len(report.failed)} of {len(report.failed) + len(report.fetched) + len(report.already)} "
-        f"not fetched (nothing partial was kept); the chapters fall back to course-made traces "
-        f"for those and say so.")
+    say(tr("{failed} of {n} not fetched (nothing partial was kept); the chapters fall back to course-made "
+           "traces for those and say so.", failed=len(report.failed),
+           n=len(report.failed) + len(report.fetched) + len(report.already)))
     return 1
 
 
 def main_list(out=None) -> int:
     out = out or sys.stdout
     for folder, why in search_dirs():
-        print(f"looks in {folder}  ({why})", file=out)
+        print(tr("looks in {folder}  ({why})", folder=folder, why=why), file=out)
     missing = 0
     for trace in TRACES:
         path = find_trace(trace.name)
         missing += path is None
-        print(f"  {trace.name:<36} {path if path else 'MISSING (python -m allocator_ref traces fetch)'}",
+        print(f"  {trace.name:<36} {path if path else tr('MISSING (python -m allocator_ref traces fetch)')}",
               file=out)
     return 1 if missing else 0

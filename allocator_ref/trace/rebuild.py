@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from sortedcontainers import SortedDict
 
 from ..caching.config import SIZE_MAX, AllocatorConfig, kSmallBuffer, kSmallSize, round_size
+from ..editions.messages import translator
+
+tr = translator("doctor")     # replay's inference lines, in the reader's language
 
 
 @dataclass
@@ -72,7 +75,8 @@ def infer_initial_state(events: list[dict], final_segments: list[dict],
                 size = info.get("exact_size") or round_size(info["requested"], config)
                 run.live_blocks.append((addr, size, info["requested"]))
                 continue
-            state.notes.append(f"block {addr:#x} freed during the trace lies in no known segment; ignored")
+            state.notes.append(tr("block {addr} freed during the trace lies in no known segment; ignored",
+                                   addr=f"{addr:#x}"))
             continue
         size = info.get("exact_size")
         if size is None:
@@ -84,13 +88,13 @@ def infer_initial_state(events: list[dict], final_segments: list[dict],
     state.segments = [segments[a] for a in starts]
     state.expandable = [_as_snapshot_segment(r) for r in runs]
     if pre_live:
-        state.notes.append(
-            f"{len(state.segments)} segment(s) existed before recording; {len(pre_live)} block(s) were "
-            f"live at the start ({extended} sized beyond round_size because the allocator could not "
-            "have split them)")
+        state.notes.append(tr(
+            "{segments} segment(s) existed before recording; {blocks} block(s) were live at the start "
+            "({extended} sized beyond round_size because the allocator could not have split them)",
+            segments=len(state.segments), blocks=len(pre_live), extended=extended))
     if pending:
-        state.notes.append(f"{len(pending)} block(s) were freed before recording and still waited "
-                           "for other streams' events")
+        state.notes.append(tr("{n} block(s) were freed before recording and still waited for other "
+                              "streams' events", n=len(pending)))
     return state
 
 

@@ -145,6 +145,11 @@ def pool_title(segment: dict) -> str:
     return name
 
 
+def segment_count(n: int) -> str:
+    """'(1 segment)', '(3 segments)' after a pool's title, in the reader's language."""
+    return tr("(1 segment)") if n == 1 else tr("({n} segments)", n=n)
+
+
 def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: Optional[dict] = None,
                     title: str = "", simulated: bool = False, width: int = WIDTH,
                     device: Optional[int] = None) -> str:
@@ -171,7 +176,7 @@ def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: O
         colour = pool_colour(group[0].get("segment_pool_id"))
         body.append(f'<rect class="ar-pool-key" x="4" y="{y + 6}" width="10" height="12" fill="{colour}"/>')
         body.append(f'<text class="ar-pool" x="18" y="{y + 16}" font-weight="bold">'
-                    f'{escape(pool_title(group[0]))} ({len(group)} segment{"s" if len(group) != 1 else ""})</text>')
+                    f'{escape(pool_title(group[0]))} {escape(segment_count(len(group)))}</text>')
         y += HEADER_H
         largest = max(_span(seg) for seg in group)
         for seg in group:

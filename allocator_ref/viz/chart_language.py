@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..editions.language import language, speaking
+from ..editions.messages import translator
+
+tr = translator("doctor")          # the font advice, in the reader's language
 
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei",
              "WenQuanYi Micro Hei", "Microsoft YaHei", "PingFang SC", "SimHei")
@@ -53,6 +56,17 @@ def chart_language() -> str:
         if font not in matplotlib.rcParams["font.sans-serif"]:
             matplotlib.rcParams["font.sans-serif"] = [font, *matplotlib.rcParams["font.sans-serif"]]
     return lang
+
+
+def font_advice() -> Optional[str]:
+    """One line saying how to install a CJK font, when the reader reads Chinese and none is installed
+    (the charts would otherwise fall back to English without a word); None when nothing is missing.
+    The chapters say it at their start (``_course.open_device``)."""
+    if language() != "zh" or cjk_font() is not None:
+        return None
+    return tr("No CJK font found, so the charts keep English labels. Install one and restart the kernel: "
+              "sudo apt-get install fonts-noto-cjk (Debian/Ubuntu), or conda install -c conda-forge "
+              "font-ttf-noto-cjk")
 
 
 def drawable(plot):

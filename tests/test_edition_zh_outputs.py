@@ -1,0 +1,75 @@
+"""A Chinese chapter run as a learner runs it: what it prints holds no English sentence, apart from code,
+settings lines, API names, paths and PyTorch's own texts (its OOM message and errors, quoted as PyTorch
+writes them); and its prose holds no English phrase in bold where a claim stands.
+
+Chapters whose printed lines all go through the course's helpers are listed in CLEAN; a chapter joins
+the list when its cells print through ``course.say``/``course.words`` (chapters/_course.py)."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import polib
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from english_words import english_sentences                   # noqa: E402
+from test_notebooks import execute_notebook, outputs_text     # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CLEAN = ["00_setup_and_tour.ipynb", "01_what_cudamalloc_costs.ipynb", "02_caching_allocator.ipynb",
+         "03_streams.ipynb", "08_pools_you_own.ipynb", "09_casebook.ipynb"]
+# PyTorch's and CUDA's own words, shown as they say them; each runs to the end of its line:
+# c10/cuda/CUDACachingAllocator.cpp's OOM message (malloc, the "Tried to allocate" report and its
+# "Including non-PyTorch memory" / "allowed;" / "If reserved but unallocated" lines), its
+# "Allocator backend parsed at runtime" check (CUDAAllocatorConfig.cpp), and cudaGetErrorString's text.
+PYTORCH_TEXTS = ("Allocator backend parsed at runtime != allocator backend parsed at load time",
+                 "CUDA out of memory. Tried to allocate", "Including non-PyTorch memory",
+                 "allowed; Of the allocated memory", "If reserved but unallocated memory is large",
+                 "cudaErrorMemoryAllocation", "See documentation for Memory Management")
+CLAIMED = re.compile(r"\*\*([^*\n]+)\*\*<!--\s*claim:")
+
+
+def english_lines(text: str) -> list:
+    lines = []
+    for line in text.splitlines():
+        for quoted in PYTORCH_TEXTS:
+            if quoted in line:
+                line = line[:line.index(quoted)]
+        if english_sentences(line):
+            lines.append(line)
+    return lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CLEAN)
+def test_a_chinese_chapter_prints_no_english_sentence(name):
+    run, _ = execute_notebook(ROOT / "chapters" / "zh" / name)
+    text = outputs_text(run)
+    assert re.search(r"[\u4e00-\u9fff]", text)
+    bad = english_lines(text)
+    assert not bad, f"zh/{name} printed English: " + " | ".join(bad[:10])
+
+
+def test_the_scan_finds_an_english_line_and_spares_pytorchs_own():
+    assert english_lines("the engine's wake ran out of memory")
+    assert not english_lines("OOM 之后，仍处于已分配状态：0 bytes [在 sim-h100-80gb 上模拟]")
+    assert not english_lines("运行时设置 backend：Allocator backend parsed at runtime != allocator backend parsed "
+                             "at load time")
+
+
+@pytest.mark.parametrize("po", sorted((ROOT / "locale" / "zh_CN").rglob("*.po")), ids=lambda p: p.stem)
+def test_no_claimed_value_is_an_english_phrase_in_chinese_prose(po):
+    """A claim's bold value in a Chinese sentence is a number, a name, code, PyTorch's text, or Chinese."""
+    found = []
+    for entry in polib.pofile(str(po)):
+        if entry.obsolete or not entry.msgstr:
+            continue
+        for value in CLAIMED.findall(entry.msgstr):
+            words = re.sub(r"`[^`]*`", " ", value)
+            if any(t in value for t in PYTORCH_TEXTS) or re.search(r"[\u4e00-\u9fff]", words):
+                continue
+            if len(re.findall(r"\b[a-z]{2,}\b", words)) >= 1 and not re.fullmatch(r"[\w.:=\[\], ()%-]*\d[\w.:=\[\], ()%-]*", words):
+                found.append(value)
+    assert not found, f"{po.name}: English phrases claimed inside Chinese sentences: {found}"
