@@ -105,6 +105,13 @@ def small_free_suffix(rng: random.Random) -> tuple:
     return tuple(ops)
 
 
+def no_free_suffix(rng: random.Random) -> tuple:
+    """On a fresh allocator: large tensors of whole 2 MiB multiples over 10 MiB, each filling its own segment
+    exactly (get_allocation_size rounds them to themselves), so no block is free: the answer is 0, and a
+    max() without a default raises."""
+    return tuple(("malloc", f"full{i}", 2 * MiB * rng.randint(6, 40), 0) for i in range(rng.randint(1, 4)))
+
+
 def training_snapshot() -> tuple:
     """(snapshot, where it came from): the real one when the course finds it, else a course-made one."""
     from ..trace.fetch import find_trace
@@ -224,7 +231,7 @@ register(Exercise(
                                         tr("course-made snapshot (seed 3; one segment holds two free blocks, and "
                                            "a bigger block waits for another stream)")),
                                tr("a course-made snapshot with a fragmented segment"))],
-    hidden=_hidden(_free_case, fragmented_suffix, more_suffixes=(small_free_suffix,)),
+    hidden=_hidden(_free_case, fragmented_suffix, more_suffixes=(small_free_suffix, no_free_suffix)),
     what=later("largest_free_block function"),
     nudge=later("One segment can hold several free blocks: are you looking at blocks, or at totals?"),
     hint=later("snapshot['segments'] lists every segment with its blocks; a cached free block has state "
@@ -290,5 +297,6 @@ edges("lab7.largest_free",
       Edge("the largest free block lies in a small-pool (2 MiB) segment",
            lambda d: max(((b["size"], s["segment_type"]) for s in _snapshot_of(d)["segments"] for b in s["blocks"]
                           if b["state"] == "inactive"), default=(0, None))[1] == "small"),
+      Edge("no free block at all (the answer is 0)", lambda d: not _blocks(d, "inactive")),
       Edge("an allocated block bigger than every free block",
            lambda d: max(_blocks(d, "active_allocated"), default=0) > max(_blocks(d, "inactive"), default=0)))
