@@ -160,8 +160,10 @@ def _round_public_cases():
 register(Exercise(
     id="lab2.round_size", pure=True, lab=2, title=later("round_size(size, config): how big a block a request gets"),
     public=_round_public_cases, hidden=_round_hidden,
-    nudge=later("Look at the size named above: is it below 512 B, an exact multiple, or in a bucket where "
-                "divisions apply?"),
+    nudge=(later("Look at the size named above: is it below 512 B, an exact multiple, or in a bucket where "
+                 "divisions apply?"),
+           later("For a size in a bucket with divisions, first find the two powers of two around it, then the "
+                 "equal steps between them: which step is the first one not below the size?")),
     hint=later("Below 512 B the answer is 512. Otherwise round UP to a multiple of 512 (exact multiples stay). "
                "Only when config.divisions_for(size) > 1 and size > 512 * divisions, round up to the next of "
                "`divisions` equal steps between the two powers of two around size (powers of two stay)."),
@@ -218,8 +220,10 @@ register(Exercise(
     id="lab2.get_allocation_size", pure=True, lab=2, title=later("get_allocation_size(size, config): how big a "
                                                                  "segment cudaMalloc gets"),
     public=_seg_public, hidden=_seg_hidden,
-    nudge=later("Which of the three size ranges does the size above fall in, and is the boundary itself inside "
-                "or outside it?"),
+    nudge=(later("Which of the three size ranges does the size above fall in, and is the boundary itself inside "
+                 "or outside it?"),
+           later("Write the three ranges down with their exact limits (1 MiB and 10 MiB) and check the size "
+                 "named above against each, limits included.")),
     hint=later("Three ranges of the ROUNDED size: <= 1 MiB -> 2 MiB; < 10 MiB -> config.large_segment_size (20 "
                "MiB by default); otherwise round up to a multiple of 2 MiB."),
 ))
@@ -337,7 +341,9 @@ function_exercise(
     call=lambda args: (_block(args[0], args[2]), args[1], args[3], _config(args[4])),
     returns=(bool, later("True or False")), message=_split_message,
     more_public=_split_workloads, more_hidden=_split_hidden_workload,
-    nudge=later("Which pool is the block in, and is the comparison with the remainder strict or not?"),
+    nudge=(later("Which pool is the block in, and is the comparison with the remainder strict or not?"),
+           later("Work out the remainder (block size minus request) for the failing case, then ask which rule "
+                 "applies to this block's pool, and whether a setting in the config changes that rule.")),
     hint=later("remaining = block.size - size. Small pool (block.pool.is_small) or expandable_active: split when "
                "remaining >= 512. Large pool: split only when size < config.max_split_size AND remaining is "
                "strictly more than 1 MiB (kSmallSize)."),
@@ -435,8 +441,10 @@ def _merge_hidden(rng: random.Random):
 register(Exercise(
     id="lab2.merge", observed=True, lab=2, title=later("try_merge_blocks(dst, src, pool): the merge on free"),
     public=_merge_public, hidden=_merge_hidden,
-    nudge=later("Look at the neighbour named above: may it be absorbed right now, and is every link, pointer and "
-                "pool entry updated when it is?"),
+    nudge=(later("Look at the neighbour named above: may it be absorbed right now, and is every link, pointer and "
+                 "pool entry updated when it is?"),
+           later("Draw the two blocks and their neighbours before and after the merge: which pointers (prev, "
+                 "next, ptr) and which pool entry must change, and what does the function return?")),
     hint=later("Return 0 (no merge) when src is None, allocated, has event_count > 0 or stream_uses, or its "
                "mapped flag differs from dst's. Otherwise take src out of the pool (pool.remove, or "
                "pool.remove_unmapped when not mapped), unlink it (if src is dst.prev: dst.ptr = src.ptr and "

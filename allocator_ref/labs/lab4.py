@@ -170,8 +170,10 @@ register(Exercise(
     id="lab4.diagnose", pure=True, lab=4, title=later("diagnose(stats, snapshot, request, device_free): why did "
                                                       "it run out of memory?"),
     public=_diagnose_public, hidden=_diagnose_hidden, what=later("diagnose function"),
-    nudge=later("Which bytes could serve the request if they were in one piece: the cached ones only, or the "
-                "device's free ones too?"),
+    nudge=(later("Which bytes could serve the request if they were in one piece: the cached ones only, or the "
+                 "device's free ones too?"),
+           later("Compute the three values from the stats and the snapshot one at a time, and compare each "
+                 "with the expected one named above before you decide the cause.")),
     hint=later("reserved_but_unallocated = stats['reserved_bytes.all.current'] - "
                "stats['allocated_bytes.all.current']; largest_free_block = max size of the blocks with state "
                "'inactive' over snapshot['segments']; the cause is fragmentation when reserved-but-unallocated "
@@ -308,7 +310,10 @@ register(Exercise(
     public=lambda: [_config_case(training_like_workload(), tr("the training-like workload on tiny-1gb"))],
     hidden=lambda rng: [_config_case(_seeded_workload(rng), tr("a seeded variant (other tensor sizes)")) for _ in range(2)],
     what=later("choose_config function"),
-    nudge=later("Which option stops the big cached blocks from being carved up by the medium requests?"),
+    nudge=(later("Which option stops the big cached blocks from being carved up by the medium requests?"),
+           later("Chapter 4 tries the knobs on a workload like this one: which of them keeps a cached block "
+                 "from serving a much smaller request, and which value lies between the medium and the big "
+                 "sizes?")),
     hint=later("The medium buffers are carved out of cached big blocks (best fit splits them), and a split "
                "segment is never returned to the device. Either stop big blocks from being split for smaller "
                "requests (max_split_size_mb: blocks at least that big are never split and never handed to "

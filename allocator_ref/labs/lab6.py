@@ -557,7 +557,9 @@ register(Exercise(
                                                               "the block's offset"),
     public=lambda: _cases(judge_share_handle), hidden=lambda rng: _cases(judge_share_handle, rng),
     teardown=_close_peer,
-    nudge=later("What exactly does a legacy IPC handle name: a block, or the whole allocation that holds it?"),
+    nudge=(later("What exactly does a legacy IPC handle name: a block, or the whole allocation that holds it?"),
+           later("Find the segment whose address range holds the allocation, and express where the block lies "
+                 "inside it.")),
     hint=later("cudaIpcGetMemHandle only names a whole cudaMalloc allocation, i.e. the block's segment. Find the "
                "segment holding allocation.ptr in alloc.snapshot()['segments'] (its 'address' and 'total_size'), "
                "then return {'ipc_handle': alloc.device.ipc_get_mem_handle(base), 'offset': allocation.ptr - "
@@ -569,8 +571,10 @@ register(Exercise(
                                                              "segment, add the offset, close"),
     public=lambda: _cases(judge_read_shared), hidden=lambda rng: _cases(judge_read_shared, rng),
     teardown=_close_peer,
-    nudge=later("Where does the block start in the mapping open returned, and what must be closed before you "
-                "return?"),
+    nudge=(later("Where does the block start in the mapping open returned, and what must be closed before you "
+                 "return?"),
+           later("Open maps the sender's whole segment: add the offset from the handle to find the block, and "
+                 "close exactly the pointer open gave you.")),
     hint=later("base = dev.ipc_open_mem_handle(handle['ipc_handle']) maps the sender's whole segment here; the "
                "block starts at base + handle['offset']. Read handle['size'] bytes there with dev.read, then "
                "dev.ipc_close_mem_handle(base) (the pointer open returned, not base + offset). The function runs "
@@ -582,7 +586,9 @@ register(Exercise(
                                                           "receiver is done"),
     public=lambda: _cases(judge_lifetime), hidden=lambda rng: _cases(judge_lifetime, rng),
     teardown=_close_peer,
-    nudge=later("When is the sender allowed to free: after sharing, or after the receiver is done?"),
+    nudge=(later("When is the sender allowed to free: after sharing, or after the receiver is done?"),
+           later("Order the calls: write, share, the receiver opens, reads and closes; where in that order may "
+                 "the free go, and what should the producer return?")),
     hint=later("Allocate a block of len(data) bytes and write data into it; share it with share_block; let the "
                "peer open the handle, read the bytes and close its mapping; only after that free the block, and "
                "return what the peer read. Freeing earlier returns the block to the cache, where the next malloc "

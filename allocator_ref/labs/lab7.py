@@ -216,8 +216,10 @@ register(Exercise(
                                             "mapped and unmapped)")),
                                 tr("a course-made snapshot with expandable segments"))],
     hidden=_hidden(_peaks_case, peaks_suffix, configs=("", "expandable_segments:True")), what=later("peaks function"),
-    nudge=later("When does a tensor's memory really stop being in use: when the program frees it, or when the "
-                "allocator completes the free?"),
+    nudge=(later("When does a tensor's memory really stop being in use: when the program frees it, or when the "
+                 "allocator completes the free?"),
+           later("List the trace's actions that add bytes and those that take them away, for requested bytes "
+                 "and for reserved bytes separately, and keep a running maximum of each.")),
     hint=later("Walk snapshot['device_traces'][0] in order, keeping two running totals: requested bytes (+size "
                "on 'alloc', -size on 'free_completed') and reserved bytes (+size on 'segment_alloc' and "
                "'segment_map', -size on 'segment_free' and 'segment_unmap'); return the maximum each reached."),
@@ -233,7 +235,9 @@ register(Exercise(
                                tr("a course-made snapshot with a fragmented segment"))],
     hidden=_hidden(_free_case, fragmented_suffix, more_suffixes=(small_free_suffix, no_free_suffix)),
     what=later("largest_free_block function"),
-    nudge=later("One segment can hold several free blocks: are you looking at blocks, or at totals?"),
+    nudge=(later("One segment can hold several free blocks: are you looking at blocks, or at totals?"),
+           later("Look at the state of each block, not of each segment, and think about a snapshot in which no "
+                 "block is free.")),
     hint=later("snapshot['segments'] lists every segment with its blocks; a cached free block has state "
                "'inactive'. Return the largest size among them (0 when there is none)."),
 ))

@@ -325,8 +325,10 @@ register(Exercise(
     hint=later("Walk captures_underway from the NEWEST entry (the end of the list) to the oldest and take the "
                "first whose accepts(stream) is true; no entry accepts -> (0, 0). Then small if size <= 1 MiB, "
                "else large."),
-    nudge=later("When two contexts are open at once (a use_mem_pool inside another), which one does PyTorch "
-                "honour: the one opened first, or the one opened last?"),
+    nudge=(later("When two contexts are open at once (a use_mem_pool inside another), which one does PyTorch "
+                 "honour: the one opened first, or the one opened last?"),
+           later("In which order does PyTorch look through the open contexts, and what does it pick when none "
+                 "of them accepts the stream?")),
 ))
 
 register(Exercise(
@@ -335,8 +337,10 @@ register(Exercise(
     public=_order_public, hidden=_order_hidden, what=later("plan function"),
     hint=later("A later capture can reuse blocks an earlier capture freed only if they are big enough. Which "
                "order makes every later step fit in what the first one left behind?"),
-    nudge=later("A freed block serves only requests no larger than itself: compare the order you chose with the "
-                "sizes each capture leaves behind."),
+    nudge=(later("A freed block serves only requests no larger than itself: compare the order you chose with the "
+                 "sizes each capture leaves behind."),
+           later("Which capture leaves behind the biggest freed blocks, and what must every capture after it "
+                 "ask for so that it fits in them? Return a list.")),
 ))
 
 register(Exercise(
@@ -347,8 +351,10 @@ register(Exercise(
                "after a synchronize malloc's process_events frees it: reused. Other streams while ANY "
                "use_mem_pool is open (any thread): captures_underway is not empty, so free defers it and malloc "
                "skips process_events: ('deferred', False)."),
-    nudge=later("use_mem_pool and a CUDA graph capture share one list, captures_underway. What does free do with "
-                "a block that has stream uses while that list is not empty, and does malloc then look at events?"),
+    nudge=(later("use_mem_pool and a CUDA graph capture share one list, captures_underway. What does free do with "
+                 "a block that has stream uses while that list is not empty, and does malloc then look at events?"),
+           later("Take the three cases apart: no other stream used the block; other streams, nothing open; "
+                 "other streams while a pool is open. Which one is the failing input?")),
 ))
 
 
