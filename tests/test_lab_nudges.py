@@ -60,3 +60,13 @@ def test_the_second_attempt_shows_the_second_nudge():
     own = exercise("lab2.round_size").nudge
     assert str(own[0]) in first.hint and str(own[1]) not in first.hint, first.hint
     assert str(own[1]) in second.hint and str(importlib.import_module("allocator_ref.labs.check").SECOND_NUDGE) not in second.hint, second.hint
+
+
+def test_from_the_third_attempt_the_recipe_is_named_once(capsys):
+    """The attempt line names hint() and show_solution(); the closing '(... gives the full recipe)' line
+    would say it a second time."""
+    wrong = _submission("lab2_round_size_one_division")
+    for _ in range(3):
+        check(wrong.EXERCISE, wrong.SUBMISSION, seed=1)
+    third = capsys.readouterr().out.split("lab2.round_size: ")[-1]
+    assert third.count("hint('lab2.round_size')") == 1, third
