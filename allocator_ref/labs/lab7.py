@@ -157,9 +157,9 @@ def _peaks_case(get, label):
                            ("peak_reserved", tr("the running sum of 'segment_alloc'/'segment_map' sizes minus "
                                                 "'segment_free'/'segment_unmap' sizes"))):
             if not same(got.get(key), expected[key]):
-                raise Fail(tr("{where}: {key} is {expected} ({expected_bytes}), yours is {got}: the "
+                raise Fail(tr("{where}: {key} is {expected}, yours is {got}: the "
                               "maximum over the trace of {words}",
-                              where=where, key=key, expected=fmt(expected[key]), expected_bytes=expected[key],
+                              where=where, key=key, expected=fmt(expected[key]),
                               got=show(got.get(key)), words=words),
                            tr("your {key} differs from the value replayed from this snapshot's trace",
                               key=key))
@@ -172,9 +172,9 @@ def _free_case(get, label):
         expected = largest_free(snapshot)
         got = fn(snapshot)
         if not same(got, expected):
-            raise Fail(tr("{where}: the largest free block is {expected} ({expected_bytes}), yours is {got}: look at "
+            raise Fail(tr("{where}: the largest free block is {expected}, yours is {got}: look at "
                           "the blocks whose state is 'inactive' in every segment of snapshot['segments']",
-                          where=where, expected=fmt(expected), expected_bytes=expected, got=show(got)),
+                          where=where, expected=fmt(expected), got=show(got)),
                        tr("your answer differs from the largest inactive block of this snapshot"))
     return Case(label, judge)
 
