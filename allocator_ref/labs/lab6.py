@@ -83,6 +83,8 @@ def _child_main(conn: Any) -> None:
             _reply(conn, lambda: blocks.pop(args[0]).close())
         elif cmd == "leaks":
             _reply(conn, lambda: _leaks(dev))
+        elif cmd == "ping":                   # the parent's handshake: this process started and listens
+            _reply(conn, lambda: "pong")
         elif cmd == "exit":
             for b in blocks.values():
                 try:
@@ -129,6 +131,24 @@ class LabPeer(sharing.RemoteReceiver):
 
     def __init__(self) -> None:
         _Peer.__init__(self, _child_main)
+        self._handshake()
+
+    def _handshake(self) -> None:
+        """Wait until the receiver answers.  Spawn starts it by importing the learner's main module: a
+        script with no ``if __name__ == "__main__":`` guard runs its check() calls again there, and the
+        new process dies while starting.  Say that, instead of a crash the learner's code did not cause."""
+        try:
+            self.conn.send(("ping",))
+            answered = self.conn.poll(RUN_TIMEOUT_S)
+            alive = answered and _raise_remote(self.conn.recv()) == "pong"
+        except (EOFError, OSError):
+            alive = False
+        if not alive:
+            self.process.kill()
+            raise Fail(tr("the receiver process stopped before it answered. Run from a script, the check starts "
+                          "it by importing your script again: put your check() calls under "
+                          "`if __name__ == \"__main__\":` (a notebook needs no guard)"),
+                       tr("the receiver process could not start"))
 
     def run(self, source: str, name: str, handle: dict) -> tuple:
         self.conn.send(("run", source, name, dict(handle)))
@@ -146,6 +166,15 @@ _PEER: Optional[LabPeer] = None
 def peer() -> LabPeer:
     """The receiver process of the running check (started on first use, restarted if it died)."""
     global _PEER
+    import multiprocessing
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # This process is a receiver being started: spawn imports the learner's main module first, and a
+        # script without a __main__ guard runs its check() calls again here.  multiprocessing's own
+        # bootstrap check (_check_not_importing_main) reads the same flag.
+        raise Fail(tr("this report comes from the receiver process, which imports your script again to start; it "
+                      "says nothing about your function, and the check in your own process reports below"),
+                   tr("check() ran again inside the receiver process"),
+                   hint=tr("put your check() calls under `if __name__ == \"__main__\":` (a notebook needs no guard)"))
     if _PEER is None or not _PEER.process.is_alive():
         if _PEER is not None:
             _close_peer()
