@@ -286,6 +286,19 @@ def segment_of(allocator, allocation) -> dict:
     raise ValueError(f"no segment of this allocator holds {allocation.ptr:#x}")
 
 
+_SCRATCH: list = []
+
+
+def scratch(name: str) -> str:
+    """A path for a file this kernel writes (a snapshot, an HTML report): in a folder of this kernel's
+    own, made once with ``tempfile.mkdtemp``, so two kernels (an English and a Chinese run of the same
+    chapter) never overwrite each other's files.  The folder stays after the kernel, for the reader."""
+    import tempfile
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.mkdtemp(prefix="allocator-course-"))
+    return os.path.join(_SCRATCH[0], name)
+
+
 def _record_claim(item: dict) -> None:
     """Put a claim in the cell's outputs where the test finds it and a learner sees nothing."""
     from IPython.display import display

@@ -83,6 +83,13 @@ def test_cublas_workspace_sizes_follow_pytorch():
         cublas_workspace_bytes("t4-16gb", config="4096")
 
 
+def test_blackwell_keeps_the_small_cublas_workspace_in_2_11(monkeypatch):
+    """2.11's parseChosenWorkspaceSize gives 32 MiB to sm90 only; Blackwell's came after (#175344)."""
+    import allocator_ref.predict.unseen as unseen
+    monkeypatch.setitem(unseen.PROFILE_ARCH, "b200-180gb", 10)
+    assert cublas_workspace_bytes("b200-180gb", config="") == DEFAULT_CUBLAS_WORKSPACE
+
+
 def test_predicted_snapshot_replays_exactly_and_loads_back(tmp_path):
     p = predict(known_step, profile="h100-80gb", what_if=False)
     # the allocator's own snapshot of the predicted run: --verify reproduces it address for address

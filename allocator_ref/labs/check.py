@@ -421,7 +421,11 @@ def report(ex: Exercise, result: CheckResult, recipe: bool = False) -> str:
         lines.extend("  " + line for line in c.explanation.splitlines())
         if result.hint:
             lines.extend(result.hint.splitlines())
-        if recipe:
+        # From SAY_WHERE_THE_RECIPE_IS_AFTER attempts on, nudge_text's own line names hint() and
+        # show_solution() already: saying it a second time is noise.
+        if _ATTEMPTS.get(ex.id, 0) >= SAY_WHERE_THE_RECIPE_IS_AFTER and result.hint:
+            pass
+        elif recipe:
             lines.append(tr("(show_solution({id}) shows a solution)", id=repr(ex.id)))
         else:
             lines.append(tr("(check(..., hint=True) or hint({id}) gives the full recipe)", id=repr(ex.id)))

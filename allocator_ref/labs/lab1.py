@@ -131,8 +131,10 @@ register(Exercise(
     id="lab1.measure", observed=True, lab=1, title=later("measure(dev, nbytes, repeats, kernel_us): "
                                                          "cudaMalloc/cudaFree vs cached"),
     public=_measure_public, hidden=_measure_hidden, what=later("measure function"),
-    nudge=later("Which loop did the device not see, or which figure is not per iteration of the device's own "
-                "clock?"),
+    nudge=(later("Which loop did the device not see, or which figure is not per iteration of the device's own "
+                 "clock?"),
+           later("Time each loop with the device's clock (dev.now_us()), not the host's, and divide by the "
+                 "number of iterations: do both loops run the same two kernels on their buffer?")),
     hint=later("Loop 1: ptr = dev.malloc(nbytes); dev.fill(ptr, nbytes, 1); dev.sleep(None, kernel_us); "
                "dev.free(ptr). Loop 2 with alloc = CachingAllocator(dev) (warm it with one malloc/free first): "
                "buf = alloc.malloc(nbytes); the same two kernels on buf.ptr; alloc.free(buf). Time each loop "
@@ -194,8 +196,9 @@ register(Exercise(
     # alone (one that never runs the loop) fails too.
     hidden=lambda rng: _explain_hidden(rng),
     what=later("dominant_cost function"),
-    nudge=later("Run the direct loop as the lab describes it (no extra synchronize) and look where the host's "
-                "time goes: inside the API calls, or waiting in cudaFree."),
+    nudge=(later("Run the direct loop as the lab describes it (no extra synchronize) and look where the host's "
+                 "time goes: inside the API calls, or waiting in cudaFree."),
+           later("Read dev.counters before and after the loop: which of the two host-time counters grew more?")),
     hint=later("Run the direct loop a few times on dev and compare dev.counters.api_time_us (host time inside "
                "API calls) with dev.counters.implicit_sync_wait_us (host time waiting for the streams in "
                "cudaFree); read both before and after. Return 'sync' when the waiting is larger, else 'api'."),

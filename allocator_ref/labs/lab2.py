@@ -60,6 +60,10 @@ def _round_reason(size: int, config_text: str, expected: int) -> str:
                   size=size)
     tail = tr(" (divisions do not apply: {size} <= 512 * {div})",
               size=size, div=div) if div > 1 else ""
+    if div == 1:
+        # round_size in CUDACachingAllocator.cpp (2.11) tests `divisions > 1`: 1 is a valid setting that
+        # keeps 512 B multiples, not "one step between powers of two".
+        tail = tr(" (a division count of 1 means no steps: divisions apply only when there are more than 1)")
     return tr("round up to the next multiple of 512 B: {size} -> {expected}{tail}",
               size=size, expected=expected, tail=tail)
 
@@ -129,6 +133,11 @@ def _round_hidden(rng: random.Random):
         if conf:
             sizes += _division_edges(rng, div)
         cases.append(_size_fn_case("round_size", ref_config.round_size, sizes, conf, label, _round_reason))
+    # A division count of 1 is a valid power of two (PYTORCH_CUDA_ALLOC_CONF accepts it) and round_size
+    # ignores it: 3000 B stays a 512 B multiple (3072), where "one step per power of two" gives 4096.
+    sizes = [512 * rng.randint(3, 7) + rng.randint(1, 511)] + [rng.randint(MiB, 1 << 30) for _ in range(8)]
+    cases.append(_size_fn_case("round_size", ref_config.round_size, sizes, "roundup_power2_divisions:1",
+                               tr("roundup_power2_divisions:1: random sizes"), _round_reason))
     ops = random_workload(rng, 60)
     cases.append(Case(tr("a seeded workload with your round_size plugged in"),
                       lambda fn, ops=ops: _plugged_compare(ops, what=tr("your round_size"), round_size=fn), data=ops))
@@ -151,8 +160,10 @@ def _round_public_cases():
 register(Exercise(
     id="lab2.round_size", pure=True, lab=2, title=later("round_size(size, config): how big a block a request gets"),
     public=_round_public_cases, hidden=_round_hidden,
-    nudge=later("Look at the size named above: is it below 512 B, an exact multiple, or in a bucket where "
-                "divisions apply?"),
+    nudge=(later("Look at the size named above: is it below 512 B, an exact multiple, or in a bucket where "
+                 "divisions apply?"),
+           later("For a size in a bucket with divisions, first find the two powers of two around it, then the "
+                 "equal steps between them: which step is the first one not below the size?")),
     hint=later("Below 512 B the answer is 512. Otherwise round UP to a multiple of 512 (exact multiples stay). "
                "Only when config.divisions_for(size) > 1 and size > 512 * divisions, round up to the next of "
                "`divisions` equal steps between the two powers of two around size (powers of two stay)."),
@@ -209,8 +220,10 @@ register(Exercise(
     id="lab2.get_allocation_size", pure=True, lab=2, title=later("get_allocation_size(size, config): how big a "
                                                                  "segment cudaMalloc gets"),
     public=_seg_public, hidden=_seg_hidden,
-    nudge=later("Which of the three size ranges does the size above fall in, and is the boundary itself inside "
-                "or outside it?"),
+    nudge=(later("Which of the three size ranges does the size above fall in, and is the boundary itself inside "
+                 "or outside it?"),
+           later("Write the three ranges down with their exact limits (1 MiB and 10 MiB) and check the size "
+                 "named above against each, limits included.")),
     hint=later("Three ranges of the ROUNDED size: <= 1 MiB -> 2 MiB; < 10 MiB -> config.large_segment_size (20 "
                "MiB by default); otherwise round up to a multiple of 2 MiB."),
 ))
@@ -303,6 +316,11 @@ def _split_hidden(rng: random.Random):
         left = 512 if k == 0 else 512 * rng.randint(1, 4000)
         drawn.append(Drawn((block, block - left, False, True, ""), tr("expandable segment")))
     ms = rng.choice([40, 64, 128])
+    # Expandable segments and max_split_size_mb together: should_split (CUDACachingAllocator.cpp, 2.11) takes
+    # the expandable branch first and never reads max_split_size there, so an oversize request still splits.
+    size = ms * MiB + 512 * rng.randint(0, 4096)
+    drawn.append(Drawn((size + 512 * rng.randint(1, 8192), size, False, True, f"max_split_size_mb:{ms}"),
+                       tr("expandable segment, max_split_size set, a request above it")))
     # The request exactly at max_split_size (oversize: `<` is not `<=`), one just below it (splits), one above.
     for size in (ms * MiB, ms * MiB - 512 * rng.randint(1, 2048), ms * MiB + 512 * rng.randint(1, 4096)):
         drawn.append(Drawn((ms * MiB * 2, size, False, False, f"max_split_size_mb:{ms}"),
@@ -323,7 +341,9 @@ function_exercise(
     call=lambda args: (_block(args[0], args[2]), args[1], args[3], _config(args[4])),
     returns=(bool, later("True or False")), message=_split_message,
     more_public=_split_workloads, more_hidden=_split_hidden_workload,
-    nudge=later("Which pool is the block in, and is the comparison with the remainder strict or not?"),
+    nudge=(later("Which pool is the block in, and is the comparison with the remainder strict or not?"),
+           later("Work out the remainder (block size minus request) for the failing case, then ask which rule "
+                 "applies to this block's pool, and whether a setting in the config changes that rule.")),
     hint=later("remaining = block.size - size. Small pool (block.pool.is_small) or expandable_active: split when "
                "remaining >= 512. Large pool: split only when size < config.max_split_size AND remaining is "
                "strictly more than 1 MiB (kSmallSize)."),
@@ -421,8 +441,10 @@ def _merge_hidden(rng: random.Random):
 register(Exercise(
     id="lab2.merge", observed=True, lab=2, title=later("try_merge_blocks(dst, src, pool): the merge on free"),
     public=_merge_public, hidden=_merge_hidden,
-    nudge=later("Look at the neighbour named above: may it be absorbed right now, and is every link, pointer and "
-                "pool entry updated when it is?"),
+    nudge=(later("Look at the neighbour named above: may it be absorbed right now, and is every link, pointer and "
+                 "pool entry updated when it is?"),
+           later("Draw the two blocks and their neighbours before and after the merge: which pointers (prev, "
+                 "next, ptr) and which pool entry must change, and what does the function return?")),
     hint=later("Return 0 (no merge) when src is None, allocated, has event_count > 0 or stream_uses, or its "
                "mapped flag differs from dst's. Otherwise take src out of the pool (pool.remove, or "
                "pool.remove_unmapped when not mapped), unlink it (if src is dst.prev: dst.ptr = src.ptr and "
@@ -474,6 +496,8 @@ edges("lab2.round_size",
       Edge("divisions set: one byte below a step", _any_size(lambda s, c: _on_step(s + 1, c))),
       Edge("divisions set: a power of two (it stays)",
            _any_size(lambda s, c: _div(c, s) > 1 and s > 512 * _div(c, s) and s & (s - 1) == 0)),
+      Edge("a division count of 1 (no steps: 512 B multiples), a size not on one",
+           _any_size(lambda s, c: _div(c, s) == 1 and s > 1024 and s % 512 != 0)),
       Edge("plugged into a seeded workload", _is_workload))
 
 edges("lab2.get_allocation_size",
@@ -507,6 +531,8 @@ edges("lab2.should_split",
       Edge("small pool, nothing left", _split(lambda left, size, small, exp, c: small and left == 0)),
       Edge("expandable segment, 512 B left (splits where the large-pool rule would not)",
            _split(lambda left, size, small, exp, c: exp and not small and left == 512)),
+      Edge("expandable segment with max_split_size set, an oversize request (it still splits)",
+           _split(lambda left, size, small, exp, c: exp and not small and size >= c.max_split_size and left >= 512)),
       Edge("max_split_size set, a request of exactly max_split_size (oversize: < is not <=)",
            _split(lambda left, size, small, exp, c: not small and not exp and size == c.max_split_size
                   and left > MiB)),

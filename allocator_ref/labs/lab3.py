@@ -270,7 +270,9 @@ register(Exercise(
     id="lab3.record_stream", observed=True, lab=3, title=later("fix the race with record_stream (and keep the "
                                                                "streams overlapping)"),
     public=lambda: _cases("record_stream"), hidden=lambda rng: _cases("record_stream", rng),
-    nudge=later("Who still reads x after the default stream frees it, and does the allocator know?"),
+    nudge=(later("Who still reads x after the default stream frees it, and does the allocator know?"),
+           later("Find the allocator call that tells it another stream uses a block, and make it before the "
+                 "free.")),
     hint=later("x is allocated on the default stream but read by the side stream. Before alloc.free(x), tell the "
                "allocator about that use: alloc.record_stream(x, side). The free then waits (without blocking "
                "anyone) for an event on the side stream before x's memory can be handed out again."),
@@ -279,7 +281,9 @@ register(Exercise(
 register(Exercise(
     id="lab3.event", observed=True, lab=3, title=later("fix the race with an event instead (no record_stream)"),
     public=lambda: _cases("event"), hidden=lambda rng: _cases("event", rng),
-    nudge=later("Which wait is enough: the whole device, a stream, or just the side stream's copy?"),
+    nudge=(later("Which wait is enough: the whole device, a stream, or just the side stream's copy?"),
+           later("Record something on the side stream right after its copy, and make only the free of x wait "
+                 "for it, after the default stream's own work is queued.")),
     hint=later("Record an event on the side stream right after the copy (done = dev.create_event(); "
                "done.record(side)). Queue the default stream's own work first, then let the host wait only for "
                "that event (done.synchronize()) before alloc.free(x). Do not dev.synchronize() the whole device, "

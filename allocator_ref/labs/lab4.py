@@ -55,16 +55,19 @@ def run_until_oom(ops: list, config: str = "", profile: str = PROFILE) -> dict:
     OOM), ``error`` (the OutOfMemoryError text), ``stats`` (memory_stats() at the end or at the OOM),
     ``snapshot`` (the allocator's snapshot() there), ``allocator`` and ``device``.
     """
+    from .workload import _apply          # every workload op (record, sleep, pool_begin ...), as the other labs
     dev = lab_device(profile)
     alloc = CachingAllocator(dev, config)
-    live = {}
+    live, streams = {}, {0: None}
+
+    def stream(n):
+        if n not in streams:
+            streams[n] = dev.create_stream()
+        return streams[n]
     result = {"ok": True, "failed_op": None, "request": None, "error": None, "allocator": alloc, "device": dev}
     for i, op in enumerate(ops):
         try:
-            if op[0] == "malloc":
-                live[op[1]] = alloc.malloc(op[2])
-            elif op[0] == "free":
-                alloc.free(live.pop(op[1]))
+            _apply(op, alloc, dev, stream, live)
         except OutOfMemoryError as exc:
             result.update(ok=False, failed_op=i, request=op[2], error=str(exc))
             break
@@ -136,6 +139,8 @@ def _diagnose_hidden(rng):
     cases = [_diagnose_case(_device_free_workload(rng), tr("a seeded workload: fragmented, the device still has "
                                                            "room")),
              _diagnose_case(_seeded_workload(rng), tr("a seeded training-like workload")),
+             _diagnose_case(_open_pool_workload(rng), tr("a seeded workload: the OOM comes while a pool is open "
+                                                         "and a freed block waits for another stream")),
              _diagnose_case(_cached_cover_workload(rng), tr("a seeded workload: fragmented, enough cached bytes")),
              _diagnose_case(_exact_fit_workload(rng), tr("a seeded workload: the free bytes exactly cover the "
                                                          "request")),
@@ -165,8 +170,10 @@ register(Exercise(
     id="lab4.diagnose", pure=True, lab=4, title=later("diagnose(stats, snapshot, request, device_free): why did "
                                                       "it run out of memory?"),
     public=_diagnose_public, hidden=_diagnose_hidden, what=later("diagnose function"),
-    nudge=later("Which bytes could serve the request if they were in one piece: the cached ones only, or the "
-                "device's free ones too?"),
+    nudge=(later("Which bytes could serve the request if they were in one piece: the cached ones only, or the "
+                 "device's free ones too?"),
+           later("Compute the three values from the stats and the snapshot one at a time, and compare each "
+                 "with the expected one named above before you decide the cause.")),
     hint=later("reserved_but_unallocated = stats['reserved_bytes.all.current'] - "
                "stats['allocated_bytes.all.current']; largest_free_block = max size of the blocks with state "
                "'inactive' over snapshot['segments']; the cause is fragmentation when reserved-but-unallocated "
@@ -216,6 +223,17 @@ def _expandable_workload(rng: random.Random) -> list:
     return [("malloc", "a", odd[0], 0), ("malloc", "s", rng.randint(200, 400) * MiB + 7, 0),
             ("malloc", "b", odd[1], 0), ("free", "a"), ("malloc", "c", odd[2], 0), ("free", "b"),
             ("malloc", "huge", rng.randint(800, 1000) * MiB, 0)]
+
+
+def _open_pool_workload(rng: random.Random) -> list:
+    """The OOM comes while a pool context is open (as during a graph capture): a block freed with a use on
+    another stream is held back (DeviceCachingAllocator::free defers it while captures_underway is not empty,
+    CUDACachingAllocator.cpp, 2.11), so it is still *active* at the OOM, though no longer allocated.
+    Reserved minus active misses it; reserved minus allocated counts it."""
+    held = rng.randint(20, 200) * MiB + rng.randint(1, MiB - 1)
+    return [("pool_begin", 1), ("malloc", "kept", rng.randint(20, 100) * MiB, 0),
+            ("malloc", "held", held, 0), ("record", "held", 1), ("sleep", 1, 500_000), ("free", "held"),
+            ("malloc", "huge", rng.randint(900, 1000) * MiB, 0)]
 
 
 def _cached_cover_workload(rng: random.Random) -> list:
@@ -292,7 +310,10 @@ register(Exercise(
     public=lambda: [_config_case(training_like_workload(), tr("the training-like workload on tiny-1gb"))],
     hidden=lambda rng: [_config_case(_seeded_workload(rng), tr("a seeded variant (other tensor sizes)")) for _ in range(2)],
     what=later("choose_config function"),
-    nudge=later("Which option stops the big cached blocks from being carved up by the medium requests?"),
+    nudge=(later("Which option stops the big cached blocks from being carved up by the medium requests?"),
+           later("Chapter 4 tries the knobs on a workload like this one: which of them keeps a cached block "
+                 "from serving a much smaller request, and which value lies between the medium and the big "
+                 "sizes?")),
     hint=later("The medium buffers are carved out of cached big blocks (best fit splits them), and a split "
                "segment is never returned to the device. Either stop big blocks from being split for smaller "
                "requests (max_split_size_mb: blocks at least that big are never split and never handed to "
@@ -334,6 +355,9 @@ edges("lab4.diagnose",
            lambda ops: _usable(ops) == _diagnosis_of(ops)[1]),
       Edge("the largest free block lies in a small-pool (2 MiB) segment",
            lambda d: _largest_free_segment_type(_diagnosis_of(d)[2]["snapshot"]) == "small"),
+      Edge("a freed block still active at the OOM (held back while a pool is open): active is not allocated",
+           lambda d: _diagnosis_of(d)[2]["stats"]["active_bytes.all.current"]
+           != _diagnosis_of(d)[2]["stats"]["allocated_bytes.all.current"]),
       Edge("reserved-but-unallocated bytes that are not in inactive_split_bytes (expandable segments)",
            lambda d: _diagnosis_of(d)[0]["reserved_but_unallocated"]
            != _diagnosis_of(d)[2]["stats"]["inactive_split_bytes.all.current"]))

@@ -334,8 +334,10 @@ register(Exercise(
     id="lab5.growable_buffer", observed=True, lab=5,
     title=later("a growable buffer: reserve once, map pages on demand, release everything"),
     public=lambda: _cases(), hidden=lambda rng: _cases(rng), what=later("class"),
-    nudge=later("Compare the step named above with the reference: which VMM call is missing, extra, or made with "
-                "the wrong size?"),
+    nudge=(later("Compare the step named above with the reference: which VMM call is missing, extra, or made with "
+                 "the wrong size?"),
+           later("A page is made usable in three calls and given back in two: count how many pages a grow to "
+                 "that size needs, and which of those pages you already have.")),
     hint=later("__init__: g = dev.vmm_granularity(); reserve max_size rounded up to g with dev.address_reserve "
                "(no memory yet). grow(n): for each missing page i (from len(self.handles) up to ceil(n / g)): h "
                "= dev.mem_create(g); dev.mem_map(ptr + i*g, g, h); dev.mem_set_access(ptr + i*g, g); keep h. "

@@ -83,6 +83,8 @@ def _child_main(conn: Any) -> None:
             _reply(conn, lambda: blocks.pop(args[0]).close())
         elif cmd == "leaks":
             _reply(conn, lambda: _leaks(dev))
+        elif cmd == "ping":                   # the parent's handshake: this process started and listens
+            _reply(conn, lambda: "pong")
         elif cmd == "exit":
             for b in blocks.values():
                 try:
@@ -129,6 +131,24 @@ class LabPeer(sharing.RemoteReceiver):
 
     def __init__(self) -> None:
         _Peer.__init__(self, _child_main)
+        self._handshake()
+
+    def _handshake(self) -> None:
+        """Wait until the receiver answers.  Spawn starts it by importing the learner's main module: a
+        script with no ``if __name__ == "__main__":`` guard runs its check() calls again there, and the
+        new process dies while starting.  Say that, instead of a crash the learner's code did not cause."""
+        try:
+            self.conn.send(("ping",))
+            answered = self.conn.poll(RUN_TIMEOUT_S)
+            alive = answered and _raise_remote(self.conn.recv()) == "pong"
+        except (EOFError, OSError):
+            alive = False
+        if not alive:
+            self.process.kill()
+            raise Fail(tr("the receiver process stopped before it answered. Run from a script, the check starts "
+                          "it by importing your script again: put your check() calls under "
+                          "`if __name__ == \"__main__\":` (a notebook needs no guard)"),
+                       tr("the receiver process could not start"))
 
     def run(self, source: str, name: str, handle: dict) -> tuple:
         self.conn.send(("run", source, name, dict(handle)))
@@ -146,6 +166,15 @@ _PEER: Optional[LabPeer] = None
 def peer() -> LabPeer:
     """The receiver process of the running check (started on first use, restarted if it died)."""
     global _PEER
+    import multiprocessing
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # This process is a receiver being started: spawn imports the learner's main module first, and a
+        # script without a __main__ guard runs its check() calls again here.  multiprocessing's own
+        # bootstrap check (_check_not_importing_main) reads the same flag.
+        raise Fail(tr("this report comes from the receiver process, which imports your script again to start; it "
+                      "says nothing about your function, and the check in your own process reports below"),
+                   tr("check() ran again inside the receiver process"),
+                   hint=tr("put your check() calls under `if __name__ == \"__main__\":` (a notebook needs no guard)"))
     if _PEER is None or not _PEER.process.is_alive():
         if _PEER is not None:
             _close_peer()
@@ -557,7 +586,9 @@ register(Exercise(
                                                               "the block's offset"),
     public=lambda: _cases(judge_share_handle), hidden=lambda rng: _cases(judge_share_handle, rng),
     teardown=_close_peer,
-    nudge=later("What exactly does a legacy IPC handle name: a block, or the whole allocation that holds it?"),
+    nudge=(later("What exactly does a legacy IPC handle name: a block, or the whole allocation that holds it?"),
+           later("Find the segment whose address range holds the allocation, and express where the block lies "
+                 "inside it.")),
     hint=later("cudaIpcGetMemHandle only names a whole cudaMalloc allocation, i.e. the block's segment. Find the "
                "segment holding allocation.ptr in alloc.snapshot()['segments'] (its 'address' and 'total_size'), "
                "then return {'ipc_handle': alloc.device.ipc_get_mem_handle(base), 'offset': allocation.ptr - "
@@ -569,8 +600,10 @@ register(Exercise(
                                                              "segment, add the offset, close"),
     public=lambda: _cases(judge_read_shared), hidden=lambda rng: _cases(judge_read_shared, rng),
     teardown=_close_peer,
-    nudge=later("Where does the block start in the mapping open returned, and what must be closed before you "
-                "return?"),
+    nudge=(later("Where does the block start in the mapping open returned, and what must be closed before you "
+                 "return?"),
+           later("Open maps the sender's whole segment: add the offset from the handle to find the block, and "
+                 "close exactly the pointer open gave you.")),
     hint=later("base = dev.ipc_open_mem_handle(handle['ipc_handle']) maps the sender's whole segment here; the "
                "block starts at base + handle['offset']. Read handle['size'] bytes there with dev.read, then "
                "dev.ipc_close_mem_handle(base) (the pointer open returned, not base + offset). The function runs "
@@ -582,7 +615,9 @@ register(Exercise(
                                                           "receiver is done"),
     public=lambda: _cases(judge_lifetime), hidden=lambda rng: _cases(judge_lifetime, rng),
     teardown=_close_peer,
-    nudge=later("When is the sender allowed to free: after sharing, or after the receiver is done?"),
+    nudge=(later("When is the sender allowed to free: after sharing, or after the receiver is done?"),
+           later("Order the calls: write, share, the receiver opens, reads and closes; where in that order may "
+                 "the free go, and what should the producer return?")),
     hint=later("Allocate a block of len(data) bytes and write data into it; share it with share_block; let the "
                "peer open the handle, read the bytes and close its mapping; only after that free the block, and "
                "return what the peer read. Freeing earlier returns the block to the cache, where the next malloc "

@@ -106,6 +106,13 @@ def small_free_suffix(rng: random.Random) -> tuple:
     return tuple(ops)
 
 
+def no_free_suffix(rng: random.Random) -> tuple:
+    """On a fresh allocator: large tensors of whole 2 MiB multiples over 10 MiB, each filling its own segment
+    exactly (get_allocation_size rounds them to themselves), so no block is free: the answer is 0, and a
+    max() without a default raises."""
+    return tuple(("malloc", f"full{i}", 2 * MiB * rng.randint(6, 40), 0) for i in range(rng.randint(1, 4)))
+
+
 def training_snapshot() -> tuple:
     """(snapshot, where it came from): the real one when the course finds it, else a course-made one."""
     from ..trace.fetch import find_trace
@@ -151,9 +158,9 @@ def _peaks_case(get, label):
                            ("peak_reserved", tr("the running sum of 'segment_alloc'/'segment_map' sizes minus "
                                                 "'segment_free'/'segment_unmap' sizes"))):
             if not same(got.get(key), expected[key]):
-                raise Fail(tr("{where}: {key} is {expected} ({expected_bytes}), yours is {got}: the "
+                raise Fail(tr("{where}: {key} is {expected}, yours is {got}: the "
                               "maximum over the trace of {words}",
-                              where=where, key=key, expected=fmt(expected[key]), expected_bytes=expected[key],
+                              where=where, key=key, expected=fmt(expected[key]),
                               got=show(got.get(key)), words=words),
                            tr("your {key} differs from the value replayed from this snapshot's trace",
                               key=key))
@@ -166,9 +173,9 @@ def _free_case(get, label):
         expected = largest_free(snapshot)
         got = fn(snapshot)
         if not same(got, expected):
-            raise Fail(tr("{where}: the largest free block is {expected} ({expected_bytes}), yours is {got}: look at "
+            raise Fail(tr("{where}: the largest free block is {expected}, yours is {got}: look at "
                           "the blocks whose state is 'inactive' in every segment of snapshot['segments']",
-                          where=where, expected=fmt(expected), expected_bytes=expected, got=show(got)),
+                          where=where, expected=fmt(expected), got=show(got)),
                        tr("your answer differs from the largest inactive block of this snapshot"))
     return Case(label, judge)
 
@@ -210,8 +217,10 @@ register(Exercise(
                                             "mapped and unmapped)")),
                                 tr("a course-made snapshot with expandable segments"))],
     hidden=_hidden(_peaks_case, peaks_suffix, configs=("", "expandable_segments:True")), what=later("peaks function"),
-    nudge=later("When does a tensor's memory really stop being in use: when the program frees it, or when the "
-                "allocator completes the free?"),
+    nudge=(later("When does a tensor's memory really stop being in use: when the program frees it, or when the "
+                 "allocator completes the free?"),
+           later("List the trace's actions that add bytes and those that take them away, for requested bytes "
+                 "and for reserved bytes separately, and keep a running maximum of each.")),
     hint=later("Walk snapshot['device_traces'][0] in order, keeping two running totals: requested bytes (+size "
                "on 'alloc', -size on 'free_completed') and reserved bytes (+size on 'segment_alloc' and "
                "'segment_map', -size on 'segment_free' and 'segment_unmap'); return the maximum each reached."),
@@ -225,9 +234,11 @@ register(Exercise(
                                         tr("course-made snapshot (seed 3; one segment holds two free blocks, and "
                                            "a bigger block waits for another stream)")),
                                tr("a course-made snapshot with a fragmented segment"))],
-    hidden=_hidden(_free_case, fragmented_suffix, more_suffixes=(small_free_suffix,)),
+    hidden=_hidden(_free_case, fragmented_suffix, more_suffixes=(small_free_suffix, no_free_suffix)),
     what=later("largest_free_block function"),
-    nudge=later("One segment can hold several free blocks: are you looking at blocks, or at totals?"),
+    nudge=(later("One segment can hold several free blocks: are you looking at blocks, or at totals?"),
+           later("Look at the state of each block, not of each segment, and think about a snapshot in which no "
+                 "block is free.")),
     hint=later("snapshot['segments'] lists every segment with its blocks; a cached free block has state "
                "'inactive'. Return the largest size among them (0 when there is none)."),
 ))
@@ -291,5 +302,6 @@ edges("lab7.largest_free",
       Edge("the largest free block lies in a small-pool (2 MiB) segment",
            lambda d: max(((b["size"], s["segment_type"]) for s in _snapshot_of(d)["segments"] for b in s["blocks"]
                           if b["state"] == "inactive"), default=(0, None))[1] == "small"),
+      Edge("no free block at all (the answer is 0)", lambda d: not _blocks(d, "inactive")),
       Edge("an allocated block bigger than every free block",
            lambda d: max(_blocks(d, "active_allocated"), default=0) > max(_blocks(d, "inactive"), default=0)))

@@ -21,6 +21,7 @@ Two exercises, both judged by running the reference allocator now (nothing is st
 """
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 
@@ -182,6 +183,10 @@ def _route_hidden(rng: random.Random) -> list:
 def _order_case(sizes: list, layers: int, mib: int, label: str) -> Case:
     def judge(fn):
         plan = fn(list(sizes))
+        if type(plan) is not list:                   # the README promises a list: an iterator is read once
+            raise Fail(tr("plan({sizes}) returned a {got_type}; return a list of the batch sizes",
+                          sizes=sizes, got_type=type(plan).__name__),
+                       tr("your plan did not return a list"))
         if sorted(plan) != sorted(sizes):
             raise Fail(tr("plan({sizes}) returned {plan!r}; return the same batch sizes, reordered",
                           sizes=sizes, plan=plan),
@@ -216,7 +221,28 @@ def _order_hidden(rng: random.Random) -> list:
                 break
             rng.shuffle(sizes)
         cases.append(_order_case(sizes, layers, mib, tr("batch sizes in another order")))
+    # First, on every seed: three sizes where every order but the full descending one reserves more, so a
+    # near-miss (largest first, then ascending) is caught whatever the learner's seed.
+    cases.insert(0, _order_case(*_only_descending_wins(rng), tr("three batch sizes")))
     return cases
+
+
+def _only_descending_wins(rng: random.Random) -> tuple:
+    """(sizes, layers, mib): three distinct batch sizes, in a random order, whose every capture order
+    except the full descending one makes the shared pool reserve more."""
+    for _ in range(200):
+        layers, mib = rng.randint(2, 5), rng.choice([3, 5, 6, 8])
+        sizes = rng.sample(range(1, 9), 3)
+        if _only_descending(sizes, layers, mib):
+            return sizes, layers, mib
+    return [5, 1, 4], 3, 3                            # found by this search; the loop almost never gets here
+
+
+def _only_descending(sizes, layers: int, mib: int) -> bool:
+    descending = sorted(sizes, reverse=True)
+    best = reserved_after_captures(descending, layers, mib)
+    return all(reserved_after_captures(list(order), layers, mib) > best
+               for order in set(itertools.permutations(sizes)) if list(order) != descending)
 
 
 # ------------------------------------------------------------ exercise 3
@@ -299,8 +325,10 @@ register(Exercise(
     hint=later("Walk captures_underway from the NEWEST entry (the end of the list) to the oldest and take the "
                "first whose accepts(stream) is true; no entry accepts -> (0, 0). Then small if size <= 1 MiB, "
                "else large."),
-    nudge=later("When two contexts are open at once (a use_mem_pool inside another), which one does PyTorch "
-                "honour: the one opened first, or the one opened last?"),
+    nudge=(later("When two contexts are open at once (a use_mem_pool inside another), which one does PyTorch "
+                 "honour: the one opened first, or the one opened last?"),
+           later("In which order does PyTorch look through the open contexts, and what does it pick when none "
+                 "of them accepts the stream?")),
 ))
 
 register(Exercise(
@@ -309,8 +337,10 @@ register(Exercise(
     public=_order_public, hidden=_order_hidden, what=later("plan function"),
     hint=later("A later capture can reuse blocks an earlier capture freed only if they are big enough. Which "
                "order makes every later step fit in what the first one left behind?"),
-    nudge=later("A freed block serves only requests no larger than itself: compare the order you chose with the "
-                "sizes each capture leaves behind."),
+    nudge=(later("A freed block serves only requests no larger than itself: compare the order you chose with the "
+                 "sizes each capture leaves behind."),
+           later("Which capture leaves behind the biggest freed blocks, and what must every capture after it "
+                 "ask for so that it fits in them? Return a list.")),
 ))
 
 register(Exercise(
@@ -321,8 +351,10 @@ register(Exercise(
                "after a synchronize malloc's process_events frees it: reused. Other streams while ANY "
                "use_mem_pool is open (any thread): captures_underway is not empty, so free defers it and malloc "
                "skips process_events: ('deferred', False)."),
-    nudge=later("use_mem_pool and a CUDA graph capture share one list, captures_underway. What does free do with "
-                "a block that has stream uses while that list is not empty, and does malloc then look at events?"),
+    nudge=(later("use_mem_pool and a CUDA graph capture share one list, captures_underway. What does free do with "
+                 "a block that has stream uses while that list is not empty, and does malloc then look at events?"),
+           later("Take the three cases apart: no other stream used the block; other streams, nothing open; "
+                 "other streams while a pool is open. Which one is the failing input?")),
 ))
 
 
@@ -346,6 +378,8 @@ edges("lab8.get_pool",
 
 edges("lab8.capture_order",
       Edge("a batch size captured twice", lambda d: len(set(d[0])) < len(d[0])),
+      Edge("only the full descending order reaches the best",
+           lambda d: len(d[0]) == 3 and _only_descending(list(d[0]), d[1], d[2])),
       Edge("the order as given reserves more than the best order",
            lambda d: reserved_after_captures(list(d[0]), d[1], d[2])
            > reserved_after_captures(sorted(d[0], reverse=True), d[1], d[2])))

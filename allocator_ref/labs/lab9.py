@@ -113,7 +113,9 @@ function_exercise(
     id="lab9.stranded", lab=9, title=later("stranded_bytes(segments)"), name="stranded_bytes", pure=True,
     reference=stranded_bytes, public=_PUBLIC, hidden=_hidden, label=_label, explain=_explain,
     call=lambda args: (copy.deepcopy(args[0]),), returns=(int, "an int (bytes)"),
-    nudge=later("Which segments does empty_cache() give back whole, and what does it wait for first?"),
+    nudge=(later("Which segments does empty_cache() give back whole, and what does it wait for first?"),
+           later("Go segment by segment: does it hold an allocated block? If so, which of its other blocks "
+                 "stay with it, pending ones included?")),
     hint=later("For each segment: if any block is 'active_allocated', add the sizes of its other blocks "
                "('inactive' and 'active_pending_free': empty_cache waits for pending events first); a segment "
                "with no allocated block is released whole and strands nothing."),

@@ -12,8 +12,9 @@ it (then it is only subtracted from the GPU's capacity).
   (cuBLAS handle, stream) on the first GEMM, and keeps it until
   ``torch._C._cuda_clearCublasWorkspaces()``.  ``parseChosenWorkspaceSize``:
   ``CUBLAS_WORKSPACE_CONFIG`` (``:SIZE_KiB:COUNT`` pairs) when set, else
-  ``:4096:2:16:8`` = 8,519,680 bytes, or 32 MiB on Hopper and Blackwell
-  (compute capability 9.x, 10.x, 12.x).  Handles come from a per-thread pool
+  ``:4096:2:16:8`` = 8,519,680 bytes, or 32 MiB on Hopper (sm90) in 2.11.  Blackwell
+  (compute capability 10.x and 12.x) gets 32 MiB from 2.12 on (pytorch/pytorch#175344, merged
+  after 2.11's branch cut); the course models 2.11.  Handles come from a per-thread pool
   (``DeviceThreadHandlePool``), and autograd runs backward on its own device
   thread: a training step makes TWO workspaces, one at the first forward GEMM
   and one at the first backward GEMM.  The recorder adds them as traced
@@ -21,9 +22,11 @@ it (then it is only subtracted from the GPU's capacity).
 * CUDA context: BESIDE the allocator; the device profile's ``context_reserve``
   (its JSON file cites the figure) is taken off the GPU's capacity already.
 * cuBLASLt workspace: 1 MiB by default (``CUBLASLT_WORKSPACE_SIZE`` in KiB,
-  aten/src/ATen/cuda/CUDABlas.cpp ``_parseChosenWorkspaceSize``, "default size
-  in KiB according to #73328"); newer PyTorch shares the cuBLAS one.  Not
-  added: listed as an estimate.
+  CublasHandlePool.cpp ``parseCUDABlasLtWorkspaceSize``, "default size in KiB
+  according to #73328").  In 2.11 it comes from a map of its own
+  (``getCUDABlasLtWorkspace``) unless ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=1``;
+  from 2.12 on it reuses the cuBLAS workspace unless that variable is 0
+  (pytorch/pytorch#175879).  Not added: listed as an estimate.
 * Kernel workspaces (cuDNN convolutions, cub sorts inside embedding backward,
   flash attention's scratch): allocated inside one ATen kernel and freed before
   it returns; a dispatch-level recorder never sees them.  No general public
@@ -49,7 +52,7 @@ MiB = 2**20
 
 # parseChosenWorkspaceSize's default without CUBLAS_WORKSPACE_CONFIG: ":4096:2:16:8".
 DEFAULT_CUBLAS_WORKSPACE = (4096 * 2 + 16 * 8) * 1024            # 8,519,680 bytes
-HOPPER_CUBLAS_WORKSPACE = 4096 * 8 * 1024                         # 32 MiB (sm 9.x, 10.x, 12.x)
+HOPPER_CUBLAS_WORKSPACE = 4096 * 8 * 1024                         # 32 MiB (sm90 in 2.11; 10.x, 12.x too from 2.12)
 CUBLASLT_WORKSPACE = 1024 * 1024                                  # CUBLASLT_WORKSPACE_SIZE default, 1024 KiB
 NCCL_BUFFSIZE = 4 * MiB                                           # NCCL_BUFFSIZE default
 
@@ -68,7 +71,8 @@ def cublas_workspace_bytes(profile: str = "h100-80gb", config: str | None = None
                              "(e.g. ':4096:8'); fix or unset it")
         return sum(int(size) * 1024 * int(count) for size, count in pairs)
     major = PROFILE_ARCH.get(profile, 9)
-    return HOPPER_CUBLAS_WORKSPACE if major in (9, 10, 12) else DEFAULT_CUBLAS_WORKSPACE
+    # 2.11's parseChosenWorkspaceSize: properties->major == 9 && minor == 0 (every profile here is x.0)
+    return HOPPER_CUBLAS_WORKSPACE if major == 9 else DEFAULT_CUBLAS_WORKSPACE
 
 
 @dataclass
