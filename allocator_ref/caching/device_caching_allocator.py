@@ -580,13 +580,17 @@ class DeviceCachingAllocator:
                 candidate = candidate.prev      # a free block just before the unmapped range can join it
             if has_room(candidate):
                 return candidate
-        page = kSmallBuffer if pool.is_small else self.config.large_segment_size
+        page = self.expandable_page_size(pool)
         segment = ExpandableSegment(self.device, stream, page)
         self.expandable_segments_.append(segment)
         candidate = Block(segment.ptr, segment.size(), stream, stream.handle, pool,
                           expandable_segment=segment, mapped=False)
         pool.add_unmapped(candidate)
         return candidate
+
+    def expandable_page_size(self, pool: BlockPool) -> int:
+        """The page an expandable segment of ``pool`` maps at a time: 2 MiB small, large_segment_size large."""
+        return kSmallBuffer if pool.is_small else self.config.large_segment_size
 
     def map_block(self, to_map: Block, size: int, context: Optional[list] = None) -> bool:
         """``map_block``: back the front of an unmapped block with pages, merge with free neighbours."""

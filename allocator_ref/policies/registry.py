@@ -110,6 +110,8 @@ register("stream_ordered", "allocator_ref.policies.stream_ordered:StreamOrderedA
          "cudaMallocAsync's pool (PyTorch's backend:cudaMallocAsync)")
 register("bfc", "allocator_ref.policies.bfc:BFCAllocator", "TensorFlow/XLA's best-fit with coalescing")
 register("direct", "allocator_ref.policies.direct:DirectAllocator", "cudaMalloc/cudaFree on every request")
+register("npu", "allocator_ref.caching.npu.allocator:NPUCachingAllocator",
+         "torch_npu's NPUCachingAllocator (Ascend NPUs, PYTORCH_NPU_ALLOC_CONF)", reads_alloc_conf=True)
 
 
 # The settings of the caching allocator that compare, predict and the what-if tables try; every

@@ -1,0 +1,78 @@
+"""torch_npu's ``NPUCachingAllocator``: PyTorch's caching allocator with Ascend's own rules.
+
+torch_npu (Ascend/pytorch, branch v2.11.0-26.1.0, for PyTorch 2.11) ports
+``CUDACachingAllocator.cpp`` to ``torch_npu/csrc/core/npu/NPUCachingAllocator.cpp``: the same pools,
+best fit, splitting, merging, expandable segments and stats.  So this design *is* the course's
+caching core (../device_caching_allocator.py) with only what differs overridden here:
+
+1. rounding: 32 bytes of padding before the 512 B rounding (rounding.py, ``round_size``);
+2. alignment: with expandable segments, a large block starts ``base_addr_aligned_kb``-aligned
+   (16 KiB by default; ``malloc``, after the block is found);
+3. expandable pages: the large pool's page follows ``large_segment_size_mb``, or the deprecated
+   ``segment_size_mb`` (``get_custom_expandable_segment_size``);
+4. settings: ``PYTORCH_NPU_ALLOC_CONF`` and its own parser (config.py); oversize requests may take a
+   cached block up to ``kLargeBuffer`` (20 MiB) bigger, never ``max_non_split_rounding_mb``.
+
+Not modelled: ``page_size:1g`` (1 GiB huge pages need the Ascend driver to say yes; the parser
+accepts the key), ``multi_stream_lazy_reclaim``'s deferred event polling, the HCCL memory
+registration of expandable segments, and the workspace allocator (``NPUWorkspaceAllocator.cpp``:
+one growing buffer per stream for operator scratch space, outside these pools).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..allocator import CachingAllocator
+from ..block import Block
+from ..device_caching_allocator import AllocParams, DeviceCachingAllocator
+from ..config import kRoundLarge
+from .config import NPUAllocatorConfig
+from .rounding import aligned_offset, npu_round_size
+
+
+class NPUDeviceCachingAllocator(DeviceCachingAllocator):
+    """``c10_npu::NPUCachingAllocator::DeviceCachingAllocator``: PyTorch's, with Ascend's rules."""
+
+    def round_size(self, size: int) -> int:
+        # NPUCachingAllocator.cpp, round_size: "size += AddPadSize();" before the 512 B rounding.
+        return npu_round_size(size, self.config)
+
+    def expandable_page_size(self, pool) -> int:
+        # NPUCachingAllocator.cpp, get_custom_expandable_segment_size (large pool), kSmallBuffer (small).
+        return self.config.expandable_page_size(pool.is_small)
+
+    def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool,
+                          context: Optional[list] = None) -> Block:
+        # NPUCachingAllocator.cpp, malloc: "if (params.size() >= kRoundLarge &&
+        # CachingAllocatorConfig::expandable_segments() && align_round != 0 && ptr % align_round != 0)"
+        # the front of the block up to the next aligned address stays free in the pool.
+        offset = 0
+        if p.size >= kRoundLarge and self.config.expandable_segments:
+            offset = aligned_offset(p.block.ptr, p.size, p.block.size, self.config.base_addr_aligned_size)
+        if offset:
+            front = p.block
+            block = Block(front.ptr + offset, front.size - offset, front.stream, front.stream_key, p.pool,
+                          expandable_segment=front.expandable_segment)
+            block.splice(front, front.next)
+            front.size = offset
+            p.pool.insert_into_blocks(front)
+            p.block = block
+            split = self.should_split(block, p.size, p.expandable)   # asked again, of the aligned block
+        return super().alloc_found_block(p, orig_size, split, context)
+
+
+class NPUCachingAllocator(CachingAllocator):
+    """torch_npu's caching allocator for one NPU, with torch.npu's functions as methods.
+
+    ``config`` is a ``PYTORCH_NPU_ALLOC_CONF`` string (or an NPUAllocatorConfig); ``read_env=True``
+    reads the real environment variable instead, as torch_npu does when it loads."""
+
+    device_allocator_class = NPUDeviceCachingAllocator
+
+    def __init__(self, device: Any = None, config: "str | NPUAllocatorConfig" = "", *,
+                 read_env: bool = False) -> None:
+        if read_env:
+            config = NPUAllocatorConfig.from_env()
+        elif not isinstance(config, NPUAllocatorConfig):
+            config = NPUAllocatorConfig.parse(config)
+        super().__init__(device, config)
