@@ -360,8 +360,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("replay", help="replay a snapshot's trace (verify it, or try another config/policy)")
     p.add_argument("snapshot")
     p.add_argument("--config", default=None, help='PYTORCH_CUDA_ALLOC_CONF string (default: the snapshot\'s own)')
-    p.add_argument("--policy", default="caching", choices=policy_names(),
-                   help="the allocator design to replay under (any registered policy)")
+    p.add_argument("--policy", default=None, choices=policy_names(),
+                   help="the allocator design to replay under (any registered policy; default: the one "
+                        "that recorded the file, torch_npu's 'npu' or PyTorch's 'caching')")
     p.add_argument("--verify", action="store_true", help="compare every decision with PyTorch's, address for address")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--profile", type=profile_name, default="h100-80gb", help="simulated device profile")

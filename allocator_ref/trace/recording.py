@@ -184,7 +184,8 @@ def load_recording(source: Any, name: Optional[str] = None) -> Recording:
                                "bytes, the dict torch.cuda.memory._snapshot() returns, or the list "
                                "torch.cuda.memory_snapshot() returns", name=name or "<input>",
                                value=show(source)))
-    config = (snapshot.get("allocator_settings") or {}).get("PYTORCH_CUDA_ALLOC_CONF", "") or ""
+    settings = snapshot.get("allocator_settings") or {}    # the NPU mirror's snapshots name torch_npu's variable
+    config = settings.get("PYTORCH_CUDA_ALLOC_CONF", settings.get("PYTORCH_NPU_ALLOC_CONF", "")) or ""
     return Recording(label, snapshot, config)
 
 

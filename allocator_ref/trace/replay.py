@@ -31,17 +31,19 @@ from typing import Any, Callable, Optional
 from ..caching.allocator import CachingAllocator
 from ..device.sizing import fit_profile, most_reserved
 from .engine import GUARD_HANDLES, REORDER_WINDOW, Engine, make_allocator    # noqa: F401  (named here too)
+from .npu_detect import detect
 from .recording import load_recording, recorded_config
 from .replay_report import Divergence, ReplayResult
 from .validate import SnapshotError
 
 
 def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, config: Optional[str] = None,
-           policy: str = "caching", verify: bool = False, profile: str = "h100-80gb",
+           policy: Optional[str] = None, verify: bool = False, profile: str = "h100-80gb",
            device_memory: Optional[int] = None, progress: Optional[bool] = None) -> ReplayResult:
     """Replay every device trace of ``snapshot`` (a Recording, or anything ``load_recording``
     takes: a path, bytes, a snapshot dict, a bare list of segments).
 
+    ``policy`` None replays on the design that recorded the file (torch_npu's or PyTorch's);
     ``config`` defaults to the snapshot's own ``PYTORCH_CUDA_ALLOC_CONF``;
     ``allocator_factory(device, config)`` builds something else than the policy named;
     ``device_memory`` (bytes) replays on a simulated GPU of that size: requests that do
@@ -51,12 +53,16 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
     recording = load_recording(snapshot)
     source = recording.source
     same_config = config is None
-    config = recording.config if config is None else config
+    # No policy named: the design that recorded the file, torch_npu's or PyTorch's, under the
+    # settings it recorded (or, for torch_npu, that its trace shows): npu_detect.py.
+    found = detect(recording.snapshot) if policy is None else None
+    policy = found.policy if found else policy
+    config = (found.config if found else recording.config) if config is None else config
     if verify and device_memory is not None:
         raise ValueError("--verify follows the trace (what failed on the GPU fails here, nothing else), so a GPU "
                          "size does not apply: drop --device-memory, or replay without --verify to ask what "
                          "happens on a GPU of that size")
-    if verify and (policy != "caching" or allocator_factory is not None or not same_config):
+    if verify and (policy not in ("caching", "npu") or allocator_factory is not None or not same_config):
         raise ValueError("--verify compares against PyTorch's own decisions: it needs the caching "
                          "policy and the snapshot's own config")
     if same_config and policy == "caching" and allocator_factory is None:
