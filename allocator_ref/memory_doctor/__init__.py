@@ -47,6 +47,7 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     """
     from .capacity import capacity_words, infer_capacity
     from .diagnosis import diagnose, whatif_run
+    from .npu_advice import npu_trials
     from .remedies import context_reserve, prescribe
     from .report import DoctorReport
     from .shortage import judge_diagnosis
@@ -96,7 +97,8 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
         else:
             target = total = None
             where = capacity_words(capacity)
-        plan = prescribe(run, diag.config, target, total, where, recorded_usable, live_need=diag.live_need)
+        plan = prescribe(run, diag.config, target, total, where, recorded_usable, live_need=diag.live_need,
+                         adapt=npu_trials if recording.policy == "npu" else None)   # torch_npu's knobs
         diag.judgement = judge_diagnosis(diag, target, asked=device_memory is not None)
     if diag.verified and diag.judgement is None:       # remedies not asked for: the rule still reads the run
         asked = None if device_memory is None else int(device_memory * GiB) - context_reserve(profile)

@@ -212,7 +212,7 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
     for i, events in enumerate(traces):
         if events:
             devices.append({"device": i, "events": len(events)})
-    config = (snapshot.get("allocator_settings") or {}).get("PYTORCH_CUDA_ALLOC_CONF", "") or ""
+    config = recording.config          # the recorded PYTORCH_CUDA_ALLOC_CONF (or torch_npu's, npu_detect.py)
     diag = Diagnosis(source=source, snapshot=snapshot, device=device, devices=devices, config=config,
                      verified=verify.perfect, verify_summary=summary, frames=frames,
                      allocated=allocated, reserved=reserved,

@@ -31,7 +31,6 @@ from typing import Any, Callable, Optional
 from ..caching.allocator import CachingAllocator
 from ..device.sizing import fit_profile, most_reserved
 from .engine import GUARD_HANDLES, REORDER_WINDOW, Engine, make_allocator    # noqa: F401  (named here too)
-from .npu_detect import detect
 from .recording import load_recording, recorded_config
 from .replay_report import Divergence, ReplayResult
 from .validate import SnapshotError
@@ -53,11 +52,8 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
     recording = load_recording(snapshot)
     source = recording.source
     same_config = config is None
-    # No policy named: the design that recorded the file, torch_npu's or PyTorch's, under the
-    # settings it recorded (or, for torch_npu, that its trace shows): npu_detect.py.
-    found = detect(recording.snapshot) if policy is None else None
-    policy = found.policy if found else policy
-    config = (found.config if found else recording.config) if config is None else config
+    config = recording.config if config is None else config
+    policy = policy or recording.policy    # none named: the design that recorded it (npu_detect.py)
     if verify and device_memory is not None:
         raise ValueError("--verify follows the trace (what failed on the GPU fails here, nothing else), so a GPU "
                          "size does not apply: drop --device-memory, or replay without --verify to ask what "
@@ -147,4 +143,4 @@ class TraceStepper:
         engine._run_until(len(self.events))
         engine._finish()
         engine.result.snapshot_entries = engine.recording.snapshot_entries
-        return ReplayResult(self.recording.source, "caching", self.recording.config, True, [engine.result])
+        return ReplayResult(self.recording.source, engine.policy, self.recording.config, True, [engine.result])

@@ -1,0 +1,66 @@
+"""The doctor on a torch_npu run: it replays torch_npu's design and answers in PYTORCH_NPU_ALLOC_CONF terms
+(memory_doctor/npu_advice.py); a CUDA run's answer is unchanged."""
+import pytest
+
+import allocator_ref as ar
+from allocator_ref.caching.npu import NPUCachingAllocator
+from allocator_ref.device import SimDevice
+from allocator_ref.memory_doctor import examples
+
+from npu_traces import MiB, torch_npu_shape
+
+
+def fragmented_npu_run(config=""):
+    """examples.fragmentation_run on the NPU mirror: 6 MiB tensors, two of every three freed, then 200 MiB."""
+    a = NPUCachingAllocator(SimDevice("tiny-1gb"), config)
+    a.record_memory_history(max_entries=1_000_000)
+    live = [a.malloc(6 * MiB) for _ in range(120)]
+    for i, x in enumerate(live):
+        if i % 3:
+            a.free(x)
+    try:
+        a.malloc(200 * MiB)          # runs out of memory unless expandable segments reuse the holes
+    except ar.OutOfMemoryError:
+        pass
+    return torch_npu_shape(a.snapshot(), workspace=True)
+
+
+@pytest.fixture(scope="module")
+def npu_report():
+    return ar.doctor(fragmented_npu_run()).to_json()
+
+
+def test_the_doctor_reproduces_a_torch_npu_run_and_prescribes_in_its_terms(npu_report):
+    assert npu_report["verified"] and npu_report["allocs_exact"] == npu_report["allocs"]
+    assert npu_report["oom_count"] == 1
+    assert npu_report["recommended_line"] == "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True"
+    rows = {t["kind"]: t for t in npu_report["remedies"]}
+    assert rows["recorded"]["mismatch"] is None and rows["recorded"]["fits"] is False
+    assert all(t["policy"] == "npu" for t in npu_report["remedies"] if t["kind"] != "async")
+    assert all(t["line"].startswith("PYTORCH_NPU_ALLOC_CONF=") for t in npu_report["remedies"])
+
+
+def test_there_is_no_cudamallocasync_row_on_an_npu(npu_report):
+    row = next(t for t in npu_report["remedies"] if t["kind"] == "async")
+    assert row["skip_reason"] == "not-on-npu" and row["peak_reserved"] == 0
+
+
+def test_a_combination_torch_npu_refuses_is_never_offered():
+    report = ar.doctor(fragmented_npu_run("expandable_segments:True"), device_memory=1.0).to_json()
+    refused = [t for t in report["remedies"] if t["skip_reason"] == "refused-by-torch-npu"]
+    assert {t["kind"] for t in refused} == {"max_split", "gc"} and all(t["peak_reserved"] == 0 for t in refused)
+    assert report["verified"]
+
+
+def test_a_cuda_run_is_still_answered_in_pytorch_cuda_alloc_conf_terms():
+    report = ar.doctor(examples.fragmentation_run()).to_json()
+    assert report["recommended_line"].startswith("PYTORCH_CUDA_ALLOC_CONF=")
+    assert all(t["policy"] in ("caching", "stream_ordered") for t in report["remedies"])
+
+
+def test_the_doctor_runs_on_an_atlas_profile_and_says_so():
+    from allocator_ref.device import load_profile
+    report = ar.doctor(fragmented_npu_run(), profile="atlas-800t-a2-64gb").to_json()
+    assert report["simulated_gpu"] == "atlas-800t-a2-64gb" and report["verified"]
+    assert load_profile("atlas-800t-a2-64gb").total_memory == 64 * 2**30
+    assert load_profile("atlas-300i-duo-48gb").total_memory == 48 * 2**30
