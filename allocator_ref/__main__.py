@@ -210,7 +210,7 @@ def compare_rows(snapshot, profile: str = "h100-80gb", device_memory: float | No
     from .trace.recording import load_recording
     data = load_recording(snapshot)           # loaded and checked once, for every row
     try:
-        trials, capacity = what_if(data, [(p, c) for p, c in what_if_designs() if (p, c) != ("caching", "")],
+        trials, capacity = what_if(data, [(p, c) for p, c in what_if_designs(data.policy) if (p, c) != (data.policy, "")],
                                    device_memory=device_memory, profile=profile)
     except ValueError as exc:
         if "does not reproduce" not in str(exc):
@@ -226,7 +226,7 @@ def compare_rows(snapshot, profile: str = "h100-80gb", device_memory: float | No
                      "num_alloc_retries": t.alloc_retries, "simulated_ms": t.device_call_ms,
                      "fits": t.fits if device_memory is not None else None, "anchored": True,
                      "reproduces": None if t.kind != "recorded" else t.mismatch is None,
-                     "prediction": t.policy != "caching",
+                     "prediction": t.policy != data.policy,
                      "capacity": None if t.kind != "recorded" else capacity.to_json(),
                      "skipped": t.skipped or None})      # not replayed (why): its figures are not measured
     return rows
@@ -236,7 +236,7 @@ def _plain_rows(data, profile: str, device_memory):
     from .trace.replay import replay
     rows = []
     size = None if device_memory is None else int(device_memory * GiB)
-    for policy, config in what_if_designs():
+    for policy, config in what_if_designs(data.policy):
         result = replay(data, config=config, policy=policy, profile=profile, device_memory=size,
                         progress=False).to_json()
         rows.append({"policy": policy, "config": config or "(default)",
@@ -245,7 +245,7 @@ def _plain_rows(data, profile: str, device_memory):
                      "device_calls": result["device_calls"], "num_alloc_retries": None,
                      "simulated_ms": result["simulated_time_us"] / 1000,
                      "fits": None if size is None else result["fits"], "anchored": False,
-                     "reproduces": None, "prediction": policy != "caching", "capacity": None})
+                     "reproduces": None, "prediction": policy != data.policy, "capacity": None})
     return rows
 
 
@@ -295,7 +295,7 @@ def cmd_compare(args) -> int:
     if args.plot:
         from .memory_doctor.charts import plot_what_if
         target = None if args.device_memory is None else int(args.device_memory * GiB)
-        chart_rows = [{"label": r["config"] if r["policy"] == "caching" else r["policy"],
+        chart_rows = [{"label": r["policy"] if r["prediction"] else r["config"],   # another design: its name
                        "peak_reserved": r["peak_reserved"], "peak_allocated": r["peak_allocated"],
                        "fragmentation": r["fragmentation_at_peak"], "fits": r["fits"]} for r in rows]
         from .editions.language import speaking

@@ -64,3 +64,15 @@ def test_the_doctor_runs_on_an_atlas_profile_and_says_so():
     assert report["simulated_gpu"] == "atlas-800t-a2-64gb" and report["verified"]
     assert load_profile("atlas-800t-a2-64gb").total_memory == 64 * 2**30
     assert load_profile("atlas-300i-duo-48gb").total_memory == 48 * 2**30
+
+
+def test_the_what_if_table_of_an_npu_run_tries_torch_npu_settings_first():
+    from allocator_ref.__main__ import compare_rows
+    rows = compare_rows(fragmented_npu_run())
+    assert rows[0]["policy"] == "npu" and rows[0]["reproduces"] is True and not rows[0]["prediction"]
+    knobs = [r for r in rows if r["policy"] == "npu"]
+    assert [r["config"] for r in knobs][1:] == ["expandable_segments:True", "max_split_size_mb:128",
+                                                "roundup_power2_divisions:4"]
+    pytorch = next(r for r in rows if r["policy"] == "caching")
+    assert pytorch["prediction"] and pytorch["peak_reserved"] > 0      # PyTorch's design, as another design
+    assert rows[0]["peak_allocated"] > pytorch["peak_allocated"]       # every block carries torch_npu's pad

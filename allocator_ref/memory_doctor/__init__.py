@@ -170,12 +170,13 @@ def what_if(snapshot: Any, settings=(("caching", "expandable_segments:True"),), 
                               lambda usable: _replay_recorded(run, diag.config, usable))
     recorded_usable = capacity.target if capacity.known else None
     usable = recorded_usable if device_memory is None else int(device_memory * GiB) - context_reserve(profile)
-    rows = [run_trial(Trial("recorded", "", diag.config), run, recorded_usable)]
+    design = diag.recording.policy if diag.recording is not None else "caching"   # torch_npu's or PyTorch's
+    rows = [run_trial(Trial("recorded", "", diag.config, policy=design), run, recorded_usable)]
     if usable != recorded_usable:
-        rows.append(run_trial(Trial("recorded-on-target", "", diag.config), run, usable))
+        rows.append(run_trial(Trial("recorded-on-target", "", diag.config, policy=design), run, usable))
     for policy, change in settings:
-        config = with_change(diag.config, change) if policy == "caching" else change
-        rows.append(run_trial(Trial(policy if policy != "caching" else "change", change, config, policy=policy),
+        config = with_change(diag.config, change) if policy == design else change
+        rows.append(run_trial(Trial(policy if policy != design else "change", change, config, policy=policy),
                               run, usable))
     return rows, capacity
 

@@ -119,8 +119,9 @@ register("npu", "allocator_ref.caching.npu.allocator:NPUCachingAllocator",
 CACHING_WHAT_IFS = ("", "expandable_segments:True", "max_split_size_mb:128", "roundup_power2_divisions:4")
 
 
-def what_if_designs() -> list[tuple[str, str]]:
-    """The what-if rows, as (policy, config): the caching allocator under each setting of
-    CACHING_WHAT_IFS (the first, "", is the recorded default), then every other design of this
-    registry with its defaults. A design registered here appears in every what-if table."""
-    return [("caching", c) for c in CACHING_WHAT_IFS] + [(p, "") for p in policy_names() if p != "caching"]
+def what_if_designs(recorded: str = "caching") -> list[tuple[str, str]]:
+    """The what-if rows, as (policy, config): the design that recorded the run (PyTorch's caching
+    allocator, or torch_npu's ``npu``: the same knobs) under each setting of CACHING_WHAT_IFS (the
+    first, "", is the recorded default), then every other design of this registry with its
+    defaults. A design registered here appears in every what-if table."""
+    return [(recorded, c) for c in CACHING_WHAT_IFS] + [(p, "") for p in policy_names() if p != recorded]
