@@ -6,7 +6,8 @@ tests, GitHub code and issues), so these stand in for them, one per rule that di
 Ascend/pytorch v2.11.0-26.1.0) writes: ``segments`` and ``device_traces`` only (no
 ``allocator_settings``), trace entries with action/addr/size/stream/frames (no ``time_us``), the
 default stream as a real aclrtStream pointer (NPUStream.cpp), and, when asked, the workspace
-allocator's buffer: a ``workspace_snapshot`` entry at the front of the trace and its segment.
+allocator's buffer: at the front of the trace the three entries NPUWorkspaceAllocator.cpp's
+``get_trace`` writes for it (workspace_snapshot, segment_alloc, alloc), and its segment.
 """
 from allocator_ref.caching.npu import NPUCachingAllocator
 from allocator_ref.device import open_device
@@ -33,8 +34,8 @@ def torch_npu_shape(snap, workspace=False):
               for trace in snap["device_traces"]]
     if workspace:                 # NPUWorkspaceAllocator: one 2 MiB-rounded buffer per stream
         address, size = 0x12C0C0000000, 4 * MiB
-        traces[0].insert(0, {"action": "workspace_snapshot", "addr": address, "size": size,
-                             "stream": ACL_STREAM, "frames": []})
+        traces[0][:0] = [{"action": action, "addr": address, "size": size, "stream": ACL_STREAM, "frames": []}
+                         for action in ("workspace_snapshot", "segment_alloc", "alloc")]
         segments.append({"device": 0, "address": address, "total_size": size, "allocated_size": 0,
                          "active_size": 0, "requested_size": 0, "stream": ACL_STREAM, "segment_type": "large",
                          "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],

@@ -53,6 +53,11 @@ def test_the_workspace_buffer_is_set_aside_not_replayed(runs):
     loaded = load_recording(snapshot).snapshot
     assert [w["size"] for w in loaded["npu_workspace"]] == [4 << 20]
     assert all(e["action"] != "workspace_snapshot" for e in loaded["device_traces"][0])
+    assert len(loaded["device_traces"][0]) == len(snapshot["device_traces"][0]) - 3   # its three entries
+    first, recorded_first = loaded["device_traces"][0][0], snapshot["device_traces"][0][3]
+    assert (first["action"], first["addr"]) == (recorded_first["action"], recorded_first["addr"])
+    workspace_addr = loaded["npu_workspace"][0]["addr"]
+    assert all(e.get("addr") != workspace_addr for e in loaded["device_traces"][0])
     assert len(loaded["segments"]) == len(snapshot["segments"]) - 1
     assert "npu_workspace" not in snapshot           # the caller's dict is left as it was
 

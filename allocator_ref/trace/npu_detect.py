@@ -6,7 +6,8 @@ PyTorch's ``torch.cuda.memory._snapshot()`` (torch/csrc/cuda/Module.cpp, PyTorch
 file keeps:
 
 1. a ``workspace_snapshot`` action: the workspace allocator's buffers (NPUWorkspaceAllocator.cpp,
-   ``get_trace``) are put at the front of each device's trace, and its segments appended to
+   ``get_trace``) are put at the front of each device's trace, each as three entries at its
+   address (``workspace_snapshot``, ``segment_alloc``, ``alloc``), and its segments appended to
    ``segments``; PyTorch has no such action.  Decisive on its own.
 2. no ``allocator_settings`` at the top level and no ``time_us`` in trace entries (PyTorch has
    written both since before 2.11; PyTorch 2.0 wrote neither, so these only rule torch_npu *out*).
@@ -23,7 +24,8 @@ A snapshot is torch_npu's when (1) holds, or when nothing of (2)-(3) rules it ou
 (4) say NPU and none says CUDA.  Course-made snapshots of the NPU mirror say so themselves: their
 ``allocator_settings`` name ``PYTORCH_NPU_ALLOC_CONF``.
 
-``set_aside_workspace`` takes the workspace allocator's entries and segments out before the loader
+``set_aside_workspace`` takes the workspace allocator's entries (the three of each buffer) and its
+segments out before the loader
 checks the file (they are not the caching allocator's decisions) and keeps them under
 ``npu_workspace`` so that the detection and the doctor still see them.
 """
@@ -129,6 +131,20 @@ def _detect(snapshot: dict) -> Detection:
     return Detection("caching", f"rounding votes: {npu} NPU, {cuda} CUDA")
 
 
+def _workspace_entries(trace: list) -> set:
+    """Positions of the workspace allocator's entries in one device trace: each ``workspace_snapshot``
+    and the ``segment_alloc`` and ``alloc`` torch_npu writes right after it at the same address."""
+    out = set()
+    for k, e in enumerate(trace):
+        if isinstance(e, dict) and e.get("action") == WORKSPACE_ACTION:
+            out.add(k)
+            for j, action in ((k + 1, "segment_alloc"), (k + 2, "alloc")):
+                nxt = trace[j] if j < len(trace) else None
+                if isinstance(nxt, dict) and nxt.get("action") == action and nxt.get("addr") == e.get("addr"):
+                    out.add(j)
+    return out
+
+
 def set_aside_workspace(obj):
     """``obj`` without torch_npu's workspace entries and segments, which are kept under
     ``npu_workspace``; anything else (a CUDA snapshot, a hostile value) is returned untouched."""
@@ -143,8 +159,10 @@ def set_aside_workspace(obj):
     segments = obj.get("segments")
     kept = [s for s in segments if not (isinstance(s, dict) and (s.get("device", 0), s.get("address")) in places)] \
         if isinstance(segments, list) else segments
-    clean = [[e for e in t if not (isinstance(e, dict) and e.get("action") == WORKSPACE_ACTION)]
-             if isinstance(t, list) else t for t in traces]
+    clean = []
+    for t in traces:
+        drop = _workspace_entries(t) if isinstance(t, list) else set()
+        clean.append([e for k, e in enumerate(t) if k not in drop] if isinstance(t, list) else t)
     workspace = [{"device": d, "addr": e.get("addr"), "size": e.get("size"), "stream": e.get("stream")}
                  for d, e in found]
     return {**obj, "segments": kept, "device_traces": clean, "npu_workspace": workspace}
