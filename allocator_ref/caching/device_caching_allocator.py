@@ -30,7 +30,7 @@ from ..events import TraceEntry, TraceRecorder, gather_python_stack
 from .block import Block, BlockPool
 from .capture_rules import stream_get_capture_info, update_visited
 from .checkpoint import PrivatePoolState, RestoreResult, SegmentState
-from .config import SIZE_MAX, AllocatorConfig, get_allocation_size, kMinBlockSize, kSmallBuffer, kSmallSize, round_size
+from .config import SIZE_MAX, AllocatorConfig, get_allocation_size, kMinBlockSize, kSmallSize, round_size
 from .expandable import ExpandableSegment, allocatable, expandable_size, is_expandable_segments_active
 from .oom import OutOfMemoryError, oom_message
 from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
@@ -580,17 +580,13 @@ class DeviceCachingAllocator:
                 candidate = candidate.prev      # a free block just before the unmapped range can join it
             if has_room(candidate):
                 return candidate
-        page = self.expandable_page_size(pool)
+        page = self.config.expandable_page_size(pool.is_small)
         segment = ExpandableSegment(self.device, stream, page)
         self.expandable_segments_.append(segment)
         candidate = Block(segment.ptr, segment.size(), stream, stream.handle, pool,
                           expandable_segment=segment, mapped=False)
         pool.add_unmapped(candidate)
         return candidate
-
-    def expandable_page_size(self, pool: BlockPool) -> int:
-        """The page an expandable segment of ``pool`` maps at a time: 2 MiB small, large_segment_size large."""
-        return kSmallBuffer if pool.is_small else self.config.large_segment_size
 
     def map_block(self, to_map: Block, size: int, context: Optional[list] = None) -> bool:
         """``map_block``: back the front of an unmapped block with pages, merge with free neighbours."""

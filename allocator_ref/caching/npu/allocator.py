@@ -37,10 +37,6 @@ class NPUDeviceCachingAllocator(DeviceCachingAllocator):
         # NPUCachingAllocator.cpp, round_size: "size += AddPadSize();" before the 512 B rounding.
         return npu_round_size(size, self.config)
 
-    def expandable_page_size(self, pool) -> int:
-        # NPUCachingAllocator.cpp, get_custom_expandable_segment_size (large pool), kSmallBuffer (small).
-        return self.config.expandable_page_size(pool.is_small)
-
     def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool,
                           context: Optional[list] = None) -> Block:
         # NPUCachingAllocator.cpp, malloc: "if (params.size() >= kRoundLarge &&
