@@ -160,3 +160,24 @@ def test_a_refused_setting_leaves_the_allocator_as_it_was():
 def test_a_config_that_is_not_a_string_is_refused():
     with pytest.raises(TypeError, match="PYTORCH_NPU_ALLOC_CONF must be a string"):
         NPUAllocatorConfig.parse(["expandable_segments:True"])
+
+
+def test_memory_stats_has_the_keys_torch_npu_reports():
+    npu, cuda = both()
+    npu.free(npu.malloc(3 * MiB))
+    cuda.free(cuda.malloc(3 * MiB))
+    npu_keys, cuda_keys = set(npu.memory_stats()), set(cuda.memory_stats())
+    assert cuda_keys - npu_keys == {"num_sync_all_streams", "num_device_alloc", "num_device_free"}
+    assert npu_keys < cuda_keys and npu.memory_stats()["allocation.all.allocated"] == 1
+    assert npu.memory_stats()["allocated_bytes.all.allocated"] == 3 * MiB + 512   # the pad is allocated too
+
+
+def test_memory_summary_is_headed_as_torch_npu_heads_it():
+    npu, cuda = both()
+    npu.malloc(1000)
+    cuda.malloc(1000)
+    npu_lines, cuda_lines = npu.memory_summary().splitlines(), cuda.memory_summary().splitlines()
+    assert "PyTorch NPU memory summary, device ID 0" in npu_lines[1]
+    assert "NPU OOMs: 0" in npu_lines[3] and "npuMalloc retries: 0" in npu_lines[3]
+    assert "PyTorch CUDA memory summary, device ID 0" in cuda_lines[1] and "cudaMalloc retries" in cuda_lines[3]
+    assert [len(line) for line in npu_lines] == [len(line) for line in cuda_lines]    # the same 75 columns

@@ -2,7 +2,8 @@
 
 config.py      PYTORCH_NPU_ALLOC_CONF, parsed as torch_npu parses it
 rounding.py    the 32-byte pad before rounding, the 16 KiB start of large expandable blocks
-allocator.py   the allocator: the caching core with those two rules plugged in
+stats.py       memory_stats() without the counters torch_npu does not keep
+allocator.py   the allocator: the caching core with those rules plugged in
 """
 from .allocator import NPUCachingAllocator, NPUDeviceCachingAllocator
 from .config import NPU_KEYS, NPUAllocatorConfig, NPUConfigError

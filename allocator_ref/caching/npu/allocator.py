@@ -9,9 +9,10 @@ caching core (../device_caching_allocator.py) with only what differs overridden 
 2. alignment: with expandable segments, a large block starts ``base_addr_aligned_kb``-aligned
    (16 KiB by default; ``malloc``, after the block is found);
 3. expandable pages: the large pool's page follows ``large_segment_size_mb``, or the deprecated
-   ``segment_size_mb`` (``get_custom_expandable_segment_size``);
+   ``segment_size_mb`` (``get_custom_expandable_segment_size``; config.py);
 4. settings: ``PYTORCH_NPU_ALLOC_CONF`` and its own parser (config.py); oversize requests may take a
-   cached block up to ``kLargeBuffer`` (20 MiB) bigger, never ``max_non_split_rounding_mb``.
+   cached block up to ``kLargeBuffer`` (20 MiB) bigger, never ``max_non_split_rounding_mb``;
+5. stats: ``memory_stats()`` without the three counters torch_npu does not keep (stats.py).
 
 Not modelled: ``page_size:1g`` (1 GiB huge pages need the Ascend driver to say yes; the parser
 accepts the key), ``multi_stream_lazy_reclaim``'s deferred event polling, the HCCL memory
@@ -26,8 +27,10 @@ from ..allocator import CachingAllocator
 from ..block import Block
 from ..device_caching_allocator import AllocParams, DeviceCachingAllocator
 from ..config import kRoundLarge
+from ..summary import memory_summary
 from .config import NPUAllocatorConfig
 from .rounding import aligned_offset, npu_round_size
+from .stats import npu_memory_stats
 
 
 class NPUDeviceCachingAllocator(DeviceCachingAllocator):
@@ -72,3 +75,12 @@ class NPUCachingAllocator(CachingAllocator):
         elif not isinstance(config, NPUAllocatorConfig):
             config = NPUAllocatorConfig.parse(config)
         super().__init__(device, config)
+
+    def memory_stats(self) -> dict:
+        """``torch.npu.memory_stats()``: PyTorch's keys less the counters torch_npu does not keep (stats.py)."""
+        return npu_memory_stats(super().memory_stats())
+
+    def memory_summary(self, abbreviated: bool = False) -> str:
+        """``torch.npu.memory_summary()``: the same table, headed "PyTorch NPU memory summary"."""
+        return memory_summary(self.memory_stats(), self.device.info.index, abbreviated, kind="NPU",
+                              malloc="npuMalloc")
