@@ -125,3 +125,14 @@ def test_no_real_cuda_trace_is_taken_for_torch_npu():
 def test_set_aside_workspace_never_raises_on_hostile_input(hostile):
     out = set_aside_workspace(hostile)
     assert out is hostile or out["npu_workspace"] == [{"device": 0, "addr": None, "size": None, "stream": None}]
+
+
+def test_a_setting_torch_npu_could_not_have_had_is_refused_naming_the_file(runs, tmp_path, capsys):
+    snapshot = runs["padded-requests"] | {"allocator_settings": {"PYTORCH_NPU_ALLOC_CONF": "bogus:1"}}
+    path = tmp_path / "bad.pickle"
+    path.write_bytes(pickle.dumps(snapshot))
+    for command in (["replay", str(path), "--verify"], ["doctor", str(path)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {path}: allocator_settings['PYTORCH_NPU_ALLOC_CONF'] = 'bogus:1'")
+        assert "unrecognized option 'bogus'" in err and "\n" not in err

@@ -111,11 +111,22 @@ def recorded_config(config: str, source: str = "<dict>", policy: str = "caching"
     naming the file and the field.  A torch_npu recording's is read by torch_npu's parser."""
     from ..caching.config import AllocatorConfig
     if policy == "npu":
-        from ..caching.npu.config import NPUAllocatorConfig as AllocatorConfig   # noqa: N814
+        return _recorded_npu_config(config, source)
     try:
         return AllocatorConfig.parse(config) if config else AllocatorConfig()
     except ValueError as exc:
         raise SnapshotError(tr("{source}: allocator_settings['PYTORCH_CUDA_ALLOC_CONF'] = "
+                               "{config} cannot be used: {why}", source=source,
+                               config=repr(config[:80]), why=exc)) from None
+
+
+def _recorded_npu_config(config: str, source: str):
+    """A torch_npu run's setting, read by torch_npu's parser (caching/npu/config.py)."""
+    from ..caching.npu.config import NPUAllocatorConfig
+    try:
+        return NPUAllocatorConfig.parse(config)
+    except ValueError as exc:
+        raise SnapshotError(tr("{source}: allocator_settings['PYTORCH_NPU_ALLOC_CONF'] = "
                                "{config} cannot be used: {why}", source=source,
                                config=repr(config[:80]), why=exc)) from None
 
@@ -191,6 +202,8 @@ def load_recording(source: Any, name: Optional[str] = None) -> Recording:
                                "torch.cuda.memory_snapshot() returns", name=name or "<input>",
                                value=show(source)))
     found = detect(snapshot)      # PyTorch's or torch_npu's, and the settings it ran with
+    if found.policy == "npu":
+        recorded_config(found.config, label, "npu")    # one torch_npu could not have had: refused here
     return Recording(label, snapshot, found.config, found.policy)
 
 
