@@ -6,6 +6,7 @@ The rules come from Ascend/pytorch v2.11.0-26.1.0, torch_npu/csrc/core/npu/NPUCa
 import pytest
 
 from allocator_ref.caching.allocator import CachingAllocator
+from allocator_ref.caching.oom import OutOfMemoryError, format_size as fmt
 from allocator_ref.caching.npu import NPU_KEYS, NPUAllocatorConfig, NPUCachingAllocator, NPUConfigError
 from allocator_ref.device import open_device
 from allocator_ref.policies.registry import make_allocator, policy_names
@@ -181,3 +182,36 @@ def test_memory_summary_is_headed_as_torch_npu_heads_it():
     assert "NPU OOMs: 0" in npu_lines[3] and "npuMalloc retries: 0" in npu_lines[3]
     assert "PyTorch CUDA memory summary, device ID 0" in cuda_lines[1] and "cudaMalloc retries" in cuda_lines[3]
     assert [len(line) for line in npu_lines] == [len(line) for line in cuda_lines]    # the same 75 columns
+
+
+def test_out_of_memory_is_worded_as_torch_npu_words_it():
+    # NPUCachingAllocator.cpp, malloc: "NPU out of memory. Tried to allocate ... (NPU 0; ... total
+    # capacity; ... already allocated; ... current active; ... free; ... reserved in total by PyTorch)."
+    npu = NPUCachingAllocator(open_device("sim", profile="tiny-1gb"))
+    keep = npu.malloc(5 * MiB)                  # 5 MiB + 32 B active in a 20 MiB segment
+    big = npu.malloc(900 * MiB)                 # 900 MiB + 512 B block in a 900 MiB + 2 MiB segment
+    free = npu.device.mem_get_info()[0]
+    with pytest.raises(OutOfMemoryError) as err:
+        npu.malloc(41 * MiB)                    # padded: 41 MiB + 512 B, alloc_size 42 MiB
+    assert str(err.value) == (
+        f"NPU out of memory. Tried to allocate 42.00 MiB (NPU 0; 1024.00 MiB total capacity; "
+        f"{fmt(keep.size + big.size)} already allocated; {fmt(keep.size + big.size)} current active; "
+        f"{fmt(free)} free; 922.00 MiB reserved in total by PyTorch)."
+        "If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.")
+    assert npu.memory_stats()["num_ooms"] == 1
+    npu.free(keep)                              # the state stays consistent: the cache still serves
+    assert npu.malloc(5 * MiB).ptr == keep.ptr
+
+
+def test_the_npu_out_of_memory_names_the_fraction_and_the_exabyte_limit():
+    npu = NPUCachingAllocator(open_device("sim", profile="tiny-1gb"))
+    npu.set_per_process_memory_fraction(100 / 1024)
+    with pytest.raises(OutOfMemoryError, match=r"^NPU out of memory\. Tried to allocate 102\.00 MiB \(NPU 0; "
+                       r".* free; 100\.00 MiB allowed; 0 bytes reserved in total by PyTorch\)\.If reserved"):
+        npu.malloc(101 * MiB)
+    with pytest.raises(OutOfMemoryError) as err:
+        npu.malloc(1 << 60)
+    assert str(err.value) == "NPU out of memory. Tried to allocate more than 1EB memory."
+    cuda = CachingAllocator(open_device("sim", profile="tiny-1gb"))
+    with pytest.raises(OutOfMemoryError, match=r"^CUDA out of memory\. Tried to allocate 2\.00 GiB\. GPU 0 "):
+        cuda.malloc(2 << 30)                    # PyTorch's design keeps PyTorch's words

@@ -12,7 +12,8 @@ caching core (../device_caching_allocator.py) with only what differs overridden 
    ``segment_size_mb`` (``get_custom_expandable_segment_size``; config.py);
 4. settings: ``PYTORCH_NPU_ALLOC_CONF`` and its own parser (config.py); oversize requests may take a
    cached block up to ``kLargeBuffer`` (20 MiB) bigger, never ``max_non_split_rounding_mb``;
-5. stats: ``memory_stats()`` without the three counters torch_npu does not keep (stats.py).
+5. stats: ``memory_stats()`` without the three counters torch_npu does not keep (stats.py);
+6. out of memory: torch_npu's own words, "NPU out of memory. Tried to allocate ..." (oom.py).
 
 Not modelled: ``page_size:1g`` (1 GiB huge pages need the Ascend driver to say yes; the parser
 accepts the key), ``multi_stream_lazy_reclaim``'s deferred event polling, the HCCL memory
@@ -27,14 +28,26 @@ from ..allocator import CachingAllocator
 from ..block import Block
 from ..device_caching_allocator import AllocParams, DeviceCachingAllocator
 from ..config import kRoundLarge
+from ..stats import AGGREGATE
 from ..summary import memory_summary
 from .config import NPUAllocatorConfig
+from .oom import EXABYTE_MESSAGE, npu_oom_message
 from .rounding import aligned_offset, npu_round_size
 from .stats import npu_memory_stats
 
 
 class NPUDeviceCachingAllocator(DeviceCachingAllocator):
     """``c10_npu::NPUCachingAllocator::DeviceCachingAllocator``: PyTorch's, with Ascend's rules."""
+
+    exabyte_message = EXABYTE_MESSAGE      # NpuCachingAllocator::allocate: "NPU out of memory. ... 1EB"
+
+    def out_of_memory_message(self, alloc_size: int, total: int, free: int) -> str:
+        # NPUCachingAllocator.cpp, malloc: torch_npu's own wording, with the active bytes (oom.py).
+        stats = self.stats
+        return npu_oom_message(
+            device_index=self.device.info.index, alloc_size=alloc_size, total=total, free=free,
+            allocated=stats.allocated_bytes[AGGREGATE].current, active=stats.active_bytes[AGGREGATE].current,
+            reserved=stats.reserved_bytes[AGGREGATE].current, allowed=self.allowed_memory_maximum)
 
     def round_size(self, size: int) -> int:
         # NPUCachingAllocator.cpp, round_size: "size += AddPadSize();" before the 512 B rounding.
