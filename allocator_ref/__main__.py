@@ -401,8 +401,9 @@ def main(argv=None) -> int:
     d.add_argument("--html", default=None, help="write the self-contained HTML report here")
     d.add_argument("--json", action="store_true", help="print the report as one JSON object")
     d.add_argument("--device", type=int, default=None, help="which GPU of a multi-GPU snapshot")
-    d.add_argument("--profile", type=profile_name, default="h100-80gb",
-                   help="simulated device profile for the replays")
+    d.add_argument("--profile", type=profile_name, default=None,
+                   help="simulated device profile for the replays (default: h100-80gb, or atlas-800t-a2-64gb for "
+                        "a torch_npu run)")
     d.add_argument("--lang", choices=LANGUAGES, default=None,
                    help="the report's language (default: ALLOCATOR_REF_LANG, a Chinese edition folder, the "
                         "course-settings.toml language, the locale, else English)")

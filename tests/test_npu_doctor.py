@@ -76,3 +76,67 @@ def test_the_what_if_table_of_an_npu_run_tries_torch_npu_settings_first():
     pytorch = next(r for r in rows if r["policy"] == "caching")
     assert pytorch["prediction"] and pytorch["peak_reserved"] > 0      # PyTorch's design, as another design
     assert rows[0]["peak_allocated"] > pytorch["peak_allocated"]       # every block carries torch_npu's pad
+
+
+# ---- the doctor speaks of the NPU (memory_doctor/device_words.py) ---------------------------------
+CUDA_ONLY = ("cudaMemGetInfo", "cuMemMap", "cudaMalloc ", "cudaMalloc)", "cudaFree", "torch.cuda.", "CUDA context",
+             "PyTorch's address")      # (the skipped row names cudaMallocAsync: torch_npu has none)
+
+
+@pytest.fixture(scope="module")
+def npu_reports(tmp_path_factory):
+    """One NPU run, doctored in English and in Chinese, with no --profile."""
+    from allocator_ref.editions import language as lang
+    english = ar.doctor(fragmented_npu_run())
+    with lang.speaking("zh"):
+        chinese = ar.doctor(fragmented_npu_run())
+    return english, chinese
+
+
+def test_an_npu_run_is_replayed_on_an_atlas_card_when_no_profile_is_named(npu_reports, tmp_path):
+    english, _ = npu_reports
+    assert english.to_json()["simulated_gpu"] == "atlas-800t-a2-64gb"
+    assert ar.doctor(examples.fragmentation_run()).to_json()["simulated_gpu"] == "h100-80gb"
+    import json
+    import pickle
+    from contextlib import redirect_stdout
+    from io import StringIO
+    from allocator_ref.__main__ import main
+    path = tmp_path / "npu_run.pickle"
+    path.write_bytes(pickle.dumps(fragmented_npu_run()))
+    for argv, profile in ((["doctor", str(path), "--json"], "atlas-800t-a2-64gb"),
+                          (["doctor", str(path), "--json", "--profile", "atlas-300i-duo-48gb"], "atlas-300i-duo-48gb")):
+        out = StringIO()
+        with redirect_stdout(out):
+            assert main(argv) == 0
+        assert json.loads(out.getvalue())["simulated_gpu"] == profile
+
+
+def test_the_doctor_names_npu_calls_on_an_npu_run(npu_reports):
+    english, _ = npu_reports
+    text, page = english.text(), english.html()
+    for name in ("aclrtGetMemInfo", "aclrtMapMem/aclrtUnmapMem", "torch_npu's address", "like an NPU with",
+                 "rounded as torch_npu rounds it (a multiple of 512 B, after 32 B of padding)",
+                 '"160.0 MiB free": what aclrtGetMemInfo reported', '"240.0 MiB already allocated"',
+                 '"800.0 MiB reserved in total by PyTorch": 560.0 MiB of it'):
+        assert name in text, name
+    assert not [word for word in CUDA_ONLY if word in text or word in page]
+    assert "torch_npu's NPUCachingAllocator" in page and "simulated</i> NPU" in page
+    assert english.to_json()["judgement"]["rule"].startswith("a failed request is a shortage when, rounded as torch_npu")
+
+
+def test_a_cuda_run_still_names_cuda_calls():
+    text = ar.doctor(examples.fragmentation_run()).text()
+    assert "cudaMemGetInfo" in text and "PyTorch's address" in text and "like a GPU with" in text
+    assert not [word for word in ("aclrt", "torch_npu", "NPU") if word in text]
+
+
+def test_the_chinese_npu_report_names_the_npu_and_has_no_english_sentence(npu_reports):
+    from test_doctor_language import CJK, english_sentences, visible_html
+    english, chinese = npu_reports
+    text, page = chinese.text(), chinese.html()
+    assert CJK.search(text) and english_sentences(text) == [] and english_sentences(visible_html(page)) == []
+    for name in ("aclrtGetMemInfo", "aclrtMapMem/aclrtUnmapMem", "torch_npu 的地址", "一块 NPU", "先加 32 B 填充"):
+        assert name in text, name
+    assert not [word for word in CUDA_ONLY if word in text]
+    assert (chinese.verdict.kind, chinese.verdict.line) == (english.verdict.kind, english.verdict.line)
