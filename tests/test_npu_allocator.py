@@ -215,3 +215,18 @@ def test_the_npu_out_of_memory_names_the_fraction_and_the_exabyte_limit():
     cuda = CachingAllocator(open_device("sim", profile="tiny-1gb"))
     with pytest.raises(OutOfMemoryError, match=r"^CUDA out of memory\. Tried to allocate 2\.00 GiB\. GPU 0 "):
         cuda.malloc(2 << 30)                    # PyTorch's design keeps PyTorch's words
+
+
+def test_the_pad_free_case_is_the_machines_fact_not_a_setting():
+    # AddPadSize(): 0 only on an Ascend950 (or later) with CANN >= 9.1.0 (kMinDel32PaddingSizeCannVersion)
+    from allocator_ref.caching.npu.rounding import add_pad_size
+    assert [add_pad_size(soc, cann) for soc, cann in ((False, False), (True, False), (False, True), (True, True))] \
+        == [32, 32, 32, 0]
+    pad_free = NPUCachingAllocator(open_device("sim"), pad=add_pad_size(True, True))
+    padded = NPUCachingAllocator(open_device("sim"))
+    assert [pad_free.malloc(n).size for n in (512, 481, 3 * MiB)] == [512, 512, 3 * MiB]      # as on CUDA
+    assert [padded.malloc(n).size for n in (512, 481, 3 * MiB)] == [1024, 1024, 3 * MiB + 512]
+    with pytest.raises(ValueError, match=r"^pad is what torch_npu's AddPadSize\(\) adds: 32 .* got 16$"):
+        NPUCachingAllocator(open_device("sim"), pad=16)
+    with pytest.raises(ValueError, match="got True"):
+        NPUCachingAllocator(open_device("sim"), pad=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ...editions.messages import translator
 from ..allocator import CachingAllocator
 from ..block import Block
 from ..device_caching_allocator import AllocParams, DeviceCachingAllocator
@@ -32,12 +33,16 @@ from ..stats import AGGREGATE
 from ..summary import memory_summary
 from .config import NPUAllocatorConfig
 from .oom import EXABYTE_MESSAGE, npu_oom_message
-from .rounding import aligned_offset, npu_round_size
+from .rounding import ASCEND_PAD, PADS, aligned_offset, npu_round_size
 from .stats import npu_memory_stats
+
+tr = translator("doctor")
 
 
 class NPUDeviceCachingAllocator(DeviceCachingAllocator):
     """``c10_npu::NPUCachingAllocator::DeviceCachingAllocator``: PyTorch's, with Ascend's rules."""
+
+    pad = ASCEND_PAD                       # AddPadSize(): 32, or 0 on an Ascend950 with CANN >= 9.1.0
 
     exabyte_message = EXABYTE_MESSAGE      # NpuCachingAllocator::allocate: "NPU out of memory. ... 1EB"
 
@@ -51,7 +56,7 @@ class NPUDeviceCachingAllocator(DeviceCachingAllocator):
 
     def round_size(self, size: int) -> int:
         # NPUCachingAllocator.cpp, round_size: "size += AddPadSize();" before the 512 B rounding.
-        return npu_round_size(size, self.config)
+        return npu_round_size(size, self.config, self.pad)
 
     def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool,
                           context: Optional[list] = None) -> Block:
@@ -77,17 +82,24 @@ class NPUCachingAllocator(CachingAllocator):
     """torch_npu's caching allocator for one NPU, with torch.npu's functions as methods.
 
     ``config`` is a ``PYTORCH_NPU_ALLOC_CONF`` string (or an NPUAllocatorConfig); ``read_env=True``
-    reads the real environment variable instead, as torch_npu does when it loads."""
+    reads the real environment variable instead, as torch_npu does when it loads.  ``pad`` is what
+    ``AddPadSize()`` adds before rounding: 32 (every SoC before the Ascend950, or CANN before 9.1.0) or
+    0 (an Ascend950 with CANN 9.1.0 or later: ``rounding.add_pad_size`` says which)."""
 
     device_allocator_class = NPUDeviceCachingAllocator
 
     def __init__(self, device: Any = None, config: "str | NPUAllocatorConfig" = "", *,
-                 read_env: bool = False) -> None:
+                 read_env: bool = False, pad: int = ASCEND_PAD) -> None:
+        if pad not in PADS or isinstance(pad, bool):
+            raise ValueError(tr("pad is what torch_npu's AddPadSize() adds: 32 (an Ascend SoC before the "
+                                "Ascend950, or CANN before 9.1.0) or 0 (an Ascend950 with CANN 9.1.0 or later); "
+                                "got {pad}", pad=repr(pad)))
         if read_env:
             config = NPUAllocatorConfig.from_env()
         elif not isinstance(config, NPUAllocatorConfig):
             config = NPUAllocatorConfig.parse(config)
         super().__init__(device, config)
+        self.device_allocator.pad = pad
 
     def memory_stats(self) -> dict:
         """``torch.npu.memory_stats()``: PyTorch's keys less the counters torch_npu does not keep (stats.py)."""

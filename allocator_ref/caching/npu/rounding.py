@@ -7,12 +7,23 @@ padding size"), because aclrtMalloc'd operator buffers may be read up to 32 byte
 Then the rounding is PyTorch's (``round_size`` in ../config.py).  So a 512-byte tensor takes a 1 KiB
 block on an Atlas A2, 512 bytes on an H100; every request whose size is a multiple of 512, or
 falls 1..32 bytes short of one, takes 512 bytes more than on CUDA.
+
+The pad-free case: ``AddPadSize`` returns 0 only when ``GetSocVersion() >= SocVersion::Ascend950``
+*and* ``IsGteCANNVersion("9.1.0", "CANN")`` (``kMinDel32PaddingSizeCannVersion``); it is read once
+per process from the card and the installed CANN, not from ``PYTORCH_NPU_ALLOC_CONF``.  So it is a
+fact about the machine, given to the allocator as ``pad`` (``add_pad_size`` below says which).
 """
 from __future__ import annotations
 
 from ..config import round_size
 
 ASCEND_PAD = 32        # AddPadSize() on pre-Ascend950 SoCs (Atlas 800T A2, 300I ...)
+PADS = (ASCEND_PAD, 0)  # the only two values AddPadSize() returns
+
+
+def add_pad_size(ascend950_or_later: bool, cann_9_1_or_later: bool) -> int:
+    """``AddPadSize()``: 0 on an Ascend950 (or later SoC) with CANN 9.1.0 or later, else 32."""
+    return 0 if ascend950_or_later and cann_9_1_or_later else ASCEND_PAD
 
 
 def npu_round_size(size: int, config, pad: int = ASCEND_PAD) -> int:
