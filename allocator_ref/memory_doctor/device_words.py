@@ -12,8 +12,8 @@ v2.11.0-26.1.0, for PyTorch 2.11): ``malloc`` asks ``aclrtGetMemInfo(ACL_HBM_MEM
 memory it prints in its out-of-memory error; ``ExpandableSegment`` maps and unmaps pages with
 ``AclrtMapMem``/``AclrtUnmapMem`` (torch_npu's wrappers of aclrtMapMem/aclrtUnmapMem) over an
 ``aclrtReserveMemAddress`` range; ``alloc_block`` calls ``AclrtMallocAlign32`` (aclrtMalloc, 32 B
-aligned) and ``release_block`` calls ``aclrtFree``; the expandable segments register with
-HCCL (``setHcclComm``), Ascend's collective library in NCCL's place.
+aligned) and ``release_block`` calls ``aclrtFree``.  (No doctor sentence names NCCL, so HCCL, which
+the expandable segments register with in ``setHcclComm``, has no field here.)
 
 The NPU's default profile is the Atlas 800T A2's Ascend 910B (64 GB, device/profiles/): torch_npu's
 training card; an inference card (Atlas 300I Duo, 48 GB) is one ``--profile atlas-300i-duo-48gb`` away.
@@ -38,16 +38,15 @@ class DeviceWords:
     malloc: str          # the call a new segment comes from
     free: str            # the call a released segment goes back through
     runtime: str         # the runtime whose context holds memory before the allocator runs
-    collective: str      # the collective-communication library
     profile: str         # the simulated device the doctor replays on when no --profile is given
 
 
 CUDA = DeviceWords(device="GPU", library="PyTorch", module="torch.cuda", mem_get_info="cudaMemGetInfo",
                    map_calls="cuMemMap/cuMemUnmap", malloc="cudaMalloc", free="cudaFree", runtime="CUDA",
-                   collective="NCCL", profile="h100-80gb")
+                   profile="h100-80gb")
 NPU = DeviceWords(device="NPU", library="torch_npu", module="torch.npu", mem_get_info="aclrtGetMemInfo",
                   map_calls="aclrtMapMem/aclrtUnmapMem", malloc="aclrtMalloc", free="aclrtFree", runtime="CANN",
-                  collective="HCCL", profile="atlas-800t-a2-64gb")
+                  profile="atlas-800t-a2-64gb")
 
 
 def words_for(policy: Any) -> DeviceWords:
