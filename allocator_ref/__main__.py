@@ -211,7 +211,7 @@ def compare_rows(snapshot, profile: str = "h100-80gb", device_memory: float | No
     from .trace.replay_report import DidNotReproduce
     data = load_recording(snapshot)           # loaded and checked once, for every row
     try:
-        trials, capacity = what_if(data, [(p, c) for p, c in what_if_designs() if (p, c) != ("caching", "")],
+        trials, capacity = what_if(data, [(p, c) for p, c in what_if_designs(data.policy) if (p, c) != (data.policy, "")],
                                    device_memory=device_memory, profile=profile)
     except DidNotReproduce:                   # the type, not the words: they are in the reader's language
         return _plain_rows(data, profile, device_memory)
@@ -225,7 +225,7 @@ def compare_rows(snapshot, profile: str = "h100-80gb", device_memory: float | No
                      "num_alloc_retries": t.alloc_retries, "simulated_ms": t.device_call_ms,
                      "fits": t.fits if device_memory is not None else None, "anchored": True,
                      "reproduces": None if t.kind != "recorded" else t.mismatch is None,
-                     "prediction": t.policy != "caching",
+                     "prediction": t.policy != data.policy,
                      "capacity": None if t.kind != "recorded" else capacity.to_json(),
                      "skipped": t.skipped or None})      # not replayed (why): its figures are not measured
     return rows
@@ -235,7 +235,7 @@ def _plain_rows(data, profile: str, device_memory):
     from .trace.replay import replay
     rows = []
     size = None if device_memory is None else int(device_memory * GiB)
-    for policy, config in what_if_designs():
+    for policy, config in what_if_designs(data.policy):
         result = replay(data, config=config, policy=policy, profile=profile, device_memory=size,
                         progress=False).to_json()
         rows.append({"policy": policy, "config": config or "(default)",
@@ -244,7 +244,7 @@ def _plain_rows(data, profile: str, device_memory):
                      "device_calls": result["device_calls"], "num_alloc_retries": None,
                      "simulated_ms": result["simulated_time_us"] / 1000,
                      "fits": None if size is None else result["fits"], "anchored": False,
-                     "reproduces": None, "prediction": policy != "caching", "capacity": None})
+                     "reproduces": None, "prediction": policy != data.policy, "capacity": None})
     return rows
 
 
@@ -294,7 +294,7 @@ def cmd_compare(args) -> int:
     if args.plot:
         from .memory_doctor.charts import plot_what_if
         target = None if args.device_memory is None else int(args.device_memory * GiB)
-        chart_rows = [{"label": r["config"] if r["policy"] == "caching" else r["policy"],
+        chart_rows = [{"label": r["policy"] if r["prediction"] else r["config"],   # another design: its name
                        "peak_reserved": r["peak_reserved"], "peak_allocated": r["peak_allocated"],
                        "fragmentation": r["fragmentation_at_peak"], "fits": r["fits"]} for r in rows]
         from .editions.language import speaking
@@ -373,8 +373,9 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="replay a snapshot's trace (verify it, or try another config/policy)")
     p.add_argument("snapshot")
     p.add_argument("--config", default=None, help='PYTORCH_CUDA_ALLOC_CONF string (default: the snapshot\'s own)')
-    p.add_argument("--policy", default="caching", choices=policy_names(),
-                   help="the allocator design to replay under (any registered policy)")
+    p.add_argument("--policy", default=None, choices=policy_names(),
+                   help="the allocator design to replay under (any registered policy; default: the one "
+                        "that recorded the file, torch_npu's 'npu' or PyTorch's 'caching')")
     p.add_argument("--verify", action="store_true", help="compare every decision with PyTorch's, address for address")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--profile", type=profile_name, default="h100-80gb", help="simulated device profile")
@@ -413,8 +414,9 @@ def make_parser() -> argparse.ArgumentParser:
     d.add_argument("--html", default=None, help="write the self-contained HTML report here")
     d.add_argument("--json", action="store_true", help="print the report as one JSON object")
     d.add_argument("--device", type=int, default=None, help="which GPU of a multi-GPU snapshot")
-    d.add_argument("--profile", type=profile_name, default="h100-80gb",
-                   help="simulated device profile for the replays")
+    d.add_argument("--profile", type=profile_name, default=None,
+                   help="simulated device profile for the replays (default: h100-80gb, or atlas-800t-a2-64gb for "
+                        "a torch_npu run)")
     d.add_argument("--lang", choices=LANGUAGES, default=None,
                    help="the report's language (default: ALLOCATOR_REF_LANG, a Chinese edition folder, the "
                         "course-settings.toml language, the locale, else English)")

@@ -46,7 +46,9 @@ WRITE_BYTES = 64 * KiB      # enough to overlap a reused block; small enough to 
 
 FACTORIES = {
     # every registered design but PyTorch's own (its properties: test_caching_properties.py) ...
-    **{name: (lambda d, name=name: make_allocator(d, name)) for name in policy_names() if name != "caching"},
+    # (and the torch_npu port of it, the same caching core: test_npu_allocator.py) ...
+    **{name: (lambda d, name=name: make_allocator(d, name)) for name in policy_names()
+       if name not in ("caching", "npu")},
     # ... and the settings that change what these properties exercise
     "stream_ordered_threshold_0": lambda d: StreamOrderedAllocator(d, release_threshold=0),
     "stream_ordered_switches_off": lambda d: StreamOrderedAllocator(

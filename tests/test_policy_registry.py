@@ -9,6 +9,7 @@ import pytest
 import allocator_ref as ar
 from allocator_ref.__main__ import compare_rows, main, what_if_designs
 from allocator_ref.caching import CachingAllocator
+from allocator_ref.caching.npu import NPUCachingAllocator
 from allocator_ref.device import SimDevice
 from allocator_ref.policies import BFCAllocator, DirectAllocator, StreamOrderedAllocator
 from allocator_ref.policies.registry import get_policy, make_allocator, policy_names, register, unregister
@@ -48,11 +49,11 @@ def snapshot(tmp_path):
 
 
 def test_the_built_in_designs_are_registered_in_the_cli_order():
-    assert policy_names() == ("caching", "stream_ordered", "bfc", "direct")
+    assert policy_names() == ("caching", "stream_ordered", "bfc", "direct", "npu")
     assert ar.policy_names() == policy_names()
     dev = SimDevice("tiny-1gb")
     for name, cls in [("caching", CachingAllocator), ("stream_ordered", StreamOrderedAllocator),
-                      ("bfc", BFCAllocator), ("direct", DirectAllocator)]:
+                      ("bfc", BFCAllocator), ("direct", DirectAllocator), ("npu", NPUCachingAllocator)]:
         assert type(make_allocator(dev, name, "")) is cls
     dev.close()
 

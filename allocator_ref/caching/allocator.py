@@ -46,6 +46,10 @@ class CachingAllocator:
     history and snapshot; memory pools and checkpoints; settings; this project's own helpers.
     """
 
+    # The DeviceCachingAllocator this front door drives; a port with its own rules (torch_npu's,
+    # caching/npu/) names its subclass here and keeps everything else.
+    device_allocator_class = DeviceCachingAllocator
+
     def __init__(self, device: Any = None, config: "str | AllocatorConfig" = "", *,
                  read_env: bool = False) -> None:
         if device is None:
@@ -58,7 +62,7 @@ class CachingAllocator:
             config = AllocatorConfig.parse(config, loaded_backend="native")
         if config.backend != "native":
             raise backend_mismatch_error(config.backend, "native")
-        self.device_allocator = DeviceCachingAllocator(self.device, config)
+        self.device_allocator = self.device_allocator_class(self.device, config)
         self.native_allocator = NativeCachingAllocator(self.device, self.device_allocator, owner=self)
         if read_env:
             self.native_allocator.force_uncached = force_uncached_from_env()

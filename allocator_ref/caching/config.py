@@ -279,6 +279,11 @@ class AllocatorConfig:
         return i + 2
 
     # ---- what the allocator asks ---------------------------------------------
+    def expandable_page_size(self, is_small: bool) -> int:
+        """The page an expandable segment maps at a time (``ExpandableSegment``'s segment size):
+        2 MiB in the small pool, large_segment_size in the large one."""
+        return kSmallBuffer if is_small else self.large_segment_size
+
     def divisions_for(self, size: int) -> int:
         """``roundup_power2_divisions(size)``: the bucket is floor(log2 size) - 20, clamped to 0..15."""
         index = max(0, size.bit_length() - 1 - 20)

@@ -20,7 +20,7 @@ from ..front_door import check_request_size, live_allocation, resolve_stream
 from .checkpoint import CheckpointDelta, PrivatePoolState
 from .config import ONE_EXABYTE
 from .device_caching_allocator import DeviceCachingAllocator
-from .oom import EXABYTE_MESSAGE, OutOfMemoryError
+from .oom import OutOfMemoryError
 
 
 class NativeCachingAllocator:
@@ -48,7 +48,7 @@ class NativeCachingAllocator:
         if nbytes == 0:      # a null DataPtr: no block, no stats, no event
             return Allocation(ptr=0, size=0, requested_size=0, stream=stream, allocator=self.owner)
         if nbytes >= ONE_EXABYTE:
-            raise OutOfMemoryError(EXABYTE_MESSAGE)
+            raise OutOfMemoryError(self.device_allocator.exabyte_message)
         if not self.enabled or self.force_uncached:
             return self.uncached_allocate(nbytes, stream)
         block = self.device_allocator.malloc(nbytes, stream)

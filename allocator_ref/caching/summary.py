@@ -48,14 +48,19 @@ def _format_count(cnt: int, pref_cnt: int) -> str:
     return f"{cnt:7d} {prefix} "
 
 
-def memory_summary(stats: dict, device: int = 0, abbreviated: bool = False) -> str:
-    """The summary table for a flat ``memory_stats()`` dict."""
+def memory_summary(stats: dict, device: int = 0, abbreviated: bool = False, kind: str = "CUDA",
+                   malloc: str = "cudaMalloc") -> str:
+    """The summary table for a flat ``memory_stats()`` dict.
+
+    ``kind`` and ``malloc`` name the device and its malloc in the header: torch_npu's
+    ``memory_summary`` (torch_npu/npu/memory.py) writes "NPU" and "npuMalloc" in the same 75 columns."""
     metrics = ("current", "peak", "allocated", "freed")
     lines = [
         "=" * 75,
-        " {_:16} PyTorch CUDA memory summary, device ID {device:<17d} ",
+        " {_:16} PyTorch " + kind + " memory summary, device ID {device:<" + str(21 - len(kind)) + "d} ",
         "-" * 75,
-        "  {_:9} CUDA OOMs: {num_ooms:<12d} | {_:6} cudaMalloc retries: {num_alloc_retries:<8d}  ",
+        "  {_:9} " + kind + " OOMs: {num_ooms:<" + str(16 - len(kind)) + "d} | {_:6} " + malloc
+        + " retries: {num_alloc_retries:<" + str(18 - len(malloc)) + "d}  ",
         "=" * 75,
         "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ",
     ]

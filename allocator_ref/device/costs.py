@@ -53,6 +53,7 @@ class Profile:
     sources: dict                  # field -> the text that says where the number comes from
     costs: dict = field(default_factory=dict, hash=False, compare=False)
     # ^ cost entries ({"value", "basis", "source"}) replacing those of costs.json (calibrated profiles)
+    allocator: str = "caching"     # the design the card's PyTorch allocates with: "npu" on an Ascend card
 
 
 @lru_cache(maxsize=None)
@@ -81,8 +82,9 @@ def load_profile(name: str | Path) -> Profile:
                "memory_bandwidth_gbps", "host_link_gbps")
     values = {key: raw[key]["value"] for key in numbers}
     sources = {key: raw[key]["source"] for key in numbers}
+    allocator = raw.get("allocator", {}).get("value", "caching")     # only an NPU profile names one
     return Profile(name=raw["name"], description=raw["description"], gpu=raw["gpu"],
-                   sources=sources, costs=dict(raw.get("costs", {})), **values)
+                   sources=sources, costs=dict(raw.get("costs", {})), allocator=allocator, **values)
 
 
 def _pages(nbytes: int) -> int:

@@ -37,16 +37,19 @@ tr = translator("doctor")
 
 
 def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Optional[int] = None,
-           profile: str = "h100-80gb", remedies: bool = True):
+           profile: Optional[str] = None, remedies: bool = True):
     """Diagnose ``snapshot`` (a path, bytes, a dict, a list of segments or a Recording): a :class:`~allocator_ref.memory_doctor.report.DoctorReport`.
 
     ``device_memory`` (GiB) is the GPU to fit in; without it, a snapshot that ran out of
     memory tells the target itself (what was reserved at the OOM plus what the driver said
     was free).  ``device`` picks a GPU of a multi-GPU snapshot (default: the one that ran
-    out of memory, else the busiest).
+    out of memory, else the busiest).  ``profile`` names the simulated device the replays run on;
+    without it, an H100 for a CUDA run and an Atlas 800T A2 for a torch_npu run (device_words.py).
     """
     from .capacity import capacity_words, infer_capacity
     from .diagnosis import diagnose, whatif_run
+    from .device_words import words_for
+    from .npu_advice import npu_trials
     from .remedies import context_reserve, prescribe
     from .report import DoctorReport
     from .shortage import judge_diagnosis
@@ -60,6 +63,8 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     start = time.perf_counter()
     recording = load_recording(snapshot)  # checked once, whatever it was given (a path, a dict, a list)
     source, data = recording.source, recording.snapshot
+    words = words_for(recording.policy)   # a GPU's names or an NPU's, chosen by the design it replays on
+    profile = profile or words.profile
     if recording.state_only:              # history was off: the state alone, nothing replayed
         report = StateReport(diagnose_state(data, source, device))
         report.seconds = time.perf_counter() - start
@@ -84,19 +89,21 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
         if device_memory is not None:
             total = int(device_memory * GiB)
             target = total - reserve
-            where = tr("--device-memory {gib} GiB, less the CUDA context's {mib} MiB", gib=f"{device_memory:g}",
-                       mib=f"{reserve / 2**20:,.0f}")
+            where = tr("--device-memory {gib} GiB, less the {runtime} context's {mib} MiB", gib=f"{device_memory:g}",
+                       mib=f"{reserve / 2**20:,.0f}", runtime=words.runtime)
             if target <= 0:
-                raise ValueError(tr("device_memory={gib} GiB is smaller than the CUDA context alone ({mib} MiB): give "
-                                    "the GPU's whole size in GiB", gib=f"{device_memory:g}",
+                raise ValueError(tr("device_memory={gib} GiB is smaller than the {runtime} context alone ({mib} MiB): "
+                                    "give the {device}'s whole size in GiB", gib=f"{device_memory:g}",
+                                    runtime=words.runtime, device=words.device,
                                     mib=f"{reserve / 2**20:,.0f}"))
         elif capacity.known:
             target, total = capacity.target, capacity.target + reserve
-            where = capacity_words(capacity)
+            where = capacity_words(capacity, words)
         else:
             target = total = None
-            where = capacity_words(capacity)
-        plan = prescribe(run, diag.config, target, total, where, recorded_usable, live_need=diag.live_need)
+            where = capacity_words(capacity, words)
+        plan = prescribe(run, diag.config, target, total, where, recorded_usable, live_need=diag.live_need,
+                         adapt=npu_trials if recording.policy == "npu" else None)   # torch_npu's knobs
         diag.judgement = judge_diagnosis(diag, target, asked=device_memory is not None)
     if diag.verified and diag.judgement is None:       # remedies not asked for: the rule still reads the run
         asked = None if device_memory is None else int(device_memory * GiB) - context_reserve(profile)
@@ -169,12 +176,13 @@ def what_if(snapshot: Any, settings=(("caching", "expandable_segments:True"),), 
                               lambda usable: _replay_recorded(run, diag.config, usable))
     recorded_usable = capacity.target if capacity.known else None
     usable = recorded_usable if device_memory is None else int(device_memory * GiB) - context_reserve(profile)
-    rows = [run_trial(Trial("recorded", "", diag.config), run, recorded_usable)]
+    design = diag.recording.policy if diag.recording is not None else "caching"   # torch_npu's or PyTorch's
+    rows = [run_trial(Trial("recorded", "", diag.config, policy=design), run, recorded_usable)]
     if usable != recorded_usable:
-        rows.append(run_trial(Trial("recorded-on-target", "", diag.config), run, usable))
+        rows.append(run_trial(Trial("recorded-on-target", "", diag.config, policy=design), run, usable))
     for policy, change in settings:
-        config = with_change(diag.config, change) if policy == "caching" else change
-        rows.append(run_trial(Trial(policy if policy != "caching" else "change", change, config, policy=policy),
+        config = with_change(diag.config, change) if policy == design else change
+        rows.append(run_trial(Trial(policy if policy != design else "change", change, config, policy=policy),
                               run, usable))
     return rows, capacity
 

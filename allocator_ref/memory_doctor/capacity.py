@@ -29,6 +29,7 @@ from ..device.errors import CudaError
 from ..trace.whatif import RELEASES, Anchored, Program, first_mismatch
 from ..editions.messages import translator
 from ..viz.sizes import format_bytes
+from .device_words import CUDA, DeviceWords, a_device
 
 tr = translator("doctor")
 
@@ -146,21 +147,22 @@ def infer_capacity(events: list, reserved: list, program: Program, config: str,
     return cap
 
 
-def capacity_words(cap) -> str:
-    """The capacity the run told, in one sentence."""
+def capacity_words(cap, words: DeviceWords = CUDA) -> str:
+    """The capacity the run told, in one sentence (``words``: a GPU's names or an NPU's, device_words.py)."""
     if cap.known:
         # Two decimals: the whole point is how narrow the range is (format_bytes keeps one).
         span = (f"{cap.low / GiB:.2f} GiB" if cap.low == cap.high else
                 f"{cap.low / GiB:.2f}-{cap.high / GiB:.2f} GiB")
-        text = tr("this run behaved like a GPU with {span} usable: the \"as recorded\" replay reproduces its "
-                  "{evidence} on any of those ({n} replays)", span=span, evidence=cap.told, n=cap.replays)
+        text = tr("this run behaved like {a_device} with {span} usable: the \"as recorded\" replay reproduces its "
+                  "{evidence} on any of those ({n} replays)", span=span, evidence=cap.told, n=cap.replays,
+                  a_device=a_device(words))
         if cap.driver is not None and cap.target == cap.driver:
-            text += tr("; the target is {size}, what cudaMemGetInfo said at the OOM (reserved + free)",
-                       size=format_bytes(cap.driver))
+            text += tr("; the target is {size}, what {mem_get_info} said at the OOM (reserved + free)",
+                       size=format_bytes(cap.driver), mem_get_info=words.mem_get_info)
         elif cap.target is not None:
             text += tr("; the target is the smallest, {size}", size=format_bytes(cap.target))
         return text
     if cap.contradiction:
         return tr("capacity unknown ({why}); the replays are uncapped", why=cap.contradiction)
-    return tr("capacity unknown: {evidence}, so nothing tells the GPU's size; the replays are uncapped",
-              evidence=cap.evidence)
+    return tr("capacity unknown: {evidence}, so nothing tells the {device}'s size; the replays are uncapped",
+              evidence=cap.evidence, device=words.device)

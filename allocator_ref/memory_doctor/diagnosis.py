@@ -27,6 +27,7 @@ from ..trace.device_traces import device_events
 from ..trace.recording import load_recording
 from ..trace.replay import TraceStepper
 from ..viz.replay_frames import frames_of_stepper
+from .device_words import CUDA, DeviceWords
 
 SMALL_SEGMENT = 2 * 2**20
 ROUND = 512      # kMinBlockSize: every request is rounded up to a multiple of 512 bytes (round_size)
@@ -212,7 +213,7 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
     for i, events in enumerate(traces):
         if events:
             devices.append({"device": i, "events": len(events)})
-    config = (snapshot.get("allocator_settings") or {}).get("PYTORCH_CUDA_ALLOC_CONF", "") or ""
+    config = recording.config          # the recorded PYTORCH_CUDA_ALLOC_CONF (or torch_npu's, npu_detect.py)
     diag = Diagnosis(source=source, snapshot=snapshot, device=device, devices=devices, config=config,
                      verified=verify.perfect, verify_summary=summary, frames=frames,
                      allocated=allocated, reserved=reserved,
@@ -360,7 +361,7 @@ def _oom_facts(events: list, frames: Any, allocated: list, reserved: list) -> Op
                     where=python_frames(e.get("frames")))
 
 
-def reproduced_line(summary: dict, verified: bool) -> str:
+def reproduced_line(summary: dict, verified: bool, words: DeviceWords = CUDA) -> str:
     """The verification in one line; a trace with no allocation to compare says so (never "0/0")."""
     answer = tr("yes") if verified else tr("NO")
     equal = summary.get("final_state_equal")
@@ -369,6 +370,6 @@ def reproduced_line(summary: dict, verified: bool) -> str:
         return tr("Reproduced: {answer} -- the trace has no allocation to compare address by address; final state "
                   "equal: {equal}", answer=answer, equal=equal)
     pct = 100.0 * summary["allocs_exact"] / summary["allocs"]
-    return tr("Reproduced: {answer} -- {exact}/{allocs} allocations at PyTorch's address ({pct}%), final state "
+    return tr("Reproduced: {answer} -- {exact}/{allocs} allocations at {library}'s address ({pct}%), final state "
               "equal: {equal}", answer=answer, exact=f"{summary['allocs_exact']:,}", allocs=f"{summary['allocs']:,}",
-              pct=f"{pct:.1f}", equal=equal)
+              pct=f"{pct:.1f}", equal=equal, library=words.library)

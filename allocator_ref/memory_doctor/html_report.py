@@ -15,6 +15,7 @@ from ..editions.messages import translator
 from ..viz.blockmap import render_blockmap
 from ..viz.sizes import format_bytes
 from .charts import chart_language, plot_timeline, plot_what_if, png_bytes
+from .device_words import NPU, words_of
 from .diagnosis import reproduced_line
 
 tr = translator("doctor")
@@ -63,13 +64,15 @@ def _label(t) -> str:
 
 def render_html(report) -> str:
     d, r, v = report.diagnosis, report.remedies, report.verdict
+    words = words_of(d)                 # a GPU's names or an NPU's (device_words.py)
     parts = [f"<!DOCTYPE html><html lang='{HTML_LANG[language()]}'><head><meta charset='utf-8'>"
              f"<title>{escape(tr('Memory doctor: {source}', source=d.source))}</title><style>{STYLE}</style></head><body>",
              f"<h1>{escape(tr('Memory doctor: {source}, device {device}', source=d.source, device=d.device))}</h1>",
-             "<p>" + tr("{n} trace events, replayed on the reference allocator at PyTorch's own addresses "
-                        "(<b>{reproduced}</b>). Every figure comes from a replay on a <i>simulated</i> GPU of "
-                        "PyTorch's recorded requests.", n=f"{len(d.frames):,}",
-                        reproduced=escape(reproduced_line(d.verify_summary, d.verified))) + "</p>",
+             "<p>" + tr("{n} trace events, replayed on the reference allocator at {library}'s own addresses "
+                        "(<b>{reproduced}</b>). Every figure comes from a replay on a <i>simulated</i> {device} of "
+                        "{library}'s recorded requests.", n=f"{len(d.frames):,}", library=words.library,
+                        device=words.device,
+                        reproduced=escape(reproduced_line(d.verify_summary, d.verified, words))) + "</p>",
              (f"<p data-simulated-gpu='{escape(d.profile)}'>{escape(d.profile_note)}.</p>" if d.profile_note else ""),
              f"<div class='verdict {v.kind}' data-verdict='{v.kind}'>{escape(v.text)}"
              + (f"<code class='line'>{escape(v.line)}</code>" if v.line else "") + "</div>"]
@@ -121,7 +124,10 @@ def render_html(report) -> str:
         table.append("</table>")
         parts.append(_section(tr("Remedies ({n} replays)", n=r.replays), _img(png_bytes(chart), tr(
             "peak reserved and fragmentation under each remedy"), "remedies") + "".join(table)))
-    parts.append("<p><small>" + tr("Made by {command} (the course's reference allocator, a re-implementation of "
-                                   "PyTorch 2.11's CUDACachingAllocator).",
-                                   command="<code>python -m allocator_ref doctor</code>") + "</small></p></body></html>")
+    made = (tr("Made by {command} (the course's reference allocator, a re-implementation of torch_npu's "
+               "NPUCachingAllocator for PyTorch 2.11, v2.11.0-26.1.0).", command="<code>python -m allocator_ref doctor</code>")
+            if words is NPU else
+            tr("Made by {command} (the course's reference allocator, a re-implementation of PyTorch 2.11's "
+               "CUDACachingAllocator).", command="<code>python -m allocator_ref doctor</code>"))
+    parts.append("<p><small>" + made + "</small></p></body></html>")
     return "\n".join(parts)

@@ -172,7 +172,7 @@ def rank_of(name: str, report) -> Rank:
                 d.config, live_need=d.live_need)
 
 
-def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile: str = "h100-80gb",
+def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile: Optional[str] = None,
                  device: Optional[int] = None) -> RanksReport:
     """Diagnose every rank's snapshot and compare them (see the module docstring)."""
     import time

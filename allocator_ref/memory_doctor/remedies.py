@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..caching.allocator import CachingAllocator
+from ..policies.registry import get_policy, make_allocator
 from ..device.errors import CudaError
 from ..trace.whatif import Anchored, Program, anchored_replay, first_mismatch
 from ..editions.messages import translator
@@ -317,12 +317,12 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
     factory = None
     if trial.fraction is not None:
         def factory(dev, config, fraction=trial.fraction):
-            allocator = CachingAllocator(dev, config)
+            allocator = make_allocator(dev, trial.policy, config)
             # The fraction is of the simulated GPU's total, which includes its context reserve.
             allocator.set_per_process_memory_fraction(min(1.0, trial.allowed / dev.info.total_memory))
             return allocator
     start = time.perf_counter()
-    config = trial.config if trial.policy == "caching" else ""
+    config = trial.config if get_policy(trial.policy).reads_alloc_conf else ""
     try:
         out: Anchored = anchored_replay(run.events, run.finals, run.program, config=config, policy=trial.policy,
                                         usable=usable, profile=run.profile, index=run.device,
@@ -353,10 +353,13 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
 
 
 def prescribe(run: Run, recorded: str, target: Optional[int], capacity: Optional[int], target_from: str,
-              recorded_usable: Optional[int], live_need: int = 0) -> Remedies:
-    """Replay the recorded settings on the recorded GPU, then every remedy on the target."""
-    remedies = Remedies(target, capacity, target_from, plan(recorded, target, capacity, target == recorded_usable),
-                        recorded_usable=recorded_usable)
+              recorded_usable: Optional[int], live_need: int = 0, adapt=None) -> Remedies:
+    """Replay the recorded settings on the recorded GPU, then every remedy on the target.
+
+    ``adapt(trials)`` rewrites the planned trials for another design (npu_advice.npu_trials)."""
+    trials = plan(recorded, target, capacity, target == recorded_usable)
+    trials = adapt(trials) if adapt is not None else trials
+    remedies = Remedies(target, capacity, target_from, trials, recorded_usable=recorded_usable)
     first = run_trial(remedies.trials[0], run, recorded_usable)
     remedies.start_held, remedies.start_live = first.start_held, first.start_live
     if not remedies.reproduced:
@@ -366,7 +369,8 @@ def prescribe(run: Run, recorded: str, target: Optional[int], capacity: Optional
                 t.skip_reason = "not-reproduced"
         return remedies
     if target is not None and target != recorded_usable:
-        remedies.trials.insert(1, Trial("recorded-on-target", "", recorded))
+        first = remedies.trials[0]               # (a torch_npu run's trials are NPUTrials)
+        remedies.trials.insert(1, type(first)("recorded-on-target", "", recorded, policy=first.policy))
     if remedies.start_does_not_fit:
         for t in remedies.trials[1:]:
             if not t.skipped:

@@ -28,6 +28,7 @@ from ..editions.messages import translator
 from ..viz.sizes import format_bytes
 from .diagnosis import Diagnosis, reproduced_line
 from .capacity import Capacity, capacity_words
+from .device_words import CUDA, NPU, DeviceWords, words_for, words_of
 from .remedies import Remedies, Trial, async_costs, async_prediction
 from .shortage import judge_request, material_words, pending_words, program_remedies, rule
 
@@ -159,11 +160,12 @@ class DoctorReport:
         counted = (tr("{n} events of the trace's {raw} entries ({extra} 'snapshot' markers or other entries that "
                       "change nothing, left out)", n=f"{len(d.frames):,}", raw=f"{raw:,}", extra=f"{extra:,}")
                    if extra > 0 else tr("{n} events", n=f"{len(d.frames):,}"))
-        out = [tr("Memory doctor: {source}, device {device} ({counted}; simulated replays of PyTorch's recorded "
-                  "decisions)", source=d.source, device=d.device, counted=counted), ""]
-        out.append(reproduced_line(j, d.verified))
+        w = words_of(d)                     # GPU or NPU, PyTorch or torch_npu: the design it replayed on
+        out = [tr("Memory doctor: {source}, device {device} ({counted}; simulated replays of {library}'s recorded "
+                  "decisions)", source=d.source, device=d.device, counted=counted, library=w.library), ""]
+        out.append(reproduced_line(j, d.verified, w))
         if d.profile_note:
-            out.append(tr("Simulated GPU: {note}", note=d.profile_note))
+            out.append(tr("Simulated {device}: {note}", note=d.profile_note, device=w.device))
         out += ["", tr("VERDICT"), "  " + v.text]
         if v.line:
             out += ["", "  " + v.line]
@@ -180,8 +182,9 @@ class DoctorReport:
                               usable=format_bytes(r.target), where=r.target_from))
             else:
                 out.append(tr("  the device: {where}", where=r.target_from))
-            if self.capacity is not None and self.capacity.known and r.target_from != capacity_line(self.capacity):
-                out.append(tr("  the recorded GPU: {capacity}", capacity=capacity_line(self.capacity)))
+            if self.capacity is not None and self.capacity.known and r.target_from != capacity_line(self.capacity, w):
+                out.append(tr("  the recorded {device}: {capacity}", capacity=capacity_line(self.capacity, w),
+                              device=w.device))
             out.append(tr("  at the first event {held} was already held in segments ({live} of it live tensors)",
                           held=format_bytes(r.start_held), live=format_bytes(r.start_live)) if r.start_held else
                        tr("  the trace starts from an empty allocator"))
@@ -189,9 +192,9 @@ class DoctorReport:
             program = d.program
             if program is not None and program.user_empty_caches:
                 n = len(program.user_empty_caches)
-                out.append(tr("  the program called torch.cuda.empty_cache() {times} (releases that no malloc "
-                              "needed: cudaMalloc could not have failed there, or the stack names empty_cache); "
-                              "replayed as calls", times=_times(n)))
+                out.append(tr("  the program called {module}.empty_cache() {times} (releases that no malloc "
+                              "needed: {malloc} could not have failed there, or the stack names empty_cache); "
+                              "replayed as calls", times=_times(n), module=w.module, malloc=w.malloc))
             if base.alloc_retries:
                 # PyTorch counts a retry in alloc_block(is_retry=True), so a request that still fails after its
                 # flush counts too: say so, or "2" reads against the capacity line's "1 flush ... and 1 OOM".
@@ -211,7 +214,7 @@ class DoctorReport:
         if d.judgement is not None:
             out += ["", tr("SHORTAGE OR FRAGMENTATION"),
                     tr("  {kind}: {words}", kind=_judgement_kind(d.judgement.kind), words=d.judgement.words),
-                    tr("  the rule: {rule}", rule=rule()), tr("  materiality: {words}", words=material_words())]
+                    tr("  the rule: {rule}", rule=rule(w)), tr("  materiality: {words}", words=material_words())]
         out += ["", tr("WHERE THE RESERVED-BUT-UNALLOCATED MEMORY SITS AT THE PEAK")]
         out.append(tr("  by pool: large {large}, small {small}", large=format_bytes(d.by_pool.get("large", 0)),
                       small=format_bytes(d.by_pool.get("small", 0))))
@@ -263,8 +266,8 @@ class DoctorReport:
                     line += tr(", {size} pending on stream {stream} (freed, waiting for another stream's work)",
                                size=format_bytes(per["pending"]), stream=stream)
                 if whole:
-                    line += tr("; {size} of it in wholly free segments, which torch.cuda.empty_cache() (or a flush "
-                               "on retry) would give back", size=format_bytes(whole))
+                    line += tr("; {size} of it in wholly free segments, which {module}.empty_cache() (or a flush "
+                               "on retry) would give back", size=format_bytes(whole), module=w.module)
                 elif per["free"]:
                     line += tr("; none of it in wholly free segments, so only freeing that stream's tensors "
                                "releases it")
@@ -328,7 +331,7 @@ class DoctorReport:
             "reduce_live_memory_by": v.reduce_by,
             "extra_memory_needed": None if r is None else r.extra_needed,
             "oom_count": d.oom_count,
-            "judgement": None if d.judgement is None else d.judgement.to_json(),
+            "judgement": None if d.judgement is None else d.judgement.to_json(words_of(d)),
             "simulated_gpu": d.profile, "simulated_gpu_note": d.profile_note or None,
             "peak_allocated": d.peak_allocated, "peak_reserved": d.peak_reserved,
             "unallocated_at_peak": d.unallocated_at_peak, "pending_free_at_peak": d.pending_at_peak,
@@ -383,8 +386,10 @@ class DoctorReport:
 def _no_target_verdict(remedies: Remedies) -> Verdict:
     """No GPU to fit in: nothing to fix; a setting is shown only when its gain is material."""
     recorded = remedies.recorded
-    head = tr("The run did not run out of memory and did not flush its cache on retry, so nothing tells the GPU's "
-              "size and there is nothing to fix; pass --device-memory GiB to ask whether it fits a smaller GPU.")
+    device = words_for(recorded.policy).device
+    head = tr("The run did not run out of memory and did not flush its cache on retry, so nothing tells the {device}'s "
+              "size and there is nothing to fix; pass --device-memory GiB to ask whether it fits a smaller {device}.",
+              device=device)
     best = remedies.best_material
     if best is not None:
         saving = recorded.peak_reserved - best.peak_reserved
@@ -421,8 +426,9 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
                 tr(" (One replay fits anyway, `{change}`: it counts live memory differently at that moment; the rule "
                    "above is the decision.)", change=fits[0].change))
     if remedies.extra_needed:
-        replayed += tr(" Replays of the recorded settings fit once the GPU has {extra} more, the fragmentation of the "
-                       "rest of the run counted.", extra=format_bytes(remedies.extra_needed))
+        replayed += tr(" Replays of the recorded settings fit once the {device} has {extra} more, the fragmentation "
+                       "of the rest of the run counted.", extra=format_bytes(remedies.extra_needed),
+                       device=words_of(diag).device)
     live = diag.oom.live_places if diag.oom is not None and diag.oom.live_places else diag.live_places
     places = tr(", ").join(tr("{size} in the {pool} pool on stream {stream}", size=format_bytes(b), pool=_pool(pool),
                               stream=stream)
@@ -437,7 +443,7 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
         text += tr("; the largest live tensors: {biggest} (all of them under LARGEST LIVE ALLOCATIONS)",
                    biggest=biggest)
     text += tr(". What helps is outside the allocator (changes to the program or the hardware, not settings): "
-               "{remedies}.", remedies=tr("; ").join(program_remedies()))
+               "{remedies}.", remedies=tr("; ").join(program_remedies(words_of(diag))))
     return Verdict("shortage", text, None, None, reduce_by=cut)
 
 
@@ -451,8 +457,8 @@ def _places_json(places: dict) -> list:
     return [{"pool": pool, "stream": stream, "live": b} for (pool, stream), b in places.items()]
 
 
-def capacity_line(cap: Capacity) -> str:
-    return capacity_words(cap)
+def capacity_line(cap: Capacity, words: DeviceWords = CUDA) -> str:
+    return capacity_words(cap, words)
 
 
 def _signed(n: int) -> str:
@@ -496,19 +502,21 @@ def _prediction(t: Trial) -> str:
     return tr(" -- {prediction}; the switch costs: {costs}", prediction=t.prediction, costs=tr("; ").join(t.costs))
 
 
-def _why(kind: str) -> str:
+def _why(kind: str, w: DeviceWords = CUDA) -> str:
     """Why a remedy that fits may still fragment more or call the device more than the recorded run."""
     if kind == "expandable":
-        return tr("expandable segments map and unmap memory page by page (cuMemMap/cuMemUnmap; 20 MiB pages in the "
+        return tr("expandable segments map and unmap memory page by page ({map_calls}; 20 MiB pages in the "
                   "large pool, 2 MiB in the small one: ExpandableSegment's segment size), so they make more device "
-                  "calls, and free bytes inside a mapped page count as reserved")
+                  "calls, and free bytes inside a mapped page count as reserved", map_calls=w.map_calls)
     if kind == "max_split":
         return tr("blocks above the limit are never split, so they are cached whole and released first when memory "
-                  "runs short (release_available_cached_blocks), which costs cudaFree/cudaMalloc calls")
+                  "runs short (release_available_cached_blocks), which costs {free}/{malloc} calls",
+                  free=w.free, malloc=w.malloc)
     if kind == "roundup":
         return tr("rounding requests up to a power-of-two step leaves the rounded-off bytes unallocated in each block")
     if kind == "gc":
-        return tr("the garbage collector releases cached blocks early (cudaFree), so later requests cudaMalloc again")
+        return tr("the garbage collector releases cached blocks early ({free}), so later requests call {malloc} again",
+                  free=w.free, malloc=w.malloc)
     if kind == "async":
         return tr("the driver's pool is modelled with its own chunking, so its calls and leftovers are the model's")
     return tr("the change trades them for a lower peak")
@@ -524,7 +532,7 @@ def _tradeoff(t: Trial, recorded: Trial) -> str:
                         recorded=f"{recorded.device_calls:,}"))
     if not worse:
         return ""
-    return tr(". It has {worse}: {why}", worse=tr(" and ").join(worse), why=_why(t.kind))
+    return tr(". It has {worse}: {why}", worse=tr(" and ").join(worse), why=_why(t.kind, words_for(t.policy)))
 
 
 def _escape(text: str) -> str:
@@ -533,16 +541,27 @@ def _escape(text: str) -> str:
 
 
 def oom_lines(diag: Diagnosis) -> list[str]:
-    """PyTorch's OOM message, clause by clause, with what each number means for this run."""
+    """The OOM message, clause by clause, with what each number means for this run.
+
+    PyTorch's clauses, or torch_npu's (caching/npu/oom.py: "... free; ... reserved in total by PyTorch)")
+    for a run replayed on torch_npu's design: the clauses quoted are the error's own English words."""
     o = diag.oom
     gap = o.reserved - o.allocated
+    w = words_of(diag)
+    npu = w is NPU
     lines = [
         tr("\"Tried to allocate {request}\": the request that failed (trace event {at}){where}.",
            request=format_bytes(o.request), at=f"{o.event_index:,}",
            where=tr(", made at {stack}", stack=" <- ".join(o.where)) if o.where else ""),
-        tr("\"... of which {free} is free\": what cudaMemGetInfo reported after the allocator had already released "
-           "every cached segment it could (the last rung of the retry ladder).", free=format_bytes(o.device_free)),
-        tr("\"{allocated} is allocated by PyTorch\": live tensors at that moment.", allocated=format_bytes(o.allocated)),
+        tr("\"{clause}\": what {mem_get_info} reported after the allocator had already released every cached "
+           "segment it could (the last rung of the retry ladder).", mem_get_info=w.mem_get_info,
+           clause=(f"{format_bytes(o.device_free)} free" if npu else f"... of which {format_bytes(o.device_free)} is free")),
+        tr("\"{clause}\": live tensors at that moment.",
+           clause=(f"{format_bytes(o.allocated)} already allocated" if npu else
+                   f"{format_bytes(o.allocated)} is allocated by PyTorch")),
+        tr("\"{reserved} reserved in total by PyTorch\": {gap} of it in free blocks stuck in segments that still hold "
+           "live tensors, so they could not be given back.", reserved=format_bytes(o.reserved), gap=format_bytes(gap))
+        if npu else
         tr("\"{gap} is reserved by PyTorch but unallocated\": free blocks stuck in segments that still hold live "
            "tensors, so they could not be given back.", gap=format_bytes(gap)),
     ]

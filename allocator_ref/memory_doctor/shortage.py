@@ -37,6 +37,7 @@ from typing import Optional
 
 from ..editions.messages import translator
 from ..viz.sizes import format_bytes
+from .device_words import CUDA, NPU, DeviceWords, a_device
 
 tr = translator("doctor")
 
@@ -46,12 +47,13 @@ ROUND = 512                    # kMinBlockSize: round_size never gives less, and
 
 
 
-def rule() -> str:
-    """The rule in words, in the reader's language."""
-    return tr("a failed request is a shortage when, rounded as PyTorch rounds it (a multiple of 512 B), it is "
-              "larger than every byte that was neither live nor waiting for another stream: the cached free bytes "
-              "plus what the driver still had; no setting can make a free range larger than that. Otherwise it is "
-              "fragmentation")
+def rule(words: DeviceWords = CUDA) -> str:
+    """The rule in words, in the reader's language (torch_npu pads 32 B before it rounds: npu/rounding.py)."""
+    padding = tr(", after 32 B of padding") if words is NPU else ""
+    return tr("a failed request is a shortage when, rounded as {library} rounds it (a multiple of 512 B{padding}), "
+              "it is larger than every byte that was neither live nor waiting for another stream: the cached free "
+              "bytes plus what the driver still had; no setting can make a free range larger than that. Otherwise "
+              "it is fragmentation", library=words.library, padding=padding)
 
 
 def material_words() -> str:
@@ -61,12 +63,12 @@ def material_words() -> str:
               share=f"{MATERIAL_SHARE:.0%}", floor=MATERIAL_FLOOR // 2**20)
 
 
-def program_remedies() -> tuple:
+def program_remedies(words: DeviceWords = CUDA) -> tuple:
     """What helps a shortage: none of it is an allocator setting."""
     return (tr("a smaller batch or sequence length"),
             tr("activation checkpointing (torch.utils.checkpoint: recompute activations in backward)"),
             tr("offloading (optimizer state or activations to CPU memory)"),
-            tr("a GPU with more memory"))
+            tr("{a_device} with more memory", a_device=a_device(words)))
 
 
 def rounded(request: int) -> int:
@@ -97,10 +99,10 @@ class Judgement:
     def shortage(self) -> bool:
         return self.kind == "shortage"
 
-    def to_json(self) -> dict:
+    def to_json(self, words: DeviceWords = CUDA) -> dict:
         return {"kind": self.kind, "what": self.what, "needed": self.needed, "free": self.free,
                 "cut": self.cut, "pending": {str(k): v for k, v in self.pending.items()}, "words": self.words,
-                "rule": rule()}
+                "rule": rule(words)}
 
 
 def pending_words(pending: dict) -> str:

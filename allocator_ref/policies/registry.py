@@ -110,6 +110,8 @@ register("stream_ordered", "allocator_ref.policies.stream_ordered:StreamOrderedA
          "cudaMallocAsync's pool (PyTorch's backend:cudaMallocAsync)")
 register("bfc", "allocator_ref.policies.bfc:BFCAllocator", "TensorFlow/XLA's best-fit with coalescing")
 register("direct", "allocator_ref.policies.direct:DirectAllocator", "cudaMalloc/cudaFree on every request")
+register("npu", "allocator_ref.caching.npu.allocator:NPUCachingAllocator",
+         "torch_npu's NPUCachingAllocator (Ascend NPUs, PYTORCH_NPU_ALLOC_CONF)", reads_alloc_conf=True)
 
 
 # The settings of the caching allocator that compare, predict and the what-if tables try; every
@@ -117,8 +119,9 @@ register("direct", "allocator_ref.policies.direct:DirectAllocator", "cudaMalloc/
 CACHING_WHAT_IFS = ("", "expandable_segments:True", "max_split_size_mb:128", "roundup_power2_divisions:4")
 
 
-def what_if_designs() -> list[tuple[str, str]]:
-    """The what-if rows, as (policy, config): the caching allocator under each setting of
-    CACHING_WHAT_IFS (the first, "", is the recorded default), then every other design of this
-    registry with its defaults. A design registered here appears in every what-if table."""
-    return [("caching", c) for c in CACHING_WHAT_IFS] + [(p, "") for p in policy_names() if p != "caching"]
+def what_if_designs(recorded: str = "caching") -> list[tuple[str, str]]:
+    """The what-if rows, as (policy, config): the design that recorded the run (PyTorch's caching
+    allocator, or torch_npu's ``npu``: the same knobs) under each setting of CACHING_WHAT_IFS (the
+    first, "", is the recorded default), then every other design of this registry with its
+    defaults. A design registered here appears in every what-if table."""
+    return [(recorded, c) for c in CACHING_WHAT_IFS] + [(p, "") for p in policy_names() if p != recorded]

@@ -37,6 +37,9 @@ def add_parser(sub, profile_name, device_gib, seconds, output_file) -> None:
     p.add_argument("--values", default=None, help="the values to try for --sweep, comma-separated: 8,16,32")
     p.add_argument("--profile", type=profile_name, default="h100-80gb", help="simulated GPU")
     p.add_argument("--device-memory", type=device_gib, default=None, help="GiB: the GPU's size (default: the profile's)")
+    p.add_argument("--policy", choices=("caching", "npu"), default=None,
+                   help="the allocator to replay on: caching (PyTorch's) or npu (torch_npu's, Ascend); default: the "
+                        "profile's (npu for the atlas-* profiles)")
     p.add_argument("--timeout", type=seconds, default=300.0, help="seconds the script may run (default 300)")
     p.add_argument("--memory-limit", type=memory_gib, default=16.0,
                    help="GiB of address space the script may map (RLIMIT_AS, default 16)")
@@ -64,11 +67,11 @@ def cmd_predict(args) -> int:
     size = None if args.device_memory is None else int(args.device_memory * GiB)
     recorded = record_in_subprocess(args.script, args.entry, knobs, args.sweep, values, args.profile,
                                     timeout=args.timeout, memory_gib=args.memory_limit)
-    prediction = forecast(recorded["program"], args.profile, size, what_if=not args.no_what_if)
+    prediction = forecast(recorded["program"], args.profile, size, what_if=not args.no_what_if, policy=args.policy)
     if args.sweep:
         points = []
         for value, program in recorded["sweep"]:
-            trial = forecast(program, args.profile, size)
+            trial = forecast(program, args.profile, size, policy=args.policy)
             points.append((value, trial.peak_reserved if trial.oom is None else None, trial.fits))
         fitting = [v for v, _, ok in points if ok]
         prediction.sweep = {"knob": args.sweep, "points": points,

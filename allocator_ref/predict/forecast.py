@@ -8,6 +8,12 @@ blocks split and rounded, the peak of reserved memory, and an OOM if the GPU is
 too small.  The allocator's snapshot of that replay is a real-looking
 ``_dump_snapshot()`` (segments and all), so ``replay --verify``, ``compare``, the
 doctor and PyTorch's ``torch.cuda._memory_viz`` read it like a recorded one.
+
+On an Ascend NPU (a profile whose ``allocator`` is ``npu``, or ``policy="npu"``) the same requests
+go to torch_npu's design instead (caching/npu/): its 32 B padding, its 16 KiB alignment, its
+``PYTORCH_NPU_ALLOC_CONF``.  The requests themselves are still the ones PyTorch's CUDA operators make
+(they are recorded on meta tensors), so what Ascend's operators allocate differently, the CANN
+operators' workspace and HCCL's buffers are not in the prediction: ``npu_scope`` says so in words.
 """
 from __future__ import annotations
 
@@ -15,8 +21,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..caching import CachingAllocator, OutOfMemoryError
+from ..caching import OutOfMemoryError
+from ..device.costs import load_profile
 from ..device.sim.device import SimDevice
+from ..policies.registry import make_allocator
 from ..editions.messages import translator
 from .unseen import Unseen, cublas_workspace_bytes, unseen_items
 
@@ -37,14 +45,18 @@ class Replayed:
 
 
 def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Optional[int] = None,
-                   config: Optional[str] = None, since: int = 0) -> Replayed:
-    """Hand ``program``'s requests to a CachingAllocator on a simulated ``profile`` GPU (of
-    ``device_memory`` bytes when given) and return what it did.  Stops at the first OOM."""
+                   config: Optional[str] = None, since: int = 0, policy: Optional[str] = None) -> Replayed:
+    """Hand ``program``'s requests to a caching allocator on a simulated ``profile`` device (of
+    ``device_memory`` bytes when given) and return what it did.  Stops at the first OOM.
+
+    ``policy`` is ``caching`` (PyTorch's) or ``npu`` (torch_npu's); None: the profile's own."""
+    policy = policy or load_profile(profile).allocator
     device = SimDevice(profile)
     if device_memory is not None:
         device.info = dataclasses.replace(device.info, total_memory=int(device_memory))
-    conf = config if config is not None else program.get("allocator_settings", {}).get("PYTORCH_CUDA_ALLOC_CONF", "")
-    allocator = CachingAllocator(device, conf)
+    # The recorded PYTORCH_CUDA_ALLOC_CONF is a CUDA setting: torch_npu never reads it.
+    recorded = "" if policy == "npu" else program.get("allocator_settings", {}).get("PYTORCH_CUDA_ALLOC_CONF", "")
+    allocator = make_allocator(device, policy, config if config is not None else recorded)
     allocator.record_memory_history("all")
     frames_now: list = [None]
     # gatherContext() would take the replay's own stack: the recorded one stands in for it.
@@ -93,6 +105,7 @@ class Prediction:
     snapshot: dict                       # the reference allocator's snapshot of their replay
     what_if: list = field(default_factory=list)
     sweep: Optional[dict] = None
+    policy: str = "caching"              # the design it was replayed on: PyTorch's, or torch_npu's ("npu")
 
     @property
     def usable(self) -> int:
@@ -113,6 +126,7 @@ class Prediction:
                 "fits": self.fits, "headroom": self.headroom, "oom": self.oom,
                 "at_peak": [{"size": s, "where": _where(f)} for s, f in self.at_peak],
                 "unseen": [u.to_json() for u in self.unseen], "what_if": self.what_if, "sweep": self.sweep,
+                "policy": self.policy, "npu_scope": npu_scope() if self.policy == "npu" else None,
                 "requests": sum(1 for e in self.program["device_traces"][0] if e["action"] == "alloc")}
 
     def text(self) -> str:
@@ -122,6 +136,8 @@ class Prediction:
                     context=mib(self.context), n=f"{self.to_json()['requests']:,}"),
                  tr("  peak allocated {allocated}, peak reserved {reserved}", allocated=mib(self.peak_allocated),
                     reserved=mib(self.peak_reserved))]
+        if self.policy == "npu":
+            lines.append("  " + npu_scope())
         if self.fits:
             lines.append(tr("  fits: yes, {spare} to spare ({pct}% of the {usable} the allocator may use)",
                             spare=mib(self.headroom), pct=f"{100 * self.peak_reserved / self.usable:.1f}",
@@ -162,25 +178,51 @@ def _where(frames: list, keep: int = 2) -> str:
     return " < ".join(f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}" for f in mine[:keep]) or "(no stack)"
 
 
+def npu_scope() -> str:
+    """What a prediction on torch_npu's design models, and what it does not, in one paragraph."""
+    return tr("on an NPU: replayed on torch_npu's caching allocator (32 B of padding before the 512 B rounding, "
+              "16 KiB-aligned large blocks in expandable segments, PYTORCH_NPU_ALLOC_CONF, with none set). The "
+              "requests are the ones PyTorch's CUDA operators make (recorded on meta tensors), and the cuBLAS "
+              "workspace and CUDA items below are CUDA's; not modelled: what Ascend's operators allocate "
+              "differently, the CANN operators' workspace (NPUWorkspaceAllocator, beside the caching allocator), "
+              "HCCL's buffers and the CANN runtime's own memory. The what-if table is not replayed on an NPU.")
+
+
 def _capacity(profile: str, device_memory: Optional[int]) -> tuple[int, int]:
     info = SimDevice(profile).info
     return (int(device_memory) if device_memory is not None else info.total_memory), info.context_reserve
 
 
 def forecast(program: dict, profile: str = "h100-80gb", device_memory: Optional[int] = None,
-             what_if: bool = False) -> Prediction:
-    """A Prediction for an already recorded ``program`` (record_program's dict)."""
+             what_if: bool = False, policy: Optional[str] = None) -> Prediction:
+    """A Prediction for an already recorded ``program`` (record_program's dict), replayed on
+    ``policy`` (``caching`` or ``npu``; None: the design the profile's device uses)."""
+    policy = check_predict_policy(policy or load_profile(profile).allocator)
     capacity, context = _capacity(profile, device_memory)
-    run = replay_program(program, profile, capacity)
+    run = replay_program(program, profile, capacity, policy=policy)
     workspaces = sum(1 for e in program["device_traces"][0] if e["action"] == "alloc"
                      and (e.get("frames") or [{}])[0].get("name") == "at::cuda::getCurrentCUDABlasHandle()")
     ws = (next((e["size"] for e in program["device_traces"][0] if e["action"] == "alloc"
                 and (e.get("frames") or [{}])[0].get("name") == "at::cuda::getCurrentCUDABlasHandle()"), 0))
     prediction = Prediction(profile, capacity, context, run.peak_allocated, run.peak_reserved, run.oom,
-                            run.at_peak, unseen_items(profile, context, workspaces, ws), program, run.snapshot)
-    if what_if and run.oom is None:
+                            run.at_peak, unseen_items(profile, context, workspaces, ws), program, run.snapshot,
+                            policy=policy)
+    # The what-if rows are PyTorch's designs and knobs; the predicted snapshot is in PyTorch's shape,
+    # so on an NPU they would answer for a GPU: not replayed (npu_scope says so).
+    if what_if and run.oom is None and policy != "npu":
         prediction.what_if = what_if_rows(run.snapshot, profile, capacity)
     return prediction
+
+
+PREDICT_POLICIES = ("caching", "npu")      # the caching designs a recorded program can be replayed on
+
+
+def check_predict_policy(policy: str) -> str:
+    """``caching`` or ``npu``; anything else is refused in one line saying what to give."""
+    if policy not in PREDICT_POLICIES:
+        raise ValueError(tr("predict replays on a caching allocator: policy {policy} is not one; give caching "
+                            "(PyTorch's) or npu (torch_npu's)", policy=repr(policy)))
+    return policy
 
 
 def what_ifs() -> list:
@@ -206,14 +248,16 @@ def what_if_rows(snapshot: dict, profile: str, capacity: int) -> list[dict]:
 
 def predict(step_fn: Callable[..., Any], *, profile: str = "h100-80gb", device_memory: Optional[int] = None,
             sweep: Optional[str] = None, values: tuple = (), what_if: bool = True,
-            cublas_workspace: Optional[int] = None, **knobs) -> Prediction:
+            cublas_workspace: Optional[int] = None, policy: Optional[str] = None, **knobs) -> Prediction:
     """Record ``step_fn(**knobs)`` on meta tensors and replay it for a GPU: will it fit?
 
     ``profile`` names a simulated GPU (``h100-80gb``, ``t4-16gb`` ...); ``device_memory`` (bytes)
     overrides its size.  ``sweep="batch_size", values=(8, 16, 32)`` also records the step at
     each value of that keyword and reports the largest that fits.  ``step_fn`` builds its model
-    and tensors with ``device="cuda"`` (or ``.cuda()``): they are made on ``meta``.
+    and tensors with ``device="cuda"`` (or ``.cuda()``): they are made on ``meta``.  ``policy``
+    ``npu`` (or an Atlas profile) replays the requests on torch_npu's allocator (see ``npu_scope``).
     """
+    policy = check_predict_policy(policy or load_profile(profile).allocator)    # before the step runs
     try:
         from .record import record_program
     except ImportError as exc:
@@ -222,14 +266,15 @@ def predict(step_fn: Callable[..., Any], *, profile: str = "h100-80gb", device_m
     if cublas_workspace is None:
         cublas_workspace = cublas_workspace_bytes(profile)
     program = record_program(step_fn, profile=profile, cublas_workspace=cublas_workspace, **knobs)
-    prediction = forecast(program, profile, device_memory, what_if=what_if)
+    prediction = forecast(program, profile, device_memory, what_if=what_if, policy=policy)
     if sweep:
         if not values:
             raise ValueError(f"sweep={sweep!r} needs values to try, e.g. values=(8, 16, 32)")
         points = []
         for v in values:
             trial = forecast(record_program(step_fn, profile=profile, cublas_workspace=cublas_workspace,
-                                            stacks=False, **{**knobs, sweep: v}), profile, device_memory)
+                                            stacks=False, **{**knobs, sweep: v}), profile, device_memory,
+                             policy=policy)
             points.append((v, trial.peak_reserved if trial.oom is None else None, trial.fits))
         fitting = [v for v, _, ok in points if ok]
         prediction.sweep = {"knob": sweep, "points": points, "largest_fitting": max(fitting) if fitting else None}

@@ -82,16 +82,16 @@ class Engine(ReadingInference, ProgramSteps):
     """Replays one device of a recording (see the module doc); ``verify`` picks the mode."""
 
     def __init__(self, recording: DeviceRecording, *, verify: bool, config: Optional[str] = None,
-                 policy: str = "caching", profile: str = "h100-80gb", factory: Optional[Callable] = None,
+                 policy: Optional[str] = None, profile: str = "h100-80gb", factory: Optional[Callable] = None,
                  progress: Optional[bool] = None, usable: Optional[int] = None,
                  total_memory: Optional[int] = None):
         self.recording = recording
         self.index, self.events, self.finals = recording.index, recording.events, recording.segments
         self.positions = recording.positions    # index in the raw trace of each event (None: the same)
         self.config = recording.config if config is None else config
-        self.verify, self.policy = verify, policy
+        self.verify, self.policy = verify, policy or recording.policy   # none: the design that recorded it
         self.device = make_device(profile, self.index, verify=verify, usable=usable, total_memory=total_memory)
-        self.allocator = make_replay_allocator(policy, self.device, self.config, factory)
+        self.allocator = make_replay_allocator(self.policy, self.device, self.config, factory)
         self.exact = isinstance(self.allocator, CachingAllocator)   # can take PyTorch's layout as it was
         events = self.events
         self.result = DeviceReplay(self.index, len(events), state_only=not events)

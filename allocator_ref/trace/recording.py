@@ -28,6 +28,8 @@ from .snapshot import load_snapshot, loads_snapshot
 from .snapshot_error import SnapshotError, show
 from .validate import validate_snapshot
 
+from .npu_detect import detect
+
 tr = translator("doctor")          # a refusal in the reader's language
 
 
@@ -42,6 +44,7 @@ class DeviceRecording:
     segments: list                # the device's segments when the snapshot was taken
     config: str                   # the recorded PYTORCH_CUDA_ALLOC_CONF
     source: str = "<dict>"
+    policy: str = "caching"       # the design that recorded it: "npu" for torch_npu (npu_detect.py)
     _start: Any = field(default=None, repr=False)
     _lookup: Any = field(default=None, repr=False)
 
@@ -64,7 +67,7 @@ class DeviceRecording:
         if self._start is None:
             from .rebuild import infer_initial_state
             self._start = infer_initial_state(self.events, self.segments,
-                                              recorded_config(self.config, self.source))
+                                              recorded_config(self.config, self.source, self.policy))
         return self._start
 
     @property
@@ -102,14 +105,27 @@ class DeviceRecording:
         return sum(1 for e in self.events if e["action"] == "oom")
 
 
-def recorded_config(config: str, source: str = "<dict>"):
+def recorded_config(config: str, source: str = "<dict>", policy: str = "caching"):
     """The recorded setting as an AllocatorConfig; a value PyTorch could not have had is refused
-    naming the file and the field."""
+    naming the file and the field.  A torch_npu recording's is read by torch_npu's parser."""
     from ..caching.config import AllocatorConfig
+    if policy == "npu":
+        return _recorded_npu_config(config, source)
     try:
         return AllocatorConfig.parse(config) if config else AllocatorConfig()
     except ValueError as exc:
         raise SnapshotError(tr("{source}: allocator_settings['PYTORCH_CUDA_ALLOC_CONF'] = "
+                               "{config} cannot be used: {why}", source=source,
+                               config=repr(config[:80]), why=exc)) from None
+
+
+def _recorded_npu_config(config: str, source: str):
+    """A torch_npu run's setting, read by torch_npu's parser (caching/npu/config.py)."""
+    from ..caching.npu.config import NPUAllocatorConfig
+    try:
+        return NPUAllocatorConfig.parse(config)
+    except ValueError as exc:
+        raise SnapshotError(tr("{source}: allocator_settings['PYTORCH_NPU_ALLOC_CONF'] = "
                                "{config} cannot be used: {why}", source=source,
                                config=repr(config[:80]), why=exc)) from None
 
@@ -120,6 +136,7 @@ class Recording:
     source: str                   # the file's path, or "<dict>", "<list>", "<bytes>"
     snapshot: dict                # the checked snapshot, in the current format
     config: str                   # the recorded PYTORCH_CUDA_ALLOC_CONF ("" when none)
+    policy: str = "caching"       # the design that recorded it: "npu" for torch_npu (npu_detect.py)
     _devices: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -141,7 +158,7 @@ class Recording:
             segments = [s for s in self.snapshot.get("segments", []) if s.get("device", 0) == index]
             dev = self._devices[index] = DeviceRecording(
                 index, raw, replayable_events(raw), replayable_positions(raw), segments,
-                self.config, self.source)
+                self.config, self.source, self.policy)
         return dev
 
     @property
@@ -183,8 +200,10 @@ def load_recording(source: Any, name: Optional[str] = None) -> Recording:
                                "bytes, the dict torch.cuda.memory._snapshot() returns, or the list "
                                "torch.cuda.memory_snapshot() returns", name=name or "<input>",
                                value=show(source)))
-    config = (snapshot.get("allocator_settings") or {}).get("PYTORCH_CUDA_ALLOC_CONF", "") or ""
-    return Recording(label, snapshot, config)
+    found = detect(snapshot)      # PyTorch's or torch_npu's, and the settings it ran with
+    if found.policy == "npu":
+        recorded_config(found.config, label, "npu")    # one torch_npu could not have had: refused here
+    return Recording(label, snapshot, found.config, found.policy)
 
 
 __all__ = ["Recording", "DeviceRecording", "load_recording", "device_recording", "recorded_config"]

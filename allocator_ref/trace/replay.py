@@ -37,11 +37,12 @@ from .validate import SnapshotError
 
 
 def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, config: Optional[str] = None,
-           policy: str = "caching", verify: bool = False, profile: str = "h100-80gb",
+           policy: Optional[str] = None, verify: bool = False, profile: str = "h100-80gb",
            device_memory: Optional[int] = None, progress: Optional[bool] = None) -> ReplayResult:
     """Replay every device trace of ``snapshot`` (a Recording, or anything ``load_recording``
     takes: a path, bytes, a snapshot dict, a bare list of segments).
 
+    ``policy`` None replays on the design that recorded the file (torch_npu's or PyTorch's);
     ``config`` defaults to the snapshot's own ``PYTORCH_CUDA_ALLOC_CONF``;
     ``allocator_factory(device, config)`` builds something else than the policy named;
     ``device_memory`` (bytes) replays on a simulated GPU of that size: requests that do
@@ -52,11 +53,12 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
     source = recording.source
     same_config = config is None
     config = recording.config if config is None else config
+    policy = policy or recording.policy    # none named: the design that recorded it (npu_detect.py)
     if verify and device_memory is not None:
         raise ValueError("--verify follows the trace (what failed on the GPU fails here, nothing else), so a GPU "
                          "size does not apply: drop --device-memory, or replay without --verify to ask what "
                          "happens on a GPU of that size")
-    if verify and (policy != "caching" or allocator_factory is not None or not same_config):
+    if verify and (policy not in ("caching", "npu") or allocator_factory is not None or not same_config):
         raise ValueError("--verify compares against PyTorch's own decisions: it needs the caching "
                          "policy and the snapshot's own config")
     if same_config and policy == "caching" and allocator_factory is None:
@@ -141,4 +143,4 @@ class TraceStepper:
         engine._run_until(len(self.events))
         engine._finish()
         engine.result.snapshot_entries = engine.recording.snapshot_entries
-        return ReplayResult(self.recording.source, "caching", self.recording.config, True, [engine.result])
+        return ReplayResult(self.recording.source, engine.policy, self.recording.config, True, [engine.result])

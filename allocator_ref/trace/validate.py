@@ -27,6 +27,7 @@ from typing import Any
 
 from ..editions.messages import translator
 from ..events import ACTIONS, NEW_MEMORY, RELEASES, Action
+from .npu_detect import set_aside_workspace
 from .formats import upgrade       # older PyTorch versions' shapes, made current (formats.py)
 from .snapshot_error import SnapshotError, show
 
@@ -263,6 +264,7 @@ def validate_snapshot(obj: Any, distinct_records: bool = False) -> dict:
         obj = {"segments": obj, "device_traces": []}
     if not isinstance(obj, dict):
         raise SnapshotError(tr("expected a dict with 'segments' and 'device_traces', got {value}", value=show(obj)))
+    obj = set_aside_workspace(obj)          # torch_npu's workspace buffers are not the allocator's (npu_detect.py)
     if not isinstance(obj.get("segments"), list):
         keys = sorted(show(k) for k in list(obj)[:8])
         raise SnapshotError(tr("no 'segments' list: this is not a torch memory snapshot "

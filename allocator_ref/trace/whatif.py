@@ -181,7 +181,7 @@ def _standalone_completion(events: list, i: int) -> bool:
 # ---------------------------------------------------------------- the replay
 
 def anchored_replay(events: list, finals: list, program: Program, *, config: str = "",
-                    policy: str = "caching", usable: Optional[int] = None, profile: str = "h100-80gb",
+                    policy: Optional[str] = None, usable: Optional[int] = None, profile: str = "h100-80gb",
                     index: int = 0, allocator_factory=None, recording: Optional[DeviceRecording] = None) -> Anchored:
     """Replay ``program`` (from ``program_of``) from the state at the trace's first event.
 
