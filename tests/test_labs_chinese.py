@@ -141,7 +141,7 @@ def test_the_recorded_verdicts_stay_english_for_a_chinese_room(monkeypatch, tmp_
                                            "expression": "round_size", "seed": 1, "hidden": None,
                                            "time_limit": None}])]
     cells = [{"code": "def round_size(size, config):\n    return size\n"}, {"take": [["a/0", "round_size"]]}]
-    verdicts = regrade.judge_notebook(cells, checks, tmp_path)
+    verdicts = regrade.judge_notebook(cells, checks)
     passed, explanation = verdicts["a/0"]
     assert passed is False and explanation and not CJK.search(explanation), explanation
 
