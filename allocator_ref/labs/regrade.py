@@ -33,6 +33,7 @@ judged on an account the submission's process makes (apart.py).
 from __future__ import annotations
 
 import ast
+import base64
 import json
 import os
 import selectors
@@ -119,6 +120,15 @@ class Notebook:
     cells: list
     checks: list
     learner: Optional[str] = None                  # its Unix user, when the machine has one (sandbox.py)
+    report: Optional[bytes] = None                 # the notebook to run for the learner's report (feedback)
+
+
+@dataclass
+class Judged:
+    """What a judge sent back: a verdict per check key, and the learner's report, when one was asked for."""
+    verdicts: dict
+    report: Optional[bytes] = None                 # the notebook run in the sandbox, outputs and all
+    why_no_report: str = ""
 
 
 @dataclass
@@ -135,12 +145,12 @@ class _Running:
 def judge_notebook(cells: list[dict], checks: list[GradedCheck], setup_limit: float = SETUP_LIMIT_S,
                    learner: Optional[str] = None) -> dict:
     """{check key: (passed, explanation)} for one submitted notebook (judge_all with one)."""
-    return judge_all([Notebook("one", cells, checks, learner)], parallel=1, setup_limit=setup_limit)["one"]
+    return judge_all([Notebook("one", cells, checks, learner)], parallel=1, setup_limit=setup_limit)["one"].verdicts
 
 
 def judge_all(notebooks: list[Notebook], parallel: Optional[int] = None, setup_limit: float = SETUP_LIMIT_S,
-              pinned: Optional[dict] = None) -> dict[str, dict]:
-    """{notebook name: {check key: (passed, explanation)}}, ``parallel`` judges at a time (default: one per
+              pinned: Optional[dict] = None) -> dict[str, Judged]:
+    """{notebook name: Judged (a verdict per check key: (passed, explanation))}, ``parallel`` judges at a time (default: one per
     core).  Each judge is a fork of this process, never an exec of a new program: this process is locked
     first (sandbox.lock), so every judge is locked from its first instruction, before it holds its pipe,
     and nothing a submission started can open /proc/<judge>/fd/*.  A judge past its deadline is killed,
@@ -181,7 +191,7 @@ def _budget(notebook: Notebook, setup_limit: float) -> float:
     for call in (c for g in notebook.checks for c in g.calls):
         limit = call["time_limit"] if call["time_limit"] is not None else CASE_BUDGET_S
         total += setup_limit + limit * CASES_BUDGET + 2 * REPLY_GRACE
-    return total + 60
+    return total + (REPORT_LIMIT_S if notebook.report is not None else 0) + 60
 
 
 def _start(notebook: Notebook, slot: int, setup_limit: float, pinned: dict) -> _Running:
@@ -205,7 +215,7 @@ def _start(notebook: Notebook, slot: int, setup_limit: float, pinned: dict) -> _
     return _Running(notebook, pid, read, slot, time.monotonic() + _budget(notebook, setup_limit))
 
 
-def _finish(run: _Running, selector, running: dict, slots: list, kill: bool) -> dict:
+def _finish(run: _Running, selector, running: dict, slots: list, kill: bool) -> Judged:
     selector.unregister(run.fd)
     os.close(run.fd)
     del running[run.fd]
@@ -218,17 +228,20 @@ def _finish(run: _Running, selector, running: dict, slots: list, kill: bool) -> 
     os.waitpid(run.pid, 0)
     others = frozenset(r.pid for r in running.values())
     sandbox.end_descendants(skip=others)           # what its submissions left (orphans of a killed judge)
-    verdicts = {}
+    judged = Judged({}, why_no_report="its judge ended before the report was made")
     for message in _frames(bytes(run.data)):
         if "done" in message:
             break
         if "judged" in message:
-            verdicts[str(message["judged"])] = (message["passed"] is True, str(message["explanation"]))
+            judged.verdicts[str(message["judged"])] = (message["passed"] is True, str(message["explanation"]))
+        if "report" in message:
+            judged.report = base64.b64decode(message["report"]) if message["report"] else None
+            judged.why_no_report = str(message.get("why", ""))
     why = ("not judged: the judge ran past its time budget and was ended" if kill else
            "not judged: the judge ended before it got there")
     for call in (c for g in run.notebook.checks for c in g.calls):
-        verdicts.setdefault(call["key"], (False, why))
-    return verdicts
+        judged.verdicts.setdefault(call["key"], (False, why))
+    return judged
 
 
 def _frames(data: bytes):
@@ -251,43 +264,62 @@ def printable(text: str) -> str:
 def record(name: str, course: Path, course_id: str, say: Callable[[str], None] = print,
            students: Optional[set] = None, parallel: Optional[int] = None) -> dict:
     """Judge every submission of assignment ``name`` again (only ``students``, when given: the ones
-    nbgrader graded), in parallel, and write the scores into the gradebook. Returns {student: {grade_id: score}}.
-    A submission the judge cannot run is recorded 0, never left at what the learner's kernel claimed."""
+    nbgrader graded), in parallel, and write the scores into the gradebook; each learner's notebook is
+    run once more in the sandbox for their report (autograded/<learner>/<name>/, what feedback shows).
+    Returns {student: {grade_id: score}}.  A submission the judge cannot run is recorded 0, never left
+    at what nbgrader's pass claimed."""
     import nbformat
     from nbgrader.api import Gradebook
     source = next((course / "source" / name).glob("*.ipynb"))
     checks = graded_checks(nbformat.read(source, as_version=4))
-    notebooks, verdicts_of = [], {}
+    notebooks, judged = [], {}
     for submitted in sorted((course / "submitted").glob(f"*/{name}/{source.name}")):
         student = submitted.parents[1].name
         if students is not None and student not in students:
             continue
+        autograded = course / "autograded" / student / name / source.name
         try:
             cells = learner_cells(nbformat.read(submitted, as_version=4), checks)
+            report = autograded.read_bytes() if autograded.is_file() and not autograded.is_symlink() else None
         except Exception as exc:          # noqa: BLE001 (one broken submission stops nobody else)
             say(printable(f"{student} {name}: not judged ({type(exc).__name__}: {str(exc)[:160]}); recorded 0"))
-            verdicts_of[student] = {c["key"]: (False, "not judged") for g in checks for c in g.calls}
+            judged[student] = Judged({c["key"]: (False, "not judged") for g in checks for c in g.calls})
             continue
-        notebooks.append(Notebook(student, cells, checks, learner=student))
-    verdicts_of.update(judge_all(notebooks, parallel=parallel))
+        notebooks.append(Notebook(student, cells, checks, learner=student, report=report))
+    judged.update(judge_all(notebooks, parallel=parallel))
     scores: dict = {}
-    for student in sorted(verdicts_of):
-        verdicts = verdicts_of[student]
+    for student in sorted(judged):
+        verdicts = judged[student].verdicts
         scores[student] = {g.grade_id: g.points if all(verdicts[c["key"]][0] for c in g.calls) else 0
                            for g in checks}
         with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=course_id) as gb:
             for graded in checks:
                 grade = gb.find_grade(graded.grade_id, source.stem, name, student)
-                score = scores[student][graded.grade_id]
-                if grade.auto_score != score:
-                    say(printable(f"{student} {name} {graded.grade_id}: the notebook's own run scored "
-                                  f"{grade.auto_score:g}, the clean judge {score:g}; recorded {score:g}"))
-                grade.auto_score = score
+                grade.auto_score = scores[student][graded.grade_id]
             gb.db.commit()
+        if judged[student].report is not None:
+            _keep_report(judged[student].report, course / "autograded" / student / name / source.name)
+        elif judged[student].why_no_report:
+            say(printable(f"{student} {name}: no report for feedback ({judged[student].why_no_report})"))
         failed = [v[1].splitlines()[0] for g in checks for c in g.calls for v in [verdicts[c["key"]]] if not v[0]]
         say(printable(f"{student} {name}: {sum(scores[student].values()):g}/{sum(g.points for g in checks)} "
                       f"(judged apart)" + (f"; first failure: {failed[0]}" if failed and failed[0] else "")))
     return scores
+
+
+def _keep_report(data: bytes, path: Path) -> None:
+    """The sandbox's run of the notebook, in place of nbgrader's unrun copy (a new file: never through a link)."""
+    import nbformat
+    try:
+        nbformat.reads(data.decode("utf-8"), as_version=4)
+    except Exception:                     # noqa: BLE001 -- what the learner's run left is not a notebook: keep nbgrader's
+        return
+    fresh = path.with_name(path.name + ".new")
+    fresh.unlink(missing_ok=True)
+    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(fresh, path)
 
 
 # ---------------------------------------------------------------- the judge
@@ -378,12 +410,66 @@ def judge_main(notebook: Notebook, outbox, slot: int, setup_limit: float, pinned
                 if remote.silent:
                     submission.end()
             send(outbox, {"judged": call["key"], "passed": passed, "explanation": explanation})
+        if notebook.report is not None:
+            if submission is not None:
+                submission.end()                   # nothing of the judged run is left when the report runs
+            report, why = run_report(notebook.report, box)
+            send(outbox, {"report": base64.b64encode(report).decode() if report else None, "why": why})
         send(outbox, {"done": True})
     finally:
         if submission is not None:
             submission.end()
         sandbox.end_descendants()
         box.close()
+
+
+# ---------------------------------------------------------------- the learner's report
+REPORT_LIMIT_S = 1200.0       # the whole notebook run for the report (nbgrader's own run took 900 s a cell)
+REPORT_CELL_S = 300           # one cell of it
+REPORT_MAX_BYTES = 64 << 20   # the run notebook brought back (outputs are cut at 1 MB each by nbgrader's export)
+REPORT_RUNNER = ("import sys, nbformat; from nbclient import NotebookClient; "
+                 "nb = nbformat.read('report.ipynb', as_version=4); "
+                 "NotebookClient(nb, timeout=int(sys.argv[1]), allow_errors=True, kernel_name='python3').execute(); "
+                 "nbformat.write(nb, 'report.ipynb')")
+
+
+def run_report(notebook: bytes, box: sandbox.Sandbox, limit: float = REPORT_LIMIT_S) -> tuple[Optional[bytes], str]:
+    """(the notebook run top to bottom in the sandbox, or None; why not): what the learner's feedback shows.
+
+    This replaces nbgrader's own run, which executed every learner's cells as the instructor's user (root
+    under sudo): the cells run here as the sandbox's user, in its scratch folder, with its limits, and the
+    whole run has a deadline; then every process it started is ended.  The notebook comes back read without
+    following a link, only when it is a plain file of the sandbox's user: nothing else of the folder leaves."""
+    path = box.folder / "report.ipynb"
+    path.write_bytes(notebook)
+    if box.uid is not None:
+        os.chown(path, box.uid, box.gid)
+    env = dict(box.env(), PYTHONPATH=PACKAGE_ROOT, ALLOCATOR_REF_LAB_QUICK=settings.get("lab_quick").value)
+    proc = subprocess.Popen([box.python, "-I", "-c", REPORT_RUNNER, str(REPORT_CELL_S)], cwd=box.folder, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=box.enter, start_new_session=True)
+    try:
+        proc.wait(limit)
+        why = "" if proc.returncode == 0 else f"the notebook's run for the report stopped (exit {proc.returncode})"
+    except subprocess.TimeoutExpired:
+        why = f"the notebook's run for the report was still going after {limit:g} s and was ended"
+    finally:
+        proc.kill()
+        proc.wait()
+        sandbox.end_descendants()                  # its kernel, and all the kernel left behind
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return None, why or f"no report notebook ({exc.strerror})"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        owner = box.uid if box.uid is not None else os.getuid()
+        if (st.st_mode & 0o170000) != 0o100000 or st.st_uid != owner or st.st_nlink != 1:
+            return None, "the report notebook was replaced by something else than a plain file"
+        data = f.read(REPORT_MAX_BYTES + 1)
+    if len(data) > REPORT_MAX_BYTES:
+        return None, f"the report notebook grew past {REPORT_MAX_BYTES >> 20} MiB"
+    return data, why
 
 
 # ---------------------------------------------------------------- the submission process
