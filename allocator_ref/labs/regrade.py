@@ -47,7 +47,9 @@ from typing import Callable, Optional
 
 from .. import settings
 from . import sandbox
-from .apart import PACKAGE_ROOT, Silent, _Remote, _call_here, judge_here, receive, send
+from .check import exercise, quick, resolve_seed
+from .apart import PACKAGE_ROOT, Silent, _call_here, receive, send
+from .clean import _Remote, judge_here
 from .guard import TIME_LIMIT_S, safe_str
 
 SETUP_LIMIT_S = 900.0         # the learner's cells, run once (nbgrader's own timeout per cell)
@@ -373,7 +375,6 @@ CASES_BUDGET = 40                 # at most this many cases' limits per check, i
 def judge_main(notebook: Notebook, outbox, slot: int, setup_limit: float, pinned: dict) -> None:
     """The judge of one notebook (a fork of the autograder): run its submission process in a sandbox,
     judge every check, send each verdict."""
-    import importlib
     sandbox.lock()
     sandbox.become_subreaper()                     # what a submission orphans comes here, to be ended
     os.dup2(2, 1)                                  # whatever a judge prints must not enter the verdicts
@@ -382,7 +383,6 @@ def judge_main(notebook: Notebook, outbox, slot: int, setup_limit: float, pinned
     # whatever language the learner's folder, the room or this process's locale would choose.
     from ..editions.language import set_language
     set_language("en")
-    check_module = importlib.import_module("allocator_ref.labs.check")
     box = sandbox.sandbox_for(notebook.learner, slot, PACKAGE_ROOT)
     submission, set_up_failed = None, None
     try:
@@ -397,12 +397,12 @@ def judge_main(notebook: Notebook, outbox, slot: int, setup_limit: float, pinned
                 explanation = (f"the check cell judges {call['expression']}, which the notebook did not define "
                                f"there ({submission.missing[call['key']]})")
             if explanation is None:
-                ex = check_module.exercise(call["exercise"])
+                ex = exercise(call["exercise"])
                 limit = call["time_limit"] if call["time_limit"] is not None else ex.time_limit or TIME_LIMIT_S
-                hidden = call["hidden"] if call["hidden"] is not None else (2 if check_module.quick() else None)
+                hidden = call["hidden"] if call["hidden"] is not None else (2 if quick() else None)
                 remote = _Remote(submission.proc.stdout, submission.proc.stdin, limit, key=call["key"],
                                  on_silence=submission.end)
-                seed = call["seed"] if call["seed"] is not None else check_module.resolve_seed(None)
+                seed = call["seed"] if call["seed"] is not None else resolve_seed(None)
                 result = judge_here(ex, remote, int(seed), hidden, limit)
                 passed, explanation = result.passed, result.explanation or "every case passes"
                 if ex.teardown is not None and submission.proc.poll() is None:
@@ -506,7 +506,6 @@ def serve_main() -> None:
     send(outbox, {"ready": missing})
     while (message := receive(inbox)) is not None:
         if "teardown" in message:
-            from .check import exercise
             teardown = exercise(message["teardown"]).teardown
             try:
                 teardown()
