@@ -152,9 +152,10 @@ def _problem(folder: Path, released: Path, ids: set) -> str | None:
     return None
 
 
-def autograde(lab: str, course: Path = grading.COURSE_DIR) -> tuple[Path, dict]:
-    """Grade every learner of one lab, each on their own, then export grades.csv.  Returns
-    (grades.csv, {learner: why they were not graded}); one broken submission stops nobody else."""
+def autograde(lab: str, course: Path = grading.COURSE_DIR, parallel: int | None = None) -> tuple[Path, dict]:
+    """Grade every learner of one lab, each on their own (``parallel`` judges at a time: default one per
+    core), then export grades.csv.  Returns (grades.csv, {learner: why they were not graded}); one broken
+    submission stops nobody else."""
     name, course = grading.assignment_name(lab), course.resolve()
     released = sorted((course / "release" / name).glob("*.ipynb"))
     if not released:
@@ -180,7 +181,8 @@ def autograde(lab: str, course: Path = grading.COURSE_DIR) -> tuple[Path, dict]:
     # sandbox (regrade.py, sandbox.py), for every learner graded, in parallel.
     from .regrade import record
     try:
-        record(name, course, grading.COURSE_ID, students={f.parent.name for f in folders} - set(broken))
+        record(name, course, grading.COURSE_ID, students={f.parent.name for f in folders} - set(broken),
+               parallel=parallel)
     except sandbox.SandboxError as exc:
         raise grading.GradingError(str(exc)) from None
     grades = course / "grades.csv"
