@@ -35,6 +35,8 @@ for pattern in ("../../../source/*/*.ipynb", COURSE + "/source/*/*.ipynb", COURS
             print("refused", exc)
 with open(MARK, "w") as f:
     f.write(str(os.getuid()))
+import subprocess
+subprocess.Popen(["sleep", "600"], start_new_session=True)      # left behind, holding what it inherited
 '''
 
 
@@ -63,6 +65,8 @@ def test_feedback_hands_back_the_report_only_and_no_solution(tmp_path, monkeypat
 
     assert gradebook.main(["autograde", "01", "--course", str(course)]) == 0
     assert int((marks / "ran-as").read_text()) >= sandbox.GRADER_UID_BASE      # never as root
+    left = [pid for pid, uid in _owners().items() if uid >= sandbox.GRADER_UID_BASE]
+    assert not left, f"processes the submission started outlived its grading: {left}"
     homes = tmp_path / "homes"
     for who in ("eve", "ada"):
         (homes / who).mkdir(parents=True)
@@ -79,3 +83,17 @@ def test_feedback_hands_back_the_report_only_and_no_solution(tmp_path, monkeypat
 
 def _found(text: str) -> list:
     return [s for s in ("BEGIN SOLUTION", "# ada's own work, 7731") if s in text]
+
+
+def _owners() -> dict:
+    """{pid: real uid} of every live process."""
+    import re
+    found = {}
+    for entry in os.listdir("/proc"):
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        if entry.isdigit() and "State:\tZ" not in status:
+            found[int(entry)] = int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
+    return found

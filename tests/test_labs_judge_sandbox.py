@@ -182,3 +182,11 @@ def test_run_as_root_a_submission_runs_as_another_user_with_no_network(graded, o
     uid, net, processes = (open_folder / "who").read_text().split()
     assert int(uid) == sandbox.GRADER_UID_BASE and net == "none" and int(processes) == sandbox.Limits().processes
     assert (open_folder / "who").stat().st_uid == sandbox.GRADER_UID_BASE
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root: only root changes user")
+def test_a_learner_named_like_a_system_account_gets_a_numeric_user():
+    """A learner folder called `daemon` (uid 1) must not run its cells as that system user."""
+    assert sandbox.submission_user("daemon", 2) == (sandbox.GRADER_UID_BASE + 2,) * 2
+    assert sandbox.submission_user("root", 0) == (sandbox.GRADER_UID_BASE,) * 2
+    assert sandbox.submission_user("no-such-learner-here", 1) == (sandbox.GRADER_UID_BASE + 1,) * 2

@@ -171,7 +171,7 @@ def autograde(lab: str, course: Path = grading.COURSE_DIR, parallel: int | None 
         broken[learner] = _problem(folder, released[0], ids)
         if broken[learner] is None:
             try:
-                _nbgrader(course, "autograde", name, "--student", learner, "--force", *NO_EXECUTION)
+                _nbgrader(course, "autograde", name, "--student", learner, "--force", *grading.NO_EXECUTION)
                 _only_the_notebook(course / "autograded" / learner / name, released[0].name)
             except grading.GradingError as exc:
                 broken[learner] = f"nbgrader could not grade it: {str(exc).strip().splitlines()[-1][:300]}"
@@ -192,15 +192,6 @@ def autograde(lab: str, course: Path = grading.COURSE_DIR, parallel: int | None 
     for learner, why in broken.items():
         print(printable(f"NOT GRADED {learner}: {why}"))
     return grades, broken
-
-
-# nbgrader's autograde pass without its Execute step: it files each notebook and its cells into the
-# gradebook and runs none of the learner's code as the instructor (nbgrader/converters/autograde.py,
-# Autograde.autograde_preprocessors, 0.9: Execute first, then these).
-NO_EXECUTION = tuple(f"--Autograde.autograde_preprocessors={p}" for p in (
-    "nbgrader.preprocessors.IgnorePattern", "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "nbgrader.preprocessors.LimitOutput", "nbgrader.preprocessors.SaveAutoGrades",
-    "nbgrader.preprocessors.AssignLatePenalties", "nbgrader.preprocessors.CheckCellMetadata"))
 
 
 def _only_the_notebook(folder: Path, notebook: str) -> None:

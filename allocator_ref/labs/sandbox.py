@@ -42,6 +42,7 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNET = 0x40000000
 GRADER_UID_BASE = 61_000          # numeric users for submissions with no account of their own (+ slot)
+LOGIN_UID_MIN = 1000              # login.defs' UID_MIN: below it, system accounts
 GRADER_PYTHON_ENV = "ALLOCATOR_REF_GRADER_PYTHON"
 
 
@@ -198,7 +199,9 @@ def submission_user(learner: Optional[str], slot: int) -> tuple[Optional[int], O
         account = pwd.getpwnam(learner) if learner else None
     except KeyError:
         account = None
-    if account is not None and account.pw_uid != 0:
+    # A person's account only (uid 1000 and up, below the numeric ones): a folder named "daemon" or
+    # "postgres" must not run its code as that system user, with that user's files.
+    if account is not None and LOGIN_UID_MIN <= account.pw_uid < GRADER_UID_BASE:
         return account.pw_uid, account.pw_gid
     return GRADER_UID_BASE + slot, GRADER_UID_BASE + slot
 
