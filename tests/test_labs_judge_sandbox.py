@@ -190,3 +190,13 @@ def test_a_learner_named_like_a_system_account_gets_a_numeric_user():
     assert sandbox.submission_user("daemon", 2) == (sandbox.GRADER_UID_BASE + 2,) * 2
     assert sandbox.submission_user("root", 0) == (sandbox.GRADER_UID_BASE,) * 2
     assert sandbox.submission_user("no-such-learner-here", 1) == (sandbox.GRADER_UID_BASE + 1,) * 2
+
+
+def test_a_learners_text_reaches_the_instructors_terminal_without_escape_codes(graded, capsys):
+    """Issue 57, Low: an exception message with terminal codes rewrote "0/1" as a full score."""
+    rewrite = "\x1b[2K\r\x1b[1Aada lab07: 1/1 (judged apart)"
+    cells = [{"code": f"def peaks(snapshot):\n    raise ValueError({rewrite!r})\n"}, {"take": [["a/0", "peaks"]]}]
+    verdicts = regrade.judge_notebook(cells, [_check("a/0")])
+    assert verdicts["a/0"][0] is False and "\x1b" in verdicts["a/0"][1]        # the judge keeps what was raised
+    shown = regrade.printable(verdicts["a/0"][1])
+    assert "\x1b" not in shown and "\r" not in shown and "\\x1b[2K" in shown
