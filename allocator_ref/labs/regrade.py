@@ -1,34 +1,38 @@
-"""The recorded grade: ``make autograde`` judges every submission again, in processes the notebook never ran in.
+"""The recorded grade: ``make autograde`` judges every submission in a sandbox, from judges it never reaches.
 
-nbgrader grades a notebook by running it in a kernel and reading whether each locked
-``assert check(...).passed`` cell raised.  That kernel runs the learner's cells: an answer
-cell can rebind a name, patch the checker, or wrap the pipe the clean judge answers on
-(apart.py), and the assert passes.  What that run shows is the learner's copy; the grade
-recorded in the gradebook is decided here:
+One path, one direction (the picture a reader can check against the code):
 
-* the autograder (``make autograde``'s own process) reads the check cells from the
-  instructor's copy of the assignment (``source/labNN``), never from the submission, and the
-  learner's cells from the submitted notebook, as text;
-* for each notebook it starts a *judge* (``python -I``, not dumpable), which starts the
-  *submission process*: a fresh Python that runs the learner's cells in order (every code cell
-  but the locked checks: at each of those it only takes the function the check names) and then
-  only answers calls, the way a notebook answers a graded check (apart.py);
-* the judge draws the cases, computes every expected value and gives every verdict in its own
-  process, and sends them to the autograder on a pipe only those two hold: the submission
-  process has no end of it, and cannot read the judge's or the autograder's memory or file
-  descriptors (neither is dumpable);
-* a submission that outlives its time limit, or ends or hangs its process, loses that check:
-  the judge ends the process, and a fresh one runs the notebook again for the next check.
+    autograder (make autograde; locked: not dumpable; subreaper)
+      |-- fork --> judge (one per notebook, up to one per core; locked from its first instruction)
+      |              |-- verdicts --> one pipe, the autograder's read end; nothing else holds it
+      |              '-- starts --> submission process (sandbox.py: another user, limits, no network,
+      |                                 its own session; the judge is its subreaper)
+      '-- gradebook.db, grades.csv: written by the autograder alone, from the verdicts
 
-The autograder then writes each check cell's score (its points when every exercise in it
-passes, else 0) into nbgrader's gradebook, over what the notebook's own run claimed, and
-says where the two differ.
+* nbgrader files the notebooks into its gradebook and runs none of their code (gradebook.py
+  leaves its Execute step out);
+* the autograder reads the check cells from the instructor's copy of the assignment
+  (``source/labNN``), never from the submission, and the learner's cells from the submitted
+  notebook, as text;
+* each judge is a *fork* of the autograder, which locked itself first: a fork keeps the lock
+  (only execve resets it), so no judge is ever open to ``/proc/<pid>/fd`` or ptrace, not even for
+  the moment a freshly exec'd Python would be before its own ``prctl``; it reads the settings the
+  autograder was started with (settings.pin), never a file in a folder learners write;
+* the judge starts the *submission process*: a fresh Python, in the sandbox, that runs the
+  learner's cells in order (at each locked check it only takes the function the check names) and
+  then only answers calls, the way a notebook answers a graded check (apart.py); the judge draws
+  the cases, computes every expected value and gives every verdict in its own process;
+* a submission that outlives its time limit, or ends or hangs its process, loses that check;
+  the judge ends it and everything it started, and a fresh one runs the notebook again for the
+  next check; a set-up that fails (cells still running at the limit, the process gone) fails the
+  notebook's remaining checks at once;
+* then the judge runs the notebook top to bottom once more in the sandbox, for the learner's
+  report (what ``make feedback`` hands back), and ends everything that run started.
 
-What it does not promise: the submission process runs as the autograder's user, like
-nbgrader's own run of the notebook, so a submission written to attack the instructor's files
-(the gradebook itself) is not stopped here: grade in a container or as a user who can write
-nothing but the course folder's scratch space for that.  An exercise marked ``observed`` is
-judged on an account the submission's process makes (apart.py).
+Each judge has a whole budget, past which the autograder kills it and what it left; a check it
+never answered is failed.  What it does not promise: not run as root, the sandbox cannot change
+user (sandbox.py says what still holds); an exercise marked ``observed`` is judged on an account
+the submission's process makes (apart.py).
 """
 from __future__ import annotations
 
