@@ -292,6 +292,8 @@ def record(name: str, course: Path, course_id: str, say: Callable[[str], None] =
             judged[student] = Judged({c["key"]: (False, "not judged") for g in checks for c in g.calls})
             continue
         notebooks.append(Notebook(student, cells, checks, learner=student, report=report))
+    say(f"judging {len(notebooks)} notebooks of {name}, {parallel or os.cpu_count() or 1} at a time: "
+        + sandbox.describe())
     judged.update(judge_all(notebooks, parallel=parallel))
     scores: dict = {}
     for student in sorted(judged):

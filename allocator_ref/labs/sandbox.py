@@ -166,10 +166,6 @@ class Sandbox:
         return {"PATH": "/usr/bin:/bin", "HOME": str(self.folder), "LANG": "C.UTF-8",
                 "ALLOCATOR_REF_DEVICE": "sim", "MPLBACKEND": "Agg"}
 
-    def describe(self) -> str:
-        who = "this user (not root: no user change)" if self.uid is None else f"uid {self.uid}"
-        return (f"submissions run as {who}, {self.limits.cpu_s} CPU s, {self.limits.memory_bytes >> 30} GiB, "
-                f"{'network' if self.network else 'no network'}")
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)     # never follows a link the submission made
@@ -188,6 +184,26 @@ def _no_network() -> None:
         request = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+_UNSHARE: dict = {}
+
+
+def can_cut_network() -> bool:
+    """Whether a child of this process may get a network namespace of its own (root, and a kernel or
+    container that allows it): tried once in a forked child.  Where it may not, submissions keep the
+    network and describe() says so."""
+    if "net" not in _UNSHARE:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _no_network()
+                code = 0
+            finally:
+                os._exit(code)
+        _UNSHARE["net"] = os.waitpid(pid, 0)[1] == 0
+    return _UNSHARE["net"]
 
 
 def submission_user(learner: Optional[str], slot: int) -> tuple[Optional[int], Optional[int]]:
@@ -230,6 +246,17 @@ def grader_python(uid: Optional[int], gid: Optional[int], package_root: str) -> 
                        f"workshop does) and set {GRADER_PYTHON_ENV} to the path it prints")
 
 
+def describe(limits: Limits = Limits()) -> str:
+    """One line for make autograde's log: where submissions run here, and what does not hold."""
+    if not runs_as_root():
+        who = "as you (not root: no user change and no network cut; grade a room with sudo)"
+    else:
+        who = "as each learner's own user, else a numeric one, " + (
+            "with no network" if can_cut_network() else "WITH network (no namespace may be made here)")
+    return (f"submissions run {who}; {limits.cpu_s} CPU s, {limits.memory_bytes >> 30} GiB, "
+            f"{limits.processes} processes each")
+
+
 def sandbox_for(learner: Optional[str], slot: int, package_root: str, limits: Limits = Limits()) -> Sandbox:
     """A fresh sandbox for one submission: its user, an empty scratch folder that user owns, its Python."""
     uid, gid = submission_user(learner, slot)
@@ -237,4 +264,4 @@ def sandbox_for(learner: Optional[str], slot: int, package_root: str, limits: Li
     folder = Path(tempfile.mkdtemp(prefix="allocator-grade-"))
     if uid is not None:
         os.chown(folder, uid, gid)
-    return Sandbox(uid, gid, folder, python, limits, network=uid is None)
+    return Sandbox(uid, gid, folder, python, limits, network=uid is None or not can_cut_network())
