@@ -200,3 +200,23 @@ def test_a_learners_text_reaches_the_instructors_terminal_without_escape_codes(g
     assert verdicts["a/0"][0] is False and "\x1b" in verdicts["a/0"][1]        # the judge keeps what was raised
     shown = regrade.printable(verdicts["a/0"][1])
     assert "\x1b" not in shown and "\r" not in shown and "\\x1b[2K" in shown
+
+
+def test_a_judge_past_its_whole_budget_is_ended_with_all_its_submission_started(graded, monkeypatch, open_folder):
+    """Issue 57, item 10: nothing a notebook does holds make autograde: each judge has a whole budget,
+    past which the autograder kills it, and the submission it left (another session, another user) goes
+    with it, so the next learner is graded."""
+    monkeypatch.setattr(regrade, "_budget", lambda notebook, setup_limit: 8.0 if notebook.name == "stuck" else 600)
+    pidfile = open_folder / "stuck.pid"
+    stuck = (f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+             "while True:\n    time.sleep(1)\n")
+    started = time.monotonic()
+    answers = regrade.judge_all([regrade.Notebook("stuck", [{"code": stuck}, {"take": [["a/0", "peaks"]]}],
+                                                  [_check("a/0")]),
+                                 regrade.Notebook("next", [{"code": WRONG_PEAKS}, {"take": [["a/0", "peaks"]]}],
+                                                  [_check("a/0")])], parallel=1, setup_limit=600)
+    assert time.monotonic() - started < 8 + 60
+    assert answers["stuck"].verdicts["a/0"] == (False, "not judged: the judge ran past its time budget and was "
+                                                       "ended")
+    assert answers["next"].verdicts["a/0"][0] is False and "not judged" not in answers["next"].verdicts["a/0"][1]
+    assert not _alive(int(pidfile.read_text())), "the stuck notebook's process outlived its judge"
