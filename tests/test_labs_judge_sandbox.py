@@ -206,7 +206,7 @@ def test_a_judge_past_its_whole_budget_is_ended_with_all_its_submission_started(
     """Issue 57, item 10: nothing a notebook does holds make autograde: each judge has a whole budget,
     past which the autograder kills it, and the submission it left (another session, another user) goes
     with it, so the next learner is graded."""
-    monkeypatch.setattr(regrade, "_budget", lambda notebook, setup_limit: 8.0 if notebook.name == "stuck" else 600)
+    monkeypatch.setattr(regrade, "_budget", lambda nb, setup_limit: 8.0 if nb.name == "stuck" else 600.0)
     pidfile = open_folder / "stuck.pid"
     stuck = (f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
              "while True:\n    time.sleep(1)\n")

@@ -156,8 +156,8 @@ def judge_notebook(cells: list[dict], checks: list[GradedCheck], setup_limit: fl
 
 def judge_all(notebooks: list[Notebook], parallel: Optional[int] = None, setup_limit: float = SETUP_LIMIT_S,
               pinned: Optional[dict] = None) -> dict[str, Judged]:
-    """{notebook name: Judged (a verdict per check key: (passed, explanation))}, ``parallel`` judges at a time (default: one per
-    core).  Each judge is a fork of this process, never an exec of a new program: this process is locked
+    """{notebook name: Judged (a verdict per check key: (passed, explanation))}, ``parallel`` judges at
+    a time (default: one per core).  Each judge is a fork of this process, never an exec of a new program: this process is locked
     first (sandbox.lock), so every judge is locked from its first instruction, before it holds its pipe,
     and nothing a submission started can open /proc/<judge>/fd/*.  A judge past its deadline is killed,
     and what its submissions left behind with it.  A check a judge never answered is failed."""
@@ -320,7 +320,7 @@ def _keep_report(data: bytes, path: Path) -> None:
     import nbformat
     try:
         nbformat.reads(data.decode("utf-8"), as_version=4)
-    except Exception:                     # noqa: BLE001 -- what the learner's run left is not a notebook: keep nbgrader's
+    except Exception:                     # noqa: BLE001 -- not a notebook: keep nbgrader's copy
         return
     fresh = path.with_name(path.name + ".new")
     fresh.unlink(missing_ok=True)
