@@ -157,10 +157,11 @@ def judge_notebook(cells: list[dict], checks: list[GradedCheck], setup_limit: fl
 def judge_all(notebooks: list[Notebook], parallel: Optional[int] = None, setup_limit: float = SETUP_LIMIT_S,
               pinned: Optional[dict] = None) -> dict[str, Judged]:
     """{notebook name: Judged (a verdict per check key: (passed, explanation))}, ``parallel`` judges at
-    a time (default: one per core).  Each judge is a fork of this process, never an exec of a new program: this process is locked
-    first (sandbox.lock), so every judge is locked from its first instruction, before it holds its pipe,
-    and nothing a submission started can open /proc/<judge>/fd/*.  A judge past its deadline is killed,
-    and what its submissions left behind with it.  A check a judge never answered is failed."""
+    a time (default: one per core).  Each judge is a fork of this process, never an exec of a new
+    program: this process is locked first (sandbox.lock), so every judge is locked from its first
+    instruction, before it holds its pipe, and nothing a submission started can open
+    /proc/<judge>/fd/*.  A judge past its deadline is killed, and what its submissions left behind
+    with it.  A check a judge never answered is failed."""
     sandbox.lock()
     sandbox.become_subreaper()                     # a killed judge's orphans come back here, to be ended
     pinned = settings.pinned() if pinned is None else pinned
