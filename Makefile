@@ -114,16 +114,19 @@ collect: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make collect LAB=02 [HUB=https://your-hub]"; exit 2)
 	$(if $(HUB),$(call HUB_EXCHANGE,collect),$(GRADEBOOK) collect $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR))
 
+# Run as root (sudo), each submission runs as another user (the learner's, or a numeric one), who needs a
+# Python it can run: workshop/learner_python.py finds or makes one (ALLOCATOR_REF_GRADER_PYTHON picks one).
+GRADER_PYTHON = $(if $(ALLOCATOR_REF_GRADER_PYTHON),,$(if $(filter 0,$(shell id -u)),ALLOCATOR_REF_GRADER_PYTHON="$$($(PY) workshop/learner_python.py)"))
 autograde: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make autograde LAB=02"; exit 2)
-	$(GRADEBOOK) autograde $(LAB) --course $(NBGRADER_DIR)
+	$(GRADER_PYTHON) $(GRADEBOOK) autograde $(LAB) --course $(NBGRADER_DIR)
 
 feedback: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make feedback LAB=02 [HUB=https://your-hub]"; exit 2)
 	$(if $(HUB),$(call HUB_EXCHANGE,feedback),$(GRADEBOOK) feedback $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR))
 
 rehearse: $(STAMP)
-	MPLBACKEND=Agg $(GRADEBOOK) rehearse $(LAB)
+	MPLBACKEND=Agg $(GRADER_PYTHON) $(GRADEBOOK) rehearse $(LAB)
 
 # Keep every .ipynb paired with its MyST .md (edit either, then run this): the side edited since the
 # last sync is copied into the other; untouched pairs are not rewritten; when both sides were edited

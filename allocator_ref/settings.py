@@ -78,16 +78,32 @@ def settings_file(start: Optional[Path] = None) -> Optional[Path]:
             raise SettingsError(f"{FILE_ENV}={_short(named)} is not a file; point it at a {FILE_NAME} "
                                 f"or unset it")
         return path
+    found = None
     try:
         here = (start or Path.cwd()).resolve()
-        for folder in (here, *here.parents):
-            candidate = folder / FILE_NAME
-            if candidate.is_file():
-                return candidate
+        found = next((folder / FILE_NAME for folder in (here, *here.parents) if (folder / FILE_NAME).is_file()), None)
+        if found is not None:
+            st, folder_st = found.stat(), found.parent.stat()
     except (OSError, RuntimeError, ValueError) as exc:         # a deleted working folder, a folder we may not read
         raise SettingsError(f"cannot look for {FILE_NAME} from {_short(str(start or '.'))} ({_why(exc)}); "
                             f"set {FILE_ENV} to the file, or run from another folder") from None
-    return None
+    if found is not None:
+        _refuse_foreign(found, st, folder_st)
+    return found
+
+
+def _refuse_foreign(path: Path, st: os.stat_result, folder: os.stat_result) -> None:
+    """A settings file found by looking up the folders is honoured only when it is this user's or root's
+    and sits in a folder no one else may write (as git refuses a repository another user owns since
+    CVE-2022-24765): else anyone with a shared or learner-writable folder above the working one would
+    choose the course's settings for whoever runs there."""
+    me = os.getuid() if hasattr(os, "getuid") else st.st_uid
+    if st.st_uid not in (me, 0):
+        raise SettingsError(f"{path} belongs to another user (uid {st.st_uid}), so it is not used: remove it, "
+                            f"or point {FILE_ENV} at the course's own {FILE_NAME}")
+    if folder.st_mode & 0o002 and not folder.st_mode & 0o1000:     # anyone may write there (no sticky bit)
+        raise SettingsError(f"{path} is in a folder others may write ({path.parent}), so it is not used: "
+                            f"move it, or point {FILE_ENV} at the course's own {FILE_NAME}")
 
 
 def _short(text: str, cap: int = 200) -> str:
@@ -187,7 +203,9 @@ def get(name: str, start: Optional[Path] = None) -> Setting:
         raise KeyError(f"no course setting {name!r}; known: {', '.join(SETTINGS)}")
     env_name, default = SETTINGS[name]
     env = os.environ.get(env_name)
-    if env not in (None, ""):
+    if _PINNED is not None:
+        setting = Setting(name, _PINNED[name], PINNED)
+    elif env not in (None, ""):
         setting = Setting(name, env, env_name)
     else:
         path = settings_file(start)
@@ -196,6 +214,23 @@ def get(name: str, start: Optional[Path] = None) -> Setting:
                    else Setting(name, default, "default"))
     CHECKS.get(name, lambda s: None)(setting)
     return setting
+
+
+PINNED = "pinned by the autograder"
+_PINNED: Optional[dict] = None
+
+
+def pinned(start: Optional[Path] = None) -> dict[str, str]:
+    """Every setting as this process reads it now (what the autograder hands its judges: pin())."""
+    return {name: get(name, start).value for name in SETTINGS}
+
+
+def pin(values: Optional[dict]) -> None:
+    """From now on this process answers ``values`` (from pinned()) and reads no variable and no file: a
+    judge runs next to folders learners write (submitted/), and a course-settings.toml planted there must
+    not change its hidden cases or stop it.  ``pin(None)`` reads them again."""
+    global _PINNED
+    _PINNED = None if values is None else {name: str(values[name]) for name in SETTINGS}
 
 
 def bad(setting: Setting, what: str) -> SettingsError:

@@ -38,6 +38,9 @@ def _targets(name: str, path: Path, modules: dict):
                 yield full if full in modules else module
         elif isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            yield node.args[0].value            # importlib.import_module("a.b"): an import all the same
 
 
 def import_graph() -> dict:
@@ -92,6 +95,16 @@ def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
     # CachingAllocator opens the course's device inside __init__ when none is given
     assert "allocator_ref.device" in graph["allocator_ref.caching.allocator"]
+
+
+def test_the_graph_sees_imports_by_importlib():
+    source = 'import importlib\nimportlib.import_module("allocator_ref.labs.check")\n'
+    path = Path(__file__).with_name("_importlib_probe.py")
+    try:
+        path.write_text(source)
+        assert "allocator_ref.labs.check" in set(_targets("x.y", path, {"allocator_ref.labs.check": path}))
+    finally:
+        path.unlink()
 
 
 def test_the_package_has_no_import_circle():

@@ -18,6 +18,7 @@ import pytest
 from allocator_ref.editions import language as lang
 from allocator_ref.editions.catalog import english_runs
 from allocator_ref.editions.messages import say
+from sandbox_helpers import use_grader_python
 
 check_module = importlib.import_module("allocator_ref.labs.check")
 check = check_module.check
@@ -135,13 +136,15 @@ def test_a_graded_check_tells_its_clean_process_the_language():
 def test_the_recorded_verdicts_stay_english_for_a_chinese_room(monkeypatch, tmp_path):
     """make autograde's judge: what it records and prints for the instructor does not follow the learner."""
     from allocator_ref.labs import regrade
+    use_grader_python(monkeypatch)
     monkeypatch.setenv("ALLOCATOR_REF_LANG", "zh")
     (tmp_path / lang.MARKER).write_text("zh\n")
+    monkeypatch.chdir(tmp_path)                    # the judges fork from here: a Chinese edition's folder
     checks = [regrade.GradedCheck("a", 1, [{"key": "a/0", "exercise": "lab2.round_size",
                                            "expression": "round_size", "seed": 1, "hidden": None,
                                            "time_limit": None}])]
     cells = [{"code": "def round_size(size, config):\n    return size\n"}, {"take": [["a/0", "round_size"]]}]
-    verdicts = regrade.judge_notebook(cells, checks, tmp_path)
+    verdicts = regrade.judge_notebook(cells, checks)
     passed, explanation = verdicts["a/0"]
     assert passed is False and explanation and not CJK.search(explanation), explanation
 

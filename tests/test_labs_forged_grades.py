@@ -16,6 +16,7 @@ import pytest
 
 from allocator_ref.labs import gradebook
 from allocator_ref.labs import generate, grading
+from sandbox_helpers import use_grader_python
 
 ROOT = Path(__file__).resolve().parents[1]
 nbgrader_api = pytest.importorskip("nbgrader.api", reason="nbgrader is in the test extras: pip install nbgrader")
@@ -83,6 +84,7 @@ def check(*args, **kwargs):
 
 @pytest.mark.slow
 def test_no_forged_pass_reaches_the_recorded_grade(tmp_path, monkeypatch):
+    use_grader_python(monkeypatch)
     monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")
     monkeypatch.setenv("ALLOCATOR_REF_LAB_QUICK", "1")           # two hidden cases a check: the attacks need none
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -143,6 +145,7 @@ def test_a_notebook_judged_apart_gets_the_verdicts_of_its_functions(tmp_path, mo
     """judge_notebook without nbgrader: a right and a wrong function, a name never defined, and a
     cell that ends its own process before the checks."""
     from allocator_ref.labs import regrade
+    use_grader_python(monkeypatch)
     monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")
     monkeypatch.setenv("ALLOCATOR_REF_LAB_QUICK", "1")
     _, solutions = generate.build(grading.source_for("07"))
@@ -156,12 +159,12 @@ def test_a_notebook_judged_apart_gets_the_verdicts_of_its_functions(tmp_path, mo
     cells = [{"code": solutions["lab7.peaks"]}, {"take": [["a/0", "peaks"]]},
              {"code": WRONG.split("def largest")[0] + "def largest_free_block(s):\n    return 0\n"},
              {"take": [["b/0", "largest_free_block"]]}, {"take": [["c/0", "nowhere"]]}]
-    verdicts = regrade.judge_notebook(cells, checks, tmp_path)
+    verdicts = regrade.judge_notebook(cells, checks)
     assert verdicts["a/0"][0] is True, verdicts
     assert verdicts["b/0"][0] is False and verdicts["c/0"][0] is False, verdicts
     assert "did not define" in verdicts["c/0"][1] and "NameError" in verdicts["c/0"][1]
 
-    ended = regrade.judge_notebook([{"code": "import os\nos._exit(3)"}] + cells, checks, tmp_path)
+    ended = regrade.judge_notebook([{"code": "import os\nos._exit(3)"}] + cells, checks)
     assert not any(passed for passed, _ in ended.values())
     assert "ended before its cells had run" in ended["a/0"][1], ended
 
@@ -172,6 +175,7 @@ def test_the_recorded_grade_stops_a_submission_that_switches_its_timer_off(tmp_p
     the autograder's judge still ends it: it waits for each answer the case's limit plus a grace,
     then ends the submission's process, and the check fails as stopped."""
     from allocator_ref.labs import apart, regrade
+    use_grader_python(monkeypatch)
     monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")
     code = ("import signal, time\n"
             "def peaks(snapshot):\n"
@@ -184,6 +188,6 @@ def test_the_recorded_grade_stops_a_submission_that_switches_its_timer_off(tmp_p
     checks = [regrade.GradedCheck("a", 1, [{"key": "a/0", "exercise": "lab7.peaks", "expression": "peaks",
                                            "seed": 3, "hidden": None, "time_limit": 1}])]
     started = time.monotonic()
-    verdicts = regrade.judge_notebook([{"code": code}, {"take": [["a/0", "peaks"]]}], checks, tmp_path)
+    verdicts = regrade.judge_notebook([{"code": code}, {"take": [["a/0", "peaks"]]}], checks)
     assert verdicts["a/0"][0] is False and "stopped after 1 s" in verdicts["a/0"][1], verdicts
     assert time.monotonic() - started < 1 + apart.REPLY_GRACE_S + 60

@@ -15,6 +15,7 @@ import nbformat
 import pytest
 
 from allocator_ref.labs import generate, gradebook, grading
+from sandbox_helpers import use_grader_python
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("nbgrader.api", reason="nbgrader is in the test extras: pip install nbgrader")
@@ -64,6 +65,7 @@ def test_autograde_grades_everyone_and_names_the_broken_ones(tmp_path, monkeypat
     """make autograde: one learner's broken file and another's self-paced copy stop nobody; the
     report names both with what to do; the right answer gets full marks; then make feedback hands
     each graded learner their own report, and grades and feedback stay the instructor's."""
+    use_grader_python(monkeypatch)
     monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     course = tmp_path / "course"
@@ -106,6 +108,7 @@ def _score(course: Path, who: str):
 
 @pytest.mark.slow
 def test_rehearse_grades_a_right_and_a_wrong_submission(tmp_path, monkeypatch, capsys):
+    use_grader_python(monkeypatch)
     monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv("ALLOCATOR_REF_LAB_SEED", raising=False)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from sandbox_helpers import use_grader_python
 
 from allocator_ref.labs import generate, grading
 
@@ -92,6 +93,7 @@ def test_every_lab_releases_and_grades_a_stub_a_right_and_a_wrong_submission(lab
     """make nbgrader LAB=NN on the unmodified course, then make autograde LAB=NN with nbgrader's
     own gradebook: the untouched release 0, the solutions full marks, one known-wrong answer
     loses exactly the points of its check cell."""
+    use_grader_python(monkeypatch)
     monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv("ALLOCATOR_REF_LAB_SEED", raising=False)

@@ -120,3 +120,28 @@ def test_the_scan_refuses_what_a_catalogue_cannot_match(tmp_path):
 
 def test_the_package_catalogues_are_complete():
     assert tool_catalogues.problems() == []
+
+
+@pytest.mark.parametrize("hostile", ["{n:>400000000}", "{n!r}", "{n!s:>9}", "{n:{n}}"])
+def test_a_translation_with_a_format_spec_of_its_own_is_said_in_english_and_refused(monkeypatch, tmp_path,
+                                                                                    hostile):
+    """Issue 57, item 7: `{n:>400000000}` passed both checks and made a 400 MB string."""
+    po = polib.POFile()
+    po.append(polib.POEntry(msgid="size {n}", msgstr=f"大小 {hostile}"))
+    po.append(polib.POEntry(msgid="kept {n:,}", msgstr="保留 {n:,}"))             # the English's own spec: fine
+    po.save(str(tmp_path / "doctor.po"))
+    monkeypatch.setattr(messages, "LOCALE", tmp_path)
+    messages._table.cache_clear()
+    try:
+        tr = messages.translator("doctor")
+        with lang.speaking("zh"):
+            assert tr("size {n}", n=5) == "size 5"
+            assert tr("kept {n:,}", n=5000) == "保留 5,000"
+        pkg = tmp_path / "pkg"
+        pkg.mkdir()
+        (pkg / "m.py").write_text('from allocator_ref.editions.messages import translator\n'
+                                  'tr = translator("doctor")\ntr("size {n}", n=1)\ntr("kept {n:,}", n=1)\n')
+        problems = [p for p in tool_catalogues.problems(pkg) if "doctor.po" in p]
+        assert len(problems) == 1 and "format specs or conversions" in problems[0] and "size {n}" in problems[0]
+    finally:
+        messages._table.cache_clear()

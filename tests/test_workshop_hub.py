@@ -470,8 +470,11 @@ def test_the_hub_exchange_hands_out_and_collects_for_the_instructor_only(hub, le
     mine.touch(mode=0o600)
     mine.write_text(learners[1].token)
     grace = hub_exchange.instructor(hub["url"], mine, hub["cert"])
-    r = hub_exchange._contents(grace, LEARNERS[0], "GET", "graded/lab01/lab01_measure_it.ipynb",
-                               allow_redirects=False)
+    with pytest.raises(room.RoomError, match="would not issue a token"):    # no token for ada's server
+        with hub_exchange.learner_token(grace, LEARNERS[0]):
+            pass
+    r = grace.request("GET", f"{hub['url']}/user/{LEARNERS[0]}/api/contents/graded/lab01/lab01_measure_it.ipynb",
+                      headers={"Authorization": f"token {grace.token}"}, allow_redirects=False)
     assert r.status_code in (302, 403, 404), r.status_code           # not ada's notebook
 
 

@@ -18,7 +18,12 @@ the instructor's own machine (collect writes submitted/ readable by them only:
 allocator_ref/labs/gradebook.py), then make autograde as anywhere.
 
 The token: log in as the instructor, Hub Control Panel > Token, request one, and save it in a
-file only you can read (install -m 600 /dev/null ~/.room-token, then paste it in).
+file only you can read (install -m 600 /dev/null ~/.room-token, then paste it in).  It goes to the
+hub's own API only, never to a learner's server: the proxy would hand it to a server the learner
+controls (their own jupyter_server_config.py runs when a stopped server starts), and the room-wide
+token opens every learner's files.  For each learner the hub issues a token *of that learner's*
+(POST /hub/api/users/NAME/tokens, the grader role's `tokens` scope), scoped to their own server
+(``access:servers!user=NAME``) and valid for TOKEN_S seconds; it is deleted when their exchange ends.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import base64
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -39,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from allocator_ref.labs import gradebook, grading  # noqa: E402
 
 FOLDER = grading.GRADED_FOLDER
+TOKEN_S = 600                 # a learner-scoped token's life: one learner's exchange, with its server's start
 
 
 def instructor(hub: str, token_file: Path, verify) -> Learner:
@@ -65,7 +72,8 @@ def _ready(me: Learner, name: str) -> bool:
 
 
 def _with_server(me: Learner, name: str, work):
-    """Run work() with `name`'s server up: started for it (and stopped after) when it was not."""
+    """Run work(token) with `name`'s server up (started for it, and stopped after, when it was not) and a
+    token of theirs scoped to that server (learner_token)."""
     started = not _ready(me, name)
     if started:
         me.api("POST", f"/users/{name}/server")
@@ -75,22 +83,43 @@ def _with_server(me: Learner, name: str, work):
                 raise RoomError(f"{name}'s server did not start within 300 s")
             time.sleep(1)
     try:
-        return work()
+        with learner_token(me, name) as token:
+            return work(token)
     finally:
         if started:
             me.api("DELETE", f"/users/{name}/server")
 
 
-def _contents(me: Learner, name: str, method: str, path: str, **kw):
-    headers = {"Authorization": f"token {me.token}"}
+@contextmanager
+def learner_token(me: Learner, name: str):
+    """A token of ``name``'s own that opens only their server and lives TOKEN_S seconds, deleted after:
+    what a learner's server sees (the proxy forwards it) is worth nothing beyond what they already have."""
+    r = me.api("POST", f"/users/{name}/tokens", json={"scopes": [f"access:servers!user={name}"],
+                                                      "expires_in": TOKEN_S, "note": "graded lab exchange"})
+    if r.status_code not in (200, 201):
+        raise RoomError(f"the hub would not issue a token for {name}'s server ({r.status_code}): the instructor "
+                        "needs the grader role with the `tokens` scope (workshop/jupyterhub_config.py, the "
+                        "values file's hub.loadRoles)")
+    issued = r.json()
+    try:
+        yield issued["token"]
+    finally:
+        me.api("DELETE", f"/users/{name}/tokens/{issued['id']}")
+
+
+def _contents(me: Learner, name: str, method: str, path: str, token: str, **kw):
+    """A contents API call on ``name``'s server with ``token`` (theirs: learner_token), never the instructor's."""
+    if token == me.token:
+        raise RoomError("refusing to send the instructor's token to a learner's server")
+    headers = {"Authorization": f"token {token}"}
     return me.request(method, f"{me.hub}/user/{name}/api/contents/{path}", headers=headers, **kw)
 
 
-def _put(me: Learner, name: str, path: str, model: dict) -> None:
+def _put(me: Learner, name: str, path: str, model: dict, token: str) -> None:
     parts = path.split("/")
     for i in range(1, len(parts)):          # the folders first (PUT of a folder that exists is fine)
-        _contents(me, name, "PUT", "/".join(parts[:i]), json={"type": "directory"})
-    r = _contents(me, name, "PUT", path, json=model)
+        _contents(me, name, "PUT", "/".join(parts[:i]), token, json={"type": "directory"})
+    r = _contents(me, name, "PUT", path, token, json=model)
     if r.status_code not in (200, 201):
         raise RoomError(f"could not write {path} for {name}: {r.status_code} {r.text[:200]}")
 
@@ -103,11 +132,11 @@ def hand_out(lab: str, me: Learner, course: Path) -> list[str]:
         raise RoomError(f"no release for {name} in {course}: run make nbgrader LAB={lab} first")
     given = []
     for learner in learners(me):
-        def work(learner=learner):
+        def work(token, learner=learner):
             for nb in notebooks:
                 path = f"{FOLDER}/{name}/{nb.name}"
-                if _contents(me, learner, "GET", path, params={"content": 0}).status_code == 404:
-                    _put(me, learner, path, {"type": "notebook", "content": json.loads(nb.read_text())})
+                if _contents(me, learner, "GET", path, token, params={"content": 0}).status_code == 404:
+                    _put(me, learner, path, {"type": "notebook", "content": json.loads(nb.read_text())}, token)
                     given.append(f"{learner}: {path}")
         _with_server(me, learner, work)
     print(f"handed out {name} to {len(given)} learners")
@@ -120,9 +149,9 @@ def collect(lab: str, me: Learner, course: Path) -> list[Path]:
     release = sorted((course / "release" / name).glob("*.ipynb"))
     copied = []
     for learner in learners(me):
-        def work(learner=learner):
+        def work(token, learner=learner):
             for nb in release:
-                r = _contents(me, learner, "GET", f"{FOLDER}/{name}/{nb.name}")
+                r = _contents(me, learner, "GET", f"{FOLDER}/{name}/{nb.name}", token)
                 if r.status_code == 200:
                     with gradebook.private_files():
                         dest = course / "submitted" / learner / name
@@ -139,12 +168,17 @@ def hand_back(lab: str, me: Learner, course: Path) -> list[str]:
     """make feedback's reports (feedback/<learner>/labNN/*.html) into ~/graded/labNN/feedback/."""
     name = grading.assignment_name(lab)
     given = []
-    for report in sorted((course / "feedback").glob(f"*/{name}/*.html")):
-        learner = report.parents[1].name
-        path = f"{FOLDER}/{name}/feedback/{report.name}"
-        data = base64.b64encode(report.read_bytes()).decode()
-        _with_server(me, learner, lambda: _put(me, learner, path, {"type": "file", "format": "base64",
-                                                                    "content": data}))
+    released = sorted((course / "release" / name).glob("*.ipynb"))
+    report_name = released[0].with_suffix(".html").name if released else None
+    for folder in sorted((course / "feedback").glob(f"*/{name}")):
+        learner = folder.parent.name
+        report = gradebook._report_of(folder / str(report_name))       # the notebook's report only, no link
+        if report is None:
+            continue
+        path = f"{FOLDER}/{name}/feedback/{report_name}"
+        data = base64.b64encode(report).decode()
+        _with_server(me, learner, lambda token: _put(me, learner, path, {"type": "file", "format": "base64",
+                                                                          "content": data}, token))
         given.append(f"{learner}: {path}")
     print(f"feedback handed back to {len(given)} learners, in ~/{FOLDER}/{name}/feedback/")
     return given

@@ -218,9 +218,10 @@ c.Authenticator.blocked_users = SYSTEM_USERS
 c.Authenticator.admin_users = {ADMIN}
 c.Authenticator.allow_all = True           # anyone in the room picks a name and a password
 # The instructor may open learners' servers (graded hand-out and collect through the hub,
-# workshop/hub_exchange.py); the admin role alone manages servers but does not open them.
+# workshop/hub_exchange.py); the admin role alone manages servers but does not open them.  `tokens`:
+# the exchange opens each learner's server with a short-lived token of theirs, never the instructor's.
 c.JupyterHub.load_roles = [{"name": "grader", "description": "hand out, collect and hand back graded labs",
-                            "scopes": ["access:servers", "admin:servers", "list:users", "read:users"],
+                            "scopes": ["access:servers", "admin:servers", "list:users", "read:users", "tokens"],
                             "users": [ADMIN]}]
 
 # --- idle servers stop (jupyterhub-idle-culler, the JupyterHub project's): a learner's files stay

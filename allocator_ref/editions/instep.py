@@ -5,7 +5,12 @@ them; the test that an English edit is caught runs the same functions on a copy 
 """
 from __future__ import annotations
 
+import html
+import re
+from collections import Counter
+from functools import lru_cache
 from pathlib import Path
+from urllib.parse import unquote
 
 import nbformat
 
@@ -39,9 +44,94 @@ def catalogue_problems(source: Path, root: Path = ROOT) -> list:
             continue
         chinese = done[block]
         problems += [f"{where}: {p}" for p in catalog.rule_problems(block, chinese)]
+        problems += [f"{where}: {p}" for p in rendered_problems(block, chinese)]
         runs = catalog.english_runs(chinese, catalog.NAMES)
         if runs:
             problems.append(f"{where}: English left in the Chinese prose: {runs[:3]}")
+    return problems
+
+
+# ---------------------------------------------------------------- what a paragraph renders to
+SCHEME = re.compile(r"^([a-z][a-z0-9+.\-]*):", re.I)
+INVISIBLE = re.compile(r"[\x00-\x20\x7f]")         # a browser drops these in a scheme ("java\tscript:")
+
+
+@lru_cache(maxsize=1)
+def _markdown():
+    """markdown-it-py (CommonMark, as Jupyter renders a markdown cell) with GFM's tables and strikethrough,
+    its autolinks when linkify-it-py is installed, and every link kept as written: its own check
+    (validateLink drops ``javascript:`` links) would hide exactly what this looks for."""
+    from markdown_it import MarkdownIt
+    md = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+    try:
+        import linkify_it  # noqa: F401
+        md = md.enable("linkify")
+        md.options["linkify"] = True
+    except ImportError:                           # bare www. addresses: found by WWW below instead
+        pass
+    md.validateLink = lambda url: True
+    md.normalizeLink = lambda url: url
+    return md
+
+
+WWW = re.compile(r"(?<![\w/.@-])www\.[^\s<>()]+", re.I)
+
+
+def target(url: str) -> str:
+    """A link target as a browser follows it: entities and %-escapes decoded, spaces and controls out of the
+    scheme, the scheme in lower case (``JavaScript&#58;`` is ``javascript:``)."""
+    url = unquote(html.unescape(url)).strip()
+    m = re.match(r"^([^/?#]*?):", url)
+    if m:
+        url = INVISIBLE.sub("", m.group(1)).lower() + url[m.end(1):]
+    return url
+
+
+def leaves_the_page(url: str) -> bool:
+    """A scheme (``https:``, ``ftp:``, ``javascript:``, ``data:``) or another host (``//host``, ``\\\\host``)."""
+    return bool(SCHEME.match(url)) or url.startswith(("//", "\\\\", "/\\", "\\/"))
+
+
+def rendered(text: str) -> dict:
+    """What a block of markdown renders to that a reader follows or runs: link and image targets, code
+    (fenced with ``` or ~~~, or indented), raw HTML, reference definitions, each as a Counter."""
+    env: dict = {}
+    found = {kind: Counter() for kind in ("link", "code", "html", "reference")}
+    stack = list(_markdown().parse(text, env))
+    while stack:
+        token = stack.pop()
+        stack.extend(token.children or [])
+        if token.type == "link_open":
+            found["link"][target(token.attrGet("href") or "")] += 1
+        elif token.type == "image":
+            found["link"][target(token.attrGet("src") or "")] += 1
+        elif token.type in ("fence", "code_block"):
+            found["code"][token.content.strip()] += 1
+        elif token.type in ("html_block", "html_inline"):
+            found["html"][token.content.strip().lower()] += 1
+        elif token.type == "text":
+            for bare in WWW.findall(token.content):
+                found["link"][target("//" + bare)] += 1
+    for definition in env.get("references", {}).values():
+        found["reference"][target(definition.get("href", ""))] += 1
+    return found
+
+
+def rendered_problems(msgid: str, msgstr: str) -> list:
+    """What a translation renders to that its English does not: an off-site link, image or autolink
+    (any scheme, any case, entity-encoded or protocol-relative), a reference definition, a code block of
+    any kind, raw HTML.  Relative links may be added (to a chapter, the glossary), as the FORMAT says."""
+    english, chinese = rendered(msgid), rendered(msgstr)
+    problems = []
+    for url in chinese["link"]:
+        if leaves_the_page(url) and url not in english["link"] and url not in english["reference"]:
+            problems.append(f"link or image {url[:80]!r} is not in the English: a translation adds no off-site link")
+    for url in chinese["reference"] - english["reference"]:
+        problems.append(f"reference definition {url[:80]!r} is not in the English")
+    for code in chinese["code"] - english["code"]:
+        problems.append(f"a code block that is not in the English ({code[:40]!r}): a translation adds no code")
+    for tag in chinese["html"] - english["html"]:
+        problems.append(f"HTML {tag[:40]!r} is not in the English: a translation adds no markup")
     return problems
 
 

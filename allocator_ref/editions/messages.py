@@ -52,14 +52,31 @@ def fields_of(text: str) -> set:
         return {"<unbalanced braces>"}
 
 
+def formats_of(text: str) -> list:
+    """Each field's conversion and format spec, in order (``{n:>400000000}`` -> ``[('n', None, '>400000000')]``)."""
+    try:
+        return sorted((name, conversion or "", spec or "") for _, name, spec, conversion
+                      in string.Formatter().parse(text) if name is not None)
+    except ValueError:
+        return [("<unbalanced braces>", "", "")]
+
+
+def in_step(english: str, translated: str) -> bool:
+    """Whether a translation may be filled in as its English is: the same fields, each with the same
+    conversion and format spec (a hostile ``{n:>400000000}`` makes a 400 MB string, ``{n!r}`` shows a
+    value the English never shows)."""
+    return fields_of(translated) == fields_of(english) and formats_of(translated) == formats_of(english)
+
+
 def say(domain: str, english: str, **fields) -> str:
     """``english`` in the current language, its fields filled in.
 
     A translation whose fields are not the English sentence's (a typo, or ``{n.__class__}`` in a
-    hostile catalogue: ``str.format`` follows attributes) is not used: the English is said instead.
+    hostile catalogue: ``str.format`` follows attributes), or that gives a field a format spec or
+    conversion of its own, is not used: the English is said instead.
     """
     text = _table(domain).get(english, english) if language() == "zh" else english
-    if text is not english and fields_of(text) != fields_of(english):
+    if text is not english and not in_step(english, text):
         text = english
     return text.format(**fields) if fields else text
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polib
 
-from .messages import DOMAINS, catalogue_path, fields_of
+from .messages import DOMAINS, catalogue_path, fields_of, formats_of, in_step
 
 PACKAGE = Path(__file__).resolve().parent.parent
 # Files outside the package whose tr("...") sentences live in the same catalogues.
@@ -207,4 +207,8 @@ def problems(package: Path = PACKAGE) -> list:
             elif fields_of(entry.msgstr) != fields_of(sentence):
                 out.append(f"{path.name}: the Chinese of {short!r} has fields {sorted(fields_of(entry.msgstr))}, "
                            f"the English {sorted(fields_of(sentence))} ({places[0]})")
+            elif not in_step(sentence, entry.msgstr):
+                out.append(f"{path.name}: the Chinese of {short!r} gives its fields other format specs or "
+                           f"conversions ({formats_of(entry.msgstr)}) than the English ({formats_of(sentence)}); "
+                           f"write each field as the English does ({places[0]})")
     return out

@@ -51,10 +51,10 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from ..editions.language import language, set_language
+from ..editions.language import language
 from ..editions.messages import translator
-from .verdict import Apart, Fail
-from .guard import CaseTimeout, run_guarded, safe_str
+from .verdict import Fail
+from .guard import run_guarded, safe_str
 from .results import CaseResult, CheckResult
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])     # the folder that holds allocator_ref/
@@ -67,14 +67,6 @@ tr = translator("labs")
 
 class NotPlainData(TypeError):
     """The submission returned something a graded check cannot carry (a class instance, a numpy number...)."""
-
-
-class ProcessEnded(Exception):
-    """The process that runs the submission stopped answering: its case fails, and every later one."""
-
-
-class SubmissionRaised(Exception):
-    """What the submission raised, re-raised in the clean process under the submission's type name."""
 
 
 # ---------------------------------------------------------------- plain data, by hand
@@ -177,7 +169,7 @@ STARTUP_S = 60.0              # the clean process's own start (imports) before i
 def judge_command() -> list:
     """The clean process: ``python -I`` (no PYTHON* variables, no user site, not the notebook's folder)."""
     return [sys.executable, "-I", "-c",
-            "import sys; sys.path.insert(0, sys.argv[1]); from allocator_ref.labs.apart import main; main()",
+            "import sys; sys.path.insert(0, sys.argv[1]); from allocator_ref.labs.clean import main; main()",
             PACKAGE_ROOT]
 
 
@@ -315,120 +307,3 @@ def _describe_raised(exc: BaseException) -> dict:
                  if f.line else tr(" (line {line})", line=f.lineno))
     return {"type": type(exc).__name__, "message": safe_str(exc), "where": where,
             "stub": isinstance(exc, NotImplementedError)}
-
-
-# ---------------------------------------------------------------- the clean process
-class _Remote(Apart):
-    """The submission as the clean process's judges see it: each call is answered by the notebook."""
-
-    def __init__(self, inbox, outbox, time_limit: float, key: Optional[str] = None, on_silence=None) -> None:
-        self.inbox, self.outbox, self.time_limit = inbox, outbox, time_limit
-        self.deadline = None
-        self.key = key                    # which submission, when the other side holds several (regrade.py)
-        self.on_silence = on_silence      # what to do when the other side misses a reply's deadline
-        self.silent = False
-
-    def __call__(self, *args, **kwargs):
-        return self._ask({}, args, kwargs)
-
-    def observe(self, runner, args: tuple):
-        """``runner(submission, *args)`` run in the notebook (check.observed); its plain account comes back."""
-        name = f"{runner.__module__}:{runner.__qualname__}"
-        if not runner.__module__.startswith("allocator_ref.labs.") or not runner.__qualname__.isidentifier():
-            raise ValueError(f"observed() needs a module-level function of a lab module, not {name}")
-        return self._ask({"observe": name}, args, {})
-
-    def _ask(self, message: dict, args: tuple, kwargs: dict):
-        import time
-        if self.silent:                            # it missed a deadline or ended: nothing more to ask it
-            raise ProcessEnded(tr("the process running your code stopped answering at an earlier case"))
-        left = max(self.deadline - time.monotonic(), 0.001) if self.deadline else self.time_limit
-        if self.key is not None:
-            message = dict(message, key=self.key)
-        send(self.outbox, dict(message, args=base64.b64encode(pickle.dumps((args, kwargs))).decode(),
-                               time_left=left))
-        try:
-            # The submission's side stops the call at ``left``; past that and a grace, it escaped.
-            reply = receive(self.inbox, time.monotonic() + left + REPLY_GRACE_S)
-        except Silent:
-            self.silent = True
-            if self.on_silence is not None:
-                self.on_silence()                  # regrade.py: end the submission's process
-            raise CaseTimeout() from None
-        if reply is None or reply.get("ended"):    # the process running the submission ended (os._exit, a crash)
-            self.silent = True
-            raise ProcessEnded(tr("the process running your code ended during this call (os._exit(), a crash, "
-                                  "or it was killed): nothing came back to judge"))
-        if reply.get("output"):
-            print(reply["output"], end="")         # run_guarded here captures it as the case's output
-        if reply.get("timeout"):
-            raise CaseTimeout()
-        if "fail" in reply:
-            fail = reply["fail"]
-            raise Fail(str(fail["message"]), str(fail["safe"]), fail["hint"] if isinstance(fail["hint"], str) else None)
-        if "raised" in reply:
-            _raise_as_submission(_reraised(reply["raised"]))
-        return decode(reply["value"])
-
-
-# Raised from a frame named "<submission>", not from this file: the judges tell the learner's
-# exception from the course's own by the file of the deepest frame (workload._raised_inside_course).
-_SCOPE: dict = {}
-exec(compile("def _raise_as_submission(exc):\n    raise exc\n", "<submission>", "exec"), _SCOPE)
-_raise_as_submission = _SCOPE["_raise_as_submission"]
-
-
-def _reraised(info: dict) -> BaseException:
-    name, message = info["type"], info["message"]
-    if name == "KeyboardInterrupt":
-        return KeyboardInterrupt()
-    if name == "SystemExit":
-        return SystemExit(message)
-    exc = NotImplementedError(message) if info.get("stub") else \
-        type(name if name.isidentifier() else "Exception", (SubmissionRaised,), {})(message)
-    exc.where = info.get("where", "")          # check._describe_exception shows it
-    return exc
-
-
-def _not_dumpable() -> None:
-    """Linux: no other process of this user may read this one's memory (/proc/PID/mem, ptrace),
-    not even the notebook that started it (prctl PR_SET_DUMPABLE 0)."""
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE = 4
-    except (OSError, AttributeError):
-        pass                                       # not Linux: nothing to switch off
-
-
-def judge_here(ex, remote: _Remote, seed: int, hidden: Optional[int], time_limit: float) -> CheckResult:
-    """The clean process's verdict on ``ex``: every judge runs here, calling ``remote`` for the submission."""
-    import importlib
-    import time
-    check_module = importlib.import_module("allocator_ref.labs.check")   # (the package exports check(), the function)
-    original = check_module.run_case
-
-    def run_case(case, submission, limit=None):
-        remote.deadline = time.monotonic() + time_limit
-        # The submission's side stops it at the limit and says so; this process waits a little
-        # longer, so that a reply is never left unread (the next call would read it).
-        return original(case, submission, time_limit + REPLY_GRACE_S, shown_limit=time_limit)
-    check_module.run_case = run_case
-    try:
-        return check_module.judge(ex, remote, seed, hidden=hidden, time_limit=time_limit)
-    finally:
-        check_module.run_case = original
-
-
-def main() -> None:
-    """The clean process of a notebook's graded check: read the request, judge every case, write the result."""
-    import importlib
-    _not_dumpable()
-    inbox = sys.stdin.buffer
-    outbox = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)                                  # whatever a judge prints must not enter the message stream
-    request = receive(inbox)
-    set_language(request.get("language"))        # speak the learner's language (judge_apart says which)
-    ex = importlib.import_module("allocator_ref.labs.check").exercise(request["exercise"])
-    remote = _Remote(inbox, outbox, request["time_limit"])
-    result = judge_here(ex, remote, request["seed"], request["hidden"], request["time_limit"])
-    send(outbox, {"done": {"cases": [dict(vars(c)) for c in result.cases], "explanation": result.explanation}})

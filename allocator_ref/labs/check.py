@@ -269,8 +269,9 @@ def cases_for(ex: Exercise, seed: int, *, public: bool = True, hidden: Optional[
 
 
 def judge(ex: Exercise, submission: Any, seed: int, *, public: bool = True, hidden: Optional[int] = None,
-          time_limit: Optional[float] = None) -> CheckResult:
-    """Run the cases and collect the results; prints nothing, changes no progress."""
+          time_limit: Optional[float] = None, run: Optional[Callable] = None) -> CheckResult:
+    """Run the cases and collect the results; prints nothing, changes no progress.
+    ``run``: how one case runs (default :func:`run_case`; a graded check's clean process waits longer, clean.py)."""
     result = CheckResult(exercise=ex.id, seed=seed)
     if submission is None:
         result.cases.append(CaseResult(tr("a submission"), False, False,
@@ -281,7 +282,7 @@ def judge(ex: Exercise, submission: Any, seed: int, *, public: bool = True, hidd
     cases = cases_for(ex, seed, public=public, hidden=hidden)
     try:
         for i, case in enumerate(cases):
-            outcome = run_case(case, submission, limit)
+            outcome = (run or run_case)(case, submission, limit)
             result.cases.append(outcome)
             if outcome.stopped:                       # a timeout or the stop button: do not run the rest
                 result.cases.extend(CaseResult(c.label, c.hidden, False, tr("not run: an earlier case was stopped"))

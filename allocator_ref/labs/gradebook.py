@@ -34,7 +34,8 @@ from pathlib import Path
 
 import nbformat
 
-from . import generate, grading
+from . import generate, grading, sandbox
+from .regrade import printable
 
 PRIVATE = ("source", "submitted", "autograded", "feedback", "gradebook.db", "grades.csv", ".nbgrader.log")
 REHEARSAL_DIR = generate.ROOT / "build" / "rehearsal"
@@ -151,9 +152,10 @@ def _problem(folder: Path, released: Path, ids: set) -> str | None:
     return None
 
 
-def autograde(lab: str, course: Path = grading.COURSE_DIR) -> tuple[Path, dict]:
-    """Grade every learner of one lab, each on their own, then export grades.csv.  Returns
-    (grades.csv, {learner: why they were not graded}); one broken submission stops nobody else."""
+def autograde(lab: str, course: Path = grading.COURSE_DIR, parallel: int | None = None) -> tuple[Path, dict]:
+    """Grade every learner of one lab, each on their own (``parallel`` judges at a time: default one per
+    core), then export grades.csv.  Returns (grades.csv, {learner: why they were not graded}); one broken
+    submission stops nobody else."""
     name, course = grading.assignment_name(lab), course.resolve()
     released = sorted((course / "release" / name).glob("*.ipynb"))
     if not released:
@@ -169,21 +171,42 @@ def autograde(lab: str, course: Path = grading.COURSE_DIR) -> tuple[Path, dict]:
         broken[learner] = _problem(folder, released[0], ids)
         if broken[learner] is None:
             try:
-                _nbgrader(course, "autograde", name, "--student", learner, "--force")
+                _nbgrader(course, "autograde", name, "--student", learner, "--force", *grading.NO_EXECUTION)
+                _only_the_notebook(course / "autograded" / learner / name, released[0].name)
             except grading.GradingError as exc:
                 broken[learner] = f"nbgrader could not grade it: {str(exc).strip().splitlines()[-1][:300]}"
     broken = {k: v for k, v in broken.items() if v}
-    # What nbgrader scored is the learner's own kernel's run of the asserts; the grade recorded is
-    # the one a judge the submission never reaches gives (regrade.py), for every learner graded.
+    # nbgrader only filed the notebooks (it runs none of their code): the grade recorded is the one a
+    # judge the submission never reaches gives, and each learner's report is their notebook run in a
+    # sandbox (regrade.py, sandbox.py), for every learner graded, in parallel.
     from .regrade import record
-    record(name, course, grading.COURSE_ID, students={f.parent.name for f in folders} - set(broken))
+    try:
+        record(name, course, grading.COURSE_ID, students={f.parent.name for f in folders} - set(broken),
+               parallel=parallel)
+    except sandbox.SandboxError as exc:
+        raise grading.GradingError(str(exc)) from None
     grades = course / "grades.csv"
-    _nbgrader(course, "export", "--to", str(grades))
+    _nbgrader(course, "export", "--to", str(grades))       # from the gradebook alone
     private(course)
     print(f"graded {len(folders) - len(broken)} of {len(folders)} learners: {grades} (readable by you only)")
     for learner, why in broken.items():
-        print(f"NOT GRADED {learner}: {why}")
+        print(printable(f"NOT GRADED {learner}: {why}"))
     return grades, broken
+
+
+def _only_the_notebook(folder: Path, notebook: str) -> None:
+    """Remove from a learner's autograded folder everything but their notebook (generate_feedback copies
+    every other file there into the feedback it hands back, following links)."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    import shutil
+    for entry in folder.iterdir():
+        if entry.name == notebook and entry.is_file() and not entry.is_symlink():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 # ------------------------------------------------------------------ feedback
@@ -206,24 +229,49 @@ def _hand_back(data: bytes, home: Path, folder: str, file_name: str) -> Path:
     return target / file_name
 
 
+REPORT_MAX_BYTES = 64 << 20
+
+
+def _report_of(path: Path) -> bytes | None:
+    """nbgrader's report of the learner's notebook, and nothing else: opened without following a link,
+    only a plain file (a learner's run must not turn it into a path to the solutions)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if (os.fstat(f.fileno()).st_mode & 0o170000) != 0o100000:
+            return None
+        data = f.read(REPORT_MAX_BYTES + 1)
+    return data if len(data) <= REPORT_MAX_BYTES else None
+
+
 def feedback(lab: str, course: Path = grading.COURSE_DIR, homes: Path | None = None) -> dict[str, list[Path]]:
     """nbgrader generate_feedback for every graded learner, then each one's report into
     homes/<learner>/graded/labNN/feedback/ (nothing handed back without homes)."""
     name, course = grading.assignment_name(lab), course.resolve()
     if not (course / "autograded").is_dir():
         raise grading.GradingError(f"nothing graded in {course}: run make autograde LAB={name[3:]} first")
+    released = sorted((course / "release" / name).glob("*.ipynb"))
+    if not released:
+        raise grading.GradingError(f"no release for {name} in {course}: run make nbgrader LAB={name[3:]} first")
+    for folder in (course / "autograded").glob(f"*/{name}"):
+        _only_the_notebook(folder, released[0].name)
     _nbgrader(course, "generate_feedback", name, "--force")
     private(course)
     given: dict[str, list[Path]] = {}
-    for report in sorted((course / "feedback").glob(f"*/{name}/*.html")):
-        learner = report.parents[1].name
-        if homes is None:                     # a room on Kubernetes: workshop/hub_exchange.py hands it back
+    report_name = Path(released[0].name).with_suffix(".html").name
+    for folder in sorted((course / "feedback").glob(f"*/{name}")):
+        learner = folder.parent.name
+        data = _report_of(folder / report_name)
+        if homes is None or data is None:     # a room on Kubernetes: workshop/hub_exchange.py hands it back
             continue
         home = homes / learner
         if not home.is_dir() or home.is_symlink():
-            print(f"feedback for {learner}: {report} (no home under {homes}: hand it over yourself)")
+            print(printable(f"feedback for {learner}: {folder / report_name} (no home under {homes}: hand it "
+                            "over yourself)"))
             continue
-        path = _hand_back(report.read_bytes(), home, f"{grading.GRADED_FOLDER}/{name}/feedback", report.name)
+        path = _hand_back(data, home, f"{grading.GRADED_FOLDER}/{name}/feedback", report_name)
         given.setdefault(learner, []).append(path)
     if homes is not None:
         print(f"feedback handed back to {len(given)} learners, in ~/{grading.GRADED_FOLDER}/{name}/feedback/")

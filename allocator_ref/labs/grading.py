@@ -236,12 +236,22 @@ def collect(lab: str, homes: Path, course: Path = COURSE_DIR) -> list[Path]:
     return copied
 
 
+# nbgrader's autograde pass without its Execute step: it files each notebook and its cells into the
+# gradebook and runs none of the learner's code as the instructor (nbgrader/converters/autograde.py,
+# Autograde.autograde_preprocessors, 0.9: Execute first, then these).  The grade is a judge's and the
+# learner's report their notebook run in a sandbox (regrade.py, sandbox.py).
+NO_EXECUTION = tuple(f"--Autograde.autograde_preprocessors={p}" for p in (
+    "nbgrader.preprocessors.IgnorePattern", "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput", "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties", "nbgrader.preprocessors.CheckCellMetadata"))
+
+
 def autograde(lab: str, course: Path = COURSE_DIR) -> Path:
     name, course = assignment_name(lab), course.resolve()     # nbgrader runs in the course folder
     check_submissions(name, course)
-    _nbgrader(course, "autograde", name, "--force")
-    # What that run scored is the learner's copy (their kernel ran the asserts); the grade
-    # recorded is the one judged again apart from every submission (regrade.py).
+    _nbgrader(course, "autograde", name, "--force", *NO_EXECUTION)
+    # nbgrader ran none of the learners' code; the grade recorded is the one judged apart from every
+    # submission, and each report the notebook run in a sandbox (regrade.py).
     from .regrade import record
     record(name, course, COURSE_ID)
     grades = course / "grades.csv"

@@ -2,7 +2,7 @@
 check's clean process sees it (``Apart``).
 
 Their own file because both judges need them: ``check.py`` in the notebook's process and
-``apart.py`` in a graded check's clean process (each importing the other would be a circle).
+``clean.py`` in a graded check's clean process (each importing the other would be a circle).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class Fail(Exception):
 
 
 class Apart:
-    """The submission as a graded check's clean process sees it (``apart._Remote``): it lives in the
+    """The submission as a graded check's clean process sees it (``clean._Remote``): it lives in the
     notebook's process, so the judge can only call it (plain data back) or ask :func:`check.observed`."""
 
     def observe(self, runner: Callable, args: tuple) -> Any:       # pragma: no cover -- apart.py defines it

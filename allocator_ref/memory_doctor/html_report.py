@@ -62,17 +62,29 @@ def _label(t) -> str:
     return name + (tr(" (model prediction)") if t.prediction else "")
 
 
+BARE_TAGS = ("b", "i", "code")   # the only markup the English sentences carry, never with attributes
+
+
+def _markup(text: str) -> str:
+    """A translated sentence at the HTML boundary: all of it escaped (a catalogue is text, never markup),
+    then only the bare ``<b>``, ``<i>``, ``<code>`` its English is written with given back."""
+    out = escape(text, quote=False)
+    for tag in BARE_TAGS:
+        out = out.replace(f"&lt;{tag}&gt;", f"<{tag}>").replace(f"&lt;/{tag}&gt;", f"</{tag}>")
+    return out
+
+
 def render_html(report) -> str:
     d, r, v = report.diagnosis, report.remedies, report.verdict
     words = words_of(d)                 # a GPU's names or an NPU's (device_words.py)
     parts = [f"<!DOCTYPE html><html lang='{HTML_LANG[language()]}'><head><meta charset='utf-8'>"
              f"<title>{escape(tr('Memory doctor: {source}', source=d.source))}</title><style>{STYLE}</style></head><body>",
              f"<h1>{escape(tr('Memory doctor: {source}, device {device}', source=d.source, device=d.device))}</h1>",
-             "<p>" + tr("{n} trace events, replayed on the reference allocator at {library}'s own addresses "
-                        "(<b>{reproduced}</b>). Every figure comes from a replay on a <i>simulated</i> {device} of "
-                        "{library}'s recorded requests.", n=f"{len(d.frames):,}", library=words.library,
-                        device=words.device,
-                        reproduced=escape(reproduced_line(d.verify_summary, d.verified, words))) + "</p>",
+             "<p>" + _markup(tr("{n} trace events, replayed on the reference allocator at {library}'s own addresses "
+                                "(<b>{reproduced}</b>). Every figure comes from a replay on a <i>simulated</i> {device} of "
+                                "{library}'s recorded requests.", n=f"{len(d.frames):,}", library=words.library,
+                                device=words.device,
+                                reproduced=reproduced_line(d.verify_summary, d.verified, words))) + "</p>",
              (f"<p data-simulated-gpu='{escape(d.profile)}'>{escape(d.profile_note)}.</p>" if d.profile_note else ""),
              f"<div class='verdict {v.kind}' data-verdict='{v.kind}'>{escape(v.text)}"
              + (f"<code class='line'>{escape(v.line)}</code>" if v.line else "") + "</div>"]
@@ -93,10 +105,10 @@ def render_html(report) -> str:
                                    "allocated", at=f"{d.peak_reserved_at:,}", reserved=format_bytes(d.peak_reserved),
                                    allocated=format_bytes(d.allocated_at_peak)),
                           simulated=True)
-    note = ("<p>" + (tr("Outlined in red: the {n} segment holding the most reserved-but-unallocated memory (listed "
-                        "above).", n=len(holders)) if len(holders) == 1 else
-                     tr("Outlined in red: the {n} segments holding the most reserved-but-unallocated memory (listed "
-                        "above).", n=len(holders))) + "</p>") if holders else ""
+    note = ("<p>" + escape(tr("Outlined in red: the {n} segment holding the most reserved-but-unallocated memory "
+                              "(listed above).", n=len(holders)) if len(holders) == 1 else
+                           tr("Outlined in red: the {n} segments holding the most reserved-but-unallocated memory "
+                              "(listed above).", n=len(holders))) + "</p>") if holders else ""
     parts.append(_section(tr("The block map at the peak"),
                           note + f"<div class='picture' data-figure='blockmap'>{svg}</div>"))
     if r is not None:
@@ -119,7 +131,7 @@ def render_html(report) -> str:
                        costs=tr("; ").join(t.costs)) if t.prediction else ""
             table.append(f"<tr><td>{escape(_label(t))}</td><td class='num'>{format_bytes(t.peak_reserved)}"
                          f"</td><td class='num'>{format_bytes(t.fragmentation)}</td><td class='num'>{t.device_calls:,}"
-                         f"</td><td class='num'>{t.alloc_retries:,}</td><td>{fits}</td><td><code>{escape(t.line)}</code>"
+                         f"</td><td class='num'>{t.alloc_retries:,}</td><td>{escape(fits)}</td><td><code>{escape(t.line)}</code>"
                          + (f"<br><small>{escape(costs)}</small>" if costs else "") + "</td></tr>")
         table.append("</table>")
         parts.append(_section(tr("Remedies ({n} replays)", n=r.replays), _img(png_bytes(chart), tr(
@@ -129,5 +141,5 @@ def render_html(report) -> str:
             if words is NPU else
             tr("Made by {command} (the course's reference allocator, a re-implementation of PyTorch 2.11's "
                "CUDACachingAllocator).", command="<code>python -m allocator_ref doctor</code>"))
-    parts.append("<p><small>" + made + "</small></p></body></html>")
+    parts.append("<p><small>" + _markup(made) + "</small></p></body></html>")
     return "\n".join(parts)

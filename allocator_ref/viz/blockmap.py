@@ -184,7 +184,7 @@ def render_blockmap(state: Any, *, highlight: Iterable[int] = (), segment_ids: O
         y += 6
     if not segments:
         body.append(f'<text x="4" y="{y + 16}" fill="#5b6770">'
-                    + tr("No segments: the allocator has not reserved any memory yet.") + '</text>')
+                    + escape(tr("No segments: the allocator has not reserved any memory yet.")) + '</text>')
         y += ROW_H
 
     height = y + 4
@@ -257,9 +257,9 @@ def _draw_segment(out: list, seg: dict, seg_id: Any, y: int, full_w: float, mark
                    f'l3,5 h-6 z" fill="#33414e"/>')
     stroke, sw = (HIGHLIGHT, 2.5) if addr in marked else ("#7d8a96", 1)
     outline_tip = ("" if bar_w == to_scale else
-                   "<title>" + tr("{size}: drawn {px} px long so that it shows; to scale with the largest segment "
-                                  "here ({largest}) it is shorter", size=format_bytes(span), px=MIN_SEGMENT_W,
-                                  largest=format_bytes(largest)) + "</title>")
+                   "<title>" + escape(tr("{size}: drawn {px} px long so that it shows; to scale with the largest "
+                                         "segment here ({largest}) it is shorter", size=format_bytes(span),
+                                         px=MIN_SEGMENT_W, largest=format_bytes(largest))) + "</title>")
     out.append(f'<rect class="ar-outline" x="{x0}" y="{y}" width="{bar_w:.2f}" height="{BAR_H}" fill="none" '
                f'stroke="{stroke}" stroke-width="{sw}">{outline_tip}</rect>')
     height = ROW_H
@@ -295,7 +295,7 @@ def _block_rect(block: dict, x: float, y: int, w: float, seg_addr: int, seg_id: 
     rect = (f'<rect class="{cls}" id="blk-{addr:#x}" data-addr="{addr:#x}" data-state="{state}" '
             f'data-size="{size}"{mark} '
             f'x="{x:.2f}" y="{y}" width="{w:.2f}" height="{BAR_H}" fill="{fill}" {stroke}>'
-            f'<title>{tip}</title></rect>')
+            f'<title>{escape(tip)}</title></rect>')
     if text_width(format_bytes(size), 11) + 4 > w:     # the label would run over its neighbours
         return rect
     return (rect + f'<text x="{x + w / 2:.2f}" y="{y + 12}" text-anchor="middle" fill="{ink}" '
@@ -344,7 +344,7 @@ def _legend(segments: list, top: int, width: int) -> tuple[str, int]:
         if fill:
             parts.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{fill}" stroke="#7d8a96" '
                          f'stroke-width="0.5"/>')
-        parts.append(f'<text x="{x + (16 if fill else 0)}" y="{y + 10}" fill="#33414e">{text}</text>')
+        parts.append(f'<text x="{x + (16 if fill else 0)}" y="{y + 10}" fill="#33414e">{escape(text)}</text>')
         x += item_w + 8
     parts.append("</g>")
     return "".join(parts), LEGEND_H + y
