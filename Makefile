@@ -76,8 +76,9 @@ test-labs: $(STAMP)
 check-labs: $(STAMP)
 	$(PY) -m allocator_ref.labs.verify $(if $(LAB),--lab $(LAB))
 
-# Graded labs with nbgrader (labs/README.md, "Grading"): make nbgrader LAB=02 (the release), the
-# hub hands it out (WORKSHOP_GRADED=build/nbgrader), make collect LAB=02 gathers the learners'
+# Graded labs with nbgrader (labs/README.md, "Grading"): make nbgrader LAB=02 (the release, and
+# build/nbgrader/course.git: the course without its solutions, which a graded room's learners pull:
+# workshop/room_copy.py), the hub hands it out (WORKSHOP_GRADED=build/nbgrader), make collect LAB=02 gathers the learners'
 # copies into build/nbgrader/submitted/, make autograde LAB=02 grades everyone (build/nbgrader/grades.csv;
 # a broken submission is named, with what to do, and the others are graded), make feedback LAB=02 puts
 # each learner's report in their ~/graded/lab02/feedback/.  Submissions, grades and feedback are
@@ -91,6 +92,7 @@ nbgrader: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make nbgrader LAB=02"; exit 2)
 	$(PY) -m allocator_ref.labs.grading release $(LAB) --course $(NBGRADER_DIR)
 	@$(GRADEBOOK) private --course $(NBGRADER_DIR)
+	$(PY) workshop/room_copy.py $(NBGRADER_DIR)
 
 # A room on Kubernetes (homes are volumes there): HUB=https://... sends hand-out, collect and feedback
 # through the hub with the instructor's token (HUB_TOKEN_FILE, mode 600; workshop/hub_exchange.py).

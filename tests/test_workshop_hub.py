@@ -133,17 +133,16 @@ def _git(*args, cwd):
 
 
 def _publish(tmp: Path) -> Path:
-    """The course as the instructor publishes it: this checkout's HEAD as branch main of a bare
-    repository (from `git archive`, so a shallow or detached CI checkout works too)."""
-    src, course = tmp / "course-src", tmp / "course.git"
+    """The instructor's checkout: this checkout's HEAD as one commit of branch main (from `git archive`,
+    so a shallow or detached CI checkout works too); the graded room's course is published from it."""
+    src = tmp / "course-src"
     src.mkdir()
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
     _git("init", "-q", "-b", "main", cwd=src)
     _git("add", "-A", cwd=src)
     _git("commit", "-q", "-m", "the course", cwd=src)
-    _git("clone", "-q", "--bare", str(src), str(course), cwd=tmp)
-    return course
+    return src
 
 
 def _seed_of(user: str) -> int:
@@ -165,9 +164,7 @@ def hub(tmp_path_factory, config):
     # homes and the published course.  The hub's own state folder is made 0700 by the config.
     tmp = Path(tempfile.mkdtemp(prefix="workshop-hub-"))
     tmp.chmod(0o755)
-    course = _publish(tmp)
-    for p in [course, *course.rglob("*")]:
-        p.chmod(p.stat().st_mode | 0o004 | (0o001 if p.is_dir() else 0))
+    _publish(tmp)
     secret = tmp / "admin-password"
     secret.touch(mode=0o600)
     secret.write_text(ADMIN_PASSWORD + "\n")
@@ -186,13 +183,17 @@ def hub(tmp_path_factory, config):
     from allocator_ref.labs import grading             # a graded workshop: lab 1's release handed out
     graded = tmp / "nbgrader"
     grading.release("01", graded)
+    sys.path.insert(0, str(WORKSHOP))
+    import room_copy                                    # as make nbgrader does: the course without solutions,
+    course = room_copy.publish(graded, root=tmp / "course-src")     # which the graded room pulls by default
     port = _free_port()
-    env = {**os.environ, "WORKSHOP_REPO": str(course), "WORKSHOP_BRANCH": "main",
+    env = {**os.environ, "WORKSHOP_BRANCH": "main",
            "WORKSHOP_STATE": str(state), "WORKSHOP_HOMES": str(homes), "WORKSHOP_ADMIN": ADMIN,
            "WORKSHOP_ADMIN_PASSWORD_FILE": str(secret), "WORKSHOP_IP": "127.0.0.1",
            "WORKSHOP_PORT": str(port), "WORKSHOP_HOSTNAME": "localhost", "WORKSHOP_GRADED": str(graded),
            "WORKSHOP_PYTHON": str(_learner_python(tmp)), "PYTHONPATH": str(ROOT)}
     env.pop("WORKSHOP_ADMIN_PASSWORD", None)
+    env.pop("WORKSHOP_REPO", None)
     log = open(tmp / "hub.log", "w")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "jupyterhub"), "-f",
                              str(config)], cwd=tmp, env=env, stdout=log,
@@ -379,6 +380,31 @@ def test_each_learner_has_their_own_copy_device_and_seed(hub, learners):
         assert got["seed"] == _seed_of(learner.name), learner.name
         seen[learner.name] = got["seed"]
     assert len(set(seen.values())) == len(LEARNERS), seen
+
+
+def test_a_graded_rooms_learner_copy_has_no_solutions(hub, learners):
+    """The graded room pulls WORKSHOP_GRADED/course.git (make nbgrader's, workshop/room_copy.py): from
+    inside a learner's kernel, no solution in their copy, its history, or the course folder."""
+    got = _kernel_says(learners[1], (
+        "import json, os, subprocess\n"
+        "copy = os.path.expanduser('~/allocator-course')\n"
+        "history = subprocess.run(['git', 'log', '--all', '--format=', '--name-only'], cwd=copy,\n"
+        "                         capture_output=True, text=True).stdout.split()\n"
+        "try:\n"
+        "    from allocator_ref.labs import show_solution; show_solution('lab1.measure'); shown = 'shown'\n"
+        "except FileNotFoundError:\n"
+        "    shown = 'none'\n"
+        "def reads(p):\n"
+        "    try:\n"
+        "        open(p).read(); return 'read'\n"
+        "    except OSError:\n"
+        "        return 'refused'\n"
+        f"print(json.dumps({{'student': os.path.exists(copy + '/labs/student/lab01_measure_it.ipynb'),\n"
+        "  'left out': [n for n in ('labs/solutions.json', 'labs/source', 'labs/wrong', 'tests')\n"
+        "               if os.path.exists(copy + '/' + n)],\n"
+        "  'in history': [p for p in history if p == 'labs/solutions.json' or p.startswith('labs/source/')],\n"
+        f"  'source': reads('{hub['graded']}/source/lab01/lab01_measure_it.ipynb'), 'shown': shown}}))"))
+    assert got == {"student": True, "left out": [], "in history": [], "source": "refused", "shown": "none"}
 
 
 def test_the_room_lists_each_notebook_once_and_hides_nbgrader(hub, learners):
@@ -638,6 +664,27 @@ def test_the_hub_refuses_unsafe_settings(config, tmp_path, change, said):
     out = _load_config(config, tmp_path, **change)
     assert out.returncode != 0 and said in out.stderr, out.stderr
     assert not (tmp_path / "state").exists()                  # refused before making anything
+
+
+def test_a_graded_room_refuses_a_course_with_solutions(config, tmp_path):
+    """WORKSHOP_GRADED pulls WORKSHOP_GRADED/course.git (made by make nbgrader); a WORKSHOP_REPO whose
+    branch holds labs/solutions.json is refused, and so is a course folder without course.git."""
+    base = Path(tempfile.mkdtemp(prefix="workshop-graded-"))     # not tmp_path: closed to others
+    base.chmod(0o755)
+    try:
+        graded = base / "nbgrader"
+        (graded / "release" / "lab01").mkdir(parents=True, mode=0o755)
+        graded.chmod(0o755)
+        missing = _load_config(config, tmp_path, WORKSHOP_GRADED=str(graded), WORKSHOP_REPO=None)
+        assert missing.returncode != 0 and "run make nbgrader LAB=NN again" in missing.stderr, missing.stderr
+        course = base / "course"
+        _publish(base)
+        _git("clone", "-q", "--bare", str(base / "course-src"), str(course), cwd=base)
+        leaky = _load_config(config, tmp_path, WORKSHOP_GRADED=str(graded), WORKSHOP_REPO=str(course))
+        assert leaky.returncode != 0 and "holds labs/solutions.json" in leaky.stderr, leaky.stderr
+        assert not (tmp_path / "state").exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_a_password_file_others_can_read_is_refused(config, tmp_path):

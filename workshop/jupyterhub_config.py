@@ -33,7 +33,8 @@ pass them; no secret is ever one):
     WORKSHOP_HOSTNAME     names the certificate is for, comma-separated (default: this host's name)
     WORKSHOP_PYTHON       the Python learners' servers run with   (default: the hub's own; make
                           workshop finds or makes one every user can run: learner_python.py)
-    WORKSHOP_REPO         the course's git URL or path            (default: this checkout)
+    WORKSHOP_REPO         the course's git URL or path            (default: this checkout; a graded
+                          room: WORKSHOP_GRADED/course.git, the course without its solutions)
     WORKSHOP_BRANCH       the branch to pull                      (default: main)
     WORKSHOP_HOMES        where learners' homes are made          (default: workshop/.run/homes)
     WORKSHOP_STATE        the hub's database, cookie secret, passwords, certificate
@@ -67,6 +68,7 @@ from jupyterhub.auth import LocalAuthenticator
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from pull import COURSE_FOLDER  # noqa: E402  (workshop/pull.py, next to this file)
+from room_copy import LEFT_OUT, ROOM_REPO, holds_solutions  # noqa: E402  (a graded room's course)
 from room_language import RoomLanguageError, asked_language, first_page, room_language, room_settings  # noqa: E402
 from tls import self_signed  # noqa: E402  (workshop/tls.py)
 
@@ -153,6 +155,23 @@ if GRADED and not _reachable_by_everyone(GRADED / "release"):
     _refuse(f"WORKSHOP_GRADED={GRADED}: no release/ there that learners can read (make nbgrader LAB=NN)")
 if GRADED and (GRADED / "source").exists() and (GRADED / "source").stat().st_mode & 0o077:
     _refuse(f"{GRADED}/source holds the solutions and others can read it: chmod 700 {GRADED}/source")
+if GRADED:
+    # A graded room pulls the course without its solutions (workshop/room_copy.py, made by make nbgrader)
+    REPO = os.environ.get("WORKSHOP_REPO") or str(GRADED / ROOM_REPO)
+    if not Path(REPO).exists() and not os.environ.get("WORKSHOP_REPO"):
+        _refuse(f"WORKSHOP_GRADED={GRADED}: no {ROOM_REPO} there, the course without its solutions that a "
+                "graded room's learners pull: run make nbgrader LAB=NN again")
+    if holds_solutions(REPO, BRANCH):
+        _refuse(f"WORKSHOP_REPO={REPO} (branch {BRANCH}) holds labs/solutions.json or labs/source, and every "
+                f"learner of a graded room would read them: leave WORKSHOP_REPO unset (the room then pulls "
+                f"{GRADED / ROOM_REPO}, made by make nbgrader)")
+    # This checkout holds them too, and its folder is open to the learners (they run its workshop/
+    # files): close what holds a solution, and its .git (every old version of them), to others.
+    for name in (*LEFT_OUT, ".git"):
+        path = HERE.parent / name
+        if path.exists() and not path.is_symlink() and path.stat().st_mode & 0o077:
+            path.chmod(0o700 if path.is_dir() else 0o600)
+            print(f"workshop: closed {path} to the learners (it holds solutions)", file=sys.stderr)
 if Path(REPO).exists() and not _reachable_by_everyone(Path(REPO)):
     _refuse(f"WORKSHOP_REPO={REPO} cannot be read by the learners' Unix users, who pull from it")
 ADMIN_PASSWORD = _admin_password()
