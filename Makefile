@@ -86,7 +86,8 @@ check-labs: $(STAMP)
 # when the hub made the learners' Unix users.  make rehearse [LAB=02]: a right and a wrong submission
 # per lab, graded in build/rehearsal, before the day.
 NBGRADER_DIR ?= build/nbgrader
-WORKSHOP_HOMES ?= workshop/.run/homes
+# absolute: feedback writes into each home as its learner, from / (a relative path would point nowhere)
+WORKSHOP_HOMES ?= $(CURDIR)/workshop/.run/homes
 GRADEBOOK := $(PY) -m allocator_ref.labs.gradebook
 nbgrader: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make nbgrader LAB=02"; exit 2)
@@ -171,11 +172,14 @@ room-check: $(STAMP)
 
 # A fix mid-workshop: commit it, then give learners this link (nbgitpuller: pulls into their copy, their
 # edits win, no restart):  make pull-link HUB=https://SERVER:8000 [PAGE=labs/student/lab02_build_the_core.ipynb]
-# WORKSHOP_REPO / WORKSHOP_BRANCH as the hub has them (default: this checkout, main).
+# The repository is the room's: a hub on this machine pulls this checkout (a graded one, WORKSHOP_GRADED=
+# build/nbgrader: its course.git, after make nbgrader), a hub elsewhere is the cluster's, which pulls the
+# values file's repository (workshop/pull.py room_repo); WORKSHOP_REPO / WORKSHOP_BRANCH say otherwise.
 .PHONY: pull-link
 pull-link: $(STAMP)
 	@test -n "$(HUB)" || (echo "usage: make pull-link HUB=https://your-hub [PAGE=chapters/...ipynb]"; exit 2)
-	@$(PY) workshop/pull.py --link $(HUB) $(or $(WORKSHOP_REPO),$(CURDIR)) $(or $(WORKSHOP_BRANCH),main) $(PAGE)
+	@WORKSHOP_GRADED="$(WORKSHOP_GRADED)" $(PY) workshop/pull.py --link $(HUB) $(or $(WORKSHOP_REPO),-) \
+	  $(or $(WORKSHOP_BRANCH),main) $(PAGE)
 
 # After the workshop (collect and grade first): remove the learners' Unix accounts the hub made and
 # their homes (KEEP_HOMES=1 keeps the homes): sudo make workshop-clean

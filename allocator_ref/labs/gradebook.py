@@ -319,8 +319,8 @@ def main(argv=None) -> int:
                 print(f"{len(broken)} not graded (above, each with what to do); the others are in grades.csv",
                       file=sys.stderr)
                 return 1
-        elif args.action == "feedback":
-            feedback(args.lab, args.course or grading.COURSE_DIR, args.homes)
+        elif args.action == "feedback":        # homes absolute: each report is written from / as its learner
+            feedback(args.lab, args.course or grading.COURSE_DIR, args.homes.resolve() if args.homes else None)
         else:
             labs = [args.lab] if args.lab else [p.stem[3:5] for p in generate.sources()]
             problems = rehearse(labs, args.course or REHEARSAL_DIR)
