@@ -118,3 +118,19 @@ def test_the_make_targets_exist():
     makefile = (ROOT / "Makefile").read_text()
     for target in ("collect", "autograde", "feedback", "rehearse"):
         assert f"\n{target}: $(STAMP)" in makefile and f"$(GRADEBOOK) {target}" in makefile, target
+
+
+def test_collect_leaves_out_make_room_checks_test_learners(tmp_path, capsys):
+    """make room-check logs in test learners who run lab 1 before the room arrives: their copies are
+    not collected, so they are never graded nor exported; a learner named like them but not made so is."""
+    import sys
+    sys.path.insert(0, str(ROOT / "workshop"))
+    room_check = pytest.importorskip("room_check", reason="workshop/room_check.py needs requests + websocket-client")
+    homes, course = tmp_path / "homes", tmp_path / "course"
+    names = [room_check.room_check_name(1), room_check.room_check_name(2), "ada", "roomcheck-fan"]
+    for name in names:
+        (homes / name / "graded" / "lab01").mkdir(parents=True)
+        (homes / name / "graded" / "lab01" / "lab01_measure_it.ipynb").write_text(f"{name}'s work")
+    got = gradebook.collect("01", homes, course)
+    assert sorted(p.parents[1].name for p in got) == ["ada", "roomcheck-fan"]
+    assert "left out 2 room-check test learners" in capsys.readouterr().out

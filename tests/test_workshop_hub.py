@@ -593,6 +593,32 @@ def test_workshop_clean_removes_the_learners_accounts_and_nothing_else(tmp_path)
         shutil.rmtree(homes, ignore_errors=True)
 
 
+def test_workshop_clean_finds_a_non_default_runtime_folder_the_hub_recorded(config, tmp_path):
+    """A room started with WORKSHOP_RUNTIME and WORKSHOP_HOMES elsewhere: the hub records both in its
+    state folder, and `sudo make workshop-clean` (no variables) removes the accounts and the kernel
+    folders there (issue 53: the kernel folders were left behind)."""
+    base = Path(tempfile.mkdtemp(prefix="workshop-runtime-"))
+    homes, runtime, state = base / "homes", base / "kernels", base / "state"
+    name = f"cleanrt-{RUN}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_")}
+    try:
+        loaded = _load_config(config, tmp_path, WORKSHOP_STATE=str(state), WORKSHOP_HOMES=str(homes),
+                              WORKSHOP_RUNTIME=str(runtime))
+        assert loaded.returncode == 0, loaded.stderr
+        subprocess.run(["useradd", "--create-home", "--home-dir", str(homes / name), name], check=True)
+        uid = pwd.getpwnam(name).pw_uid
+        (runtime / str(uid)).mkdir(parents=True)
+        (runtime / str(uid) / "kernel-1.json").write_text("{}")
+        out = subprocess.run([sys.executable, str(WORKSHOP / "clean_up.py"), "--state", str(state)],
+                             capture_output=True, text=True, env=env)
+        assert out.returncode == 0 and f"removed {name}" in out.stdout, out.stderr
+        assert not (runtime / str(uid)).exists() and not (homes / name).exists()
+        assert name not in {a.pw_name for a in pwd.getpwall()}
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def _load_config(config, tmp_path, **env_over) -> subprocess.CompletedProcess:
     """Load workshop/jupyterhub_config.py as JupyterHub does (get_config, then the file), nothing more."""
     secret = tmp_path / "admin-password"

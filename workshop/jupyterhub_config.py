@@ -53,6 +53,7 @@ pass them; no secret is ever one):
 """
 import asyncio
 import getpass
+import json
 import ipaddress
 import os
 import pwd
@@ -69,6 +70,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from pull import COURSE_FOLDER  # noqa: E402  (workshop/pull.py, next to this file)
 from room_copy import LEFT_OUT, ROOM_REPO, holds_solutions  # noqa: E402  (a graded room's course)
+from clean_up import ROOM_RECORD  # noqa: E402  (where this room's homes and kernel folders are, for the clean-up)
 from room_language import RoomLanguageError, asked_language, first_page, room_language, room_settings  # noqa: E402
 from tls import self_signed  # noqa: E402  (workshop/tls.py)
 
@@ -259,6 +261,8 @@ c.Spawner.cmd = [str(PYTHON), "-m", "jupyterhub.singleuser"]
 # The folder is short (/run/workshop-kernels/UID), as a Unix socket's path must be under 108 bytes.
 c.Spawner.args = ["--KernelManager.transport=ipc"]
 RUNTIME = Path(os.environ.get("WORKSHOP_RUNTIME") or "/run/workshop-kernels")
+# What `make workshop-clean` must find again, whatever the room was started with (clean_up.py reads it)
+(STATE / ROOM_RECORD).write_text(json.dumps({"homes": str(HOMES), "runtime": str(RUNTIME.absolute())}) + "\n")
 # where learners land (WORKSHOP_FIRST_PAGE: e.g. another edition's first chapter; make pull-link PAGE= agrees)
 c.Spawner.default_url = f"/lab/tree/{COURSE_FOLDER}/{os.environ.get('WORKSHOP_FIRST_PAGE') or FIRST_PAGE}"
 c.Spawner.start_timeout = 120

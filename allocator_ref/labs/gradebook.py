@@ -98,13 +98,23 @@ def _read_handed_in(home: Path, name: str) -> dict[str, bytes]:
             os.close(fd)
 
 
+# The test learners `make room-check` logs in (workshop/room_check.py room_check_name): not the room's.
+ROOM_CHECK_NAME = re.compile(r"^roomcheck\d+[0-9a-f]{6}$")
+
+
 def collect(lab: str, homes: Path, course: Path = grading.COURSE_DIR) -> list[Path]:
     """Copy each learner's ~/graded/labNN/*.ipynb (handed out by the hub) into
-    submitted/<learner>/labNN/, where autograde reads it, readable by the instructor only."""
+    submitted/<learner>/labNN/, where autograde reads it, readable by the instructor only.
+    make room-check's test learners are left out (they ran lab 1 before the room arrived)."""
     name, course, homes = grading.assignment_name(lab), course.resolve(), homes.resolve()
     copied = []
+    checks = sorted(p.name for p in homes.iterdir() if ROOM_CHECK_NAME.match(p.name))
+    if checks:
+        print(f"left out {len(checks)} room-check test learners ({', '.join(checks[:3])}"
+              f"{', ...' if len(checks) > 3 else ''}): make room-check made them, not the room")
     with private_files():
-        for home in sorted(p for p in homes.iterdir() if p.is_dir() and not p.is_symlink()):
+        for home in sorted(p for p in homes.iterdir() if p.is_dir() and not p.is_symlink()
+                           and not ROOM_CHECK_NAME.match(p.name)):
             try:
                 notebooks = _read_handed_in(home, name)
             except PermissionError:
