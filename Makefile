@@ -120,6 +120,19 @@ feedback: $(STAMP)
 rehearse: $(STAMP)
 	MPLBACKEND=Agg $(GRADEBOOK) rehearse $(LAB)
 
+# Who is who, when a lab closes, and the grades for a course platform (labs/README.md, "Grading"):
+# make roster FILE=people.csv (user,name,email), make due LAB=02 AT="2026-12-06 17:00" (copies changed
+# after it are flagged late), make export: build/nbgrader/grades-moodle.csv, Moodle's grade import CSV.
+.PHONY: roster due export
+roster: $(STAMP)
+	@$(GRADEBOOK) roster --course $(NBGRADER_DIR) $(if $(FILE),--file $(FILE))
+
+due: $(STAMP)
+	@$(GRADEBOOK) due $(LAB) --course $(NBGRADER_DIR) $(if $(AT),--at "$(AT)")
+
+export: $(STAMP)
+	@$(GRADEBOOK) export --course $(NBGRADER_DIR)
+
 # Keep every .ipynb paired with its MyST .md (edit either, then run this): the side edited since the
 # last sync is copied into the other; untouched pairs are not rewritten; when both sides were edited
 # it writes nothing for that pair and says how to keep one (make sync-notebooks KEEP=chapters/02_....md).
