@@ -191,7 +191,7 @@ def hub(tmp_path_factory, config):
            "WORKSHOP_STATE": str(state), "WORKSHOP_HOMES": str(homes), "WORKSHOP_ADMIN": ADMIN,
            "WORKSHOP_ADMIN_PASSWORD_FILE": str(secret), "WORKSHOP_IP": "127.0.0.1",
            "WORKSHOP_PORT": str(port), "WORKSHOP_HOSTNAME": "localhost", "WORKSHOP_GRADED": str(graded),
-           "WORKSHOP_PYTHON": str(_learner_python(tmp)), "PYTHONPATH": str(ROOT)}
+           "WORKSHOP_PYTHON": str(_learner_python(tmp)), "PYTHONPATH": str(ROOT), "WORKSHOP_LIVE_VIEW": "1"}
     env.pop("WORKSHOP_ADMIN_PASSWORD", None)
     env.pop("WORKSHOP_REPO", None)
     log = open(tmp / "hub.log", "w")
@@ -550,6 +550,31 @@ def test_the_instructor_is_admin_and_learners_are_not(hub, learners):
     assert instructor.api("GET", f"/users/{ADMIN}").json()["admin"] is True
     r = learners[0].api("GET", "/users")
     assert r.status_code == 403 or {u["name"] for u in r.json()} == {learners[0].name}
+
+
+def test_the_live_view_shows_the_admin_who_passed_what_and_refuses_a_learner(hub, learners):
+    """WORKSHOP_LIVE_VIEW=1: a learner's check() in their own kernel shows up in the hub's live-view
+    service for the instructor (the hub's admin); a learner asking for it is refused."""
+    linus = learners[2]
+    said = _kernel_says(linus, (
+        "import json\nfrom allocator_ref.labs import check\n"
+        "r = check('lab9.stranded', lambda snapshot: 0, hidden=1, verbose=False)\n"
+        "print(json.dumps(r.passed))"))
+    assert said is False
+    instructor = room.log_in(hub["url"], ADMIN, ADMIN_PASSWORD, verify=hub["cert"])
+    url = f"{hub['url']}/services/live-view/"
+    got = instructor.get(url + "api", headers={"Authorization": f"token {instructor.token}"}, timeout=60)
+    assert got.status_code == 200, got.text[-500:]
+    seen = got.json()["learners"]
+    assert seen[linus.name]["lab9.stranded"]["passed"] is False
+    assert seen[linus.name]["lab9.stranded"]["attempts"] == 1
+    assert set(LEARNERS) <= set(seen)
+    table = instructor.get(url, headers={"Authorization": f"token {instructor.token}"}, timeout=60)
+    assert table.status_code == 200 and "FAIL (1)" in table.text and linus.name in table.text
+    for learner in learners:
+        refused = learner.get(url + "api", headers={"Authorization": f"token {learner.token}"}, timeout=60,
+                              allow_redirects=False)
+        assert refused.status_code == 403, (learner.name, refused.status_code, refused.text[-300:])
 
 
 def test_idle_servers_are_culled_by_the_hubs_own_service(hub, learners):

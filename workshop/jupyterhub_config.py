@@ -48,6 +48,8 @@ pass them; no secret is ever one):
                           language, chapters/00_setup_and_tour.ipynb or chapters/zh/00_setup_and_tour.ipynb)
     WORKSHOP_CULL         seconds of inactivity after which a learner's server is stopped
                           (jupyterhub-idle-culler; default 3600, 0: never); their files stay
+    WORKSHOP_LIVE_VIEW    1: the instructor's live view of who passed which exercise, at
+                          /services/live-view/ (admin only; learners are told: live_view.py)
     WORKSHOP_GRADED       a graded workshop: the nbgrader course folder of `make nbgrader`
                           (build/nbgrader); each learner gets its release/labNN/ in ~/graded/
 """
@@ -245,13 +247,23 @@ c.JupyterHub.load_roles = [{"name": "grader", "description": "hand out, collect 
                             "users": [ADMIN]}]
 
 # --- idle servers stop (jupyterhub-idle-culler, the JupyterHub project's): a learner's files stay
+SERVICES = []
 if CULL > 0:
-    c.JupyterHub.services = [{"name": "idle-culler",
-                              "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL}",
-                                          f"--cull-every={max(60, CULL // 12)}"]}]
+    SERVICES.append({"name": "idle-culler",
+                     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL}",
+                                 f"--cull-every={max(60, CULL // 12)}"]})
     c.JupyterHub.load_roles.append({"name": "idle-culler", "services": ["idle-culler"],
                                     "scopes": ["list:users", "read:users:activity", "read:servers",
                                                "delete:servers"]})
+# --- the instructor's live view (WORKSHOP_LIVE_VIEW=1): who passed which exercise, as they run check().
+# A service the hub starts (as root: it reads each home's ~/.allocator-course/live.json); reaching it
+# needs access:services!service=live-view, which the admin role has and a learner has not (live_view.py).
+LIVE_VIEW = os.environ.get("WORKSHOP_LIVE_VIEW") == "1"
+if LIVE_VIEW:
+    SERVICES.append({"name": "live-view", "url": f"http://127.0.0.1:{_free_port()}", "display": True,
+                     "oauth_no_confirm": True, "command": [sys.executable, str(HERE / "live_view.py")],
+                     "environment": {"WORKSHOP_HOMES": str(HOMES)}})
+c.JupyterHub.services = SERVICES
 
 # --- each learner's server ------------------------------------------------------------
 c.JupyterHub.spawner_class = "localprocess"  # as the learner's Unix user (the hub is root)
@@ -285,6 +297,8 @@ c.Spawner.environment = {
     # .jupyter-course/: the .md twins hidden, nbgrader's instructor menus off
     "JUPYTER_CONFIG_PATH": lambda spawner: str(_home(spawner) / COURSE_FOLDER / ".jupyter-course"),
     "PATH": f"{PYTHON.parent}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+    # check() keeps each result for the instructor's live view, in a room that opted in (allocator_ref/labs/live.py)
+    "ALLOCATOR_REF_LIVE_VIEW": "1" if LIVE_VIEW else "0",
     # connection files and the kernels' sockets (see RUNTIME above)
     "JUPYTER_RUNTIME_DIR": lambda spawner: str(RUNTIME / str(pwd.getpwnam(spawner.user.name).pw_uid)),
 }
