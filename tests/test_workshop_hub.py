@@ -212,9 +212,11 @@ def hub(tmp_path_factory, config):
 
     def stop():
         watch()
-        proc.send_signal(signal.SIGTERM)       # the hub stops the servers and the proxy it started
+        began = time.monotonic()
+        proc.send_signal(signal.SIGINT)        # Ctrl-C: the hub stops the servers and the proxy it started
         try:
             proc.wait(timeout=60)
+            print(f"the hub stopped {time.monotonic() - began:.1f} s after Ctrl-C")
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         time.sleep(1)
@@ -744,6 +746,26 @@ def test_a_password_file_others_can_read_is_refused(config, tmp_path):
     secret.chmod(0o644)
     out = _load_config(config, tmp_path)
     assert out.returncode != 0 and f"chmod 600 {secret}" in out.stderr, out.stderr
+
+
+def test_ctrl_c_waits_seconds_not_half_a_minute_per_server(config, tmp_path):
+    """LocalProcessSpawner waits interrupt_timeout after SIGINT (JupyterHub's default: 30 s) before the
+    SIGTERM a server stops on: the room's Ctrl-C took 31-36 s (issue 53)."""
+    code = ("from traitlets.config import Config; import sys; c = Config(); f = sys.argv[1]\n"
+            "exec(compile(open(f).read(), f, 'exec'), {'get_config': lambda: c, '__file__': f})\n"
+            "s = c.LocalProcessSpawner; print(s.interrupt_timeout, s.term_timeout)")
+    secret = tmp_path / "admin-password"
+    secret.touch(mode=0o600)
+    secret.write_text(ADMIN_PASSWORD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_")}
+    env.update(WORKSHOP_STATE=str(tmp_path / "state"), WORKSHOP_HOMES=str(tmp_path / "homes"),
+               WORKSHOP_ADMIN_PASSWORD_FILE=str(secret), WORKSHOP_PYTHON="/usr/bin/python3",
+               WORKSHOP_REPO="https://example.org/course.git", WORKSHOP_HOSTNAME="localhost", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code, str(config)], env=env, capture_output=True, text=True,
+                         timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr
+    interrupt, term = map(int, out.stdout.split()[-2:])
+    assert interrupt + term <= 10
 
 
 def test_plain_http_beyond_loopback_is_warned_about(config, tmp_path):

@@ -279,6 +279,11 @@ RUNTIME = Path(os.environ.get("WORKSHOP_RUNTIME") or "/run/workshop-kernels")
 c.Spawner.default_url = f"/lab/tree/{COURSE_FOLDER}/{os.environ.get('WORKSHOP_FIRST_PAGE') or FIRST_PAGE}"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
+# Ctrl-C stops every learner's server (cleanup_servers): LocalProcessSpawner.stop sends SIGINT, waits
+# interrupt_timeout (JupyterHub's default 30 s) for a server that does not stop on it, then SIGTERM, which
+# jupyter_server stops on cleanly (ServerApp._signal_stop).  3 s, then 5 s: the hub is back in seconds.
+c.LocalProcessSpawner.interrupt_timeout = 3
+c.LocalProcessSpawner.term_timeout = 5
 
 
 def _home(spawner) -> Path:
