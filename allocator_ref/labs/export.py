@@ -38,11 +38,10 @@ def _score(value: float) -> str:
 def table(course: Path) -> tuple[list[str], list[list[str]], list[str]]:
     """(header, rows, learners missing from the roster), read from the course's gradebook."""
     from nbgrader.api import MissingEntry
-    from .gradebook import ROOM_CHECK_NAME
     people = roster.load(course)
     with due.open_gradebook(course) as gb:
         labs = sorted(a.name for a in gb.assignments)
-        learners = sorted(s.id for s in gb.students if not ROOM_CHECK_NAME.match(s.id))
+        learners = sorted(s.id for s in gb.students if not roster.ROOM_CHECK_NAME.match(s.id))
         scores = {}
         for lab in labs:
             for learner in learners:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import due, generate, grading
+from . import due, generate, grading, roster
 
 PRIVATE = ("source", "submitted", "autograded", "feedback", "gradebook.db", "grades.csv", ".nbgrader.log",
            "roster.csv", "grades-moodle.csv")
@@ -100,8 +100,7 @@ def _read_handed_in(home: Path, name: str) -> dict[str, tuple[bytes, float]]:
             os.close(fd)
 
 
-# The test learners `make room-check` logs in (workshop/room_check.py room_check_name): not the room's.
-ROOM_CHECK_NAME = re.compile(r"^roomcheck\d+[0-9a-f]{6}$")
+ROOM_CHECK_NAME = roster.ROOM_CHECK_NAME       # make room-check's test learners: not the room's
 
 
 def collect(lab: str, homes: Path, course: Path = grading.COURSE_DIR) -> list[Path]:
@@ -325,7 +324,7 @@ def rehearse(labs: list[str], course: Path = REHEARSAL_DIR) -> list[str]:
 
 def _platform(args) -> int:
     """make roster, make due, make export: who is who, when a lab closes, the grades for Moodle."""
-    from . import export, roster
+    from . import export
     course = args.course or grading.COURSE_DIR
     try:
         if args.action == "roster":

@@ -24,6 +24,9 @@ ROSTER = "roster.csv"                      # in the nbgrader course folder, next
 COLUMNS = ("user", "name", "email")
 USER = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")           # the hub's username_pattern (a Unix name)
 EMAIL = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+\.[^@\s,;<>]+$")
+# The test learners `make room-check` logs in (workshop/room_check.py room_check_name): never on a roster,
+# never collected, graded or exported.
+ROOM_CHECK_NAME = re.compile(r"^roomcheck\d+[0-9a-f]{6}$")
 
 
 class RosterError(ValueError):
