@@ -740,6 +740,24 @@ def test_a_graded_room_refuses_a_course_with_solutions(config, tmp_path):
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_a_self_paced_room_after_a_graded_one_says_how_to_reopen_the_course(config, tmp_path):
+    """A graded room closes the checkout's .git to learners; a self-paced room pulling that checkout
+    afterwards is refused with the one command that opens it again, not a pull error per learner."""
+    base = Path(tempfile.mkdtemp(prefix="workshop-reopen-"))
+    base.chmod(0o755)
+    try:
+        checkout = _publish(base)
+        for p in [checkout, *checkout.rglob("*")]:
+            p.chmod(p.stat().st_mode | 0o004 | (0o001 if p.is_dir() else 0))
+        (checkout / ".git").chmod(0o700)                     # as the graded room left it
+        out = _load_config(config, tmp_path, WORKSHOP_REPO=str(checkout))
+        assert out.returncode != 0 and f"chmod 755 {checkout}/.git" in out.stderr, out.stderr
+        (checkout / ".git").chmod(0o755)
+        assert _load_config(config, tmp_path, WORKSHOP_REPO=str(checkout)).returncode == 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_a_password_file_others_can_read_is_refused(config, tmp_path):
     secret = tmp_path / "admin-password"
     secret.write_text(ADMIN_PASSWORD)

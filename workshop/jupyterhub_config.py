@@ -176,6 +176,10 @@ if GRADED:
         if path.exists() and not path.is_symlink() and path.stat().st_mode & 0o077:
             path.chmod(0o700 if path.is_dir() else 0o600)
             print(f"workshop: closed {path} to the learners (it holds solutions)", file=sys.stderr)
+elif (_reachable_by_everyone(Path(REPO)) and (Path(REPO) / ".git").is_dir()
+      and not _reachable_by_everyone(Path(REPO) / ".git")):
+    _refuse(f"{REPO}/.git is closed to the learners, who pull from it (a graded room closes it: its solutions' "
+            f"history is there); for this self-paced room open it again: chmod 755 {REPO}/.git")
 if Path(REPO).exists() and not _reachable_by_everyone(Path(REPO)):
     _refuse(f"WORKSHOP_REPO={REPO} cannot be read by the learners' Unix users, who pull from it")
 ADMIN_PASSWORD = _admin_password()
