@@ -84,8 +84,9 @@ check-labs: $(STAMP)
 	$(PY) -m allocator_ref.labs.verify $(if $(LAB),--lab $(LAB))
 	$(PY) -m allocator_ref.editions check
 
-# Graded labs with nbgrader (labs/README.md, "Grading"): make nbgrader LAB=02 (the release), the
-# hub hands it out (WORKSHOP_GRADED=build/nbgrader), make collect LAB=02 gathers the learners'
+# Graded labs with nbgrader (labs/README.md, "Grading"): make nbgrader LAB=02 (the release, and
+# build/nbgrader/course.git: the course without its solutions, which a graded room's learners pull:
+# workshop/room_copy.py), the hub hands it out (WORKSHOP_GRADED=build/nbgrader), make collect LAB=02 gathers the learners'
 # copies into build/nbgrader/submitted/, make autograde LAB=02 grades everyone (build/nbgrader/grades.csv;
 # a broken submission is named, with what to do, and the others are graded), make feedback LAB=02 puts
 # each learner's report in their ~/graded/lab02/feedback/.  Submissions, grades and feedback are
@@ -93,12 +94,14 @@ check-labs: $(STAMP)
 # when the hub made the learners' Unix users.  make rehearse [LAB=02]: a right and a wrong submission
 # per lab, graded in build/rehearsal, before the day.
 NBGRADER_DIR ?= build/nbgrader
-WORKSHOP_HOMES ?= workshop/.run/homes
+# absolute: feedback writes into each home as its learner, from / (a relative path would point nowhere)
+WORKSHOP_HOMES ?= $(CURDIR)/workshop/.run/homes
 GRADEBOOK := $(PY) -m allocator_ref.labs.gradebook
 nbgrader: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make nbgrader LAB=02"; exit 2)
 	$(PY) -m allocator_ref.labs.grading release $(LAB) --course $(NBGRADER_DIR)
 	@$(GRADEBOOK) private --course $(NBGRADER_DIR)
+	$(PY) workshop/room_copy.py $(NBGRADER_DIR)
 
 # A room on Kubernetes (homes are volumes there): HUB=https://... sends hand-out, collect and feedback
 # through the hub with the instructor's token (HUB_TOKEN_FILE, mode 600; workshop/hub_exchange.py).
@@ -127,6 +130,19 @@ feedback: $(STAMP)
 
 rehearse: $(STAMP)
 	MPLBACKEND=Agg $(GRADER_PYTHON) $(GRADEBOOK) rehearse $(LAB)
+
+# Who is who, when a lab closes, and the grades for a course platform (labs/README.md, "Grading"):
+# make roster FILE=people.csv (user,name,email), make due LAB=02 AT="2026-12-06 17:00" (copies changed
+# after it are flagged late), make export: build/nbgrader/grades-moodle.csv, Moodle's grade import CSV.
+.PHONY: roster due export
+roster: $(STAMP)
+	@$(GRADEBOOK) roster --course $(NBGRADER_DIR) $(if $(FILE),--file $(FILE))
+
+due: $(STAMP)
+	@$(GRADEBOOK) due $(LAB) --course $(NBGRADER_DIR) $(if $(AT),--at "$(AT)")
+
+export: $(STAMP)
+	@$(GRADEBOOK) export --course $(NBGRADER_DIR)
 
 # Keep every .ipynb paired with its MyST .md (edit either, then run this): the side edited since the
 # last sync is copied into the other; untouched pairs are not rewritten; when both sides were edited
@@ -180,11 +196,14 @@ room-check: $(STAMP)
 
 # A fix mid-workshop: commit it, then give learners this link (nbgitpuller: pulls into their copy, their
 # edits win, no restart):  make pull-link HUB=https://SERVER:8000 [PAGE=labs/student/lab02_build_the_core.ipynb]
-# WORKSHOP_REPO / WORKSHOP_BRANCH as the hub has them (default: this checkout, main).
+# The repository is the room's: a hub on this machine pulls this checkout (a graded one, WORKSHOP_GRADED=
+# build/nbgrader: its course.git, after make nbgrader), a hub elsewhere is the cluster's, which pulls the
+# values file's repository (workshop/pull.py room_repo); WORKSHOP_REPO / WORKSHOP_BRANCH say otherwise.
 .PHONY: pull-link
 pull-link: $(STAMP)
 	@test -n "$(HUB)" || (echo "usage: make pull-link HUB=https://your-hub [PAGE=chapters/...ipynb]"; exit 2)
-	@$(PY) workshop/pull.py --link $(HUB) $(or $(WORKSHOP_REPO),$(CURDIR)) $(or $(WORKSHOP_BRANCH),main) $(PAGE)
+	@WORKSHOP_GRADED="$(WORKSHOP_GRADED)" $(PY) workshop/pull.py --link $(HUB) $(or $(WORKSHOP_REPO),-) \
+	  $(or $(WORKSHOP_BRANCH),main) $(PAGE)
 
 # After the workshop (collect and grade first): remove the learners' Unix accounts the hub made and
 # their homes (KEEP_HOMES=1 keeps the homes): sudo make workshop-clean

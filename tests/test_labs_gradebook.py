@@ -117,7 +117,40 @@ def test_rehearse_grades_a_right_and_a_wrong_submission(tmp_path, monkeypatch, c
     assert "REHEARSAL lab01: right 2/2, wrong 1/2" in said, said[-2000:]
 
 
+@pytest.mark.slow
+def test_rehearse_tries_every_known_wrong_answer_of_a_lab(tmp_path, monkeypatch, capsys):
+    """make rehearse LAB=09: the solutions and each of lab 9's known-wrong answers, one learner each."""
+    monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("ALLOCATOR_REF_LAB_SEED", raising=False)
+    wrong = sorted((ROOT / "labs" / "wrong").glob("lab9_*.py"))
+    assert len(wrong) >= 2
+    assert gradebook.main(["rehearse", "09", "--course", str(tmp_path / "rehearsal")]) == 0
+    said = capsys.readouterr().out
+    for path in wrong:
+        assert f"wrong 0/1 (lab9.stranded, labs/wrong/{path.name})" in said, said[-2000:]
+    assert "REHEARSAL lab09: right 1/1" in said and f"{len(wrong)} known-wrong answers tried" in said
+    graded = {p.name for p in (tmp_path / "rehearsal" / "autograded").iterdir()}
+    assert graded == {gradebook.RIGHT} | {gradebook._wrong_learner(p) for p in wrong}
+
+
 def test_the_make_targets_exist():
     makefile = (ROOT / "Makefile").read_text()
     for target in ("collect", "autograde", "feedback", "rehearse"):
         assert f"\n{target}: $(STAMP)" in makefile and f"$(GRADEBOOK) {target}" in makefile, target
+
+
+def test_collect_leaves_out_make_room_checks_test_learners(tmp_path, capsys):
+    """make room-check logs in test learners who run lab 1 before the room arrives: their copies are
+    not collected, so they are never graded nor exported; a learner named like them but not made so is."""
+    import sys
+    sys.path.insert(0, str(ROOT / "workshop"))
+    room_check = pytest.importorskip("room_check", reason="workshop/room_check.py needs requests + websocket-client")
+    homes, course = tmp_path / "homes", tmp_path / "course"
+    names = [room_check.room_check_name(1), room_check.room_check_name(2), "ada", "roomcheck-fan"]
+    for name in names:
+        (homes / name / "graded" / "lab01").mkdir(parents=True)
+        (homes / name / "graded" / "lab01" / "lab01_measure_it.ipynb").write_text(f"{name}'s work")
+    got = gradebook.collect("01", homes, course)
+    assert sorted(p.parents[1].name for p in got) == ["ada", "roomcheck-fan"]
+    assert "left out 2 room-check test learners" in capsys.readouterr().out

@@ -133,17 +133,16 @@ def _git(*args, cwd):
 
 
 def _publish(tmp: Path) -> Path:
-    """The course as the instructor publishes it: this checkout's HEAD as branch main of a bare
-    repository (from `git archive`, so a shallow or detached CI checkout works too)."""
-    src, course = tmp / "course-src", tmp / "course.git"
+    """The instructor's checkout: this checkout's HEAD as one commit of branch main (from `git archive`,
+    so a shallow or detached CI checkout works too); the graded room's course is published from it."""
+    src = tmp / "course-src"
     src.mkdir()
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
     _git("init", "-q", "-b", "main", cwd=src)
     _git("add", "-A", cwd=src)
     _git("commit", "-q", "-m", "the course", cwd=src)
-    _git("clone", "-q", "--bare", str(src), str(course), cwd=tmp)
-    return course
+    return src
 
 
 def _seed_of(user: str) -> int:
@@ -165,9 +164,7 @@ def hub(tmp_path_factory, config):
     # homes and the published course.  The hub's own state folder is made 0700 by the config.
     tmp = Path(tempfile.mkdtemp(prefix="workshop-hub-"))
     tmp.chmod(0o755)
-    course = _publish(tmp)
-    for p in [course, *course.rglob("*")]:
-        p.chmod(p.stat().st_mode | 0o004 | (0o001 if p.is_dir() else 0))
+    _publish(tmp)
     secret = tmp / "admin-password"
     secret.touch(mode=0o600)
     secret.write_text(ADMIN_PASSWORD + "\n")
@@ -186,13 +183,17 @@ def hub(tmp_path_factory, config):
     from allocator_ref.labs import grading             # a graded workshop: lab 1's release handed out
     graded = tmp / "nbgrader"
     grading.release("01", graded)
+    sys.path.insert(0, str(WORKSHOP))
+    import room_copy                                    # as make nbgrader does: the course without solutions,
+    course = room_copy.publish(graded, root=tmp / "course-src")     # which the graded room pulls by default
     port = _free_port()
-    env = {**os.environ, "WORKSHOP_REPO": str(course), "WORKSHOP_BRANCH": "main",
+    env = {**os.environ, "WORKSHOP_BRANCH": "main",
            "WORKSHOP_STATE": str(state), "WORKSHOP_HOMES": str(homes), "WORKSHOP_ADMIN": ADMIN,
            "WORKSHOP_ADMIN_PASSWORD_FILE": str(secret), "WORKSHOP_IP": "127.0.0.1",
            "WORKSHOP_PORT": str(port), "WORKSHOP_HOSTNAME": "localhost", "WORKSHOP_GRADED": str(graded),
-           "WORKSHOP_PYTHON": str(_learner_python(tmp)), "PYTHONPATH": str(ROOT)}
+           "WORKSHOP_PYTHON": str(_learner_python(tmp)), "PYTHONPATH": str(ROOT), "WORKSHOP_LIVE_VIEW": "1"}
     env.pop("WORKSHOP_ADMIN_PASSWORD", None)
+    env.pop("WORKSHOP_REPO", None)
     log = open(tmp / "hub.log", "w")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "jupyterhub"), "-f",
                              str(config)], cwd=tmp, env=env, stdout=log,
@@ -211,9 +212,11 @@ def hub(tmp_path_factory, config):
 
     def stop():
         watch()
-        proc.send_signal(signal.SIGTERM)       # the hub stops the servers and the proxy it started
+        began = time.monotonic()
+        proc.send_signal(signal.SIGINT)        # Ctrl-C: the hub stops the servers and the proxy it started
         try:
             proc.wait(timeout=60)
+            print(f"the hub stopped {time.monotonic() - began:.1f} s after Ctrl-C")
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         time.sleep(1)
@@ -381,6 +384,31 @@ def test_each_learner_has_their_own_copy_device_and_seed(hub, learners):
     assert len(set(seen.values())) == len(LEARNERS), seen
 
 
+def test_a_graded_rooms_learner_copy_has_no_solutions(hub, learners):
+    """The graded room pulls WORKSHOP_GRADED/course.git (make nbgrader's, workshop/room_copy.py): from
+    inside a learner's kernel, no solution in their copy, its history, or the course folder."""
+    got = _kernel_says(learners[1], (
+        "import json, os, subprocess\n"
+        "copy = os.path.expanduser('~/allocator-course')\n"
+        "history = subprocess.run(['git', 'log', '--all', '--format=', '--name-only'], cwd=copy,\n"
+        "                         capture_output=True, text=True).stdout.split()\n"
+        "try:\n"
+        "    from allocator_ref.labs import show_solution; show_solution('lab1.measure'); shown = 'shown'\n"
+        "except FileNotFoundError:\n"
+        "    shown = 'none'\n"
+        "def reads(p):\n"
+        "    try:\n"
+        "        open(p).read(); return 'read'\n"
+        "    except OSError:\n"
+        "        return 'refused'\n"
+        f"print(json.dumps({{'student': os.path.exists(copy + '/labs/student/lab01_measure_it.ipynb'),\n"
+        "  'left out': [n for n in ('labs/solutions.json', 'labs/source', 'labs/wrong', 'tests')\n"
+        "               if os.path.exists(copy + '/' + n)],\n"
+        "  'in history': [p for p in history if p == 'labs/solutions.json' or p.startswith('labs/source/')],\n"
+        f"  'source': reads('{hub['graded']}/source/lab01/lab01_measure_it.ipynb'), 'shown': shown}}))"))
+    assert got == {"student": True, "left out": [], "in history": [], "source": "refused", "shown": "none"}
+
+
 def test_the_room_lists_each_notebook_once_and_hides_nbgrader(hub, learners):
     ada = learners[0]
     listing = ada.server("GET", "/contents/allocator-course/chapters").json()["content"]
@@ -529,6 +557,31 @@ def test_the_instructor_is_admin_and_learners_are_not(hub, learners):
     assert r.status_code == 403 or {u["name"] for u in r.json()} == {learners[0].name}
 
 
+def test_the_live_view_shows_the_admin_who_passed_what_and_refuses_a_learner(hub, learners):
+    """WORKSHOP_LIVE_VIEW=1: a learner's check() in their own kernel shows up in the hub's live-view
+    service for the instructor (the hub's admin); a learner asking for it is refused."""
+    linus = learners[2]
+    said = _kernel_says(linus, (
+        "import json\nfrom allocator_ref.labs import check\n"
+        "r = check('lab9.stranded', lambda snapshot: 0, hidden=1, verbose=False)\n"
+        "print(json.dumps(r.passed))"))
+    assert said is False
+    instructor = room.log_in(hub["url"], ADMIN, ADMIN_PASSWORD, verify=hub["cert"])
+    url = f"{hub['url']}/services/live-view/"
+    got = instructor.get(url + "api", headers={"Authorization": f"token {instructor.token}"}, timeout=60)
+    assert got.status_code == 200, got.text[-500:]
+    seen = got.json()["learners"]
+    assert seen[linus.name]["lab9.stranded"]["passed"] is False
+    assert seen[linus.name]["lab9.stranded"]["attempts"] == 1
+    assert set(LEARNERS) <= set(seen)
+    table = instructor.get(url, headers={"Authorization": f"token {instructor.token}"}, timeout=60)
+    assert table.status_code == 200 and "FAIL (1)" in table.text and linus.name in table.text
+    for learner in learners:
+        refused = learner.get(url + "api", headers={"Authorization": f"token {learner.token}"}, timeout=60,
+                              allow_redirects=False)
+        assert refused.status_code == 403, (learner.name, refused.status_code, refused.text[-300:])
+
+
 def test_idle_servers_are_culled_by_the_hubs_own_service(hub, learners):
     """jupyterhub-idle-culler runs as a hub service with the role that lets it stop servers."""
     instructor = room.log_in(hub["url"], ADMIN, ADMIN_PASSWORD, verify=hub["cert"])
@@ -568,6 +621,32 @@ def test_workshop_clean_removes_the_learners_accounts_and_nothing_else(tmp_path)
     finally:
         subprocess.run(["userdel", "--remove", name], capture_output=True)
         shutil.rmtree(homes, ignore_errors=True)
+
+
+def test_workshop_clean_finds_a_non_default_runtime_folder_the_hub_recorded(config, tmp_path):
+    """A room started with WORKSHOP_RUNTIME and WORKSHOP_HOMES elsewhere: the hub records both in its
+    state folder, and `sudo make workshop-clean` (no variables) removes the accounts and the kernel
+    folders there (issue 53: the kernel folders were left behind)."""
+    base = Path(tempfile.mkdtemp(prefix="workshop-runtime-"))
+    homes, runtime, state = base / "homes", base / "kernels", base / "state"
+    name = f"cleanrt-{RUN}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_")}
+    try:
+        loaded = _load_config(config, tmp_path, WORKSHOP_STATE=str(state), WORKSHOP_HOMES=str(homes),
+                              WORKSHOP_RUNTIME=str(runtime))
+        assert loaded.returncode == 0, loaded.stderr
+        subprocess.run(["useradd", "--create-home", "--home-dir", str(homes / name), name], check=True)
+        uid = pwd.getpwnam(name).pw_uid
+        (runtime / str(uid)).mkdir(parents=True)
+        (runtime / str(uid) / "kernel-1.json").write_text("{}")
+        out = subprocess.run([sys.executable, str(WORKSHOP / "clean_up.py"), "--state", str(state)],
+                             capture_output=True, text=True, env=env)
+        assert out.returncode == 0 and f"removed {name}" in out.stdout, out.stderr
+        assert not (runtime / str(uid)).exists() and not (homes / name).exists()
+        assert name not in {a.pw_name for a in pwd.getpwall()}
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _load_config(config, tmp_path, **env_over) -> subprocess.CompletedProcess:
@@ -643,12 +722,71 @@ def test_the_hub_refuses_unsafe_settings(config, tmp_path, change, said):
     assert not (tmp_path / "state").exists()                  # refused before making anything
 
 
+def test_a_graded_room_refuses_a_course_with_solutions(config, tmp_path):
+    """WORKSHOP_GRADED pulls WORKSHOP_GRADED/course.git (made by make nbgrader); a WORKSHOP_REPO whose
+    branch holds labs/solutions.json is refused, and so is a course folder without course.git."""
+    base = Path(tempfile.mkdtemp(prefix="workshop-graded-"))     # not tmp_path: closed to others
+    base.chmod(0o755)
+    try:
+        graded = base / "nbgrader"
+        (graded / "release" / "lab01").mkdir(parents=True, mode=0o755)
+        graded.chmod(0o755)
+        missing = _load_config(config, tmp_path, WORKSHOP_GRADED=str(graded), WORKSHOP_REPO=None)
+        assert missing.returncode != 0 and "run make nbgrader LAB=NN again" in missing.stderr, missing.stderr
+        course = base / "course"
+        _publish(base)
+        _git("clone", "-q", "--bare", str(base / "course-src"), str(course), cwd=base)
+        leaky = _load_config(config, tmp_path, WORKSHOP_GRADED=str(graded), WORKSHOP_REPO=str(course))
+        assert leaky.returncode != 0 and "holds labs/solutions.json" in leaky.stderr, leaky.stderr
+        assert not (tmp_path / "state").exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_self_paced_room_after_a_graded_one_says_how_to_reopen_the_course(config, tmp_path):
+    """A graded room closes the checkout's .git to learners; a self-paced room pulling that checkout
+    afterwards is refused with the one command that opens it again, not a pull error per learner."""
+    base = Path(tempfile.mkdtemp(prefix="workshop-reopen-"))
+    base.chmod(0o755)
+    try:
+        checkout = _publish(base)
+        for p in [checkout, *checkout.rglob("*")]:
+            p.chmod(p.stat().st_mode | 0o004 | (0o001 if p.is_dir() else 0))
+        (checkout / ".git").chmod(0o700)                     # as the graded room left it
+        out = _load_config(config, tmp_path, WORKSHOP_REPO=str(checkout))
+        assert out.returncode != 0 and f"chmod 755 {checkout}/.git" in out.stderr, out.stderr
+        (checkout / ".git").chmod(0o755)
+        assert _load_config(config, tmp_path, WORKSHOP_REPO=str(checkout)).returncode == 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_a_password_file_others_can_read_is_refused(config, tmp_path):
     secret = tmp_path / "admin-password"
     secret.write_text(ADMIN_PASSWORD)
     secret.chmod(0o644)
     out = _load_config(config, tmp_path)
     assert out.returncode != 0 and f"chmod 600 {secret}" in out.stderr, out.stderr
+
+
+def test_ctrl_c_waits_seconds_not_half_a_minute_per_server(config, tmp_path):
+    """LocalProcessSpawner waits interrupt_timeout after SIGINT (JupyterHub's default: 30 s) before the
+    SIGTERM a server stops on: the room's Ctrl-C took 31-36 s (issue 53)."""
+    code = ("from traitlets.config import Config; import sys; c = Config(); f = sys.argv[1]\n"
+            "exec(compile(open(f).read(), f, 'exec'), {'get_config': lambda: c, '__file__': f})\n"
+            "s = c.LocalProcessSpawner; print(s.interrupt_timeout, s.term_timeout)")
+    secret = tmp_path / "admin-password"
+    secret.touch(mode=0o600)
+    secret.write_text(ADMIN_PASSWORD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_")}
+    env.update(WORKSHOP_STATE=str(tmp_path / "state"), WORKSHOP_HOMES=str(tmp_path / "homes"),
+               WORKSHOP_ADMIN_PASSWORD_FILE=str(secret), WORKSHOP_PYTHON="/usr/bin/python3",
+               WORKSHOP_REPO="https://example.org/course.git", WORKSHOP_HOSTNAME="localhost", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code, str(config)], env=env, capture_output=True, text=True,
+                         timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr
+    interrupt, term = map(int, out.stdout.split()[-2:])
+    assert interrupt + term <= 10
 
 
 def test_plain_http_beyond_loopback_is_warned_about(config, tmp_path):

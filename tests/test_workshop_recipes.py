@@ -229,19 +229,40 @@ def test_the_pull_and_environment_match_the_local_hub():
     assert "or FIRST_PAGE}" in (WORKSHOP / "jupyterhub_config.py").read_text()
 
 
-def test_the_pull_link_for_a_mid_workshop_fix_lands_in_each_learners_copy():
-    """make pull-link: nbgitpuller's git-pull URL into the same folder the hub's pull uses."""
+def _pull_link(*args: str) -> dict:
     from urllib.parse import parse_qs, urlparse
-    out = subprocess.run(["make", "-s", "--no-print-directory", "pull-link", "HUB=https://room.example.org:8000/",
-                          "PAGE=labs/student/lab02_build_the_core.ipynb", f"PY={sys.executable}", "STAMP="],
-                         cwd=ROOT, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("WORKSHOP_REPO", "WORKSHOP_BRANCH", "WORKSHOP_GRADED")}
+    out = subprocess.run(["make", "-s", "--no-print-directory", "pull-link", *args, f"PY={sys.executable}", "STAMP="],
+                         cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     link = urlparse(out.stdout.strip())
-    assert (link.scheme, link.netloc, link.path) == ("https", "room.example.org:8000", "/hub/user-redirect/git-pull")
-    query = {k: v[0] for k, v in parse_qs(link.query).items()}
-    assert query == {"repo": str(ROOT), "branch": "main", "targetpath": COURSE_FOLDER,
+    assert (link.scheme, link.path) == ("https", "/hub/user-redirect/git-pull")
+    return {"netloc": link.netloc, **{k: v[0] for k, v in parse_qs(link.query).items()}}
+
+
+def test_the_pull_link_for_a_mid_workshop_fix_lands_in_each_learners_copy():
+    """make pull-link: nbgitpuller's git-pull URL into the same folder the hub's pull uses, from the
+    repository that room pulls: the one-machine hub's checkout (a hub on this machine)."""
+    query = _pull_link("HUB=https://127.0.0.1:8000/", "PAGE=labs/student/lab02_build_the_core.ipynb")
+    assert query == {"netloc": "127.0.0.1:8000", "repo": str(ROOT), "branch": "main", "targetpath": COURSE_FOLDER,
                      "urlpath": f"lab/tree/{COURSE_FOLDER}/labs/student/lab02_build_the_core.ipynb"}
     assert (ROOT / "labs/student/lab02_build_the_core.ipynb").is_file()
+
+
+def test_the_pull_link_for_the_cluster_names_the_repository_the_cluster_pulls():
+    """A hub elsewhere (the cluster) pulls the values file's repository: the link names it, never this
+    machine's path (issue 53: it printed the instructor's checkout); WORKSHOP_REPO still wins."""
+    query = _pull_link("HUB=https://room.example.org:8000/")
+    assert query["netloc"] == "room.example.org:8000" and query["repo"] == REPO
+    assert VALUES["singleuser"]["lifecycleHooks"]["postStart"]["exec"]["command"][1] == REPO
+    mine = _pull_link("HUB=https://room.example.org", "WORKSHOP_REPO=https://git.example.org/c.git",
+                      "WORKSHOP_BRANCH=fix")
+    assert (mine["repo"], mine["branch"]) == ("https://git.example.org/c.git", "fix")
+
+
+def test_the_pull_link_of_a_graded_room_names_its_course_without_solutions():
+    query = _pull_link("HUB=https://localhost:8000", "WORKSHOP_GRADED=build/nbgrader")
+    assert query["repo"] == str(ROOT / "build" / "nbgrader" / "course.git")
 
 
 def test_memory_sizes_cover_the_measured_course():

@@ -33,7 +33,8 @@ pass them; no secret is ever one):
     WORKSHOP_HOSTNAME     names the certificate is for, comma-separated (default: this host's name)
     WORKSHOP_PYTHON       the Python learners' servers run with   (default: the hub's own; make
                           workshop finds or makes one every user can run: learner_python.py)
-    WORKSHOP_REPO         the course's git URL or path            (default: this checkout)
+    WORKSHOP_REPO         the course's git URL or path            (default: this checkout; a graded
+                          room: WORKSHOP_GRADED/course.git, the course without its solutions)
     WORKSHOP_BRANCH       the branch to pull                      (default: main)
     WORKSHOP_HOMES        where learners' homes are made          (default: workshop/.run/homes)
     WORKSHOP_STATE        the hub's database, cookie secret, passwords, certificate
@@ -47,11 +48,14 @@ pass them; no secret is ever one):
                           language, chapters/00_setup_and_tour.ipynb or chapters/zh/00_setup_and_tour.ipynb)
     WORKSHOP_CULL         seconds of inactivity after which a learner's server is stopped
                           (jupyterhub-idle-culler; default 3600, 0: never); their files stay
+    WORKSHOP_LIVE_VIEW    1: the instructor's live view of who passed which exercise, at
+                          /services/live-view/ (admin only; learners are told: live_view.py)
     WORKSHOP_GRADED       a graded workshop: the nbgrader course folder of `make nbgrader`
                           (build/nbgrader); each learner gets its release/labNN/ in ~/graded/
 """
 import asyncio
 import getpass
+import json
 import ipaddress
 import os
 import pwd
@@ -67,6 +71,8 @@ from jupyterhub.auth import LocalAuthenticator
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from pull import COURSE_FOLDER  # noqa: E402  (workshop/pull.py, next to this file)
+from room_copy import LEFT_OUT, ROOM_REPO, holds_solutions  # noqa: E402  (a graded room's course)
+from clean_up import ROOM_RECORD  # noqa: E402  (where this room's homes and kernel folders are, for the clean-up)
 from room_language import RoomLanguageError, asked_language, first_page, room_language, room_settings  # noqa: E402
 from tls import self_signed  # noqa: E402  (workshop/tls.py)
 
@@ -153,6 +159,27 @@ if GRADED and not _reachable_by_everyone(GRADED / "release"):
     _refuse(f"WORKSHOP_GRADED={GRADED}: no release/ there that learners can read (make nbgrader LAB=NN)")
 if GRADED and (GRADED / "source").exists() and (GRADED / "source").stat().st_mode & 0o077:
     _refuse(f"{GRADED}/source holds the solutions and others can read it: chmod 700 {GRADED}/source")
+if GRADED:
+    # A graded room pulls the course without its solutions (workshop/room_copy.py, made by make nbgrader)
+    REPO = os.environ.get("WORKSHOP_REPO") or str(GRADED / ROOM_REPO)
+    if not Path(REPO).exists() and not os.environ.get("WORKSHOP_REPO"):
+        _refuse(f"WORKSHOP_GRADED={GRADED}: no {ROOM_REPO} there, the course without its solutions that a "
+                "graded room's learners pull: run make nbgrader LAB=NN again")
+    if holds_solutions(REPO, BRANCH):
+        _refuse(f"WORKSHOP_REPO={REPO} (branch {BRANCH}) holds labs/solutions.json or labs/source, and every "
+                f"learner of a graded room would read them: leave WORKSHOP_REPO unset (the room then pulls "
+                f"{GRADED / ROOM_REPO}, made by make nbgrader)")
+    # This checkout holds them too, and its folder is open to the learners (they run its workshop/
+    # files): close what holds a solution, and its .git (every old version of them), to others.
+    for name in (*LEFT_OUT, ".git"):
+        path = HERE.parent / name
+        if path.exists() and not path.is_symlink() and path.stat().st_mode & 0o077:
+            path.chmod(0o700 if path.is_dir() else 0o600)
+            print(f"workshop: closed {path} to the learners (it holds solutions)", file=sys.stderr)
+elif (_reachable_by_everyone(Path(REPO)) and (Path(REPO) / ".git").is_dir()
+      and not _reachable_by_everyone(Path(REPO) / ".git")):
+    _refuse(f"{REPO}/.git is closed to the learners, who pull from it (a graded room closes it: its solutions' "
+            f"history is there); for this self-paced room open it again: chmod 755 {REPO}/.git")
 if Path(REPO).exists() and not _reachable_by_everyone(Path(REPO)):
     _refuse(f"WORKSHOP_REPO={REPO} cannot be read by the learners' Unix users, who pull from it")
 ADMIN_PASSWORD = _admin_password()
@@ -225,13 +252,23 @@ c.JupyterHub.load_roles = [{"name": "grader", "description": "hand out, collect 
                             "users": [ADMIN]}]
 
 # --- idle servers stop (jupyterhub-idle-culler, the JupyterHub project's): a learner's files stay
+SERVICES = []
 if CULL > 0:
-    c.JupyterHub.services = [{"name": "idle-culler",
-                              "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL}",
-                                          f"--cull-every={max(60, CULL // 12)}"]}]
+    SERVICES.append({"name": "idle-culler",
+                     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL}",
+                                 f"--cull-every={max(60, CULL // 12)}"]})
     c.JupyterHub.load_roles.append({"name": "idle-culler", "services": ["idle-culler"],
                                     "scopes": ["list:users", "read:users:activity", "read:servers",
                                                "delete:servers"]})
+# --- the instructor's live view (WORKSHOP_LIVE_VIEW=1): who passed which exercise, as they run check().
+# A service the hub starts (as root: it reads each home's ~/.allocator-course/live.json); reaching it
+# needs access:services!service=live-view, which the admin role has and a learner has not (live_view.py).
+LIVE_VIEW = os.environ.get("WORKSHOP_LIVE_VIEW") == "1"
+if LIVE_VIEW:
+    SERVICES.append({"name": "live-view", "url": f"http://127.0.0.1:{_free_port()}", "display": True,
+                     "oauth_no_confirm": True, "command": [sys.executable, str(HERE / "live_view.py")],
+                     "environment": {"WORKSHOP_HOMES": str(HOMES)}})
+c.JupyterHub.services = SERVICES
 
 # --- each learner's server ------------------------------------------------------------
 c.JupyterHub.spawner_class = "localprocess"  # as the learner's Unix user (the hub is root)
@@ -241,10 +278,17 @@ c.Spawner.cmd = [str(PYTHON), "-m", "jupyterhub.singleuser"]
 # The folder is short (/run/workshop-kernels/UID), as a Unix socket's path must be under 108 bytes.
 c.Spawner.args = ["--KernelManager.transport=ipc"]
 RUNTIME = Path(os.environ.get("WORKSHOP_RUNTIME") or "/run/workshop-kernels")
+# What `make workshop-clean` must find again, whatever the room was started with (clean_up.py reads it)
+(STATE / ROOM_RECORD).write_text(json.dumps({"homes": str(HOMES), "runtime": str(RUNTIME.absolute())}) + "\n")
 # where learners land (WORKSHOP_FIRST_PAGE: e.g. another edition's first chapter; make pull-link PAGE= agrees)
 c.Spawner.default_url = f"/lab/tree/{COURSE_FOLDER}/{os.environ.get('WORKSHOP_FIRST_PAGE') or FIRST_PAGE}"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
+# Ctrl-C stops every learner's server (cleanup_servers): LocalProcessSpawner.stop sends SIGINT, waits
+# interrupt_timeout (JupyterHub's default 30 s) for a server that does not stop on it, then SIGTERM, which
+# jupyter_server stops on cleanly (ServerApp._signal_stop).  3 s, then 5 s: the hub is back in seconds.
+c.LocalProcessSpawner.interrupt_timeout = 3
+c.LocalProcessSpawner.term_timeout = 5
 
 
 def _home(spawner) -> Path:
@@ -266,6 +310,8 @@ c.Spawner.environment = {
         str(_home(spawner) / COURSE_FOLDER / name)
         for name in ((".jupyter-course", ".jupyter-course-zh") if LANGUAGE == "zh" else (".jupyter-course",))),
     "PATH": f"{PYTHON.parent}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+    # check() keeps each result for the instructor's live view, in a room that opted in (allocator_ref/labs/live.py)
+    "ALLOCATOR_REF_LIVE_VIEW": "1" if LIVE_VIEW else "0",
     # connection files and the kernels' sockets (see RUNTIME above)
     "JUPYTER_RUNTIME_DIR": lambda spawner: str(RUNTIME / str(pwd.getpwnam(spawner.user.name).pw_uid)),
 }

@@ -55,6 +55,49 @@ def pull_link(hub: str, repo: str, branch: str = "main", page: str = FIRST_PAGE)
     return f"{hub.rstrip('/')}/hub/user-redirect/git-pull?{query}"
 
 
+def is_this_machine(url: str) -> bool:
+    """Does `url`'s host name this machine (a loopback address, or one this machine can listen on)?
+    A name that does not resolve here is another machine's: the cluster's."""
+    import ipaddress
+    import socket
+    from urllib.parse import urlparse
+    host = urlparse(url).hostname or ""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except (socket.gaierror, UnicodeError):
+        return False
+    for address in addresses:
+        ip = ipaddress.ip_address(address.split("%")[0])
+        if ip.is_loopback:
+            return True
+        with socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET) as probe:
+            try:
+                probe.bind((address, 0))       # only an address of this machine can be bound
+                return True
+            except OSError:
+                continue
+    return False
+
+
+def cluster_repo(values: Path = Path(__file__).parent / "z2jh-values.yaml") -> str:
+    """The repository the Kubernetes room pulls: gitpuller's first argument in the values file's postStart."""
+    import yaml
+    command = yaml.safe_load(values.read_text())["singleuser"]["lifecycleHooks"]["postStart"]["exec"]["command"]
+    return command[1]
+
+
+def room_repo(hub: str, graded: str | None = None) -> str:
+    """What the room at `hub` pulls, for its pull link: the one-machine hub's (this checkout, or a
+    graded room's course without solutions, WORKSHOP_GRADED/course.git: workshop/room_copy.py), else
+    the cluster's (workshop/z2jh-values.yaml).  WORKSHOP_REPO, when set, wins (the Makefile passes it)."""
+    if not is_this_machine(hub):
+        return cluster_repo()
+    if graded:
+        from room_copy import ROOM_REPO
+        return str(Path(graded).resolve() / ROOM_REPO)
+    return str(Path(__file__).resolve().parents[1])
+
+
 def hand_out(release: Path, home: Path) -> list[Path]:
     """A graded workshop: copy each released assignment (an nbgrader course's release/labNN/*.ipynb,
     from `make nbgrader`) into ~/graded/labNN/, once: a learner's started work is never replaced."""
@@ -73,7 +116,8 @@ if __name__ == "__main__":
     #     python pull.py REPO BRANCH HOME [RELEASE]
     # and `make pull-link` prints the link for a mid-workshop fix:
     #     python pull.py --link HUB REPO BRANCH [PAGE]
-    # (no PAGE: chapter 0 of the room's language, as the hub lands learners: room_language.py)
+    # (REPO -: the room's, room_repo() above; no PAGE: chapter 0 of the room's language, as the hub
+    # lands learners: room_language.py)
     import os
     import sys
     import tempfile
@@ -85,6 +129,8 @@ if __name__ == "__main__":
                 sys.argv[5:] = [first_page(room_language(settings))]
             except RoomLanguageError as exc:
                 sys.exit(str(exc))
+        if sys.argv[3] == "-":
+            sys.argv[3] = room_repo(sys.argv[2], os.environ.get("WORKSHOP_GRADED"))
         print(pull_link(*sys.argv[2:]))
         sys.exit(0)
     repo, safe = Path(sys.argv[1]), None

@@ -64,7 +64,7 @@ from typing import Any, Callable, Optional
 
 from .. import settings
 from ..editions.messages import say, translator
-from . import deadline
+from . import deadline, live   # live: a room's live view of who passed what (opt-in)
 from .guard import TIME_LIMIT_S, run_guarded, safe_str, same, show
 from .results import CaseResult, CheckResult   # what check() returns (its own file: apart.py builds them too)
 from .verdict import Apart, Fail               # what a judge raises, and the submission seen apart (apart.py uses both)
@@ -334,6 +334,7 @@ def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
         result.hint = nudge_text(ex, result, _ATTEMPTS[ex.id])
         if hint:                                      # asked for: the whole recipe
             result.hint += "\n" + tr("Recipe: {recipe}", recipe=shown(ex.hint))
+    live.record(ex.id, result.passed, result.untouched, _ATTEMPTS.get(ex.id, 0))   # a room's live view (opt-in)
     if verbose:
         print(report(ex, result, recipe=hint and not result.passed and not result.untouched))
     return result

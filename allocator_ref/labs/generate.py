@@ -195,10 +195,33 @@ def stale() -> list:
     return bad
 
 
+def unknown_ids(solutions: dict) -> list[str]:
+    """One line per '# exercise: <id>' that no lab module registers (a typo, or a register() not written
+    yet), with the registered id it is closest to: a check cell naming it would fail for every learner."""
+    import difflib
+    from .check import EXERCISES, _load_all
+    _load_all()
+    lines = []
+    for ex_id in sorted(set(solutions) - set(EXERCISES)):
+        near = difflib.get_close_matches(ex_id, list(EXERCISES), n=1)
+        lines.append(f"'# exercise: {ex_id}' names no registered exercise"
+                     + (f": did you mean {near[0]}?" if near else "")
+                     + f" (register it in allocator_ref/labs/{ex_id.split('.')[0]}.py, or fix the id)")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.generate", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the outputs are stale")
     args = parser.parse_args(argv)
+    try:                      # an instructor's slip in a source is one line saying where and what to do
+        return _run(args)
+    except SourceError as exc:
+        print(f"error: {exc}; fix the source and run `make student` again", file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
     if args.check:
         bad = stale()
         for p in bad:
@@ -215,6 +238,11 @@ def main(argv=None) -> int:
     if edited:
         return 1
     wanted = outputs()
+    unknown = unknown_ids(json.loads(wanted[SOLUTIONS]))
+    for line in unknown:
+        print(f"error: {line}", file=sys.stderr)
+    if unknown:
+        return 1
     STUDENT_DIR.mkdir(parents=True, exist_ok=True)
     SOLUTIONS.parent.mkdir(parents=True, exist_ok=True)
     for p in STUDENT_DIR.glob("*.ipynb"):

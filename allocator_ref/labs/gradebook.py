@@ -5,8 +5,8 @@
     make feedback LAB=02    nbgrader generate_feedback, then each learner's report into their
                             own ~/graded/lab02/feedback/ (written as that learner)
     make nbgrader LAB=02    (grading.py's release, then `private`: an older course folder closed too)
-    make rehearse [LAB=02]  before the day: a right and a wrong submission per lab, graded in
-                            build/rehearsal, and whether each scored as it should
+    make rehearse [LAB=02]  before the day: the solutions and every known-wrong answer (labs/wrong)
+                            per lab, graded in build/rehearsal, and whether each scored as it should
 
 (``python -m allocator_ref.labs.gradebook collect|autograde|feedback|rehearse``.)  The release
 itself is ``make nbgrader LAB=02`` (grading.py).
@@ -27,6 +27,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -34,10 +35,11 @@ from pathlib import Path
 
 import nbformat
 
-from . import generate, grading, sandbox
+from . import due, generate, grading, roster, sandbox
 from .regrade import printable
 
-PRIVATE = ("source", "submitted", "autograded", "feedback", "gradebook.db", "grades.csv", ".nbgrader.log")
+PRIVATE = ("source", "submitted", "autograded", "feedback", "gradebook.db", "grades.csv", ".nbgrader.log",
+           "roster.csv", "grades-moodle.csv")
 REHEARSAL_DIR = generate.ROOT / "build" / "rehearsal"
 RIGHT, WRONG = "rehearsal-right", "rehearsal-wrong"
 
@@ -72,8 +74,8 @@ def _nbgrader(course: Path, *args: str) -> str:
 
 # ------------------------------------------------------------------ collect
 
-def _read_handed_in(home: Path, name: str) -> dict[str, bytes]:
-    """{file name: bytes} of home/graded/<name>/*.ipynb, opened without following any link
+def _read_handed_in(home: Path, name: str) -> dict[str, tuple[bytes, float]]:
+    """{file name: (bytes, time of its last change)} of home/graded/<name>/*.ipynb, opened without following any link
     (each folder and file opened O_NOFOLLOW, relative to the one above it: no race either)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW
     fds = [os.open(home, flags | os.O_DIRECTORY)]
@@ -92,20 +94,29 @@ def _read_handed_in(home: Path, name: str) -> dict[str, bytes]:
             with os.fdopen(fd, "rb") as f:
                 st = os.fstat(f.fileno())
                 if st.st_uid == owner and (st.st_mode & 0o170000) == 0o100000:   # a regular file of theirs
-                    found[entry] = f.read()
+                    found[entry] = (f.read(), st.st_mtime)
         return found
     finally:
         for fd in fds:
             os.close(fd)
 
 
+ROOM_CHECK_NAME = roster.ROOM_CHECK_NAME       # make room-check's test learners: not the room's
+
+
 def collect(lab: str, homes: Path, course: Path = grading.COURSE_DIR) -> list[Path]:
     """Copy each learner's ~/graded/labNN/*.ipynb (handed out by the hub) into
-    submitted/<learner>/labNN/, where autograde reads it, readable by the instructor only."""
+    submitted/<learner>/labNN/, where autograde reads it, readable by the instructor only.
+    make room-check's test learners are left out (they ran lab 1 before the room arrived)."""
     name, course, homes = grading.assignment_name(lab), course.resolve(), homes.resolve()
     copied = []
+    checks = sorted(p.name for p in homes.iterdir() if ROOM_CHECK_NAME.match(p.name))
+    if checks:
+        print(f"left out {len(checks)} room-check test learners ({', '.join(checks[:3])}"
+              f"{', ...' if len(checks) > 3 else ''}): make room-check made them, not the room")
     with private_files():
-        for home in sorted(p for p in homes.iterdir() if p.is_dir() and not p.is_symlink()):
+        for home in sorted(p for p in homes.iterdir() if p.is_dir() and not p.is_symlink()
+                           and not ROOM_CHECK_NAME.match(p.name)):
             try:
                 notebooks = _read_handed_in(home, name)
             except PermissionError:
@@ -113,16 +124,20 @@ def collect(lab: str, homes: Path, course: Path = grading.COURSE_DIR) -> list[Pa
                                            "run it as root: sudo make collect LAB=" + name[3:]) from None
             except OSError:                   # no ~/graded/labNN, or a link in its place
                 continue
-            for file_name, data in notebooks.items():
+            for file_name, (data, _) in notebooks.items():
                 dest = course / "submitted" / home.name / name
                 dest.mkdir(parents=True, exist_ok=True)
                 (dest / file_name).write_bytes(data)
                 copied.append(dest / file_name)
+            if notebooks:                     # when the learner last changed it: nbgrader's lateness (due.py)
+                due.write_timestamp(course / "submitted" / home.name / name,
+                                    max(changed for _, changed in notebooks.values()))
     if not copied:
         raise grading.GradingError(f"no ~/{grading.GRADED_FOLDER}/{name}/*.ipynb in any home under {homes}: "
                                    f"was the hub started with WORKSHOP_GRADED={course}?")
     private(course)
     print(f"collected {len(copied)} notebooks into {course / 'submitted'} (readable by you only)")
+    due.say_late(name, course)
     return copied
 
 
@@ -290,38 +305,50 @@ def _answer_cells(released: Path, answers: dict) -> nbformat.NotebookNode:
     return nb
 
 
-def _known_wrong(released: Path, lab: int) -> tuple[str, str, Path]:
-    """(exercise id, the answer cell, the file): the first labs/wrong answer of the lab whose
-    exercise has a check cell, its SUBMISSION renamed to the name that cell checks."""
+def _known_wrongs(released: Path, lab: int) -> list[tuple[str, str, Path]]:
+    """[(exercise id, the answer cell, the file)] for every labs/wrong answer of the lab whose exercise
+    has a check cell in the release, its SUBMISSION renamed to the name that cell checks."""
     text_of = "\n".join(c.source for c in nbformat.read(released, as_version=4).cells)
+    found = []
     for path in sorted((generate.ROOT / "labs" / "wrong").glob(f"lab{lab}_*.py")):
         text = path.read_text()
         ex_id = re.search(r'^EXERCISE = "([^"]+)"', text, re.M).group(1)
         m = re.search(rf"""["']{re.escape(ex_id)}["']\s*,\s*(\w+)""", text_of)     # check('<id>', <name>, ...)
         if m:
-            return ex_id, re.sub(r"\bSUBMISSION\b", m.group(1), text), path
-    raise grading.GradingError(f"no labs/wrong/lab{lab}_*.py matches a check cell of {released.name}: add one "
-                               "(labs/README.md, 'A known-wrong answer')")
+            found.append((ex_id, re.sub(r"\bSUBMISSION\b", m.group(1), text), path))
+    if not found:
+        raise grading.GradingError(f"no labs/wrong/lab{lab}_*.py matches a check cell of {released.name}: add one "
+                                   "(labs/README.md, 'A known-wrong answer')")
+    return found
 
 
-def _scores(course: Path, name: str) -> tuple[dict, float]:
+def _wrong_learner(path: Path) -> str:
+    """The rehearsal learner who hands in one known-wrong answer: rehearsal-wrong-<its file's mistake>."""
+    return f"{WRONG}-{path.stem.split('_', 1)[1].replace('_', '-')}"
+
+
+def _scores(course: Path, name: str, learners: list[str]) -> tuple[dict, float]:
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=grading.COURSE_ID) as gb:
-        return ({s: gb.find_submission(name, s).score for s in (RIGHT, WRONG)},
-                gb.find_assignment(name).max_score)
+        return ({s: gb.find_submission(name, s).score for s in learners}, gb.find_assignment(name).max_score)
 
 
 def rehearse(labs: list[str], course: Path = REHEARSAL_DIR) -> list[str]:
-    """Per lab: release, submit the solutions and one known-wrong answer, autograde, compare.
-    Returns the problems (empty: every lab scores the right full marks and the wrong less)."""
+    """Per lab: release, submit the solutions, and each known-wrong answer (labs/wrong) as its own
+    learner with the solutions for every other exercise, autograde, compare.  Returns the problems
+    (empty: every lab scores the right full marks and every wrong one less)."""
     course, problems = course.resolve(), []
     for lab in labs:
         name = grading.assignment_name(lab)
         released = grading.release(lab, course)
         _, solutions = generate.build(grading.source_for(lab))
-        ex_id, wrong, wrong_file = _known_wrong(released, int(lab))
+        wrongs = {_wrong_learner(path): (ex_id, wrong, path) for ex_id, wrong, path in _known_wrongs(released, int(lab))}
+        for old in (course / "submitted").glob(f"*/{name}"):        # only this rehearsal's learners
+            shutil.rmtree(old)
         with private_files():
-            for learner, answers in ((RIGHT, solutions), (WRONG, {**solutions, ex_id: wrong})):
+            submissions = [(RIGHT, solutions)] + [(who, {**solutions, ex_id: wrong})
+                                                  for who, (ex_id, wrong, _) in wrongs.items()]
+            for learner, answers in submissions:
                 folder = course / "submitted" / learner / name
                 folder.mkdir(parents=True, exist_ok=True)
                 nbformat.write(_answer_cells(released, answers), folder / released.name)
@@ -329,25 +356,54 @@ def rehearse(labs: list[str], course: Path = REHEARSAL_DIR) -> list[str]:
         if broken:
             problems += [f"{name}: {who} was not graded: {why}" for who, why in broken.items()]
             continue
-        scores, top = _scores(course, name)
-        line = (f"{name}: right {scores[RIGHT]:g}/{top:g}, wrong {scores[WRONG]:g}/{top:g} "
-                f"({ex_id}, labs/wrong/{wrong_file.name})")
-        print("REHEARSAL " + line)
+        scores, top = _scores(course, name, [RIGHT, *wrongs])
         if scores[RIGHT] != top:
-            problems.append(f"{line}: the solutions lose points; open {course}/autograded/{RIGHT}/{name}/")
-        if scores[WRONG] >= top:
-            problems.append(f"{line}: the known-wrong answer gets full marks; its check does not catch it")
+            problems.append(f"{name}: right {scores[RIGHT]:g}/{top:g}: the solutions lose points; "
+                            f"open {course}/autograded/{RIGHT}/{name}/")
+        for who, (ex_id, _, path) in wrongs.items():
+            line = (f"{name}: right {scores[RIGHT]:g}/{top:g}, wrong {scores[who]:g}/{top:g} "
+                    f"({ex_id}, labs/wrong/{path.name})")
+            print("REHEARSAL " + line)
+            if scores[who] >= top:
+                problems.append(f"{line}: the known-wrong answer gets full marks; its check does not catch it")
+        print(f"REHEARSAL {name}: {len(wrongs)} known-wrong answers tried")
     return problems
+
+
+def _platform(args) -> int:
+    """make roster, make due, make export: who is who, when a lab closes, the grades for Moodle."""
+    from . import export
+    course = args.course or grading.COURSE_DIR
+    try:
+        if args.action == "roster":
+            if args.file is None:
+                raise roster.RosterError("usage: make roster FILE=people.csv (columns user,name,email)")
+            roster.keep(args.file, course.resolve())
+        elif args.action == "due":
+            if args.lab is None or not args.at:
+                raise due.DueDateError('usage: make due LAB=02 AT="2026-12-06 17:00"')
+            due.set_due(args.lab, args.at, course)
+        else:
+            export.export(course)
+    except (grading.GradingError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.gradebook", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["collect", "autograde", "feedback", "rehearse", "private"])
+    parser.add_argument("action", choices=["collect", "autograde", "feedback", "rehearse", "private",
+                                           "roster", "due", "export"])
     parser.add_argument("lab", nargs="?", help="the lab number, e.g. 02 (rehearse: every lab when left out)")
     parser.add_argument("--course", type=Path, help="the nbgrader course folder (default build/nbgrader; "
                                                     "rehearse: build/rehearsal)")
     parser.add_argument("--homes", type=Path, help="the hub's homes folder (WORKSHOP_HOMES)")
+    parser.add_argument("--file", type=Path, help="roster: the CSV of user,name,email (roster.py)")
+    parser.add_argument("--at", help="due: the due date, e.g. '2026-12-06 17:00' (due.py)")
     args = parser.parse_args(argv)
+    if args.action in ("roster", "due", "export"):
+        return _platform(args)
     if args.action == "private":              # make nbgrader runs it after each release
         course = (args.course or grading.COURSE_DIR).resolve()
         if course.is_dir():
@@ -367,8 +423,8 @@ def main(argv=None) -> int:
                 print(f"{len(broken)} not graded (above, each with what to do); the others are in grades.csv",
                       file=sys.stderr)
                 return 1
-        elif args.action == "feedback":
-            feedback(args.lab, args.course or grading.COURSE_DIR, args.homes)
+        elif args.action == "feedback":        # homes absolute: each report is written from / as its learner
+            feedback(args.lab, args.course or grading.COURSE_DIR, args.homes.resolve() if args.homes else None)
         else:
             labs = [args.lab] if args.lab else [p.stem[3:5] for p in generate.sources()]
             problems = rehearse(labs, args.course or REHEARSAL_DIR)

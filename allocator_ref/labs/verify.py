@@ -284,6 +284,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.verify", description=__doc__.split("\n")[0])
     parser.add_argument("--lab", type=int, help="only this lab (e.g. 2)")
     args = parser.parse_args(argv)
+    try:                                  # a malformed source: its one line, not a traceback
+        generate.outputs()
+    except generate.SourceError as exc:
+        print(f"error: {exc}; fix the source, then make student", file=sys.stderr)
+        return 1
     problems = student_copy_problems() + exercise_problems(args.lab) + guide_problems() + apart_problems()
     problems += coverage_problems(args.lab)
     problems += solution_problems(args.lab)
