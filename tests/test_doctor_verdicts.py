@@ -82,19 +82,78 @@ def _state_dump(fragmented: bool) -> dict:
 
 
 def test_a_state_only_dump_on_both_sides_and_what_it_cannot_know():
+    # Issue 56: with no failed request and no GPU size, a full cache is no evidence of a shortage
+    # (it used to be called one below the materiality threshold, "not decided" above: the verdict
+    # flipped on the threshold alone).  Both sides now make the same no-claim.
     full = ar.doctor(_state_dump(fragmented=False))
     d = full.diagnosis
     assert d.reserved - d.allocated < material_threshold(d.reserved)
-    assert d.judgement.kind == "shortage" and d.hints == []
-    assert "No allocator setting can help" in full.text()
+    assert d.judgement.kind == "no-failure" and d.hints == []
+    assert "No allocator setting can help" not in full.text() and "filled the GPU" not in full.text()
     loose = ar.doctor(_state_dump(fragmented=True))
-    assert loose.diagnosis.judgement.kind == "undecided"
+    assert loose.diagnosis.judgement.kind == "no-failure"
     settings = [s for s, _ in loose.diagnosis.hints]
     assert "max_split_size_mb:512" in settings and "max_split_size_mb:N" not in settings
     for report in (full, loose):
         text = report.text()
         assert "_record_memory_history(max_entries=" in text
         assert "_cuda_attach_out_of_memory_observer" in text and "WHAT THIS DUMP CANNOT TELL" in text
+
+
+def test_a_full_state_dump_is_a_shortage_only_against_a_gpu_given_with_device_memory():
+    dump = _state_dump(fragmented=False)           # 110 x 100 MiB live on the 16 GB T4
+    live = 110 * 100 * MiB
+    small = ar.doctor(dump, device_memory=8)       # the live bytes alone exceed 8 GiB
+    j = small.diagnosis.judgement
+    assert j.kind == "shortage" and j.cut == live - small.diagnosis.usable > 0
+    assert "No allocator setting can help" in small.text()
+    assert ar.doctor(dump, device_memory=16).diagnosis.judgement.kind == "fits"
+
+
+def _pending_dump() -> tuple:
+    """History off; six 100 MiB tensors live and one of 286 MiB freed while a side stream still uses it."""
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    side = a.device.create_stream()
+    for _ in range(6):
+        a.malloc(100 * MiB)
+    y = a.malloc(286 * MiB)
+    a.record_stream(y, side)
+    a.device.sleep(side, 5_000)                # the side stream is busy: y's free waits for it
+    a.free(y)
+    return a, a.snapshot()
+
+
+def test_a_state_dump_with_pending_frees_and_no_oom_names_them_in_the_verdict_and_claims_no_shortage():
+    a, snap = _pending_dump()
+    report = ar.doctor(snap)
+    v, j = report.verdict, report.to_json()
+    assert a.memory_stats()["active_bytes.all.current"] - a.memory_allocated() == 286 * MiB
+    assert report.diagnosis.judgement.kind == "no-failure"
+    assert "286.0 MiB pending on stream 0" in v.text and "record_stream" in v.text and "wait_stream" in v.text
+    assert "shortage:" not in v.text.lower() and "filled the GPU" not in report.text()
+    # one truth: the verdict, the text's VERDICT and the JSON's verdict_text are the same sentences
+    assert j["verdict_text"] == v.text and v.text.split(". ")[0] in report.text()
+    assert j["pending_by_stream"] == {"0": 286 * MiB}
+
+
+def test_a_one_event_trace_is_read_as_a_state_not_replayed(tmp_path, capsys):
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    for _ in range(3):
+        a.malloc(100 * MiB)
+    a.record_memory_history(max_entries=1)     # a ring buffer of one event
+    a.malloc(10 * MiB)
+    snap = a.snapshot()
+    assert sum(len(t) for t in snap["device_traces"]) == 1
+    report = ar.doctor(snap)
+    assert report.remedies is None and report.verdict.kind == "state-only"
+    text = report.text()
+    assert "single event" in text and "Reproduced: yes" not in text and "REMEDIES" not in text
+    assert report.diagnosis.allocated == a.memory_allocated()
+    path = ar.save_snapshot(snap, tmp_path / "one.pickle")
+    assert main(["doctor", str(path), "--json"]) == 0
+    import json
+    j = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert j["state_only"] and j["trace_events"] == 1 and j["remedies"] == []
 
 
 def test_pending_free_memory_is_named_by_stream_in_a_state_dump():

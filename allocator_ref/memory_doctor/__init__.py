@@ -60,8 +60,12 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     start = time.perf_counter()
     recording = load_recording(snapshot)  # checked once, whatever it was given (a path, a dict, a list)
     source, data = recording.source, recording.snapshot
-    if recording.state_only:              # history was off: the state alone, nothing replayed
-        report = StateReport(diagnose_state(data, source, device))
+    if recording.state_only or _single_event(recording, device):
+        # History was off, or kept one event (a ring buffer of one, an OOM entry alone): a replay
+        # of one event proves nothing and its what-ifs only restate it, so the state is read.
+        from .remedies import context_reserve
+        usable = None if device_memory is None else int(device_memory * GiB) - context_reserve(profile)
+        report = StateReport(diagnose_state(data, source, device, usable))
         report.seconds = time.perf_counter() - start
         return report
     if device is None:
@@ -104,6 +108,12 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     report = DoctorReport(diag, plan, DoctorReport.decide(diag, plan), capacity=capacity)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _single_event(recording, device: Optional[int]) -> bool:
+    """Whether the device asked about (else every device with events) has one trace event at most."""
+    devices = [device] if device is not None else recording.devices_with_events
+    return bool(recording.snapshot.get("segments")) and all(len(recording.device(i).events) <= 1 for i in devices)
 
 
 class DevicesReport:
