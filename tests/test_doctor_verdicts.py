@@ -54,6 +54,30 @@ def test_a_shortage_gets_no_setting_and_says_what_to_cut_and_where():
     assert "SHORTAGE OR FRAGMENTATION" in text and "the rule:" in text
 
 
+def test_a_shortages_figures_each_say_what_they_are_and_do_not_contradict():
+    """Issue 56: "240 MiB live ... at least 180 MiB must go" then "cut about 747 MiB" read as impossible."""
+    report = ar.doctor(examples.shortage_run(900))
+    v, o = report.verdict, report.diagnosis.oom
+    at_failure = 900 * MiB - (o.reserved - o.allocated + o.device_free)      # the rule, from the OOM's own figures
+    assert v.reduce_by == at_failure <= o.allocated                         # possible: less than what was live
+    assert v.more_memory == report.remedies.extra_needed > o.allocated      # GPU to add, said as such
+    assert "at least 180.0 MiB of live memory must go" in v.text and "Plan to cut at least 180.0 MiB" in v.text
+    assert f"a GPU with {v.more_memory / MiB:.1f} MiB more" in v.text and "not live memory to cut" in v.text
+    j = report.to_json()
+    assert (j["reduce_live_memory_by"], j["more_gpu_memory"]) == (v.reduce_by, v.more_memory)
+
+
+def test_a_shortage_whose_run_goes_on_says_what_the_rest_needs_beyond_the_failure():
+    # The program catches the OOM and keeps 180 MiB more live: with the 900 MiB served, that is more.
+    report = ar.doctor(examples.shortage_run(900, then_mib=180))
+    v, o = report.verdict, report.diagnosis.oom
+    at_failure = 900 * MiB - (o.reserved - o.allocated + o.device_free)
+    later_live = o.allocated + 180 * MiB + 900 * MiB           # 30 more 6 MiB tensors, the request kept
+    assert report.diagnosis.judgement.cut == at_failure
+    assert v.reduce_by == later_live - o.usable == at_failure + 180 * MiB
+    assert "The rest of the run needs more" in v.text and f"{v.reduce_by / MiB:.1f} MiB in all" in v.text
+
+
 def test_fragmentation_gets_a_setting_with_a_concrete_value_that_the_rerun_confirms():
     snap = examples.fragmentation_run(200)     # 200 MiB fits in the free bytes, not in any one of them
     report = ar.doctor(snap)

@@ -7,7 +7,8 @@ returns its snapshot, the same dict ``torch.cuda.memory._snapshot()`` gives:
 * ``fragmentation_run`` -- fills a 1 GB GPU with 6 MiB tensors, frees two of every three,
   then asks for ``big_mib``: each 20 MiB segment keeps one live tensor, so the free bytes are
   there but in pieces (with the default 200 MiB, fragmentation);
-* ``shortage_run`` -- the same with a request larger than every free byte (a shortage);
+* ``shortage_run`` -- the same with a request larger than every free byte (a shortage), and
+  optionally more live memory after it (the rest of the run needs more than the failure);
 * ``job_ranks`` -- one job's ranks: ``n`` alike (each a little different, as real ranks are)
   and one outlier, with either more live memory or the same live memory laid out worse;
 * ``big_expandable_run`` -- ``expandable_segments:True`` on a simulated GPU larger than every
@@ -48,9 +49,23 @@ def fragmentation_run(big_mib: int = 200) -> dict:
     return a.snapshot()
 
 
-def shortage_run(big_mib: int = 900) -> dict:
-    """The same workload asking for more than every free byte: a shortage."""
-    return fragmentation_run(big_mib)
+def shortage_run(big_mib: int = 900, then_mib: int = 0) -> dict:
+    """The same workload asking for more than every free byte: a shortage.  With ``then_mib``, the
+    program catches the error and goes on to keep ``then_mib`` MiB more live (6 MiB tensors): the rest
+    of the run needs more than the failure did."""
+    if not then_mib:
+        return fragmentation_run(big_mib)
+    a = _recording()
+    live = [a.malloc(6 * MiB) for _ in range(120)]
+    for i, x in enumerate(live):
+        if i % 3 != 2:
+            a.free(x)
+    try:
+        a.malloc(big_mib * MiB)
+    except OutOfMemoryError:
+        pass
+    live += [a.malloc(6 * MiB) for _ in range(then_mib // 6)]
+    return a.snapshot()
 
 
 def _rank(rank: int, steps: int, growing: bool) -> dict:

@@ -50,7 +50,8 @@ class Verdict:
     text: str                 # one paragraph, plain words, in the reader's language
     line: Optional[str]       # the exact PYTORCH_CUDA_ALLOC_CONF line to set, when there is one
     trial: Optional[Trial]    # the replay that proves it
-    reduce_by: int = 0        # bytes of live memory to cut (kind == "less-memory")
+    reduce_by: int = 0        # bytes of live memory to cut ("shortage", "less-memory"): at least, for the whole run
+    more_memory: int = 0      # bytes more GPU the recorded settings need to run to the end (replayed); GPU, not live
 
 
 @dataclass
@@ -137,13 +138,16 @@ class DoctorReport:
                   need=format_bytes(need), counting=counting, short=format_bytes(short)) if short else
                tr("The live tensors alone need {need} at their peak{counting}, which is within the device, but no "
                   "setting tried packs them into it.", need=format_bytes(need), counting=counting))
-        at_least = tr(" (and at least {short})", short=format_bytes(short)) if short else ""
+        # Two figures, each named: live memory to cut (at least), and GPU memory to add (replayed,
+        # fragmentation included).  The second is not live memory: said as one, it read as "cut
+        # 747 MiB of the 240 MiB live" (issue 56).
+        cut = (tr(" Cut at least {short} of live memory.", short=format_bytes(short)) if short else "")
         return Verdict("less-memory", tr(
             "No allocator setting fits: every replay runs out of memory in {target}. {why} Only less live memory "
             "helps (a smaller batch or sequence, activation checkpointing, dropping references sooner), or a bigger "
-            "GPU: replays of the recorded settings fit once they have {extra} more, so cut about that "
-            "much{at_least}.", target=format_bytes(remedies.target), why=why, extra=format_bytes(extra),
-            at_least=at_least), None, None, reduce_by=extra)
+            "GPU: replays of the recorded settings fit on a GPU with {extra} more (GPU memory to add, the "
+            "fragmentation of the run counted; not live memory to cut).{cut}", target=format_bytes(remedies.target),
+            why=why, extra=format_bytes(extra), cut=cut), None, None, reduce_by=short, more_memory=extra)
 
     # ------------------------------------------------------------ words
     @_in_own_language
@@ -325,7 +329,7 @@ class DoctorReport:
             "source": d.source, "device": d.device, "events": len(d.frames), "verified": d.verified,
             "allocs": d.verify_summary["allocs"], "allocs_exact": d.verify_summary["allocs_exact"],
             "verdict": v.kind, "verdict_text": v.text, "recommended_line": v.line,
-            "reduce_live_memory_by": v.reduce_by,
+            "reduce_live_memory_by": v.reduce_by, "more_gpu_memory": v.more_memory,
             "extra_memory_needed": None if r is None else r.extra_needed,
             "oom_count": d.oom_count,
             "judgement": None if d.judgement is None else d.judgement.to_json(),
@@ -410,19 +414,29 @@ def _no_target_verdict(remedies: Remedies) -> Verdict:
 
 
 def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
-    """A shortage: no allocator setting, how much live memory must go, where it lives, what helps."""
+    """A shortage: no allocator setting, how much live memory must go, where it lives, what helps.
+
+    Its figures each say what they are: the live memory that must go for the failed request
+    to succeed (at the failure), what the rest of the run needs beyond that (its later live
+    peak with the request served), and the GPU memory the recorded settings would need
+    instead (replayed, fragmentation counted) -- GPU to add, never read as live to cut."""
     cut = judged.cut
-    if remedies.extra_needed:
-        cut = max(cut, remedies.extra_needed)
+    later = later_need(diag)
     fits = [t for t in remedies.knobs if t.fits]
     replayed = ("" if remedies.target is None else
                 tr(" The replays agree: no setting tried fits in {target}.", target=format_bytes(remedies.target))
                 if not fits else
                 tr(" (One replay fits anyway, `{change}`: it counts live memory differently at that moment; the rule "
                    "above is the decision.)", change=fits[0].change))
+    if later is not None and later[0] > cut:
+        replayed += tr(" The rest of the run needs more: with the request served, live memory later reaches {live} "
+                       "(event {at}), so {more} more of it must go, {total} in all.", live=format_bytes(later[2]),
+                       at=f"{later[1]:,}", more=format_bytes(later[0] - cut), total=format_bytes(later[0]))
+        cut = later[0]
     if remedies.extra_needed:
-        replayed += tr(" Replays of the recorded settings fit once the GPU has {extra} more, the fragmentation of the "
-                       "rest of the run counted.", extra=format_bytes(remedies.extra_needed))
+        replayed += tr(" Instead of cutting, a GPU with {extra} more would do: the replays of the recorded settings "
+                       "fit there (GPU memory to add, the fragmentation of the rest of the run counted; it is not "
+                       "live memory to cut).", extra=format_bytes(remedies.extra_needed))
     live = diag.oom.live_places if diag.oom is not None and diag.oom.live_places else diag.live_places
     places = tr(", ").join(tr("{size} in the {pool} pool on stream {stream}", size=format_bytes(b), pool=_pool(pool),
                               stream=stream)
@@ -430,7 +444,7 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
     largest = diag.oom.live if diag.oom is not None and diag.oom.live else diag.largest
     biggest = tr("; ").join(tr("{size} from {where}", size=format_bytes(a.size), where=a.where[0]) if a.where
                             else format_bytes(a.size) for a in largest[:3])
-    text = tr("This is a shortage, not fragmentation: {words}.{replayed} Plan to cut about {cut} of live memory. "
+    text = tr("This is a shortage, not fragmentation: {words}.{replayed} Plan to cut at least {cut} of live memory. "
               "Where the live memory is: {places}", words=judged.words, replayed=replayed, cut=format_bytes(cut),
               places=places or tr("not in the trace"))
     if biggest:
@@ -438,7 +452,22 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
                    biggest=biggest)
     text += tr(". What helps is outside the allocator (changes to the program or the hardware, not settings): "
                "{remedies}.", remedies=tr("; ").join(program_remedies()))
-    return Verdict("shortage", text, None, None, reduce_by=cut)
+    return Verdict("shortage", text, None, None, reduce_by=cut, more_memory=remedies.extra_needed or 0)
+
+
+def later_need(diag: Diagnosis) -> Optional[tuple]:
+    """After a failed request: (live bytes to cut for the whole run, the event, the live bytes there),
+    the request counted as served and kept (it has no free in the trace) against what the process
+    could hold at the failure (``usable``: reserved + the driver's free).  None without an OOM."""
+    o = diag.oom
+    if o is None or not diag.allocated:
+        return None
+    at = min(max(o.event_index - diag.frames.first_event, 0), len(diag.allocated) - 1)
+    request = max(512, -(-o.request // 512) * 512)           # round_size at the least (shortage.rounded)
+    pending = sum(o.pending.values())
+    index = max(range(at, len(diag.allocated)), key=diag.allocated.__getitem__)
+    live = diag.allocated[index] + request
+    return max(0, live + pending - o.usable), index, live
 
 
 def _rests_on(t: Trial) -> str:
