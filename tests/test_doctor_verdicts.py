@@ -442,3 +442,60 @@ def test_the_simulated_gpu_is_sized_from_the_snapshot_only_when_the_profile_is_t
     assert fit_profile("h100-80gb", 10 * GiB) == ("h100-80gb", "")
     with pytest.raises(ValueError, match="total memory in bytes"):
         load_profile("h100-80gb@lots")
+
+
+# ------------------------------------------------------------------ one truth, peaks where they happen (issue 56)
+
+def test_the_text_and_the_json_agree_on_reproduction_and_on_what_is_proposed():
+    outlier = examples.job_ranks(4, outlier=3, why="laid out worse")[3]    # growing temporaries, no OOM
+    report = ar.doctor(outlier)
+    v, j, text = report.verdict, report.to_json(), report.text()
+    assert j["verified"] and "Reproduced: yes" in text
+    assert j["reproduced"] is True and "What-ifs: yes" in text
+    # the run fits where it ran: the setting the text shows is an offer, and the JSON says which one
+    assert v.kind == "no-target" and v.line is None and "an offer, not a fix" in v.text
+    p = j["proposal"]
+    assert p["kind"] == "offer" and f"`{p['line']}`" in v.text
+    assert p["saving"] == j["remedies"][0]["peak_reserved"] - p["peak_reserved"] > 0
+    # asked against a GPU it fits: said so, with the headroom, and nothing proposed
+    fits = ar.doctor(outlier, device_memory=1)
+    j = fits.to_json()
+    assert fits.verdict.kind == "fits" and j["proposal"] is None
+    assert j["headroom"] == j["target"] - j["remedies"][0]["peak_reserved"] > 0
+    assert f"with {j['headroom'] / MiB:.1f} MiB to spare" in fits.verdict.text
+
+
+def test_a_whatif_that_could_not_run_is_said_in_the_text_as_in_the_json():
+    from allocator_ref.memory_doctor.report import whatif_line
+    r = _remedies()
+    r.trials[0].skipped, r.trials[0].mismatch = "the replay failed", (0, 10 * GiB, 0)   # as run_trial sets them
+    assert not r.reproduced and whatif_line(r).startswith("What-ifs: NO") and "the replay failed" in whatif_line(r)
+
+
+def _peak_at_start():
+    """700 MiB reserved when recording begins (600 of it cached), an empty_cache, then a smaller run."""
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    a.malloc(100 * MiB)
+    for x in [a.malloc(100 * MiB) for _ in range(6)]:
+        a.free(x)
+    a.record_memory_history(max_entries=100_000)
+    a.empty_cache()
+    ys = [a.malloc(30 * MiB) for _ in range(5)]
+    for y in ys[::2]:
+        a.free(y)
+    a.malloc(50 * MiB)
+    return a, a.snapshot()
+
+
+def test_a_trace_whose_peak_is_its_start_reports_the_peak_there():
+    a, snap = _peak_at_start()
+    report = ar.doctor(snap)
+    d, j = report.diagnosis, report.to_json()
+    assert d.peak_at_start and d.peak_reserved == a.max_memory_reserved() == 700 * MiB
+    assert d.allocated_at_peak == 100 * MiB and d.unallocated_at_peak == 600 * MiB
+    assert j["peak_reserved"] == 700 * MiB and j["peak_reserved_at"] == "start"
+    assert "peaked at 700.0 MiB (when recording began, before event 0)" in report.text()
+    # where the unallocated bytes sat is read at that start state: six wholly free 100 MiB segments
+    assert d.by_pool["large"] == 600 * MiB and sum(h.free for h in d.holdings) == 600 * MiB
+    # the live peak is later, inside the trace (100 + 5 x 30 MiB), and is read there
+    assert d.peak_allocated == 250 * MiB and d.peak_allocated_at >= 0

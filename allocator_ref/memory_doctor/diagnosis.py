@@ -103,6 +103,9 @@ class Diagnosis:
     profile_note: str = ""               # one line when it was sized up for this snapshot
     live_places: dict = field(default_factory=dict)    # (pool, stream) -> live bytes at the reserved peak
     judgement: Any = None                # shortage or fragmentation (shortage.py), once the doctor judged it
+    start_reserved: int = 0              # memory_reserved() when recording began (the rebuilt start state)
+    start_allocated: int = 0             # memory_allocated() then
+    peak_at_start: bool = False          # the reserved peak is the start state, before event 0
     recording: Any = None                # the Recording it was read from (trace/recording.py), loaded once
 
     @property
@@ -111,6 +114,8 @@ class Diagnosis:
 
     @property
     def allocated_at_peak(self) -> int:
+        if self.peak_at_start:
+            return self.start_allocated
         return self.allocated[self.peak_reserved_at] if self.allocated else 0
 
     @property
@@ -223,9 +228,23 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
     if mine is not None:
         diag.readings, diag.user_empty_caches = dict(mine.readings), list(mine.user_empty_caches)
     events = traces[device]
-    at_peak, segment_ids = facts["state_at"](peak_reserved_at), facts["segment_ids"]()
-    _where_memory_sits(diag, at_peak, segment_ids)
-    diag.largest = _largest_live(at_peak, events, frames.first_event + peak_reserved_at)
+    start = start_segments(recording.device(device).start_state())
+    diag.start_reserved = sum(seg["total_size"] for seg in start)
+    diag.start_allocated = sum(b["size"] for seg in start for b in seg["blocks"] if b["state"] == "active_allocated")
+    segment_ids = facts["segment_ids"]()
+    if diag.start_reserved > diag.peak_reserved:
+        # The most ever reserved is what was held when recording began (an empty_cache or a release
+        # follows): the peak is read there, where it happened, not at the highest event after it.
+        diag.peak_at_start, diag.peak_reserved = True, diag.start_reserved
+        at_peak = start
+        _where_memory_sits(diag, start, {seg["address"]: i for i, seg in enumerate(start)})
+        diag.largest = _largest_live(start, events, -1)
+    else:
+        at_peak = facts["state_at"](peak_reserved_at)
+        _where_memory_sits(diag, at_peak, segment_ids)
+        diag.largest = _largest_live(at_peak, events, frames.first_event + peak_reserved_at)
+    if diag.start_allocated > diag.peak_allocated:
+        diag.peak_allocated, diag.peak_allocated_at = diag.start_allocated, -1      # -1: before event 0
     diag.live_places = live_places(at_peak)
     diag.oom = _oom_facts(events, frames, allocated, reserved)
     if diag.oom is not None:
@@ -307,6 +326,25 @@ def _where_memory_sits(diag: Diagnosis, segments: list, ids: dict) -> None:
                                            sizes["inactive"], sizes["active_pending_free"], largest_free))
     holdings.sort(key=lambda h: -(h.free + h.pending))
     diag.holdings, diag.by_pool, diag.by_stream = holdings, by_pool, by_stream
+
+
+def start_segments(state) -> list:
+    """The rebuilt state at the first event (trace/rebuild.py's InitialState) as snapshot segments:
+    each segment's live blocks, and the bytes between them as free blocks."""
+    out = []
+    for seg in state.segments:
+        blocks, at = [], seg.address
+        for address, size, requested in sorted(seg.live_blocks):
+            if address > at:
+                blocks.append({"address": at, "size": address - at, "state": "inactive"})
+            blocks.append({"address": address, "size": size, "requested_size": requested,
+                           "state": "active_allocated"})
+            at = address + size
+        if at < seg.address + seg.size:
+            blocks.append({"address": at, "size": seg.address + seg.size - at, "state": "inactive"})
+        out.append({"address": seg.address, "total_size": seg.size, "stream": seg.stream,
+                    "segment_type": "small" if seg.small else "large", "blocks": blocks})
+    return out + list(state.expandable)
 
 
 def pending_by_stream(segments: list) -> dict:

@@ -101,8 +101,10 @@ class DoctorReport:
         if remedies.target is None:
             return _no_target_verdict(remedies)
         if recorded.fits:
-            text = tr("As recorded, the run fits in {target} (replayed: peak reserved {peak}, no out-of-memory)",
-                      target=format_bytes(remedies.target), peak=format_bytes(recorded.peak_reserved))
+            text = tr("As recorded, the run fits in {target} with {headroom} to spare (replayed: peak reserved {peak}, "
+                      "no out-of-memory)", target=format_bytes(remedies.target),
+                      headroom=format_bytes(remedies.target - recorded.peak_reserved),
+                      peak=format_bytes(recorded.peak_reserved))
             better = remedies.fewer_retries
             if not recorded.alloc_retries:
                 return Verdict("fits", text + tr(": nothing to change."), None, recorded)
@@ -166,18 +168,21 @@ class DoctorReport:
         out = [tr("Memory doctor: {source}, device {device} ({counted}; simulated replays of PyTorch's recorded "
                   "decisions)", source=d.source, device=d.device, counted=counted), ""]
         out.append(reproduced_line(j, d.verified))
+        if r is not None:           # the what-ifs' own check, the JSON's "reproduced": said here too
+            out.append(whatif_line(r))
         if d.profile_note:
             out.append(tr("Simulated GPU: {note}", note=d.profile_note))
         out += ["", tr("VERDICT"), "  " + v.text]
         if v.line:
             out += ["", "  " + v.line]
         out += ["", tr("PEAKS")]
-        out.append(tr("  live tensors (memory_allocated) peaked at {peak} (event {at})",
-                      peak=format_bytes(d.peak_allocated), at=f"{d.peak_allocated_at:,}"))
-        out.append(tr("  reserved (memory_reserved) peaked at {peak} (event {at}); at that moment {allocated} was "
+        start = tr("when recording began, before event 0")
+        out.append(tr("  live tensors (memory_allocated) peaked at {peak} ({at})", peak=format_bytes(d.peak_allocated),
+                      at=start if d.peak_allocated_at < 0 else tr("event {at}", at=f"{d.peak_allocated_at:,}")))
+        out.append(tr("  reserved (memory_reserved) peaked at {peak} ({at}); at that moment {allocated} was "
                       "allocated and {unallocated} reserved but unallocated", peak=format_bytes(d.peak_reserved),
-                      at=f"{d.peak_reserved_at:,}", allocated=format_bytes(d.allocated_at_peak),
-                      unallocated=format_bytes(d.unallocated_at_peak)))
+                      at=start if d.peak_at_start else tr("event {at}", at=f"{d.peak_reserved_at:,}"),
+                      allocated=format_bytes(d.allocated_at_peak), unallocated=format_bytes(d.unallocated_at_peak)))
         if r is not None:
             if r.target is not None:
                 out.append(tr("  the device: {usable} usable by the allocator ({where})",
@@ -329,12 +334,16 @@ class DoctorReport:
             "source": d.source, "device": d.device, "events": len(d.frames), "verified": d.verified,
             "allocs": d.verify_summary["allocs"], "allocs_exact": d.verify_summary["allocs_exact"],
             "verdict": v.kind, "verdict_text": v.text, "recommended_line": v.line,
+            "proposal": proposal(v, r),
             "reduce_live_memory_by": v.reduce_by, "more_gpu_memory": v.more_memory,
             "extra_memory_needed": None if r is None else r.extra_needed,
             "oom_count": d.oom_count,
             "judgement": None if d.judgement is None else d.judgement.to_json(),
             "simulated_gpu": d.profile, "simulated_gpu_note": d.profile_note or None,
             "peak_allocated": d.peak_allocated, "peak_reserved": d.peak_reserved,
+            "peak_allocated_at": "start" if d.peak_allocated_at < 0 else d.peak_allocated_at,
+            "peak_reserved_at": "start" if d.peak_at_start else d.peak_reserved_at,
+            "start_reserved": d.start_reserved, "start_allocated": d.start_allocated,
             "unallocated_at_peak": d.unallocated_at_peak, "pending_free_at_peak": d.pending_at_peak,
             "pending_free_max": d.pending_max, "pending_free_max_at": d.pending_max_at,
             "by_pool": d.by_pool,
@@ -347,6 +356,7 @@ class DoctorReport:
                                                    live_places=_places_json(d.oom.live_places)),
             "live_places_at_peak": _places_json(d.live_places),
             "target": None if r is None else r.target, "target_from": None if r is None else r.target_from,
+            "headroom": None if r is None or r.target is None else r.target - r.recorded.peak_reserved,
             "replays": 0 if r is None else r.replays,
             "remedies": [] if r is None else [t.to_json() for t in r.trials],
             "reproduced": None if r is None else r.reproduced,
@@ -384,6 +394,31 @@ class DoctorReport:
         return "<pre>" + _escape(self.text()) + "</pre>"
 
 
+def whatif_line(r: Remedies) -> str:
+    """Whether the "as recorded" what-if replay reproduced the run (the JSON's ``reproduced``)."""
+    base = r.reproduction
+    if base.skipped:            # a replay that failed also carries a mismatch (remedies.run_trial)
+        return tr("What-ifs: NO -- the \"as recorded\" replay could not run ({why}), so no setting is ranked",
+                  why=base.skipped)
+    if r.reproduced:
+        return tr("What-ifs: yes -- the \"as recorded\" replay reproduces the recorded reserved curve, so the "
+                  "settings below are ranked")
+    return tr("What-ifs: NO -- the \"as recorded\" replay parts from the recorded reserved curve, so no setting "
+              "is ranked")
+
+
+def proposal(v: Verdict, r: Optional[Remedies]) -> Optional[dict]:
+    """What the verdict proposes, as the JSON carries it: the setting, its line, its replayed peak and
+    saving, and whether it is a fix (the run does not fit without it) or an offer (the run fits as it is)."""
+    t = v.trial
+    if r is None or t is None or t.kind in ("recorded", "recorded-on-target", "probe"):
+        return None
+    recorded = r.recorded
+    return {"setting": t.change, "line": t.line, "kind": "offer" if v.kind == "no-target" else "fix",
+            "peak_reserved": t.peak_reserved, "saving": recorded.peak_reserved - t.peak_reserved,
+            "fits": t.fits, "alloc_retries": t.alloc_retries, "model_prediction": bool(t.prediction)}
+
+
 def _no_target_verdict(remedies: Remedies) -> Verdict:
     """No GPU to fit in: nothing to fix; a setting is shown only when its gain is material."""
     recorded = remedies.recorded
@@ -397,7 +432,8 @@ def _no_target_verdict(remedies: Remedies) -> Verdict:
             "{rests_on}){prediction}. It is offered because {material}.", line=best.line,
             peak=format_bytes(best.peak_reserved), saving=format_bytes(saving),
             share=f"{100 * saving / recorded.peak_reserved:.1f}", rests_on=_rests_on(best),
-            prediction=_prediction(best), material=material_words()), None, best)
+            prediction=_prediction(best), material=material_words())
+            + tr(" It is an offer, not a fix: the run fits where it ran without it."), None, best)
     lowest = remedies.lowest
     saving = recorded.peak_reserved - lowest.peak_reserved
     if recorded.peak_at < 0 and recorded.start_held and saving <= 0:
