@@ -11,6 +11,8 @@ returns its snapshot, the same dict ``torch.cuda.memory._snapshot()`` gives:
   optionally more live memory after it (the rest of the run needs more than the failure);
 * ``job_ranks`` -- one job's ranks: ``n`` alike (each a little different, as real ranks are)
   and one outlier, with either more live memory or the same live memory laid out worse;
+* ``long_context_rank`` -- a rank of another job: the same program with 16 times the sequence
+  (every tensor 16 times larger), on a 16 GB GPU: not a rank of ``job_ranks``' job;
 * ``big_expandable_run`` -- ``expandable_segments:True`` on a simulated GPU larger than every
   profile, holding ``held_gib``: what a B200's snapshot looks like to the doctor.
 """
@@ -101,6 +103,18 @@ def job_ranks(n: int = 4, outlier: int = 3, why: str = "more live memory") -> li
         else:
             out.append(_rank(r, 12, growing=odd))
     return out
+
+
+def long_context_rank(steps: int = 12) -> dict:
+    """``job_ranks``' program with every tensor 16 times larger (a 16x longer sequence), on a T4."""
+    a = _recording("t4-16gb")
+    kept = []
+    for i in range(steps):
+        kept.append(a.malloc(96 * MiB))
+        a.free(a.malloc(16 * (22 + 2 * (steps - 1)) * MiB))
+    for x in kept:
+        a.free(x)
+    return a.snapshot()
 
 
 def big_expandable_run(held_gib: int = 150, total_gib: int = 200) -> dict:
