@@ -499,3 +499,51 @@ def test_a_trace_whose_peak_is_its_start_reports_the_peak_there():
     assert d.by_pool["large"] == 600 * MiB and sum(h.free for h in d.holdings) == 600 * MiB
     # the live peak is later, inside the trace (100 + 5 x 30 MiB), and is read there
     assert d.peak_allocated == 250 * MiB and d.peak_allocated_at >= 0
+
+
+def test_a_doctor_run_with_an_oom_records_no_frames_and_reads_the_state_at_the_event():
+    """Issue 49: the state at the OOM came from the lazy frames, a second whole replay recording a
+    frame per event; it is the replay engine's state at the event now, and the frames stay unrecorded
+    until the player or the page asks."""
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    a.record_memory_history(max_entries=100_000)
+    live = [a.malloc(6 * MiB) for _ in range(120)]
+    for i, x in enumerate(live):
+        if i % 3 != 2:
+            a.free(x)
+    try:
+        a.malloc(900 * MiB)
+    except ar.OutOfMemoryError:
+        pass
+    report = ar.doctor(a.snapshot())
+    d = report.diagnosis
+    assert getattr(d.frames, "_frames", "not lazy") is None          # no frame was recorded
+    assert d.oom.allocated == a.memory_allocated()
+    assert d.oom.live_places == {("large", 0): a.memory_allocated()}
+    assert sum(x.size for x in d.oom.live) == 5 * 6 * MiB            # the five largest, as they were
+
+
+def test_the_diagnosis_reads_no_pictures_code():
+    # Issue 49: the doctor's facts do not depend on the viz package; bytes are worded by one helper.
+    from pathlib import Path
+    import allocator_ref.memory_doctor.diagnosis as diagnosis
+    source = Path(diagnosis.__file__).read_text(encoding="utf-8")
+    assert "viz" not in "".join(line for line in source.splitlines() if "import" in line)
+    from allocator_ref.units import format_bytes
+    from allocator_ref.viz.sizes import format_bytes as drawn
+    assert drawn is format_bytes and format_bytes(1536) == "1.5 KiB"
+
+
+def test_the_fraction_is_in_pytorch_cuda_alloc_conf_where_pytorch_reads_it():
+    # PyTorch 2.11 reads per_process_memory_fraction from PYTORCH_CUDA_ALLOC_CONF (parsePerProcessMemoryFraction):
+    # the cap goes there, not in a line of the script.
+    target, capacity = 20 * GiB, 21 * GiB
+    gc = next(t for t in plan("", target, capacity) if t.kind == "gc")
+    assert "per_process_memory_fraction:" in gc.config and "in the script" not in gc.line
+    assert gc.line.startswith(f"PYTORCH_CUDA_ALLOC_CONF={gc.config}")
+    dev = ar.SimDevice("h100-80gb")
+    import dataclasses
+    dev.info = dataclasses.replace(dev.info, total_memory=capacity)
+    a = ar.CachingAllocator(dev, gc.config)       # the setting alone sets the cap the replay proved
+    assert a.get_per_process_memory_fraction() == pytest.approx(gc.fraction, abs=1e-9)   # bytes, kept as allowed
+    assert gc.allowed == int(gc.fraction * capacity) <= target * (1 - FRACTION_HEADROOM)

@@ -1,8 +1,8 @@
 """What happened in a recorded run: the facts the doctor reads off a verified replay.
 
 Everything here comes from replaying the snapshot on the reference allocator at PyTorch's
-own addresses (``replay(..., verify=True)``) and recording a frame per event
-(``viz.frames_of_snapshot``).  From the frames:
+own addresses (``replay(..., verify=True)``): its totals after each event and the block map where
+it is needed (``replay_facts``).  From them:
 
 * the peak of live tensors (``memory_allocated``) and of reserved memory
   (``memory_reserved``), and the state at the reserved peak;
@@ -25,12 +25,10 @@ from ..device.sizing import profile_for_snapshot
 from ..editions.messages import translator
 from ..trace.device_traces import device_events
 from ..trace.recording import load_recording
-from ..trace.replay import TraceStepper
-from ..viz.replay_frames import frames_of_stepper
+from .replay_facts import CALL_ACTIONS, replay_facts
 
 SMALL_SEGMENT = 2 * 2**20
 ROUND = 512      # kMinBlockSize: every request is rounded up to a multiple of 512 bytes (round_size)
-CALL_ACTIONS = ("alloc", "free_requested", "free_completed", "oom")
 tr = translator("doctor")
 
 
@@ -203,7 +201,7 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
                                                  device_memory)
     # One replay at PyTorch's addresses (the replay engine): its counters after each event are
     # the totals, and finishing it (the final-state comparison) is the verification.
-    facts = _replay_facts(recording, device, profile)
+    facts = replay_facts(recording, device, profile)
     frames, verify, allocated, reserved, actions = facts["frames"], facts["verify"], facts["allocated"], \
         facts["reserved"], facts["actions"]
     summary = verify.to_json()
@@ -249,7 +247,7 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
     diag.oom = _oom_facts(events, frames, allocated, reserved)
     if diag.oom is not None:
         at = min(max(diag.oom.event_index - frames.first_event, 0), len(reserved) - 1)
-        state = frames.state(at)
+        state = facts["state_at"](at)      # the replay engine's state there, not a frames replay
         diag.oom.pending = pending_by_stream(state)
         diag.oom.live = _largest_live(state, events, diag.oom.event_index)
         diag.oom.live_places = live_places(state)
@@ -260,45 +258,6 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
         diag.pending_max_at = max(range(len(pending)), key=pending.__getitem__)
         diag.pending_max = pending[diag.pending_max_at]
     return diag
-
-
-def _replay_facts(recording, device: int, profile: str = "h100-80gb") -> dict:
-    """What one verify replay of ``device`` shows after each event, and how to get the block map
-    at one event.  Read off the replay engine's counters (trace/verify_facts.py) where they can
-    stand in for the frames, with the frames recorded only if the player or the page asks
-    (``LazyFrames``); else (expandable segments, a replay that diverged) off the frames."""
-    from ..trace.verify_facts import VerifyFacts, available, state_after
-    from ..viz.replay_frames import LazyFrames
-    dev = recording.device(device)
-    if available(dev):
-        # A verified replay makes the recorded reserved curve, so its peak (read as diagnose reads
-        # it: where a user call finished) is known before the run: its block map is kept then.
-        recorded = dev.reserved_after_each_event()
-        calls = [i for i, e in enumerate(dev.events) if e["action"] in CALL_ACTIONS]
-        peak = max(calls, key=recorded.__getitem__) if calls else None
-        facts = VerifyFacts(TraceStepper(recording, device=device, profile=profile), capture_at=peak)
-        t = facts.totals
-        if facts.result.perfect and len(t.actions) == len(dev.events):
-            cached: dict = {} if t.captured is None else {peak: t.captured}
-
-            def state_at(i: int) -> list:
-                if i not in cached:
-                    exact = state_after(recording, device, i, profile)
-                    cached[i] = exact if exact is not None else frames.recorded.state(i)
-                return cached[i]
-
-            frames = LazyFrames(recording, device, len(dev.events), profile=profile)
-            return {"frames": frames, "verify": facts.result, "allocated": t.allocated, "reserved": t.reserved,
-                    "actions": t.actions, "pending": [a - b for a, b in zip(t.active, t.allocated)],
-                    "state_at": state_at, "segment_ids": facts.segment_numbers}
-    stepper = TraceStepper(recording, device=device, profile=profile)
-    frames = frames_of_stepper(stepper)
-    verify = stepper.finish()
-    totals = frames.memory_totals()
-    return {"frames": frames, "verify": verify, "allocated": [a for a, _ in totals],
-            "reserved": [r for _, r in totals], "actions": [e.get("action") for e in frames.events],
-            "pending": [active - alloc for alloc, active in frames.segment_sums("allocated_size", "active_size")],
-            "state_at": frames.state, "segment_ids": lambda: frames.segment_ids}
 
 
 def _where_memory_sits(diag: Diagnosis, segments: list, ids: dict) -> None:

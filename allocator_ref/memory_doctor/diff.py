@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .diagnosis import python_frames, reproduced_line
 
 tr = translator("doctor")

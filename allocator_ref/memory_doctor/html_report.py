@@ -13,7 +13,7 @@ from pathlib import Path
 from ..editions.language import language, speaking
 from ..editions.messages import translator
 from ..viz.blockmap import render_blockmap
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .charts import chart_language, plot_timeline, plot_what_if, png_bytes
 from .diagnosis import reproduced_line
 

@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .shortage import is_material, material_threshold, material_words
 
 tr = translator("doctor")

@@ -21,8 +21,8 @@ in 2.11):
   (``release_available_cached_blocks``);
 * ``roundup_power2_divisions:N`` -- sizes round up to one of N steps per power of two
   (``round_size``), so similar requests reuse the same blocks;
-* ``garbage_collection_threshold:T`` with ``torch.cuda.set_per_process_memory_fraction(F)``
-  -- above T of the allowed memory, free cached blocks not used for a while are released
+* ``garbage_collection_threshold:T`` with ``per_process_memory_fraction:F`` (the same cap as
+  ``torch.cuda.set_per_process_memory_fraction(F)``, read from the setting in 2.11) -- above T of the allowed memory, free cached blocks not used for a while are released
   (``garbage_collect_cached_blocks``); it does nothing without a fraction;
 * ``backend:cudaMallocAsync`` -- the driver's stream-ordered pool instead of PyTorch's cache.
   Its row is a model's prediction: the driver's pool is not PyTorch's code, and how it
@@ -36,6 +36,8 @@ succeeds and the rest of the recorded run fits.
 """
 from __future__ import annotations
 
+import math
+
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -44,6 +46,7 @@ from ..caching.allocator import CachingAllocator
 from ..device.errors import CudaError
 from ..trace.whatif import Anchored, Program, anchored_replay, first_mismatch
 from ..editions.messages import translator
+from ..units import format_bytes
 from .shortage import MATERIAL_SHARE, material_threshold
 
 tr = translator("doctor")
@@ -124,10 +127,10 @@ class Trial:
         """What to put in the environment (and code) to run with this remedy."""
         text = f"PYTORCH_CUDA_ALLOC_CONF={self.config}" if self.config else "PYTORCH_CUDA_ALLOC_CONF="
         if self.allowed is not None:
-            # A fraction of *your* GPU's total that allows the target bytes: written as a division
-            # so it is right on whatever GPU runs it.
-            text += tr("  # and in the script: {call}", call="torch.cuda.set_per_process_memory_fraction("
-                       f"{self.allowed} / torch.cuda.get_device_properties(0).total_memory)")
+            # The fraction is of the GPU this run behaved like: say which, so a reader on another GPU
+            # scales it (the bytes it allows are what the replay proved).
+            text += tr("  # per_process_memory_fraction: {allowed} of a {total} GPU",
+                       allowed=format_bytes(self.allowed), total=format_bytes(round(self.allowed / self.fraction)))
         return text
 
     def to_json(self) -> dict:
@@ -280,7 +283,12 @@ def plan(recorded: str, target: Optional[int], capacity: Optional[int], inferred
         gc.skip_reason = "needs-target"
     else:
         allowed = int(target * (1 - FRACTION_HEADROOM)) // 2**20 * 2**20
-        gc.fraction, gc.allowed = allowed / capacity, allowed
+        # The fraction goes where PyTorch 2.11 reads it, PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction
+        # (c10/cuda/CUDAAllocatorConfig.cpp, CUDAAllocatorConfig::parseArgs -> parsePerProcessMemoryFraction,
+        # [0, 1]), not a line in the script; written to 4 decimals, rounded down so the cap never grows.
+        fraction = math.floor(allowed / capacity * 10_000) / 10_000
+        gc.fraction, gc.allowed = fraction, int(fraction * capacity)
+        gc.config = with_change(gc.config, f"per_process_memory_fraction:{fraction:.4f}")
         words = dict(allowed=f"{allowed / 2**30:.2f}", share=f"{1 - FRACTION_HEADROOM:.0%}",
                      target=f"{target / 2**30:.2f}", headroom=f"{FRACTION_HEADROOM:.0%}")
         gc.cap_note = (tr("the cap allows {allowed} GiB, {share} of the {target} GiB usable this run was inferred "

@@ -25,10 +25,10 @@ from typing import Optional
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .diagnosis import Diagnosis, reproduced_line
 from .capacity import Capacity, capacity_words
-from .remedies import Remedies, Trial, async_costs, async_prediction
+from .remedies import FRACTION_HEADROOM, Remedies, Trial, async_costs, async_prediction
 from .shortage import judge_request, material_words, pending_words, program_remedies, rule
 
 tr = translator("doctor")
@@ -101,10 +101,14 @@ class DoctorReport:
         if remedies.target is None:
             return _no_target_verdict(remedies)
         if recorded.fits:
-            text = tr("As recorded, the run fits in {target} with {headroom} to spare (replayed: peak reserved {peak}, "
-                      "no out-of-memory)", target=format_bytes(remedies.target),
-                      headroom=format_bytes(remedies.target - recorded.peak_reserved),
-                      peak=format_bytes(recorded.peak_reserved))
+            # The headroom is said where the run fit without a flush; one that flushed had none to speak of.
+            text = (tr("As recorded, the run fits in {target} (replayed: peak reserved {peak}, no out-of-memory)",
+                       target=format_bytes(remedies.target), peak=format_bytes(recorded.peak_reserved))
+                    if recorded.alloc_retries else
+                    tr("As recorded, the run fits in {target} with {headroom} to spare (replayed: peak reserved "
+                       "{peak}, no out-of-memory)", target=format_bytes(remedies.target),
+                       headroom=format_bytes(remedies.target - recorded.peak_reserved),
+                       peak=format_bytes(recorded.peak_reserved)))
             better = remedies.fewer_retries
             if not recorded.alloc_retries:
                 return Verdict("fits", text + tr(": nothing to change."), None, recorded)
@@ -118,7 +122,7 @@ class DoctorReport:
                 " `{line}` fits {flushing} (peak reserved {peak}, {calls} device calls){prediction}{tradeoff}.",
                 line=better.line, flushing=_flushing(better.alloc_retries), peak=format_bytes(better.peak_reserved),
                 calls=f"{better.device_calls:,}", prediction=_prediction(better),
-                tradeoff=_tradeoff(better, recorded)), better.line, better)
+                tradeoff=_tradeoff(better, recorded)) + _caveats(diag, better), better.line, better)
         chosen = remedies.recommended
         if chosen is not None:
             errors = (tr("with {n} out-of-memory error", n=recorded.ooms) if recorded.ooms == 1 else
@@ -131,7 +135,8 @@ class DoctorReport:
                 peak=format_bytes(chosen.peak_reserved), recorded_peak=format_bytes(recorded.peak_reserved),
                 errors=errors, frag=format_bytes(chosen.fragmentation), calls=f"{chosen.device_calls:,}",
                 recorded_calls=f"{recorded.device_calls:,}", times=_times(chosen.alloc_retries),
-                prediction=_prediction(chosen), tradeoff=_tradeoff(chosen, recorded)), chosen.line, chosen)
+                prediction=_prediction(chosen), tradeoff=_tradeoff(chosen, recorded)) + _caveats(diag, chosen),
+                chosen.line, chosen)
         need = diag.live_need
         short = max(0, need - remedies.target)
         extra = remedies.extra_needed or short
@@ -504,6 +509,21 @@ def later_need(diag: Diagnosis) -> Optional[tuple]:
     index = max(range(at, len(diag.allocated)), key=diag.allocated.__getitem__)
     live = diag.allocated[index] + request
     return max(0, live + pending - o.usable), index, live
+
+
+def _caveats(diag: Diagnosis, t: Trial) -> str:
+    """What an expert adds to a memory cap: the headroom is thin, and several streams' caches have a
+    fix in the code too (each stream's free blocks serve only its own requests: get_free_block looks
+    in the requesting stream's pool, c10/cuda/CUDACachingAllocator.cpp, PyTorch 2.11)."""
+    if t.allowed is None:
+        return ""
+    out = tr(" {headroom} headroom is thin once NCCL buffers, cuDNN/cuBLAS workspaces or lazily loaded kernels "
+             "grow: lower the fraction if they do.", headroom=f"{FRACTION_HEADROOM:.0%}")
+    if len(diag.by_stream) > 1 or diag.pending_max:
+        out += tr(" In the program, the lasting fix: join the side streams to the main one (wait_stream) or reuse "
+                  "the same few side streams, and free their tensors once the side-stream phase is over: each "
+                  "stream's cached blocks serve only that stream's requests.")
+    return out
 
 
 def _rests_on(t: Trial) -> str:

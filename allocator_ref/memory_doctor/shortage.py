@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..editions.messages import translator
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 
 tr = translator("doctor")
 

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from ..editions.language import language, speaking
 from ..editions.messages import translator
 from ..trace.device_traces import device_events
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .diagnosis import SegmentHolding, _where_memory_sits, pending_by_stream
 from .remedies import MAX_SPLIT_SWEEP_MB, parse_conf
 from .shortage import judge_state, material_words, pending_words, program_remedies, rule
