@@ -547,3 +547,29 @@ def test_the_fraction_is_in_pytorch_cuda_alloc_conf_where_pytorch_reads_it():
     a = ar.CachingAllocator(dev, gc.config)       # the setting alone sets the cap the replay proved
     assert a.get_per_process_memory_fraction() == pytest.approx(gc.fraction, abs=1e-9)   # bytes, kept as allowed
     assert gc.allowed == int(gc.fraction * capacity) <= target * (1 - FRACTION_HEADROOM)
+
+
+def test_a_ring_buffer_expandable_run_that_fits_gets_a_verdict_and_its_free_pages_explained():
+    """A ring buffer (max_entries) of an expandable run on a GPU larger than every profile: the trace starts
+    inside segments that already exist.  The expert's answer: it fits; the mapped-but-free pages come back."""
+    import dataclasses
+    dev = ar.SimDevice("h200-141gb")
+    dev.info = dataclasses.replace(dev.info, total_memory=200 * GiB)
+    a = ar.CachingAllocator(dev, "expandable_segments:True")
+    a.record_memory_history(max_entries=300)             # only the last 300 events are kept
+    held = [a.malloc(GiB - 3 * MiB) for _ in range(110)]
+    for x in held[::3]:
+        a.free(x)
+    for _ in range(3):
+        for x in [a.malloc(512 * MiB + 5 * MiB) for _ in range(40)]:
+            a.free(x)
+    snap = a.snapshot()
+    assert len(snap["device_traces"][0]) == 300
+    report = ar.doctor(snap)
+    d, r, v, j = report.diagnosis, report.remedies, report.verdict, report.to_json()
+    assert d.verified and r.reproduced and j["reproduced"] is True and "What-ifs: yes" in report.text()
+    assert r.start_held > 0 and "the trace starts from an empty allocator" not in report.text()
+    assert d.peak_reserved == a.max_memory_reserved() and d.unallocated_at_peak > 0
+    assert v.kind == "no-target" and v.line is None
+    assert f"{d.unallocated_at_peak / GiB:.1f} GiB was mapped but not allocated" in v.text
+    assert "empty_cache()" in v.text and j["verdict_text"] == v.text

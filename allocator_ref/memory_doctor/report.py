@@ -99,7 +99,9 @@ class DoctorReport:
         if judged is not None and judged.shortage:
             return _shortage_verdict(diag, remedies, judged)
         if remedies.target is None:
-            return _no_target_verdict(remedies)
+            verdict = _no_target_verdict(remedies)
+            verdict.text += _mapped_but_free(diag)
+            return verdict
         if recorded.fits:
             # The headroom is said where the run fit without a flush; one that flushed had none to speak of.
             text = (tr("As recorded, the run fits in {target} (replayed: peak reserved {peak}, no out-of-memory)",
@@ -422,6 +424,18 @@ def proposal(v: Verdict, r: Optional[Remedies]) -> Optional[dict]:
     return {"setting": t.change, "line": t.line, "kind": "offer" if v.kind == "no-target" else "fix",
             "peak_reserved": t.peak_reserved, "saving": recorded.peak_reserved - t.peak_reserved,
             "fits": t.fits, "alloc_retries": t.alloc_retries, "model_prediction": bool(t.prediction)}
+
+
+def _mapped_but_free(diag: Diagnosis) -> str:
+    """With expandable segments, what reserved-but-unallocated memory is, so a run that fits is not read as
+    leaking: freed pages stay mapped until ``release_cached_blocks`` unmaps them (``release_blocks`` ->
+    ``unmap_block``: torch.cuda.empty_cache(), or the flush of a request that would fail), PyTorch 2.11,
+    c10/cuda/CUDACachingAllocator.cpp."""
+    if "expandable_segments:true" not in diag.config.replace(" ", "").lower() or not diag.unallocated_at_peak:
+        return ""
+    return tr(" Of its reserved peak, {free} was mapped but not allocated: expandable segments keep freed pages "
+              "mapped until torch.cuda.empty_cache() or a request that would otherwise fail unmaps them, so those "
+              "bytes come back when needed; they are not a leak.", free=format_bytes(diag.unallocated_at_peak))
 
 
 def _no_target_verdict(remedies: Remedies) -> Verdict:
