@@ -573,3 +573,24 @@ def test_a_ring_buffer_expandable_run_that_fits_gets_a_verdict_and_its_free_page
     assert v.kind == "no-target" and v.line is None
     assert f"{d.unallocated_at_peak / GiB:.1f} GiB was mapped but not allocated" in v.text
     assert "empty_cache()" in v.text and j["verdict_text"] == v.text
+
+
+def test_fragmentation_is_read_at_the_live_peak_not_at_a_start_that_was_cached_memory():
+    a, snap = _peak_at_start()
+    report = ar.doctor(snap)
+    d, recorded = report.diagnosis, report.remedies.recorded
+    # live peak: the kept 100 MiB and five 30 MiB tensors, each in a segment of its own, nothing cached
+    assert d.peak_allocated == 250 * MiB and d.reserved_at_live_peak == 250 * MiB
+    assert "at the live peak 250.0 MiB was reserved, 0 B of it unallocated" in report.text()
+    assert recorded.fragmentation == 600 * MiB and recorded.frag_at_live_peak == 0     # the table's column
+    assert report.to_json()["remedies"][0]["fragmentation_at_live_peak"] == 0
+
+
+def test_a_saving_floored_by_the_inherited_start_state_says_so():
+    from allocator_ref.memory_doctor.report import _floored
+    r = _remedies(recorded=10 * GiB)
+    r.start_held = 7 * GiB
+    assert "floored by the 7.0 GiB already held when recording began" in _floored(r, _trial("x", "x", 7 * GiB + MiB))
+    assert _floored(r, _trial("x", "x", 8 * GiB)) == ""          # a material gap above the start: not floored
+    r.start_held = 0
+    assert _floored(r, _trial("x", "x", 7 * GiB)) == ""

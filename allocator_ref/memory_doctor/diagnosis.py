@@ -117,6 +117,13 @@ class Diagnosis:
         return self.allocated[self.peak_reserved_at] if self.allocated else 0
 
     @property
+    def reserved_at_live_peak(self) -> int:
+        """memory_reserved() where the live tensors peaked (the start state's, when they peaked there)."""
+        if self.peak_allocated_at < 0:
+            return self.start_reserved
+        return self.reserved[self.peak_allocated_at] if self.reserved else 0
+
+    @property
     def live_need(self) -> int:
         """Bytes live at once at the worst moment, counting the request that failed."""
         need = self.peak_allocated

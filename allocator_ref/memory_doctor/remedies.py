@@ -93,6 +93,8 @@ class Trial:
     peak_reserved: int = 0
     peak_allocated: int = 0
     fragmentation: int = 0             # reserved - allocated at the reserved peak
+    frag_at_live_peak: int = 0         # reserved - allocated where the live tensors peak (the start state's
+                                       # reserved peak would otherwise hide the run's own)
     device_calls: int = 0
     device_call_ms: float = 0.0        # simulated time spent in cudaMalloc/cudaFree/VMM calls
     alloc_retries: int = 0             # num_alloc_retries: each a full flush with a device sync
@@ -138,7 +140,7 @@ class Trial:
                 "fraction": self.fraction, "allowed": self.allowed, "cap_note": self.cap_note or None,
                 "line": self.line, "usable": self.usable,
                 "peak_reserved": self.peak_reserved, "peak_at": self.peak_at, "peak_allocated": self.peak_allocated,
-                "fragmentation_at_peak": self.fragmentation, "device_calls": self.device_calls,
+                "fragmentation_at_peak": self.fragmentation, "fragmentation_at_live_peak": self.frag_at_live_peak, "device_calls": self.device_calls,
                 "device_call_ms": self.device_call_ms, "num_alloc_retries": self.alloc_retries,
                 "ooms": self.ooms, "fits": self.fits, "start_does_not_fit": self.start_does_not_fit,
                 "mismatch": list(self.mismatch) if self.mismatch else None,
@@ -348,6 +350,7 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
     trial.usable = usable
     trial.peak_reserved, trial.peak_allocated, trial.fragmentation = out.peak_reserved, out.peak_allocated, \
         out.fragmentation
+    trial.frag_at_live_peak = live_peak_fragmentation(out)
     trial.device_calls, trial.device_call_ms, trial.ooms = out.device_calls, out.device_call_us / 1000, out.ooms
     trial.alloc_retries, trial.start_does_not_fit = out.alloc_retries, out.start_does_not_fit
     trial.start_held, trial.start_live, trial.peak_at = out.start_reserved, out.start_live, out.peak_reserved_at
@@ -358,6 +361,14 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
             at = next((p for p in sorted(set(out.oom_at) ^ set(run.program.ooms))), -1)
             trial.mismatch = (at, run.recorded_curve[at], out.peak_reserved)
     return trial
+
+
+def live_peak_fragmentation(out: Anchored) -> int:
+    """Reserved but unallocated bytes at the replay's live peak (its first sample with the most allocated)."""
+    if not out.allocated:
+        return out.fragmentation
+    at = max(range(len(out.allocated)), key=out.allocated.__getitem__)
+    return out.reserved[at] - out.allocated[at]
 
 
 def prescribe(run: Run, recorded: str, target: Optional[int], capacity: Optional[int], target_from: str,

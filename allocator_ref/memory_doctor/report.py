@@ -29,7 +29,7 @@ from ..units import format_bytes
 from .diagnosis import Diagnosis, reproduced_line
 from .capacity import Capacity, capacity_words
 from .remedies import FRACTION_HEADROOM, Remedies, Trial, async_costs, async_prediction
-from .shortage import judge_request, material_words, pending_words, program_remedies, rule
+from .shortage import judge_request, material_threshold, material_words, pending_words, program_remedies, rule
 
 tr = translator("doctor")
 
@@ -186,6 +186,10 @@ class DoctorReport:
         start = tr("when recording began, before event 0")
         out.append(tr("  live tensors (memory_allocated) peaked at {peak} ({at})", peak=format_bytes(d.peak_allocated),
                       at=start if d.peak_allocated_at < 0 else tr("event {at}", at=f"{d.peak_allocated_at:,}")))
+        out.append(tr("  at the live peak {reserved} was reserved, {unallocated} of it unallocated (the fragmentation "
+                      "that counts: the reserved peak may be a moment of cached memory, not of need)",
+                      reserved=format_bytes(d.reserved_at_live_peak),
+                      unallocated=format_bytes(d.reserved_at_live_peak - d.peak_allocated)))
         out.append(tr("  reserved (memory_reserved) peaked at {peak} ({at}); at that moment {allocated} was "
                       "allocated and {unallocated} reserved but unallocated", peak=format_bytes(d.peak_reserved),
                       at=start if d.peak_at_start else tr("event {at}", at=f"{d.peak_reserved_at:,}"),
@@ -311,7 +315,7 @@ class DoctorReport:
                               at=f"{at:,}", theirs=format_bytes(theirs), ours=format_bytes(ours),
                               diff=_signed(ours - theirs)))
             out.append(f"  {_pad(tr('change'), 34)} {_pad(tr('peak reserved'), 14, right=True)} "
-                       f"{_pad(tr('frag @ peak'), 12, right=True)} {_pad(tr('device calls'), 13, right=True)} "
+                       f"{_pad(tr('frag @ live peak'), 17, right=True)} {_pad(tr('device calls'), 13, right=True)} "
                        f"{_pad(tr('retries'), 8, right=True)}  {tr('fits')}")
             for t in r.trials:
                 name = {"recorded": tr("(as recorded)"), "recorded-on-target": tr("(recorded settings, target)")}.get(
@@ -320,7 +324,7 @@ class DoctorReport:
                     out.append(f"  {_pad(name, 34)} " + tr("skipped: {why}", why=t.skipped))
                     continue
                 fits = "-" if t.fits is None else (tr("yes") if t.fits else tr("NO ({n} OOM)", n=t.ooms))
-                out.append(f"  {_pad(name, 34)} {format_bytes(t.peak_reserved):>14} {format_bytes(t.fragmentation):>12} "
+                out.append(f"  {_pad(name, 34)} {format_bytes(t.peak_reserved):>14} {format_bytes(t.frag_at_live_peak):>17} "
                            f"{t.device_calls:>13,} {t.alloc_retries:>8,}  {fits}"
                            + (tr("  (model prediction)") if t.prediction else ""))
             if any(t.prediction and not t.skipped for t in r.trials):
@@ -351,6 +355,7 @@ class DoctorReport:
             "peak_allocated_at": "start" if d.peak_allocated_at < 0 else d.peak_allocated_at,
             "peak_reserved_at": "start" if d.peak_at_start else d.peak_reserved_at,
             "start_reserved": d.start_reserved, "start_allocated": d.start_allocated,
+            "unallocated_at_live_peak": d.reserved_at_live_peak - d.peak_allocated,
             "unallocated_at_peak": d.unallocated_at_peak, "pending_free_at_peak": d.pending_at_peak,
             "pending_free_max": d.pending_max, "pending_free_max_at": d.pending_max_at,
             "by_pool": d.by_pool,
@@ -426,6 +431,17 @@ def proposal(v: Verdict, r: Optional[Remedies]) -> Optional[dict]:
             "fits": t.fits, "alloc_retries": t.alloc_retries, "model_prediction": bool(t.prediction)}
 
 
+def _floored(remedies: Remedies, t: Trial) -> str:
+    """Said when a replayed saving stops at the memory held when recording began (the inherited start
+    state, kept as PyTorch had it): from the run's own start the setting might save more."""
+    held = remedies.start_held
+    if not held or t.peak_reserved - held >= material_threshold(remedies.recorded.peak_reserved):
+        return ""
+    return tr(" Its peak is floored by the {held} already held when recording began, which no setting replayed "
+              "from the first event gives back: recorded from the start of the run, it might save more.",
+              held=format_bytes(held))
+
+
 def _mapped_but_free(diag: Diagnosis) -> str:
     """With expandable segments, what reserved-but-unallocated memory is, so a run that fits is not read as
     leaking: freed pages stay mapped until ``release_cached_blocks`` unmaps them (``release_blocks`` ->
@@ -452,7 +468,8 @@ def _no_target_verdict(remedies: Remedies) -> Verdict:
             peak=format_bytes(best.peak_reserved), saving=format_bytes(saving),
             share=f"{100 * saving / recorded.peak_reserved:.1f}", rests_on=_rests_on(best),
             prediction=_prediction(best), material=material_words())
-            + tr(" It is an offer, not a fix: the run fits where it ran without it."), None, best)
+            + tr(" It is an offer, not a fix: the run fits where it ran without it.") + _floored(remedies, best),
+            None, best)
     lowest = remedies.lowest
     saving = recorded.peak_reserved - lowest.peak_reserved
     if recorded.peak_at < 0 and recorded.start_held and saving <= 0:
