@@ -594,3 +594,10 @@ def test_a_saving_floored_by_the_inherited_start_state_says_so():
     assert _floored(r, _trial("x", "x", 8 * GiB)) == ""          # a material gap above the start: not floored
     r.start_held = 0
     assert _floored(r, _trial("x", "x", 7 * GiB)) == ""
+
+
+def test_the_page_of_a_trace_whose_peak_is_its_start_does_not_put_that_peak_on_a_later_event(tmp_path):
+    a, snap = _peak_at_start()
+    page = ar.doctor(snap).html(tmp_path / "start.html")
+    assert "the peak, 700.0 MiB, was held when recording began" in page
+    assert "block map at the reserved peak (event" not in page
