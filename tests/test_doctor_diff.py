@@ -46,9 +46,9 @@ def test_a_changed_batch_size_is_found_on_the_line_that_allocates_activations():
     assert report.moved == b.max_memory_reserved() - a.max_memory_reserved() > 0
     assert d2.peak_allocated - d1.peak_allocated == b.max_memory_allocated() - a.max_memory_allocated()
     top = report.stacks[0]
-    assert "in activation" in top.where and top.delta == 8 * 4 * 3 * MiB          # 8 layers, 4 more samples
+    assert top.function == "activation" and top.delta == 8 * 4 * 3 * MiB          # 8 layers, 4 more samples
     assert top.sizes_before == [12 * MiB + 512 * 1024] and top.sizes_after == [24 * MiB + 512 * 1024]
-    ws = next(s for s in report.stacks if "in workspace" in s.where)
+    ws = next(s for s in report.stacks if s.function == "workspace")
     assert ws.sizes_before == ws.sizes_after == [40 * MiB]
     assert report.under_before is None and report.settings_share is None        # the same settings
     text = report.text()

@@ -182,11 +182,15 @@ def python_frames(frames: Optional[list], keep: int = 3) -> list:
     PyTorch records C++ and Python frames together; the ones a user recognises are the
     ``.py`` files, and their own code before the library's.
     """
+    return [tr("{file}:{line} in {function}", file=f["filename"].rsplit("/", 1)[-1], line=f.get("line", 0),
+               function=f.get("name", "?")) for f in chosen_frames(frames, keep)]
+
+
+def chosen_frames(frames: Optional[list], keep: int = 3) -> list:
+    """The recorded frames ``python_frames`` words: the ``.py`` ones, the user's own before the library's."""
     py = [f for f in frames or () if str(f.get("filename", "")).endswith(".py")]
     own = [f for f in py if "site-packages" not in f["filename"] and "/torch/" not in f["filename"]]
-    chosen = (own or py)[:keep]
-    return [tr("{file}:{line} in {function}", file=f["filename"].rsplit("/", 1)[-1], line=f.get("line", 0),
-               function=f.get("name", "?")) for f in chosen]
+    return (own or py)[:keep]
 
 
 def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-80gb",

@@ -24,7 +24,7 @@ from typing import Any, Optional
 from ..editions.language import language, speaking
 from ..editions.messages import translator
 from ..units import format_bytes
-from .diagnosis import python_frames, reproduced_line
+from .diagnosis import chosen_frames, python_frames, reproduced_line
 
 tr = translator("doctor")
 START = "(held when recording began)"          # the stack of a block already live at the first event
@@ -32,7 +32,8 @@ START = "(held when recording began)"          # the stack of a block already li
 
 @dataclass
 class StackChange:
-    where: str                  # "file.py:line in function", or START
+    where: str                  # "file.py:line in function" in the reader's language, or START
+    function: str               # the allocating function's name ("" for START or no frames): what a program reads
     before: int                 # live bytes from that line at the first run's live peak
     after: int
     sizes_before: list          # distinct request sizes that line asked for, in the first run
@@ -148,7 +149,7 @@ class DiffReport:
                     "config": [a.config, b.config], "moved": self.moved,
                     "settings_share": self.settings_share,
                     "after_under_before_settings": None if t is None else t.peak_reserved,
-                    "stacks": [{"where": s.where, "before": s.before, "after": s.after, "delta": s.delta,
+                    "stacks": [{"where": s.where, "function": s.function, "before": s.before, "after": s.after, "delta": s.delta,
                                 "sizes_before": s.sizes_before, "sizes_after": s.sizes_after} for s in self.stacks]}
 
     def html(self, path=None) -> str:
@@ -192,7 +193,7 @@ def live_by_stack(diag) -> tuple:
     events = diag.recording.device(diag.device).events
     live = {}                                   # address -> (size, where)
     for b in _start_blocks(diag):
-        live[b[0]] = (b[1], START)
+        live[b[0]] = (b[1], (START, ""))
     sizes: dict = {}
     by_where: dict = {}
     for address, (size, where) in live.items():
@@ -202,7 +203,9 @@ def live_by_stack(diag) -> tuple:
     for e in events:
         action = e["action"]
         if action == "alloc":
-            where = (python_frames(e.get("frames"), keep=1) or [tr("(no Python frames recorded)")])[0]
+            site = chosen_frames(e.get("frames"), keep=1)
+            where = ((python_frames(e.get("frames"), keep=1)[0], site[0].get("name", "")) if site else
+                     (tr("(no Python frames recorded)"), ""))
             live[e["addr"]] = (e["size"], where)
             by_where[where] = by_where.get(where, 0) + e["size"]
             total += e["size"]
@@ -226,7 +229,7 @@ def _stack_changes(a, b) -> list:
     live_a, sizes_a = live_by_stack(a)
     live_b, sizes_b = live_by_stack(b)
     wheres = set(live_a) | set(live_b) | set(sizes_a) | set(sizes_b)
-    out = [StackChange(w, live_a.get(w, 0), live_b.get(w, 0), sizes_a.get(w, []), sizes_b.get(w, []))
+    out = [StackChange(w[0], w[1], live_a.get(w, 0), live_b.get(w, 0), sizes_a.get(w, []), sizes_b.get(w, []))
            for w in wheres]
     return sorted(out, key=lambda s: (-abs(s.delta), s.where))
 
