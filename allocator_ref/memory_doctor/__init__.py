@@ -8,7 +8,8 @@
     report.player()                                  # the whole trace in the block-map player
 
     python -m allocator_ref doctor run.pickle [--device-memory GiB] [--html report.html] [--json]
-    python -m allocator_ref doctor rank0.pickle rank1.pickle ...   # or a folder: every rank of one job
+    python -m allocator_ref doctor rank0.pickle rank1.pickle ...   # or a folder: the ranks of one job
+    python -m allocator_ref doctor --diff before.pickle after.pickle   # two runs of one program: what changed
     python -m allocator_ref doctor run.pickle --lang zh   # in Chinese (so is a Chinese locale, or a notebook
                                                           # of the Chinese edition: editions/language.py)
 
@@ -19,8 +20,10 @@ One idea per file:
 * ``remedies``  -- replay the same requests under each change of settings;
 * ``shortage``  -- the rule: shortage (no setting can serve it) or fragmentation; what gain is material;
 * ``report``    -- the verdict those replays support, and the words;
-* ``state``     -- a snapshot with no trace: what its state says, and what it cannot;
-* ``ranks``     -- several snapshots of one job compared (``ranks.doctor_ranks``);
+* ``state``     -- a snapshot with no trace (or a trace of one event): what its state says, and what it cannot;
+* ``replay_facts`` -- the one verify replay's totals after each event, and the block map at an event;
+* ``ranks``     -- several snapshots compared, grouped by job (``ranks.doctor_ranks``);
+* ``diff``      -- two runs of one program: what changed and what moved the peak (``diff.doctor_diff``);
 * ``examples``  -- course-made runs the chapter, the tests and the benchmarks diagnose;
 * ``charts``, ``html_report`` -- the pictures and the self-contained page.
 """
