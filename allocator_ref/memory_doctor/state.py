@@ -20,7 +20,6 @@ from typing import Any, Optional
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
-from ..trace.device_traces import device_events
 from ..units import format_bytes
 from .diagnosis import SegmentHolding, _where_memory_sits, pending_by_stream
 from .remedies import MAX_SPLIT_SWEEP_MB, parse_conf
@@ -57,12 +56,6 @@ class StateDiagnosis:
         return self.reserved - self.allocated
 
 
-def is_state_only(snapshot: dict) -> bool:
-    """Segments but nothing to replay: no device has a trace event ('snapshot' entries are looks, not events)."""
-    devices = range(len(snapshot.get("device_traces") or ()))
-    return not any(device_events(snapshot, i) for i in devices) and bool(snapshot.get("segments"))
-
-
 def diagnose_state(snapshot: dict, source: str, device: Optional[int] = None,
                    usable: Optional[int] = None) -> StateDiagnosis:
     """What the segments of ``snapshot`` say; ``usable`` (bytes) is the GPU asked about, if any."""
@@ -95,6 +88,7 @@ def diagnose_state(snapshot: dict, source: str, device: Optional[int] = None,
         diag.device_free = int(oom.get("device_free", oom.get("addr", 0)))
     diag.pending_by_stream = pending_by_stream(mine)
     diag.usable = usable
+    from ..trace.device_traces import device_events      # 'snapshot' entries are looks, not events
     diag.trace_events = max((len(device_events(snapshot, i)) for i in range(len(snapshot.get("device_traces") or ()))),
                             default=0)
     diag.judgement = judge_state(diag.reserved, diag.allocated, diag.pending_by_stream, diag.largest_free,
@@ -310,4 +304,4 @@ class StateReport:
         return text_page(title, self.text(), self.language, path)
 
 
-__all__ = ["StateDiagnosis", "StateReport", "diagnose_state", "is_state_only", "SegmentHolding"]
+__all__ = ["StateDiagnosis", "StateReport", "diagnose_state", "SegmentHolding"]
