@@ -114,9 +114,11 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
 
 
 def _single_event(recording, device: Optional[int]) -> bool:
-    """Whether the device asked about (else every device with events) has one trace event at most."""
+    """Whether the device asked about (else every device with events) has exactly one trace event."""
     devices = [device] if device is not None else recording.devices_with_events
-    return bool(recording.snapshot.get("segments")) and all(len(recording.device(i).events) <= 1 for i in devices)
+    # A device with no event at all is no trace of one event: diagnose() refuses it in one line.
+    return (bool(recording.snapshot.get("segments")) and bool(devices)
+            and all(len(recording.device(i).events) == 1 for i in devices))
 
 
 class DevicesReport:
