@@ -6,6 +6,7 @@
     python -m allocator_ref traces fetch                         # download the real snapshots (sha256-checked)
     python -m allocator_ref doctor snap.pickle --html report.html    # diagnosis + remedies, proven by replay
     python -m allocator_ref doctor snap.pickle --lang zh             # the report in Chinese (or LANG=zh_CN.UTF-8)
+    python -m allocator_ref doctor --diff before.pickle after.pickle # what changed between two runs
     python -m allocator_ref predict train.py --set batch_size=16 --profile t4-16gb   # will it fit? (runs train.py's step)
 
 A bad argument or a bad file is one line on stderr (exit 2); ``--debug`` shows the traceback.
@@ -331,7 +332,13 @@ def cmd_doctor(args) -> int:
             raise ValueError(f"--html {exc}") from None
     from .memory_doctor.ranks import doctor_ranks
     snapshots = args.snapshot
-    if len(snapshots) > 1 or Path(snapshots[0]).is_dir():       # every rank of one job
+    if args.diff:                                     # two runs of one program: what changed
+        if len(snapshots) != 2:
+            raise ValueError(tr("--diff compares two runs: give two snapshots (before and after), got {n}",
+                                n=len(snapshots)))
+        from .memory_doctor.diff import doctor_diff
+        report = doctor_diff(snapshots[0], snapshots[1], device=args.device, profile=args.profile)
+    elif len(snapshots) > 1 or Path(snapshots[0]).is_dir():       # every rank of one job
         report = doctor_ranks(snapshots, args.device_memory, device=args.device, profile=args.profile)
     else:
         report = doctor(snapshots[0], args.device_memory, device=args.device, profile=args.profile)
@@ -411,6 +418,8 @@ def make_parser() -> argparse.ArgumentParser:
                                                "compared")
     d.add_argument("--device-memory", type=device_gib, default=None,
                    help="GiB: the GPU to fit in (default: what the snapshot's OOM tells, if it has one)")
+    d.add_argument("--diff", action="store_true", help="two snapshots of one program (before, after): what "
+                                                        "changed, and the settings' share of the peak's move, replayed")
     d.add_argument("--html", default=None, help="write the self-contained HTML report here")
     d.add_argument("--json", action="store_true", help="print the report as one JSON object")
     d.add_argument("--device", type=int, default=None, help="which GPU of a multi-GPU snapshot")

@@ -117,11 +117,13 @@ def test_when_no_setting_fits_it_says_how_much_less_live_memory_is_needed():
     assert not any(t.fits for t in r.trials if not t.skipped)
     usable = r.target
     live = a.memory_allocated() + 900 * MiB
-    assert v.reduce_by >= live - usable > 0
-    assert v.reduce_by == r.extra_needed
+    assert v.more_memory >= live - usable > 0
+    # The GPU memory to add is its own figure (more_memory), not the live memory to cut (reduce_by):
+    # issue 56 -- one number for both read as "cut 747 MiB of the 240 MiB live".
+    assert v.more_memory == r.extra_needed and v.reduce_by == report.diagnosis.judgement.cut
     # Proven by running the workload on a bigger GPU: that much more fits, 16 MiB less does not.
-    assert rerun("", 900, extra=v.reduce_by)
-    assert not rerun("", 900, extra=v.reduce_by - 16 * MiB)
+    assert rerun("", 900, extra=v.more_memory)
+    assert not rerun("", 900, extra=v.more_memory - 16 * MiB)
 
 
 def test_a_run_the_replay_does_not_reproduce_gets_no_advice(tmp_path, capsys):
@@ -251,7 +253,7 @@ def test_random_runs_get_advice_the_rerun_confirms():
         else:
             assert v.kind in ("shortage", "less-memory")
             dev = ar.SimDevice("tiny-1gb")
-            dev.info = dataclasses.replace(dev.info, total_memory=dev.info.total_memory + v.reduce_by)
+            dev.info = dataclasses.replace(dev.info, total_memory=dev.info.total_memory + v.more_memory)
             assert run(ar.CachingAllocator(dev, "")), seed
     assert "remedy" in kinds and kinds & {"shortage", "less-memory"}, kinds   # both kinds of answer were exercised
 

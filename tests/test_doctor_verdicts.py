@@ -54,6 +54,30 @@ def test_a_shortage_gets_no_setting_and_says_what_to_cut_and_where():
     assert "SHORTAGE OR FRAGMENTATION" in text and "the rule:" in text
 
 
+def test_a_shortages_figures_each_say_what_they_are_and_do_not_contradict():
+    """Issue 56: "240 MiB live ... at least 180 MiB must go" then "cut about 747 MiB" read as impossible."""
+    report = ar.doctor(examples.shortage_run(900))
+    v, o = report.verdict, report.diagnosis.oom
+    at_failure = 900 * MiB - (o.reserved - o.allocated + o.device_free)      # the rule, from the OOM's own figures
+    assert v.reduce_by == at_failure <= o.allocated                         # possible: less than what was live
+    assert v.more_memory == report.remedies.extra_needed > o.allocated      # GPU to add, said as such
+    assert "at least 180.0 MiB of live memory must go" in v.text and "Plan to cut at least 180.0 MiB" in v.text
+    assert f"a GPU with {v.more_memory / MiB:.1f} MiB more" in v.text and "not live memory to cut" in v.text
+    j = report.to_json()
+    assert (j["reduce_live_memory_by"], j["more_gpu_memory"]) == (v.reduce_by, v.more_memory)
+
+
+def test_a_shortage_whose_run_goes_on_says_what_the_rest_needs_beyond_the_failure():
+    # The program catches the OOM and keeps 180 MiB more live: with the 900 MiB served, that is more.
+    report = ar.doctor(examples.shortage_run(900, then_mib=180))
+    v, o = report.verdict, report.diagnosis.oom
+    at_failure = 900 * MiB - (o.reserved - o.allocated + o.device_free)
+    later_live = o.allocated + 180 * MiB + 900 * MiB           # 30 more 6 MiB tensors, the request kept
+    assert report.diagnosis.judgement.cut == at_failure
+    assert v.reduce_by == later_live - o.usable == at_failure + 180 * MiB
+    assert "The rest of the run needs more" in v.text and f"{v.reduce_by / MiB:.1f} MiB in all" in v.text
+
+
 def test_fragmentation_gets_a_setting_with_a_concrete_value_that_the_rerun_confirms():
     snap = examples.fragmentation_run(200)     # 200 MiB fits in the free bytes, not in any one of them
     report = ar.doctor(snap)
@@ -82,19 +106,78 @@ def _state_dump(fragmented: bool) -> dict:
 
 
 def test_a_state_only_dump_on_both_sides_and_what_it_cannot_know():
+    # Issue 56: with no failed request and no GPU size, a full cache is no evidence of a shortage
+    # (it used to be called one below the materiality threshold, "not decided" above: the verdict
+    # flipped on the threshold alone).  Both sides now make the same no-claim.
     full = ar.doctor(_state_dump(fragmented=False))
     d = full.diagnosis
     assert d.reserved - d.allocated < material_threshold(d.reserved)
-    assert d.judgement.kind == "shortage" and d.hints == []
-    assert "No allocator setting can help" in full.text()
+    assert d.judgement.kind == "no-failure" and d.hints == []
+    assert "No allocator setting can help" not in full.text() and "filled the GPU" not in full.text()
     loose = ar.doctor(_state_dump(fragmented=True))
-    assert loose.diagnosis.judgement.kind == "undecided"
+    assert loose.diagnosis.judgement.kind == "no-failure"
     settings = [s for s, _ in loose.diagnosis.hints]
     assert "max_split_size_mb:512" in settings and "max_split_size_mb:N" not in settings
     for report in (full, loose):
         text = report.text()
         assert "_record_memory_history(max_entries=" in text
         assert "_cuda_attach_out_of_memory_observer" in text and "WHAT THIS DUMP CANNOT TELL" in text
+
+
+def test_a_full_state_dump_is_a_shortage_only_against_a_gpu_given_with_device_memory():
+    dump = _state_dump(fragmented=False)           # 110 x 100 MiB live on the 16 GB T4
+    live = 110 * 100 * MiB
+    small = ar.doctor(dump, device_memory=8)       # the live bytes alone exceed 8 GiB
+    j = small.diagnosis.judgement
+    assert j.kind == "shortage" and j.cut == live - small.diagnosis.usable > 0
+    assert "No allocator setting can help" in small.text()
+    assert ar.doctor(dump, device_memory=16).diagnosis.judgement.kind == "fits"
+
+
+def _pending_dump() -> tuple:
+    """History off; six 100 MiB tensors live and one of 286 MiB freed while a side stream still uses it."""
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    side = a.device.create_stream()
+    for _ in range(6):
+        a.malloc(100 * MiB)
+    y = a.malloc(286 * MiB)
+    a.record_stream(y, side)
+    a.device.sleep(side, 5_000)                # the side stream is busy: y's free waits for it
+    a.free(y)
+    return a, a.snapshot()
+
+
+def test_a_state_dump_with_pending_frees_and_no_oom_names_them_in_the_verdict_and_claims_no_shortage():
+    a, snap = _pending_dump()
+    report = ar.doctor(snap)
+    v, j = report.verdict, report.to_json()
+    assert a.memory_stats()["active_bytes.all.current"] - a.memory_allocated() == 286 * MiB
+    assert report.diagnosis.judgement.kind == "no-failure"
+    assert "286.0 MiB pending on stream 0" in v.text and "record_stream" in v.text and "wait_stream" in v.text
+    assert "shortage:" not in v.text.lower() and "filled the GPU" not in report.text()
+    # one truth: the verdict, the text's VERDICT and the JSON's verdict_text are the same sentences
+    assert j["verdict_text"] == v.text and v.text.split(". ")[0] in report.text()
+    assert j["pending_by_stream"] == {"0": 286 * MiB}
+
+
+def test_a_one_event_trace_is_read_as_a_state_not_replayed(tmp_path, capsys):
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    for _ in range(3):
+        a.malloc(100 * MiB)
+    a.record_memory_history(max_entries=1)     # a ring buffer of one event
+    a.malloc(10 * MiB)
+    snap = a.snapshot()
+    assert sum(len(t) for t in snap["device_traces"]) == 1
+    report = ar.doctor(snap)
+    assert report.remedies is None and report.verdict.kind == "state-only"
+    text = report.text()
+    assert "single event" in text and "Reproduced: yes" not in text and "REMEDIES" not in text
+    assert report.diagnosis.allocated == a.memory_allocated()
+    path = ar.save_snapshot(snap, tmp_path / "one.pickle")
+    assert main(["doctor", str(path), "--json"]) == 0
+    import json
+    j = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert j["state_only"] and j["trace_events"] == 1 and j["remedies"] == []
 
 
 def test_pending_free_memory_is_named_by_stream_in_a_state_dump():
@@ -359,3 +442,162 @@ def test_the_simulated_gpu_is_sized_from_the_snapshot_only_when_the_profile_is_t
     assert fit_profile("h100-80gb", 10 * GiB) == ("h100-80gb", "")
     with pytest.raises(ValueError, match="total memory in bytes"):
         load_profile("h100-80gb@lots")
+
+
+# ------------------------------------------------------------------ one truth, peaks where they happen (issue 56)
+
+def test_the_text_and_the_json_agree_on_reproduction_and_on_what_is_proposed():
+    outlier = examples.job_ranks(4, outlier=3, why="laid out worse")[3]    # growing temporaries, no OOM
+    report = ar.doctor(outlier)
+    v, j, text = report.verdict, report.to_json(), report.text()
+    assert j["verified"] and "Reproduced: yes" in text
+    assert j["reproduced"] is True and "What-ifs: yes" in text
+    # the run fits where it ran: the setting the text shows is an offer, and the JSON says which one
+    assert v.kind == "no-target" and v.line is None and "an offer, not a fix" in v.text
+    p = j["proposal"]
+    assert p["kind"] == "offer" and f"`{p['line']}`" in v.text
+    assert p["saving"] == j["remedies"][0]["peak_reserved"] - p["peak_reserved"] > 0
+    # asked against a GPU it fits: said so, with the headroom, and nothing proposed
+    fits = ar.doctor(outlier, device_memory=1)
+    j = fits.to_json()
+    assert fits.verdict.kind == "fits" and j["proposal"] is None
+    assert j["headroom"] == j["target"] - j["remedies"][0]["peak_reserved"] > 0
+    assert f"with {j['headroom'] / MiB:.1f} MiB to spare" in fits.verdict.text
+
+
+def test_a_whatif_that_could_not_run_is_said_in_the_text_as_in_the_json():
+    from allocator_ref.memory_doctor.report import whatif_line
+    r = _remedies()
+    r.trials[0].skipped, r.trials[0].mismatch = "the replay failed", (0, 10 * GiB, 0)   # as run_trial sets them
+    assert not r.reproduced and whatif_line(r).startswith("What-ifs: NO") and "the replay failed" in whatif_line(r)
+
+
+def _peak_at_start():
+    """700 MiB reserved when recording begins (600 of it cached), an empty_cache, then a smaller run."""
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    a.malloc(100 * MiB)
+    for x in [a.malloc(100 * MiB) for _ in range(6)]:
+        a.free(x)
+    a.record_memory_history(max_entries=100_000)
+    a.empty_cache()
+    ys = [a.malloc(30 * MiB) for _ in range(5)]
+    for y in ys[::2]:
+        a.free(y)
+    a.malloc(50 * MiB)
+    return a, a.snapshot()
+
+
+def test_a_trace_whose_peak_is_its_start_reports_the_peak_there():
+    a, snap = _peak_at_start()
+    report = ar.doctor(snap)
+    d, j = report.diagnosis, report.to_json()
+    assert d.peak_at_start and d.peak_reserved == a.max_memory_reserved() == 700 * MiB
+    assert d.allocated_at_peak == 100 * MiB and d.unallocated_at_peak == 600 * MiB
+    assert j["peak_reserved"] == 700 * MiB and j["peak_reserved_at"] == "start"
+    assert "peaked at 700.0 MiB (when recording began, before event 0)" in report.text()
+    # where the unallocated bytes sat is read at that start state: six wholly free 100 MiB segments
+    assert d.by_pool["large"] == 600 * MiB and sum(h.free for h in d.holdings) == 600 * MiB
+    # the live peak is later, inside the trace (100 + 5 x 30 MiB), and is read there
+    assert d.peak_allocated == 250 * MiB and d.peak_allocated_at >= 0
+
+
+def test_a_doctor_run_with_an_oom_records_no_frames_and_reads_the_state_at_the_event():
+    """Issue 49: the state at the OOM came from the lazy frames, a second whole replay recording a
+    frame per event; it is the replay engine's state at the event now, and the frames stay unrecorded
+    until the player or the page asks."""
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    a.record_memory_history(max_entries=100_000)
+    live = [a.malloc(6 * MiB) for _ in range(120)]
+    for i, x in enumerate(live):
+        if i % 3 != 2:
+            a.free(x)
+    try:
+        a.malloc(900 * MiB)
+    except ar.OutOfMemoryError:
+        pass
+    report = ar.doctor(a.snapshot())
+    d = report.diagnosis
+    assert getattr(d.frames, "_frames", "not lazy") is None          # no frame was recorded
+    assert d.oom.allocated == a.memory_allocated()
+    assert d.oom.live_places == {("large", 0): a.memory_allocated()}
+    assert sum(x.size for x in d.oom.live) == 5 * 6 * MiB            # the five largest, as they were
+
+
+def test_the_diagnosis_reads_no_pictures_code():
+    # Issue 49: the doctor's facts do not depend on the viz package; bytes are worded by one helper.
+    from pathlib import Path
+    import allocator_ref.memory_doctor.diagnosis as diagnosis
+    source = Path(diagnosis.__file__).read_text(encoding="utf-8")
+    assert "viz" not in "".join(line for line in source.splitlines() if "import" in line)
+    from allocator_ref.units import format_bytes
+    from allocator_ref.viz.sizes import format_bytes as drawn
+    assert drawn is format_bytes and format_bytes(1536) == "1.5 KiB"
+
+
+def test_the_fraction_is_in_pytorch_cuda_alloc_conf_where_pytorch_reads_it():
+    # PyTorch 2.11 reads per_process_memory_fraction from PYTORCH_CUDA_ALLOC_CONF (parsePerProcessMemoryFraction):
+    # the cap goes there, not in a line of the script.
+    target, capacity = 20 * GiB, 21 * GiB
+    gc = next(t for t in plan("", target, capacity) if t.kind == "gc")
+    assert "per_process_memory_fraction:" in gc.config and "in the script" not in gc.line
+    assert gc.line.startswith(f"PYTORCH_CUDA_ALLOC_CONF={gc.config}")
+    dev = ar.SimDevice("h100-80gb")
+    import dataclasses
+    dev.info = dataclasses.replace(dev.info, total_memory=capacity)
+    a = ar.CachingAllocator(dev, gc.config)       # the setting alone sets the cap the replay proved
+    assert a.get_per_process_memory_fraction() == pytest.approx(gc.fraction, abs=1e-9)   # bytes, kept as allowed
+    assert gc.allowed == int(gc.fraction * capacity) <= target * (1 - FRACTION_HEADROOM)
+
+
+def test_a_ring_buffer_expandable_run_that_fits_gets_a_verdict_and_its_free_pages_explained():
+    """A ring buffer (max_entries) of an expandable run on a GPU larger than every profile: the trace starts
+    inside segments that already exist.  The expert's answer: it fits; the mapped-but-free pages come back."""
+    import dataclasses
+    dev = ar.SimDevice("h200-141gb")
+    dev.info = dataclasses.replace(dev.info, total_memory=200 * GiB)
+    a = ar.CachingAllocator(dev, "expandable_segments:True")
+    a.record_memory_history(max_entries=300)             # only the last 300 events are kept
+    held = [a.malloc(GiB - 3 * MiB) for _ in range(110)]
+    for x in held[::3]:
+        a.free(x)
+    for _ in range(3):
+        for x in [a.malloc(512 * MiB + 5 * MiB) for _ in range(40)]:
+            a.free(x)
+    snap = a.snapshot()
+    assert len(snap["device_traces"][0]) == 300
+    report = ar.doctor(snap)
+    d, r, v, j = report.diagnosis, report.remedies, report.verdict, report.to_json()
+    assert d.verified and r.reproduced and j["reproduced"] is True and "What-ifs: yes" in report.text()
+    assert r.start_held > 0 and "the trace starts from an empty allocator" not in report.text()
+    assert d.peak_reserved == a.max_memory_reserved() and d.unallocated_at_peak > 0
+    assert v.kind == "no-target" and v.line is None
+    assert f"{d.unallocated_at_peak / GiB:.1f} GiB was mapped but not allocated" in v.text
+    assert "empty_cache()" in v.text and j["verdict_text"] == v.text
+
+
+def test_fragmentation_is_read_at_the_live_peak_not_at_a_start_that_was_cached_memory():
+    a, snap = _peak_at_start()
+    report = ar.doctor(snap)
+    d, recorded = report.diagnosis, report.remedies.recorded
+    # live peak: the kept 100 MiB and five 30 MiB tensors, each in a segment of its own, nothing cached
+    assert d.peak_allocated == 250 * MiB and d.reserved_at_live_peak == 250 * MiB
+    assert "at the live peak 250.0 MiB was reserved, 0 B of it unallocated" in report.text()
+    assert recorded.fragmentation == 600 * MiB and recorded.frag_at_live_peak == 0     # the table's column
+    assert report.to_json()["remedies"][0]["fragmentation_at_live_peak"] == 0
+
+
+def test_a_saving_floored_by_the_inherited_start_state_says_so():
+    from allocator_ref.memory_doctor.report import _floored
+    r = _remedies(recorded=10 * GiB)
+    r.start_held = 7 * GiB
+    assert "floored by the 7.0 GiB already held when recording began" in _floored(r, _trial("x", "x", 7 * GiB + MiB))
+    assert _floored(r, _trial("x", "x", 8 * GiB)) == ""          # a material gap above the start: not floored
+    r.start_held = 0
+    assert _floored(r, _trial("x", "x", 7 * GiB)) == ""
+
+
+def test_the_page_of_a_trace_whose_peak_is_its_start_does_not_put_that_peak_on_a_later_event(tmp_path):
+    a, snap = _peak_at_start()
+    page = ar.doctor(snap).html(tmp_path / "start.html")
+    assert "the peak, 700.0 MiB, was held when recording began" in page
+    assert "block map at the reserved peak (event" not in page

@@ -8,7 +8,8 @@
     report.player()                                  # the whole trace in the block-map player
 
     python -m allocator_ref doctor run.pickle [--device-memory GiB] [--html report.html] [--json]
-    python -m allocator_ref doctor rank0.pickle rank1.pickle ...   # or a folder: every rank of one job
+    python -m allocator_ref doctor rank0.pickle rank1.pickle ...   # or a folder: the ranks of one job
+    python -m allocator_ref doctor --diff before.pickle after.pickle   # two runs of one program: what changed
     python -m allocator_ref doctor run.pickle --lang zh   # in Chinese (so is a Chinese locale, or a notebook
                                                           # of the Chinese edition: editions/language.py)
 
@@ -19,8 +20,10 @@ One idea per file:
 * ``remedies``  -- replay the same requests under each change of settings;
 * ``shortage``  -- the rule: shortage (no setting can serve it) or fragmentation; what gain is material;
 * ``report``    -- the verdict those replays support, and the words;
-* ``state``     -- a snapshot with no trace: what its state says, and what it cannot;
-* ``ranks``     -- several snapshots of one job compared (``ranks.doctor_ranks``);
+* ``state``     -- a snapshot with no trace (or a trace of one event): what its state says, and what it cannot;
+* ``replay_facts`` -- the one verify replay's totals after each event, and the block map at an event;
+* ``ranks``     -- several snapshots compared, grouped by job (``ranks.doctor_ranks``);
+* ``diff``      -- two runs of one program: what changed and what moved the peak (``diff.doctor_diff``);
 * ``examples``  -- course-made runs the chapter, the tests and the benchmarks diagnose;
 * ``charts``, ``html_report`` -- the pictures and the self-contained page.
 """
@@ -65,8 +68,12 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     source, data = recording.source, recording.snapshot
     words = words_for(recording.policy)   # a GPU's names or an NPU's, chosen by the design it replays on
     profile = profile or words.profile
-    if recording.state_only:              # history was off: the state alone, nothing replayed
-        report = StateReport(diagnose_state(data, source, device))
+    if recording.state_only or _single_event(recording, device):
+        # History was off, or kept one event (a ring buffer of one, an OOM entry alone): a replay
+        # of one event proves nothing and its what-ifs only restate it, so the state is read.
+        from .remedies import context_reserve
+        usable = None if device_memory is None else int(device_memory * GiB) - context_reserve(profile)
+        report = StateReport(diagnose_state(data, source, device, usable))
         report.seconds = time.perf_counter() - start
         return report
     if device is None:
@@ -111,6 +118,14 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     report = DoctorReport(diag, plan, DoctorReport.decide(diag, plan), capacity=capacity)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _single_event(recording, device: Optional[int]) -> bool:
+    """Whether the device asked about (else every device with events) has exactly one trace event."""
+    devices = [device] if device is not None else recording.devices_with_events
+    # A device with no event at all is no trace of one event: diagnose() refuses it in one line.
+    return (bool(recording.snapshot.get("segments")) and bool(devices)
+            and all(len(recording.device(i).events) == 1 for i in devices))
 
 
 class DevicesReport:

@@ -28,7 +28,7 @@ from ..caching.config import AllocatorConfig, get_allocation_size, round_size
 from ..device.errors import CudaError
 from ..trace.whatif import RELEASES, Anchored, Program, first_mismatch
 from ..editions.messages import translator
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .device_words import CUDA, DeviceWords, a_device
 
 tr = translator("doctor")

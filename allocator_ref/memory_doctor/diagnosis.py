@@ -1,8 +1,8 @@
 """What happened in a recorded run: the facts the doctor reads off a verified replay.
 
 Everything here comes from replaying the snapshot on the reference allocator at PyTorch's
-own addresses (``replay(..., verify=True)``) and recording a frame per event
-(``viz.frames_of_snapshot``).  From the frames:
+own addresses (``replay(..., verify=True)``): its totals after each event and the block map where
+it is needed (``replay_facts``).  From them:
 
 * the peak of live tensors (``memory_allocated``) and of reserved memory
   (``memory_reserved``), and the state at the reserved peak;
@@ -25,13 +25,11 @@ from ..device.sizing import profile_for_snapshot
 from ..editions.messages import translator
 from ..trace.device_traces import device_events
 from ..trace.recording import load_recording
-from ..trace.replay import TraceStepper
-from ..viz.replay_frames import frames_of_stepper
+from .replay_facts import CALL_ACTIONS, replay_facts
 from .device_words import CUDA, DeviceWords
 
 SMALL_SEGMENT = 2 * 2**20
 ROUND = 512      # kMinBlockSize: every request is rounded up to a multiple of 512 bytes (round_size)
-CALL_ACTIONS = ("alloc", "free_requested", "free_completed", "oom")
 tr = translator("doctor")
 
 
@@ -104,6 +102,9 @@ class Diagnosis:
     profile_note: str = ""               # one line when it was sized up for this snapshot
     live_places: dict = field(default_factory=dict)    # (pool, stream) -> live bytes at the reserved peak
     judgement: Any = None                # shortage or fragmentation (shortage.py), once the doctor judged it
+    start_reserved: int = 0              # memory_reserved() when recording began (the rebuilt start state)
+    start_allocated: int = 0             # memory_allocated() then
+    peak_at_start: bool = False          # the reserved peak is the start state, before event 0
     recording: Any = None                # the Recording it was read from (trace/recording.py), loaded once
 
     @property
@@ -112,7 +113,16 @@ class Diagnosis:
 
     @property
     def allocated_at_peak(self) -> int:
+        if self.peak_at_start:
+            return self.start_allocated
         return self.allocated[self.peak_reserved_at] if self.allocated else 0
+
+    @property
+    def reserved_at_live_peak(self) -> int:
+        """memory_reserved() where the live tensors peaked (the start state's, when they peaked there)."""
+        if self.peak_allocated_at < 0:
+            return self.start_reserved
+        return self.reserved[self.peak_allocated_at] if self.reserved else 0
 
     @property
     def live_need(self) -> int:
@@ -173,11 +183,15 @@ def python_frames(frames: Optional[list], keep: int = 3) -> list:
     PyTorch records C++ and Python frames together; the ones a user recognises are the
     ``.py`` files, and their own code before the library's.
     """
+    return [tr("{file}:{line} in {function}", file=f["filename"].rsplit("/", 1)[-1], line=f.get("line", 0),
+               function=f.get("name", "?")) for f in chosen_frames(frames, keep)]
+
+
+def chosen_frames(frames: Optional[list], keep: int = 3) -> list:
+    """The recorded frames ``python_frames`` words: the ``.py`` ones, the user's own before the library's."""
     py = [f for f in frames or () if str(f.get("filename", "")).endswith(".py")]
     own = [f for f in py if "site-packages" not in f["filename"] and "/torch/" not in f["filename"]]
-    chosen = (own or py)[:keep]
-    return [tr("{file}:{line} in {function}", file=f["filename"].rsplit("/", 1)[-1], line=f.get("line", 0),
-               function=f.get("name", "?")) for f in chosen]
+    return (own or py)[:keep]
 
 
 def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-80gb",
@@ -199,7 +213,7 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
                                                  device_memory)
     # One replay at PyTorch's addresses (the replay engine): its counters after each event are
     # the totals, and finishing it (the final-state comparison) is the verification.
-    facts = _replay_facts(recording, device, profile)
+    facts = replay_facts(recording, device, profile)
     frames, verify, allocated, reserved, actions = facts["frames"], facts["verify"], facts["allocated"], \
         facts["reserved"], facts["actions"]
     summary = verify.to_json()
@@ -224,14 +238,28 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
     if mine is not None:
         diag.readings, diag.user_empty_caches = dict(mine.readings), list(mine.user_empty_caches)
     events = traces[device]
-    at_peak, segment_ids = facts["state_at"](peak_reserved_at), facts["segment_ids"]()
-    _where_memory_sits(diag, at_peak, segment_ids)
-    diag.largest = _largest_live(at_peak, events, frames.first_event + peak_reserved_at)
+    start = start_segments(recording.device(device).start_state())
+    diag.start_reserved = sum(seg["total_size"] for seg in start)
+    diag.start_allocated = sum(b["size"] for seg in start for b in seg["blocks"] if b["state"] == "active_allocated")
+    segment_ids = facts["segment_ids"]()
+    if diag.start_reserved > diag.peak_reserved:
+        # The most ever reserved is what was held when recording began (an empty_cache or a release
+        # follows): the peak is read there, where it happened, not at the highest event after it.
+        diag.peak_at_start, diag.peak_reserved = True, diag.start_reserved
+        at_peak = start
+        _where_memory_sits(diag, start, {seg["address"]: i for i, seg in enumerate(start)})
+        diag.largest = _largest_live(start, events, -1)
+    else:
+        at_peak = facts["state_at"](peak_reserved_at)
+        _where_memory_sits(diag, at_peak, segment_ids)
+        diag.largest = _largest_live(at_peak, events, frames.first_event + peak_reserved_at)
+    if diag.start_allocated > diag.peak_allocated:
+        diag.peak_allocated, diag.peak_allocated_at = diag.start_allocated, -1      # -1: before event 0
     diag.live_places = live_places(at_peak)
     diag.oom = _oom_facts(events, frames, allocated, reserved)
     if diag.oom is not None:
         at = min(max(diag.oom.event_index - frames.first_event, 0), len(reserved) - 1)
-        state = frames.state(at)
+        state = facts["state_at"](at)      # the replay engine's state there, not a frames replay
         diag.oom.pending = pending_by_stream(state)
         diag.oom.live = _largest_live(state, events, diag.oom.event_index)
         diag.oom.live_places = live_places(state)
@@ -242,45 +270,6 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
         diag.pending_max_at = max(range(len(pending)), key=pending.__getitem__)
         diag.pending_max = pending[diag.pending_max_at]
     return diag
-
-
-def _replay_facts(recording, device: int, profile: str = "h100-80gb") -> dict:
-    """What one verify replay of ``device`` shows after each event, and how to get the block map
-    at one event.  Read off the replay engine's counters (trace/verify_facts.py) where they can
-    stand in for the frames, with the frames recorded only if the player or the page asks
-    (``LazyFrames``); else (expandable segments, a replay that diverged) off the frames."""
-    from ..trace.verify_facts import VerifyFacts, available, state_after
-    from ..viz.replay_frames import LazyFrames
-    dev = recording.device(device)
-    if available(dev):
-        # A verified replay makes the recorded reserved curve, so its peak (read as diagnose reads
-        # it: where a user call finished) is known before the run: its block map is kept then.
-        recorded = dev.reserved_after_each_event()
-        calls = [i for i, e in enumerate(dev.events) if e["action"] in CALL_ACTIONS]
-        peak = max(calls, key=recorded.__getitem__) if calls else None
-        facts = VerifyFacts(TraceStepper(recording, device=device, profile=profile), capture_at=peak)
-        t = facts.totals
-        if facts.result.perfect and len(t.actions) == len(dev.events):
-            cached: dict = {} if t.captured is None else {peak: t.captured}
-
-            def state_at(i: int) -> list:
-                if i not in cached:
-                    exact = state_after(recording, device, i, profile)
-                    cached[i] = exact if exact is not None else frames.recorded.state(i)
-                return cached[i]
-
-            frames = LazyFrames(recording, device, len(dev.events), profile=profile)
-            return {"frames": frames, "verify": facts.result, "allocated": t.allocated, "reserved": t.reserved,
-                    "actions": t.actions, "pending": [a - b for a, b in zip(t.active, t.allocated)],
-                    "state_at": state_at, "segment_ids": facts.segment_numbers}
-    stepper = TraceStepper(recording, device=device, profile=profile)
-    frames = frames_of_stepper(stepper)
-    verify = stepper.finish()
-    totals = frames.memory_totals()
-    return {"frames": frames, "verify": verify, "allocated": [a for a, _ in totals],
-            "reserved": [r for _, r in totals], "actions": [e.get("action") for e in frames.events],
-            "pending": [active - alloc for alloc, active in frames.segment_sums("allocated_size", "active_size")],
-            "state_at": frames.state, "segment_ids": lambda: frames.segment_ids}
 
 
 def _where_memory_sits(diag: Diagnosis, segments: list, ids: dict) -> None:
@@ -308,6 +297,25 @@ def _where_memory_sits(diag: Diagnosis, segments: list, ids: dict) -> None:
                                            sizes["inactive"], sizes["active_pending_free"], largest_free))
     holdings.sort(key=lambda h: -(h.free + h.pending))
     diag.holdings, diag.by_pool, diag.by_stream = holdings, by_pool, by_stream
+
+
+def start_segments(state) -> list:
+    """The rebuilt state at the first event (trace/rebuild.py's InitialState) as snapshot segments:
+    each segment's live blocks, and the bytes between them as free blocks."""
+    out = []
+    for seg in state.segments:
+        blocks, at = [], seg.address
+        for address, size, requested in sorted(seg.live_blocks):
+            if address > at:
+                blocks.append({"address": at, "size": address - at, "state": "inactive"})
+            blocks.append({"address": address, "size": size, "requested_size": requested,
+                           "state": "active_allocated"})
+            at = address + size
+        if at < seg.address + seg.size:
+            blocks.append({"address": at, "size": seg.address + seg.size - at, "state": "inactive"})
+        out.append({"address": seg.address, "total_size": seg.size, "stream": seg.stream,
+                    "segment_type": "small" if seg.small else "large", "blocks": blocks})
+    return out + list(state.expandable)
 
 
 def pending_by_stream(segments: list) -> dict:

@@ -7,9 +7,12 @@ returns its snapshot, the same dict ``torch.cuda.memory._snapshot()`` gives:
 * ``fragmentation_run`` -- fills a 1 GB GPU with 6 MiB tensors, frees two of every three,
   then asks for ``big_mib``: each 20 MiB segment keeps one live tensor, so the free bytes are
   there but in pieces (with the default 200 MiB, fragmentation);
-* ``shortage_run`` -- the same with a request larger than every free byte (a shortage);
+* ``shortage_run`` -- the same with a request larger than every free byte (a shortage), and
+  optionally more live memory after it (the rest of the run needs more than the failure);
 * ``job_ranks`` -- one job's ranks: ``n`` alike (each a little different, as real ranks are)
   and one outlier, with either more live memory or the same live memory laid out worse;
+* ``long_context_rank`` -- a rank of another job: the same program with 16 times the sequence
+  (every tensor 16 times larger), on a 16 GB GPU: not a rank of ``job_ranks``' job;
 * ``big_expandable_run`` -- ``expandable_segments:True`` on a simulated GPU larger than every
   profile, holding ``held_gib``: what a B200's snapshot looks like to the doctor.
 """
@@ -48,9 +51,23 @@ def fragmentation_run(big_mib: int = 200) -> dict:
     return a.snapshot()
 
 
-def shortage_run(big_mib: int = 900) -> dict:
-    """The same workload asking for more than every free byte: a shortage."""
-    return fragmentation_run(big_mib)
+def shortage_run(big_mib: int = 900, then_mib: int = 0) -> dict:
+    """The same workload asking for more than every free byte: a shortage.  With ``then_mib``, the
+    program catches the error and goes on to keep ``then_mib`` MiB more live (6 MiB tensors): the rest
+    of the run needs more than the failure did."""
+    if not then_mib:
+        return fragmentation_run(big_mib)
+    a = _recording()
+    live = [a.malloc(6 * MiB) for _ in range(120)]
+    for i, x in enumerate(live):
+        if i % 3 != 2:
+            a.free(x)
+    try:
+        a.malloc(big_mib * MiB)
+    except OutOfMemoryError:
+        pass
+    live += [a.malloc(6 * MiB) for _ in range(then_mib // 6)]
+    return a.snapshot()
 
 
 def _rank(rank: int, steps: int, growing: bool) -> dict:
@@ -86,6 +103,18 @@ def job_ranks(n: int = 4, outlier: int = 3, why: str = "more live memory") -> li
         else:
             out.append(_rank(r, 12, growing=odd))
     return out
+
+
+def long_context_rank(steps: int = 12) -> dict:
+    """``job_ranks``' program with every tensor 16 times larger (a 16x longer sequence), on a T4."""
+    a = _recording("t4-16gb")
+    kept = []
+    for i in range(steps):
+        kept.append(a.malloc(96 * MiB))
+        a.free(a.malloc(16 * (22 + 2 * (steps - 1)) * MiB))
+    for x in kept:
+        a.free(x)
+    return a.snapshot()
 
 
 def big_expandable_run(held_gib: int = 150, total_gib: int = 200) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..editions.language import language, speaking
 from ..editions.messages import translator
 from ..viz.blockmap import render_blockmap
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .charts import chart_language, plot_timeline, plot_what_if, png_bytes
 from .device_words import NPU, words_of
 from .diagnosis import reproduced_line
@@ -100,15 +100,20 @@ def render_html(report) -> str:
     parts.append(_section(tr("What the replay found"), _pre(lines[start:])))
     peak = d.frames.state(d.peak_reserved_at)
     holders = [h.address for h in d.holdings[:5]]
-    svg = render_blockmap(peak, segment_ids=d.frames.segment_ids, highlight=holders,
-                          title=tr("block map at the reserved peak (event {at}): {reserved} reserved, {allocated} "
-                                   "allocated", at=f"{d.peak_reserved_at:,}", reserved=format_bytes(d.peak_reserved),
-                                   allocated=format_bytes(d.allocated_at_peak)),
-                          simulated=True)
-    note = ("<p>" + escape(tr("Outlined in red: the {n} segment holding the most reserved-but-unallocated memory "
-                              "(listed above).", n=len(holders)) if len(holders) == 1 else
-                           tr("Outlined in red: the {n} segments holding the most reserved-but-unallocated memory "
-                              "(listed above).", n=len(holders))) + "</p>") if holders else ""
+    at = d.peak_reserved_at
+    # A peak held when recording began (diagnosis.peak_at_start) has no frame: the map shows the highest
+    # moment inside the trace, with that moment's own figures, and says where the peak was.
+    title = (tr("block map at the highest reserved moment inside the trace (event {at}): {reserved} reserved, "
+                "{allocated} allocated; the peak, {peak}, was held when recording began", at=f"{at:,}",
+                reserved=format_bytes(d.reserved[at]), allocated=format_bytes(d.allocated[at]),
+                peak=format_bytes(d.peak_reserved)) if d.peak_at_start else
+             tr("block map at the reserved peak (event {at}): {reserved} reserved, {allocated} allocated",
+                at=f"{at:,}", reserved=format_bytes(d.peak_reserved), allocated=format_bytes(d.allocated_at_peak)))
+    svg = render_blockmap(peak, segment_ids=d.frames.segment_ids, highlight=holders, title=title, simulated=True)
+    note = ("<p>" + escape(tr("Outlined in red: the {n} segment holding the most reserved-but-unallocated memory (listed "
+                        "above).", n=len(holders)) if len(holders) == 1 else
+                     tr("Outlined in red: the {n} segments holding the most reserved-but-unallocated memory (listed "
+                        "above).", n=len(holders))) + "</p>") if holders else ""
     parts.append(_section(tr("The block map at the peak"),
                           note + f"<div class='picture' data-figure='blockmap'>{svg}</div>"))
     if r is not None:

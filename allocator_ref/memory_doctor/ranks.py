@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .shortage import is_material, material_threshold, material_words
 
 tr = translator("doctor")
@@ -46,6 +46,7 @@ class Rank:
     config: str
     state_only: bool = False
     live_need: int = 0              # live bytes at the worst moment, the failed request counted
+    sizes: dict = field(default_factory=dict)       # share of allocations by power-of-two size class
 
     @property
     def need(self) -> int:
@@ -68,6 +69,7 @@ class RanksReport:
     setting_words: str = ""
     seconds: float = 0.0
     language: str = field(default_factory=language)     # the words of the whole report (report.py)
+    apart: list = field(default_factory=list)       # Rank: files of other jobs, diagnosed but not compared
 
     def lines(self) -> list:
         with speaking(self.language):
@@ -84,9 +86,10 @@ class RanksReport:
                    f"{_pad(tr('retries'), 8, right=True)} {_pad(tr('OOMs'), 5, right=True)}  {tr('verdict')}")
         for r in self.ranks:
             mark = tr(" <- outlier") if r is self.outlier else ""
-            out.append(f"  {r.name[:28]:28} {format_bytes(r.peak_allocated):>15} {format_bytes(r.peak_reserved):>14} "
-                       f"{format_bytes(r.fragmentation):>19} {_count(r.retries):>8} {_count(r.ooms):>5}  "
-                       f"{verdict_kind(r.verdict.kind)}{mark}")
+            out.append(_row(r, mark))
+        if self.apart:
+            out += ["", tr("NOT RANKS OF THIS JOB (each diagnosed on its own, not compared)")]
+            out += [_row(r, "") for r in self.apart]
         out += ["", tr("THE OUTLIER"), f"  {self.why_words}", "", tr("ONE SETTING FOR EVERY RANK"),
                 f"  {self.setting_words}", tr("  ({words})", words=material_words())]
         if self.outlier is not None:
@@ -104,6 +107,9 @@ class RanksReport:
         return {"ranks": [{"name": r.name, "peak_allocated": r.peak_allocated, "peak_reserved": r.peak_reserved,
                            "unallocated_at_peak": r.fragmentation, "num_alloc_retries": r.retries, "ooms": r.ooms,
                            "verdict": r.verdict.kind, "state_only": r.state_only} for r in self.ranks],
+                "not_ranks_of_this_job": [{"name": r.name, "verdict": r.verdict.kind, "config": r.config,
+                                           "size_overlap": round(overlap(r.sizes, self.ranks[0].sizes), 3)}
+                                          for r in self.apart],
                 "problems": self.problems, "outlier": None if self.outlier is None else self.outlier.name,
                 "why": self.why or None, "why_words": self.why_words, "one_setting": self.setting,
                 "one_setting_words": self.setting_words, "seconds": self.seconds}
@@ -138,6 +144,12 @@ def verdict_kind(kind: str) -> str:
             "not-asked": tr("not-asked")}.get(kind, kind)
 
 
+def _row(r: Rank, mark: str) -> str:
+    return (f"  {r.name[:28]:28} {format_bytes(r.peak_allocated):>15} {format_bytes(r.peak_reserved):>14} "
+            f"{format_bytes(r.fragmentation):>19} {_count(r.retries):>8} {_count(r.ooms):>5}  "
+            f"{verdict_kind(r.verdict.kind)}{mark}")
+
+
 def _count(n: Optional[int]) -> str:
     return "-" if n is None else f"{n:,}"
 
@@ -146,20 +158,72 @@ SNAPSHOT_SUFFIXES = (".pickle", ".pkl")    # what torch.cuda.memory._dump_snapsh
 
 
 def snapshot_paths(paths: list, skipped: Optional[list] = None) -> list:
-    """The files named; a folder stands for its snapshot files (``SNAPSHOT_SUFFIXES``; every file when
-    it holds none of those), sorted, hidden ones left out: a job's folder also holds logs and scripts,
-    which are not read (``skipped`` collects them, so the report can say so)."""
+    """The files named; a folder stands for its snapshot files (``SNAPSHOT_SUFFIXES``), sorted, hidden
+    ones left out.  A job's folder also holds logs, scripts and checkpoints: they are never opened
+    (``skipped`` collects them, so the report can say so; a snapshot with another name is compared
+    when it is named on the command line)."""
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            files = sorted(q for q in p.iterdir() if q.is_file() and not q.name.startswith("."))
-            snapshots = [q for q in files if q.suffix.lower() in SNAPSHOT_SUFFIXES] or files
+            # not only regular files: a FIFO or a device named .pickle is a candidate that the reader
+            # refuses unopened (read_regular_file stats it first), so the report names it
+            files = sorted(q for q in p.iterdir() if not q.is_dir() and not q.name.startswith("."))
+            snapshots = [q for q in files if q.suffix.lower() in SNAPSHOT_SUFFIXES]
             out += snapshots
             if skipped is not None:
                 skipped += [q for q in files if q not in snapshots]
         else:
             out.append(p)
     return out
+
+
+# ------------------------------------------------------------------ which files are ranks of one job
+
+JOB_OVERLAP = 0.5     # ranks of one job share at least half their allocations' power-of-two size classes
+
+
+def size_classes(recording, device: int) -> dict:
+    """The share of a device's allocations in each power-of-two size class (the trace's allocs; the
+    live blocks of a state-only dump).  Ranks of one job allocate the same shapes (tensor parallel) or
+    the same layers' shapes in other numbers (pipeline stages); another model, parallelism or sequence
+    length moves most of them to other classes."""
+    sizes = [e["size"] for e in recording.device(device).events if e["action"] == "alloc"]
+    if not sizes:
+        sizes = [b["size"] for seg in recording.device(device).segments for b in seg["blocks"]
+                 if b["state"] == "active_allocated"]
+    counts: dict = {}
+    for size in sizes:
+        counts[int(size).bit_length()] = counts.get(int(size).bit_length(), 0) + 1
+    return {k: n / len(sizes) for k, n in counts.items()} if sizes else {}
+
+
+def overlap(a: dict, b: dict) -> float:
+    """The share of allocations two size profiles have in common (histogram intersection, 0 to 1)."""
+    return sum(min(share, b.get(k, 0.0)) for k, share in a.items())
+
+
+def group_jobs(ranks: list) -> list:
+    """The ranks grouped by job: one group per recorded setting and size profile, largest first."""
+    groups: list = []
+    for r in ranks:
+        home = next((g for g in groups if g[0].config == r.config
+                     and overlap(g[0].sizes, r.sizes) >= JOB_OVERLAP), None)
+        if home is None:
+            groups.append([r])
+        else:
+            home.append(r)
+    return sorted(groups, key=len, reverse=True)
+
+
+def apart_words(r: "Rank", lead: "Rank") -> str:
+    """Why ``r`` is not a rank of ``lead``'s job."""
+    if r.config != lead.config:
+        return tr("{name} is not a rank of the same job: recorded with PYTORCH_CUDA_ALLOC_CONF={config}, the others "
+                  "with {usual}", name=r.name, config=repr(r.config), usual=repr(lead.config))
+    return tr("{name} is not a rank of the same job: only {share}% of its allocations fall in the size classes of "
+              "the others' (ranks of one job share at least {least}%): another model, parallelism or sequence "
+              "length; it is diagnosed on its own, not compared", name=r.name,
+              share=f"{100 * overlap(r.sizes, lead.sizes):.0f}", least=f"{100 * JOB_OVERLAP:.0f}")
 
 
 def rank_of(name: str, report) -> Rank:
@@ -174,30 +238,43 @@ def rank_of(name: str, report) -> Rank:
 
 def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile: Optional[str] = None,
                  device: Optional[int] = None) -> RanksReport:
-    """Diagnose every rank's snapshot and compare them (see the module docstring)."""
+    """Diagnose every rank's snapshot and compare the ranks of one job (see the module docstring)."""
     import time
     from . import doctor
+    from ..trace.recording import load_recording
+    from ..trace.snapshot import max_snapshot_bytes, read_regular_file
     start = time.perf_counter()
     problems, ranks, seen, skipped = [], [], {}, []
     for path in snapshot_paths(paths, skipped):
         try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            # stat before read: a file over the size cap (or not a regular file) is refused unread,
+            # before it is hashed (trace/snapshot.py's read_regular_file)
+            data = read_regular_file(path, max_snapshot_bytes())
         except OSError as exc:
             problems.append(tr("left out {path}: cannot be read ({why})", path=path, why=exc.strerror or exc))
             continue
+        except Exception as exc:
+            problems.append(tr("left out {path}: {why}", path=path, why=_first_line(exc, path)))
+            continue
+        digest = hashlib.sha256(data).hexdigest()
         if digest in seen:
             problems.append(tr("left out {path}: the same file as {other}", path=path, other=seen[digest]))
             continue
         seen[digest] = path.name
         try:
-            report = doctor(str(path), device_memory, device=device, profile=profile)
+            recording = load_recording(data, name=str(path))
+            devices = [device] if device is not None else (recording.devices_with_events or
+                                                            [d for d in recording.devices])
+            for index in devices:          # every device of a multi-GPU file is a rank of its own
+                name = path.name if len(devices) == 1 else tr("{name} (device {device})", name=path.name,
+                                                              device=index)
+                report = doctor(recording, device_memory, device=index, profile=profile)
+                rank = rank_of(name, getattr(report, "reports", [report])[0])
+                rank.sizes = size_classes(recording, index)
+                ranks.append(rank)
         except Exception as exc:          # one bad file must not stop the comparison of the rest
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            first = first[len(str(path)) + 2:] if first.startswith(f"{path}: ") else first
-            problems.append(tr("left out {path}: {why}", path=path, why=first[:300]))
+            problems.append(tr("left out {path}: {why}", path=path, why=_first_line(exc, path)))
             continue
-        report = getattr(report, "reports", [report])[0]     # a multi-GPU file: its first device
-        ranks.append(rank_of(path.name, report))
     problems += [tr("left out {path}: not read (in a folder, the snapshots are its {suffixes} files; name it on the "
                     "command line to compare it too)", path=q, suffixes=tr(" and ").join(SNAPSHOT_SUFFIXES))
                  for q in skipped]
@@ -205,22 +282,27 @@ def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile:
         raise ValueError(tr("comparing ranks needs at least two readable snapshots, got {n}{problems}: pass every "
                             "rank's file, or the folder that holds them", n=len(ranks),
                             problems=f" ({'; '.join(problems)})" if problems else ""))
-    configs = [r.config for r in ranks]
-    usual = max(set(configs), key=configs.count)
-    for r in ranks:
-        if r.config != usual:
-            problems.append(tr("{name} stands apart: recorded with PYTORCH_CUDA_ALLOC_CONF={config}, the others with "
-                               "{usual}; compared anyway, but part of its difference is the setting", name=r.name,
-                               config=repr(r.config), usual=repr(usual)))
-    for r in ranks:
-        if r.state_only and not all(x.state_only for x in ranks):
+    groups = group_jobs(ranks)
+    job, apart = groups[0], [r for g in groups[1:] for r in g]
+    problems += [apart_words(r, job[0]) for r in apart]
+    for r in job:
+        if r.state_only and not all(x.state_only for x in job):
             problems.append(tr("{name} has no trace (history was off): its row is the state at one moment, not its "
                                "peaks, and no replay stands behind it", name=r.name))
-    out = RanksReport(ranks, problems)
-    _find_outlier(out)
-    _one_setting(out)
+    out = RanksReport(job, problems, apart=apart)
+    if len(job) < 2:
+        out.why_words = tr("no comparison: no two of the files are ranks of one job (each is diagnosed on its own)")
+        out.setting_words = tr("none can be said for a job: the files are of different jobs")
+    else:
+        _find_outlier(out)
+        _one_setting(out)
     out.seconds = time.perf_counter() - start
     return out
+
+
+def _first_line(exc: Exception, path) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return (first[len(str(path)) + 2:] if first.startswith(f"{path}: ") else first)[:300]
 
 
 def _find_outlier(out: RanksReport) -> None:
@@ -279,12 +361,20 @@ def _serves(report, change: str) -> Optional[str]:
     return None
 
 
+NOT_REPLAYED = ("unverified", "whatif-unverified", "not-asked", "start-does-not-fit", "state-only")
+
+
 def _one_setting(out: RanksReport) -> None:
     lead = out.outlier or max(out.ranks, key=lambda r: r.need)
     v = lead.verdict
     if v.kind == "shortage":
         out.setting_words = tr("none: {name} is short of memory (a shortage, not fragmentation), which no allocator "
                                "setting serves; cut its live memory (its report says where it lives)", name=lead.name)
+        return
+    if v.kind in NOT_REPLAYED:
+        out.setting_words = tr("none can be said: {name}, the rank that needs the most, has no what-if replay that "
+                               "ran ({kind}), and a setting is only proposed where its replay ran",
+                               name=lead.name, kind=verdict_kind(v.kind))
         return
     trial = v.trial if v.trial is not None and v.trial.kind not in ("recorded", "recorded-on-target") else None
     if trial is None:

@@ -21,8 +21,8 @@ in 2.11):
   (``release_available_cached_blocks``);
 * ``roundup_power2_divisions:N`` -- sizes round up to one of N steps per power of two
   (``round_size``), so similar requests reuse the same blocks;
-* ``garbage_collection_threshold:T`` with ``torch.cuda.set_per_process_memory_fraction(F)``
-  -- above T of the allowed memory, free cached blocks not used for a while are released
+* ``garbage_collection_threshold:T`` with ``per_process_memory_fraction:F`` (the same cap as
+  ``torch.cuda.set_per_process_memory_fraction(F)``, read from the setting in 2.11) -- above T of the allowed memory, free cached blocks not used for a while are released
   (``garbage_collect_cached_blocks``); it does nothing without a fraction;
 * ``backend:cudaMallocAsync`` -- the driver's stream-ordered pool instead of PyTorch's cache.
   Its row is a model's prediction: the driver's pool is not PyTorch's code, and how it
@@ -36,6 +36,8 @@ succeeds and the rest of the recorded run fits.
 """
 from __future__ import annotations
 
+import math
+
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -44,6 +46,7 @@ from ..policies.registry import get_policy, make_allocator
 from ..device.errors import CudaError
 from ..trace.whatif import Anchored, Program, anchored_replay, first_mismatch
 from ..editions.messages import translator
+from ..units import format_bytes
 from .shortage import MATERIAL_SHARE, material_threshold
 
 tr = translator("doctor")
@@ -90,6 +93,8 @@ class Trial:
     peak_reserved: int = 0
     peak_allocated: int = 0
     fragmentation: int = 0             # reserved - allocated at the reserved peak
+    frag_at_live_peak: int = 0         # reserved - allocated where the live tensors peak (the start state's
+                                       # reserved peak would otherwise hide the run's own)
     device_calls: int = 0
     device_call_ms: float = 0.0        # simulated time spent in cudaMalloc/cudaFree/VMM calls
     alloc_retries: int = 0             # num_alloc_retries: each a full flush with a device sync
@@ -124,10 +129,10 @@ class Trial:
         """What to put in the environment (and code) to run with this remedy."""
         text = f"PYTORCH_CUDA_ALLOC_CONF={self.config}" if self.config else "PYTORCH_CUDA_ALLOC_CONF="
         if self.allowed is not None:
-            # A fraction of *your* GPU's total that allows the target bytes: written as a division
-            # so it is right on whatever GPU runs it.
-            text += tr("  # and in the script: {call}", call="torch.cuda.set_per_process_memory_fraction("
-                       f"{self.allowed} / torch.cuda.get_device_properties(0).total_memory)")
+            # The fraction is of the GPU this run behaved like: say which, so a reader on another GPU
+            # scales it (the bytes it allows are what the replay proved).
+            text += tr("  # per_process_memory_fraction: {allowed} of a {total} GPU",
+                       allowed=format_bytes(self.allowed), total=format_bytes(round(self.allowed / self.fraction)))
         return text
 
     def to_json(self) -> dict:
@@ -135,7 +140,7 @@ class Trial:
                 "fraction": self.fraction, "allowed": self.allowed, "cap_note": self.cap_note or None,
                 "line": self.line, "usable": self.usable,
                 "peak_reserved": self.peak_reserved, "peak_at": self.peak_at, "peak_allocated": self.peak_allocated,
-                "fragmentation_at_peak": self.fragmentation, "device_calls": self.device_calls,
+                "fragmentation_at_peak": self.fragmentation, "fragmentation_at_live_peak": self.frag_at_live_peak, "device_calls": self.device_calls,
                 "device_call_ms": self.device_call_ms, "num_alloc_retries": self.alloc_retries,
                 "ooms": self.ooms, "fits": self.fits, "start_does_not_fit": self.start_does_not_fit,
                 "mismatch": list(self.mismatch) if self.mismatch else None,
@@ -280,7 +285,12 @@ def plan(recorded: str, target: Optional[int], capacity: Optional[int], inferred
         gc.skip_reason = "needs-target"
     else:
         allowed = int(target * (1 - FRACTION_HEADROOM)) // 2**20 * 2**20
-        gc.fraction, gc.allowed = allowed / capacity, allowed
+        # The fraction goes where PyTorch 2.11 reads it, PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction
+        # (c10/cuda/CUDAAllocatorConfig.cpp, CUDAAllocatorConfig::parseArgs -> parsePerProcessMemoryFraction,
+        # [0, 1]), not a line in the script; written to 4 decimals, rounded down so the cap never grows.
+        fraction = math.floor(allowed / capacity * 10_000) / 10_000
+        gc.fraction, gc.allowed = fraction, int(fraction * capacity)
+        gc.config = with_change(gc.config, f"per_process_memory_fraction:{fraction:.4f}")
         words = dict(allowed=f"{allowed / 2**30:.2f}", share=f"{1 - FRACTION_HEADROOM:.0%}",
                      target=f"{target / 2**30:.2f}", headroom=f"{FRACTION_HEADROOM:.0%}")
         gc.cap_note = (tr("the cap allows {allowed} GiB, {share} of the {target} GiB usable this run was inferred "
@@ -340,6 +350,7 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
     trial.usable = usable
     trial.peak_reserved, trial.peak_allocated, trial.fragmentation = out.peak_reserved, out.peak_allocated, \
         out.fragmentation
+    trial.frag_at_live_peak = live_peak_fragmentation(out)
     trial.device_calls, trial.device_call_ms, trial.ooms = out.device_calls, out.device_call_us / 1000, out.ooms
     trial.alloc_retries, trial.start_does_not_fit = out.alloc_retries, out.start_does_not_fit
     trial.start_held, trial.start_live, trial.peak_at = out.start_reserved, out.start_live, out.peak_reserved_at
@@ -350,6 +361,14 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
             at = next((p for p in sorted(set(out.oom_at) ^ set(run.program.ooms))), -1)
             trial.mismatch = (at, run.recorded_curve[at], out.peak_reserved)
     return trial
+
+
+def live_peak_fragmentation(out: Anchored) -> int:
+    """Reserved but unallocated bytes at the replay's live peak (its first sample with the most allocated)."""
+    if not out.allocated:
+        return out.fragmentation
+    at = max(range(len(out.allocated)), key=out.allocated.__getitem__)
+    return out.reserved[at] - out.allocated[at]
 
 
 def prescribe(run: Run, recorded: str, target: Optional[int], capacity: Optional[int], target_from: str,

@@ -25,12 +25,12 @@ from typing import Optional
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .diagnosis import Diagnosis, reproduced_line
 from .capacity import Capacity, capacity_words
 from .device_words import CUDA, NPU, DeviceWords, words_for, words_of
-from .remedies import Remedies, Trial, async_costs, async_prediction
-from .shortage import judge_request, material_words, pending_words, program_remedies, rule
+from .remedies import FRACTION_HEADROOM, Remedies, Trial, async_costs, async_prediction
+from .shortage import judge_request, material_threshold, material_words, pending_words, program_remedies, rule
 
 tr = translator("doctor")
 
@@ -51,7 +51,8 @@ class Verdict:
     text: str                 # one paragraph, plain words, in the reader's language
     line: Optional[str]       # the exact PYTORCH_CUDA_ALLOC_CONF line to set, when there is one
     trial: Optional[Trial]    # the replay that proves it
-    reduce_by: int = 0        # bytes of live memory to cut (kind == "less-memory")
+    reduce_by: int = 0        # bytes of live memory to cut ("shortage", "less-memory"): at least, for the whole run
+    more_memory: int = 0      # bytes more GPU the recorded settings need to run to the end (replayed); GPU, not live
 
 
 @dataclass
@@ -99,10 +100,18 @@ class DoctorReport:
         if judged is not None and judged.shortage:
             return _shortage_verdict(diag, remedies, judged)
         if remedies.target is None:
-            return _no_target_verdict(remedies)
+            verdict = _no_target_verdict(remedies)
+            verdict.text += _mapped_but_free(diag)
+            return verdict
         if recorded.fits:
-            text = tr("As recorded, the run fits in {target} (replayed: peak reserved {peak}, no out-of-memory)",
-                      target=format_bytes(remedies.target), peak=format_bytes(recorded.peak_reserved))
+            # The headroom is said where the run fit without a flush; one that flushed had none to speak of.
+            text = (tr("As recorded, the run fits in {target} (replayed: peak reserved {peak}, no out-of-memory)",
+                       target=format_bytes(remedies.target), peak=format_bytes(recorded.peak_reserved))
+                    if recorded.alloc_retries else
+                    tr("As recorded, the run fits in {target} with {headroom} to spare (replayed: peak reserved "
+                       "{peak}, no out-of-memory)", target=format_bytes(remedies.target),
+                       headroom=format_bytes(remedies.target - recorded.peak_reserved),
+                       peak=format_bytes(recorded.peak_reserved)))
             better = remedies.fewer_retries
             if not recorded.alloc_retries:
                 return Verdict("fits", text + tr(": nothing to change."), None, recorded)
@@ -116,7 +125,7 @@ class DoctorReport:
                 " `{line}` fits {flushing} (peak reserved {peak}, {calls} device calls){prediction}{tradeoff}.",
                 line=better.line, flushing=_flushing(better.alloc_retries), peak=format_bytes(better.peak_reserved),
                 calls=f"{better.device_calls:,}", prediction=_prediction(better),
-                tradeoff=_tradeoff(better, recorded)), better.line, better)
+                tradeoff=_tradeoff(better, recorded)) + _caveats(diag, better), better.line, better)
         chosen = remedies.recommended
         if chosen is not None:
             errors = (tr("with {n} out-of-memory error", n=recorded.ooms) if recorded.ooms == 1 else
@@ -129,7 +138,8 @@ class DoctorReport:
                 peak=format_bytes(chosen.peak_reserved), recorded_peak=format_bytes(recorded.peak_reserved),
                 errors=errors, frag=format_bytes(chosen.fragmentation), calls=f"{chosen.device_calls:,}",
                 recorded_calls=f"{recorded.device_calls:,}", times=_times(chosen.alloc_retries),
-                prediction=_prediction(chosen), tradeoff=_tradeoff(chosen, recorded)), chosen.line, chosen)
+                prediction=_prediction(chosen), tradeoff=_tradeoff(chosen, recorded)) + _caveats(diag, chosen),
+                chosen.line, chosen)
         need = diag.live_need
         short = max(0, need - remedies.target)
         extra = remedies.extra_needed or short
@@ -138,13 +148,16 @@ class DoctorReport:
                   need=format_bytes(need), counting=counting, short=format_bytes(short)) if short else
                tr("The live tensors alone need {need} at their peak{counting}, which is within the device, but no "
                   "setting tried packs them into it.", need=format_bytes(need), counting=counting))
-        at_least = tr(" (and at least {short})", short=format_bytes(short)) if short else ""
+        # Two figures, each named: live memory to cut (at least), and GPU memory to add (replayed,
+        # fragmentation included).  The second is not live memory: said as one, it read as "cut
+        # 747 MiB of the 240 MiB live" (issue 56).
+        cut = (tr(" Cut at least {short} of live memory.", short=format_bytes(short)) if short else "")
         return Verdict("less-memory", tr(
             "No allocator setting fits: every replay runs out of memory in {target}. {why} Only less live memory "
             "helps (a smaller batch or sequence, activation checkpointing, dropping references sooner), or a bigger "
-            "GPU: replays of the recorded settings fit once they have {extra} more, so cut about that "
-            "much{at_least}.", target=format_bytes(remedies.target), why=why, extra=format_bytes(extra),
-            at_least=at_least), None, None, reduce_by=extra)
+            "GPU: replays of the recorded settings fit on a GPU with {extra} more (GPU memory to add, the "
+            "fragmentation of the run counted; not live memory to cut).{cut}", target=format_bytes(remedies.target),
+            why=why, extra=format_bytes(extra), cut=cut), None, None, reduce_by=short, more_memory=extra)
 
     # ------------------------------------------------------------ words
     @_in_own_language
@@ -164,18 +177,25 @@ class DoctorReport:
         out = [tr("Memory doctor: {source}, device {device} ({counted}; simulated replays of {library}'s recorded "
                   "decisions)", source=d.source, device=d.device, counted=counted, library=w.library), ""]
         out.append(reproduced_line(j, d.verified, w))
+        if r is not None:           # the what-ifs' own check, the JSON's "reproduced": said here too
+            out.append(whatif_line(r))
         if d.profile_note:
             out.append(tr("Simulated {device}: {note}", note=d.profile_note, device=w.device))
         out += ["", tr("VERDICT"), "  " + v.text]
         if v.line:
             out += ["", "  " + v.line]
         out += ["", tr("PEAKS")]
-        out.append(tr("  live tensors (memory_allocated) peaked at {peak} (event {at})",
-                      peak=format_bytes(d.peak_allocated), at=f"{d.peak_allocated_at:,}"))
-        out.append(tr("  reserved (memory_reserved) peaked at {peak} (event {at}); at that moment {allocated} was "
+        start = tr("when recording began, before event 0")
+        out.append(tr("  live tensors (memory_allocated) peaked at {peak} ({at})", peak=format_bytes(d.peak_allocated),
+                      at=start if d.peak_allocated_at < 0 else tr("event {at}", at=f"{d.peak_allocated_at:,}")))
+        out.append(tr("  at the live peak {reserved} was reserved, {unallocated} of it unallocated (the fragmentation "
+                      "that counts: the reserved peak may be a moment of cached memory, not of need)",
+                      reserved=format_bytes(d.reserved_at_live_peak),
+                      unallocated=format_bytes(d.reserved_at_live_peak - d.peak_allocated)))
+        out.append(tr("  reserved (memory_reserved) peaked at {peak} ({at}); at that moment {allocated} was "
                       "allocated and {unallocated} reserved but unallocated", peak=format_bytes(d.peak_reserved),
-                      at=f"{d.peak_reserved_at:,}", allocated=format_bytes(d.allocated_at_peak),
-                      unallocated=format_bytes(d.unallocated_at_peak)))
+                      at=start if d.peak_at_start else tr("event {at}", at=f"{d.peak_reserved_at:,}"),
+                      allocated=format_bytes(d.allocated_at_peak), unallocated=format_bytes(d.unallocated_at_peak)))
         if r is not None:
             if r.target is not None:
                 out.append(tr("  the device: {usable} usable by the allocator ({where})",
@@ -298,7 +318,7 @@ class DoctorReport:
                               at=f"{at:,}", theirs=format_bytes(theirs), ours=format_bytes(ours),
                               diff=_signed(ours - theirs)))
             out.append(f"  {_pad(tr('change'), 34)} {_pad(tr('peak reserved'), 14, right=True)} "
-                       f"{_pad(tr('frag @ peak'), 12, right=True)} {_pad(tr('device calls'), 13, right=True)} "
+                       f"{_pad(tr('frag @ live peak'), 17, right=True)} {_pad(tr('device calls'), 13, right=True)} "
                        f"{_pad(tr('retries'), 8, right=True)}  {tr('fits')}")
             for t in r.trials:
                 name = {"recorded": tr("(as recorded)"), "recorded-on-target": tr("(recorded settings, target)")}.get(
@@ -307,7 +327,7 @@ class DoctorReport:
                     out.append(f"  {_pad(name, 34)} " + tr("skipped: {why}", why=t.skipped))
                     continue
                 fits = "-" if t.fits is None else (tr("yes") if t.fits else tr("NO ({n} OOM)", n=t.ooms))
-                out.append(f"  {_pad(name, 34)} {format_bytes(t.peak_reserved):>14} {format_bytes(t.fragmentation):>12} "
+                out.append(f"  {_pad(name, 34)} {format_bytes(t.peak_reserved):>14} {format_bytes(t.frag_at_live_peak):>17} "
                            f"{t.device_calls:>13,} {t.alloc_retries:>8,}  {fits}"
                            + (tr("  (model prediction)") if t.prediction else ""))
             if any(t.prediction and not t.skipped for t in r.trials):
@@ -328,12 +348,17 @@ class DoctorReport:
             "source": d.source, "device": d.device, "events": len(d.frames), "verified": d.verified,
             "allocs": d.verify_summary["allocs"], "allocs_exact": d.verify_summary["allocs_exact"],
             "verdict": v.kind, "verdict_text": v.text, "recommended_line": v.line,
-            "reduce_live_memory_by": v.reduce_by,
+            "proposal": proposal(v, r),
+            "reduce_live_memory_by": v.reduce_by, "more_gpu_memory": v.more_memory,
             "extra_memory_needed": None if r is None else r.extra_needed,
             "oom_count": d.oom_count,
             "judgement": None if d.judgement is None else d.judgement.to_json(words_of(d)),
             "simulated_gpu": d.profile, "simulated_gpu_note": d.profile_note or None,
             "peak_allocated": d.peak_allocated, "peak_reserved": d.peak_reserved,
+            "peak_allocated_at": "start" if d.peak_allocated_at < 0 else d.peak_allocated_at,
+            "peak_reserved_at": "start" if d.peak_at_start else d.peak_reserved_at,
+            "start_reserved": d.start_reserved, "start_allocated": d.start_allocated,
+            "unallocated_at_live_peak": d.reserved_at_live_peak - d.peak_allocated,
             "unallocated_at_peak": d.unallocated_at_peak, "pending_free_at_peak": d.pending_at_peak,
             "pending_free_max": d.pending_max, "pending_free_max_at": d.pending_max_at,
             "by_pool": d.by_pool,
@@ -346,6 +371,7 @@ class DoctorReport:
                                                    live_places=_places_json(d.oom.live_places)),
             "live_places_at_peak": _places_json(d.live_places),
             "target": None if r is None else r.target, "target_from": None if r is None else r.target_from,
+            "headroom": None if r is None or r.target is None else r.target - r.recorded.peak_reserved,
             "replays": 0 if r is None else r.replays,
             "remedies": [] if r is None else [t.to_json() for t in r.trials],
             "reproduced": None if r is None else r.reproduced,
@@ -383,6 +409,54 @@ class DoctorReport:
         return "<pre>" + _escape(self.text()) + "</pre>"
 
 
+def whatif_line(r: Remedies) -> str:
+    """Whether the "as recorded" what-if replay reproduced the run (the JSON's ``reproduced``)."""
+    base = r.reproduction
+    if base.skipped:            # a replay that failed also carries a mismatch (remedies.run_trial)
+        return tr("What-ifs: NO -- the \"as recorded\" replay could not run ({why}), so no setting is ranked",
+                  why=base.skipped)
+    if r.reproduced:
+        return tr("What-ifs: yes -- the \"as recorded\" replay reproduces the recorded reserved curve, so the "
+                  "settings below are ranked")
+    return tr("What-ifs: NO -- the \"as recorded\" replay parts from the recorded reserved curve, so no setting "
+              "is ranked")
+
+
+def proposal(v: Verdict, r: Optional[Remedies]) -> Optional[dict]:
+    """What the verdict proposes, as the JSON carries it: the setting, its line, its replayed peak and
+    saving, and whether it is a fix (the run does not fit without it) or an offer (the run fits as it is)."""
+    t = v.trial
+    if r is None or t is None or t.kind in ("recorded", "recorded-on-target", "probe"):
+        return None
+    recorded = r.recorded
+    return {"setting": t.change, "line": t.line, "kind": "offer" if v.kind == "no-target" else "fix",
+            "peak_reserved": t.peak_reserved, "saving": recorded.peak_reserved - t.peak_reserved,
+            "fits": t.fits, "alloc_retries": t.alloc_retries, "model_prediction": bool(t.prediction)}
+
+
+def _floored(remedies: Remedies, t: Trial) -> str:
+    """Said when a replayed saving stops at the memory held when recording began (the inherited start
+    state, kept as PyTorch had it): from the run's own start the setting might save more."""
+    held = remedies.start_held
+    if not held or t.peak_reserved - held >= material_threshold(remedies.recorded.peak_reserved):
+        return ""
+    return tr(" Its peak is floored by the {held} already held when recording began, which no setting replayed "
+              "from the first event gives back: recorded from the start of the run, it might save more.",
+              held=format_bytes(held))
+
+
+def _mapped_but_free(diag: Diagnosis) -> str:
+    """With expandable segments, what reserved-but-unallocated memory is, so a run that fits is not read as
+    leaking: freed pages stay mapped until ``release_cached_blocks`` unmaps them (``release_blocks`` ->
+    ``unmap_block``: torch.cuda.empty_cache(), or the flush of a request that would fail), PyTorch 2.11,
+    c10/cuda/CUDACachingAllocator.cpp."""
+    if "expandable_segments:true" not in diag.config.replace(" ", "").lower() or not diag.unallocated_at_peak:
+        return ""
+    return tr(" Of its reserved peak, {free} was mapped but not allocated: expandable segments keep freed pages "
+              "mapped until torch.cuda.empty_cache() or a request that would otherwise fail unmaps them, so those "
+              "bytes come back when needed; they are not a leak.", free=format_bytes(diag.unallocated_at_peak))
+
+
 def _no_target_verdict(remedies: Remedies) -> Verdict:
     """No GPU to fit in: nothing to fix; a setting is shown only when its gain is material."""
     recorded = remedies.recorded
@@ -398,7 +472,9 @@ def _no_target_verdict(remedies: Remedies) -> Verdict:
             "{rests_on}){prediction}. It is offered because {material}.", line=best.line,
             peak=format_bytes(best.peak_reserved), saving=format_bytes(saving),
             share=f"{100 * saving / recorded.peak_reserved:.1f}", rests_on=_rests_on(best),
-            prediction=_prediction(best), material=material_words()), None, best)
+            prediction=_prediction(best), material=material_words())
+            + tr(" It is an offer, not a fix: the run fits where it ran without it.") + _floored(remedies, best),
+            None, best)
     lowest = remedies.lowest
     saving = recorded.peak_reserved - lowest.peak_reserved
     if recorded.peak_at < 0 and recorded.start_held and saving <= 0:
@@ -415,19 +491,29 @@ def _no_target_verdict(remedies: Remedies) -> Verdict:
 
 
 def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
-    """A shortage: no allocator setting, how much live memory must go, where it lives, what helps."""
+    """A shortage: no allocator setting, how much live memory must go, where it lives, what helps.
+
+    Its figures each say what they are: the live memory that must go for the failed request
+    to succeed (at the failure), what the rest of the run needs beyond that (its later live
+    peak with the request served), and the GPU memory the recorded settings would need
+    instead (replayed, fragmentation counted) -- GPU to add, never read as live to cut."""
     cut = judged.cut
-    if remedies.extra_needed:
-        cut = max(cut, remedies.extra_needed)
+    later = later_need(diag)
     fits = [t for t in remedies.knobs if t.fits]
     replayed = ("" if remedies.target is None else
                 tr(" The replays agree: no setting tried fits in {target}.", target=format_bytes(remedies.target))
                 if not fits else
                 tr(" (One replay fits anyway, `{change}`: it counts live memory differently at that moment; the rule "
                    "above is the decision.)", change=fits[0].change))
+    if later is not None and later[0] > cut:
+        replayed += tr(" The rest of the run needs more: with the request served, live memory later reaches {live} "
+                       "(event {at}), so {more} more of it must go, {total} in all.", live=format_bytes(later[2]),
+                       at=f"{later[1]:,}", more=format_bytes(later[0] - cut), total=format_bytes(later[0]))
+        cut = later[0]
     if remedies.extra_needed:
-        replayed += tr(" Replays of the recorded settings fit once the {device} has {extra} more, the fragmentation "
-                       "of the rest of the run counted.", extra=format_bytes(remedies.extra_needed),
+        replayed += tr(" Instead of cutting, a {device} with {extra} more would do: the replays of the recorded "
+                       "settings fit there ({device} memory to add, the fragmentation of the rest of the run counted; "
+                       "it is not live memory to cut).", extra=format_bytes(remedies.extra_needed),
                        device=words_of(diag).device)
     live = diag.oom.live_places if diag.oom is not None and diag.oom.live_places else diag.live_places
     places = tr(", ").join(tr("{size} in the {pool} pool on stream {stream}", size=format_bytes(b), pool=_pool(pool),
@@ -436,7 +522,7 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
     largest = diag.oom.live if diag.oom is not None and diag.oom.live else diag.largest
     biggest = tr("; ").join(tr("{size} from {where}", size=format_bytes(a.size), where=a.where[0]) if a.where
                             else format_bytes(a.size) for a in largest[:3])
-    text = tr("This is a shortage, not fragmentation: {words}.{replayed} Plan to cut about {cut} of live memory. "
+    text = tr("This is a shortage, not fragmentation: {words}.{replayed} Plan to cut at least {cut} of live memory. "
               "Where the live memory is: {places}", words=judged.words, replayed=replayed, cut=format_bytes(cut),
               places=places or tr("not in the trace"))
     if biggest:
@@ -444,7 +530,37 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
                    biggest=biggest)
     text += tr(". What helps is outside the allocator (changes to the program or the hardware, not settings): "
                "{remedies}.", remedies=tr("; ").join(program_remedies(words_of(diag))))
-    return Verdict("shortage", text, None, None, reduce_by=cut)
+    return Verdict("shortage", text, None, None, reduce_by=cut, more_memory=remedies.extra_needed or 0)
+
+
+def later_need(diag: Diagnosis) -> Optional[tuple]:
+    """After a failed request: (live bytes to cut for the whole run, the event, the live bytes there),
+    the request counted as served and kept (it has no free in the trace) against what the process
+    could hold at the failure (``usable``: reserved + the driver's free).  None without an OOM."""
+    o = diag.oom
+    if o is None or not diag.allocated:
+        return None
+    at = min(max(o.event_index - diag.frames.first_event, 0), len(diag.allocated) - 1)
+    request = max(512, -(-o.request // 512) * 512)           # round_size at the least (shortage.rounded)
+    pending = sum(o.pending.values())
+    index = max(range(at, len(diag.allocated)), key=diag.allocated.__getitem__)
+    live = diag.allocated[index] + request
+    return max(0, live + pending - o.usable), index, live
+
+
+def _caveats(diag: Diagnosis, t: Trial) -> str:
+    """What an expert adds to a memory cap: the headroom is thin, and several streams' caches have a
+    fix in the code too (each stream's free blocks serve only its own requests: get_free_block looks
+    in the requesting stream's pool, c10/cuda/CUDACachingAllocator.cpp, PyTorch 2.11)."""
+    if t.allowed is None:
+        return ""
+    out = tr(" {headroom} headroom is thin once NCCL buffers, cuDNN/cuBLAS workspaces or lazily loaded kernels "
+             "grow: lower the fraction if they do.", headroom=f"{FRACTION_HEADROOM:.0%}")
+    if len(diag.by_stream) > 1 or diag.pending_max:
+        out += tr(" In the program, the lasting fix: join the side streams to the main one (wait_stream) or reuse "
+                  "the same few side streams, and free their tensors once the side-stream phase is over: each "
+                  "stream's cached blocks serve only that stream's requests.")
+    return out
 
 
 def _rests_on(t: Trial) -> str:

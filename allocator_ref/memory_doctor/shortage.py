@@ -21,9 +21,9 @@ For a run with no OOM asked against a GPU (``--device-memory``): a shortage when
 peak (``max_memory_allocated()``) is more than the GPU's usable memory, fragmentation when
 only the reserved peak is.
 
-For a state-only dump (no trace, so no request): no setting can give back more than the
-cached free bytes; when they are less than a material share of what was reserved
-(``MATERIAL_SHARE``), the dump is read as a shortage, otherwise as undecided.
+For a state-only dump (no trace): the failed request when the dump records one; else the live
+bytes against the GPU when ``--device-memory`` gives it; else no claim at all -- a state with no
+failure in it does not say that memory ran short, however full its cache was.
 
 **Materiality.**  A gain counts when it is at least ``MATERIAL_SHARE`` (5%) of the recorded
 peak reserved and at least ``MATERIAL_FLOOR`` (64 MiB): smaller differences are what a run's
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..editions.messages import translator
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .device_words import CUDA, NPU, DeviceWords, a_device
 
 tr = translator("doctor")
@@ -87,7 +87,7 @@ def is_material(gain: int, base: int) -> bool:
 
 @dataclass
 class Judgement:
-    kind: str                      # "shortage", "fragmentation", "fits", "undecided"
+    kind: str                      # "shortage", "fragmentation", "fits", "undecided", "no-failure"
     what: str                      # "request" (an OOM), "peak" (against a target), "state" (a dump)
     needed: int = 0                # bytes the moment needed: the rounded request, or the live peak
     free: int = 0                  # bytes any setting could have used (cached free + driver free)
@@ -156,8 +156,16 @@ def judge_peak(peak_allocated: int, peak_reserved: int, usable: int) -> Judgemen
 
 
 def judge_state(reserved: int, allocated: int, pending: dict, largest_free: int,
-                request: Optional[int] = None, device_free: Optional[int] = None) -> Judgement:
-    """The rule for a state-only dump: with the failed request when the dump has it, else by materiality."""
+                request: Optional[int] = None, device_free: Optional[int] = None,
+                usable: Optional[int] = None) -> Judgement:
+    """The rule for a state-only dump: with the failed request when the dump has it, against the GPU
+    when ``usable`` (bytes: ``--device-memory`` less the CUDA context) is given, else no claim.
+
+    A state is one moment.  Without a failed request nothing in it says memory ran short, however
+    little of it was cached free: a full cache is what a healthy run looks like too.  So no
+    shortage is claimed from the state alone, whatever the share (a verdict that flipped on a
+    threshold would say more than the dump does).
+    """
     if request is not None and device_free is not None:
         return judge_request(request, allocated, reserved, device_free, pending)
     held = sum(pending.values())
@@ -168,18 +176,22 @@ def judge_state(reserved: int, allocated: int, pending: dict, largest_free: int,
                          tr("the request needed {need}, more than all {cached} cached free; whether the driver had "
                             "the rest is not in the dump", need=format_bytes(rounded(request)),
                             cached=format_bytes(cached_free)))
-    if not is_material(cached_free, reserved):
-        return Judgement("shortage", "state", 0, cached_free, 0, pending,
-                         tr("only {cached} of the {reserved} reserved was cached free ({share}%), less than the "
-                            "{threshold} that would make any setting worth trying: live memory filled the GPU",
-                            cached=format_bytes(cached_free), reserved=format_bytes(reserved),
-                            share=f"{100 * cached_free / reserved if reserved else 0:.2f}",
-                            threshold=format_bytes(material_threshold(reserved))))
-    return Judgement("undecided", "state", 0, cached_free, 0, pending,
-                     tr("{cached} of the {reserved} reserved was cached free (the largest block {largest}): "
-                        "fragmentation may have caused the failure, but without the request and a trace nothing "
-                        "decides it", cached=format_bytes(cached_free), reserved=format_bytes(reserved),
-                        largest=format_bytes(largest_free)))
+    if request is None and usable is not None:
+        judged = judge_peak(allocated, reserved, usable)
+        judged.what, judged.pending = "state", pending
+        return judged
+    if request is None:
+        return Judgement("no-failure", "state", 0, cached_free, 0, pending,
+                         tr("the dump records no failed request and the GPU's size was not given (--device-memory), "
+                            "so nothing in it says memory ran short: {live} live, {cached} cached free and {held} "
+                            "waiting for other streams, of {reserved} reserved",
+                            live=format_bytes(allocated), cached=format_bytes(cached_free),
+                            held=format_bytes(held), reserved=format_bytes(reserved)))
+    # The request was no larger than the cached free bytes alone: the memory was there, not in one piece.
+    return Judgement("fragmentation", "state", rounded(request), cached_free, 0, pending,
+                     tr("the request needed {need} and {cached} was cached free (the largest block {largest}), "
+                        "but no single free range was large enough", need=format_bytes(rounded(request)),
+                        cached=format_bytes(cached_free), largest=format_bytes(largest_free)))
 
 
 def judge_diagnosis(diag, usable: Optional[int], asked: bool = False) -> Optional[Judgement]:

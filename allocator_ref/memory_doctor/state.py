@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
-from ..viz.sizes import format_bytes
+from ..units import format_bytes
 from .diagnosis import SegmentHolding, _where_memory_sits, pending_by_stream
 from .remedies import MAX_SPLIT_SWEEP_MB, parse_conf
 from .shortage import judge_state, material_words, pending_words, program_remedies, rule
@@ -48,13 +48,17 @@ class StateDiagnosis:
     pending_by_stream: dict = field(default_factory=dict)   # stream -> bytes freed but waiting
     judgement: Any = None             # shortage.py's rule on the state
     hints: list = field(default_factory=list)          # (setting, why), each unproven
+    usable: Optional[int] = None      # bytes the allocator could use (--device-memory less the context), if given
+    trace_events: int = 0             # a trace of one event is read as a state: nothing to replay
 
     @property
     def unallocated(self) -> int:
         return self.reserved - self.allocated
 
 
-def diagnose_state(snapshot: dict, source: str, device: Optional[int] = None) -> StateDiagnosis:
+def diagnose_state(snapshot: dict, source: str, device: Optional[int] = None,
+                   usable: Optional[int] = None) -> StateDiagnosis:
+    """What the segments of ``snapshot`` say; ``usable`` (bytes) is the GPU asked about, if any."""
     segments = snapshot.get("segments") or []
     per: dict = {}
     for s in segments:
@@ -83,8 +87,12 @@ def diagnose_state(snapshot: dict, source: str, device: Optional[int] = None) ->
     if oom is not None and ("device_free" in oom or "addr" in oom):
         diag.device_free = int(oom.get("device_free", oom.get("addr", 0)))
     diag.pending_by_stream = pending_by_stream(mine)
+    diag.usable = usable
+    from ..trace.device_traces import device_events      # 'snapshot' entries are looks, not events
+    diag.trace_events = max((len(device_events(snapshot, i)) for i in range(len(snapshot.get("device_traces") or ()))),
+                            default=0)
     diag.judgement = judge_state(diag.reserved, diag.allocated, diag.pending_by_stream, diag.largest_free,
-                                 diag.request, diag.device_free)
+                                 diag.request, diag.device_free, usable)
     diag.hints = _hints(diag)
     return diag
 
@@ -153,34 +161,66 @@ def needs_a_trace() -> tuple:
             tr("the GPU's usable memory (read off flushes and OOMs in a trace)"))
 
 
-def state_lines(d: StateDiagnosis) -> list:
-    from .report import _pool
-    out = [tr("Memory doctor: {source}, device {device} (a state-only snapshot: segments but no trace events, so "
-              "nothing is replayed and nothing below is proven)", source=d.source, device=d.device), "", tr("VERDICT")]
+def verdict_lines(d: StateDiagnosis) -> list:
+    """The verdict of a state: what failed (if the dump says), the rule's reading, what waits on streams."""
+    out = []
     if d.request is not None:
         fits = d.request <= d.largest_free
-        out.append(tr("  The request that failed asked for {request}; the largest free block was {largest}",
+        out.append(tr("The request that failed asked for {request}; the largest free block was {largest}",
                       request=format_bytes(d.request), largest=format_bytes(d.largest_free))
                    + (tr(" -- large enough, so the state shown is not the one the request met.") if fits else
                       tr(", and all free bytes in the cache came to {free}.",
                          free=format_bytes(d.unallocated - d.pending))))
     else:
-        out.append(tr("  {unallocated} of {reserved} reserved is not allocated; the largest free block is {largest} "
+        out.append(tr("{unallocated} of {reserved} reserved is not allocated; the largest free block is {largest} "
                       "(a larger request needs a new segment). The dump does not record the request that failed.",
                       unallocated=format_bytes(d.unallocated), reserved=format_bytes(d.reserved),
                       largest=format_bytes(d.largest_free)))
     j = d.judgement
     if j is not None:
-        out.append(tr("  A shortage: {words}.", words=j.words) if j.shortage else
-                   tr("  Not decided (shortage or fragmentation): {words}.", words=j.words))
+        out.append({"shortage": tr("A shortage: {words}.", words=j.words),
+                    "fragmentation": tr("Fragmentation: {words}.", words=j.words),
+                    "fits": tr("It fits: {words}.", words=j.words),
+                    "no-failure": tr("No shortage is claimed: {words}.", words=j.words)}.get(
+            j.kind, tr("Not decided (shortage or fragmentation): {words}.", words=j.words)))
         if j.shortage:
-            out.append(tr("  No allocator setting can help. What helps is outside the allocator (changes to the "
+            out.append(tr("No allocator setting can help. What helps is outside the allocator (changes to the "
                           "program or the hardware): {remedies}.", remedies=tr("; ").join(program_remedies())))
+    if d.pending:
+        out.append(pending_remedy(d.pending_by_stream))
+    return out
+
+
+def pending_remedy(pending: dict) -> str:
+    """Memory freed but waiting on other streams, with its remedy.
+
+    A block freed after ``record_stream`` goes back to the cache only once the other stream's
+    event completes: ``process_events`` at the next malloc, or ``synchronize_and_free_events``
+    when a failing malloc flushes (PyTorch 2.11, c10/cuda/CUDACachingAllocator.cpp,
+    ``DeviceCachingAllocator::release_cached_blocks``)."""
+    return tr("{pending} (the segment's stream; the dump does not name the stream it waits for): freed by the "
+              "program but still waiting for another stream's work (record_stream), so no request could reuse it "
+              "at this moment. It comes back once that stream's work completes, or when a "
+              "failing request flushes the cache (which first waits for every pending event). To need less of it: "
+              "make the main stream wait for the side stream (wait_stream or an event) before the next large "
+              "allocation, or free the tensor after the side-stream phase instead of calling record_stream.",
+              pending=pending_words(pending))
+
+
+def state_lines(d: StateDiagnosis) -> list:
+    from .report import _pool
+    head = (tr("Memory doctor: {source}, device {device} (a trace of a single event: nothing to replay, so it is read "
+               "as a state and nothing below is proven)", source=d.source, device=d.device)
+            if d.trace_events else
+            tr("Memory doctor: {source}, device {device} (a state-only snapshot: segments but no trace events, so "
+               "nothing is replayed and nothing below is proven)", source=d.source, device=d.device))
+    out = [head, "", tr("VERDICT")] + ["  " + line for line in verdict_lines(d)]
+    j = d.judgement
     out += ["", tr("SHORTAGE OR FRAGMENTATION"), tr("  the rule: {rule}", rule=rule()),
             tr("  materiality: {words}", words=material_words()),
-            tr("  with no trace and no failed request in the dump, the rule reads the state: no setting can give back "
-               "more than the cached free bytes, so when they are not a material share of what was reserved, it is a "
-               "shortage")]
+            tr("  with no trace and no failed request in the dump, the rule claims no shortage: a state is one moment, "
+               "and a full cache is what a healthy run looks like too; with --device-memory the live bytes are "
+               "weighed against the GPU")]
     out += ["", tr("WHAT THIS DUMP CANNOT TELL (it has no trace)")]
     out += [f"  {x}" for x in needs_a_trace()]
     out.append(tr("  to know them, {how}", how=record_how()))
@@ -216,6 +256,8 @@ def state_lines(d: StateDiagnosis) -> list:
 
 def state_json(d: StateDiagnosis) -> dict:
     return {"source": d.source, "device": d.device, "state_only": True, "verdict": "state-only",
+            "verdict_text": " ".join(verdict_lines(d)), "trace_events": d.trace_events, "usable": d.usable,
+            "pending_by_stream": {str(k): v for k, v in d.pending_by_stream.items()},
             "reserved": d.reserved, "allocated": d.allocated, "unallocated": d.unallocated, "pending_free": d.pending,
             "largest_free_block": d.largest_free, "stranded": d.stranded, "releasable": d.releasable,
             "failed_request": d.request, "by_pool": d.by_pool,
@@ -238,11 +280,8 @@ class StateReport:
     @property
     def verdict(self):
         from .report import Verdict
-        with speaking(self.language):
-            lines = state_lines(self.diagnosis)
-            verdict = lines[lines.index(tr("VERDICT")) + 1:]
-        verdict = verdict[:verdict.index("")] if "" in verdict else verdict
-        return Verdict("state-only", " ".join(line.strip() for line in verdict), None, None)
+        with speaking(self.language):      # the same sentences as the text's VERDICT and the JSON's verdict_text
+            return Verdict("state-only", " ".join(verdict_lines(self.diagnosis)), None, None)
 
     def text(self) -> str:
         return "\n".join(self.lines()) + "\n"

@@ -6,20 +6,7 @@ in its error messages) lives in ``allocator_ref.caching``.
 """
 from __future__ import annotations
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def format_bytes(n: int) -> str:
-    """1536 -> '1.5 KiB'; 512 -> '512 B'; binary units, one decimal."""
-    n = int(n)
-    if abs(n) < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in _UNITS[1:]:
-        value /= 1024.0
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            return f"{value:.1f} {unit}"
-    raise AssertionError("unreachable")
+from ..units import format_bytes  # noqa: F401 (one helper for every byte count: units.py)
 
 
 def format_offset(offset: int) -> str:
