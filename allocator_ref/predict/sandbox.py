@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 DEFAULT_TIMEOUT_S = 300.0
+_CHILD_MAIN = "import sys; del sys.path[0]; from allocator_ref.predict.sandbox import _child; sys.exit(_child())"
 DEFAULT_MEMORY_GIB = 16.0     # address space, not resident memory: importing torch maps several GiB
 
 
@@ -55,7 +56,10 @@ def record_in_subprocess(script: str, entry: str, knobs: dict, sweep: Optional[s
         # after the script ended, and reading it to its end would wait for that process, past any
         # timeout.  Waiting on the child itself ends by the deadline.
         with open(log_file, "w+") as log:
-            child = subprocess.Popen([sys.executable, "-m", "allocator_ref.predict.sandbox", str(job_file)],
+            # The child drops its working directory (the script's folder) from the front of sys.path
+            # (what -P does on Python 3.11+), so a torch.py or allocator_ref/ there cannot stand in
+            # for the real ones; the script's folder joins sys.path only after torch is imported.
+            child = subprocess.Popen([sys.executable, "-c", _CHILD_MAIN, str(job_file)],
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                      cwd=str(path.resolve().parent), start_new_session=True)
             try:
@@ -101,25 +105,52 @@ def _limit_memory(gib: float) -> None:
 def _child() -> int:
     job = json.loads(Path(sys.argv[1]).read_text())
     _limit_memory(job["memory_gib"])
-    sys.path.insert(0, os.path.dirname(job["script"]))
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401     (before the script's folder joins sys.path: its torch.py cannot shadow this)
     except ImportError:
         print("predict needs PyTorch (the CPU wheel is enough): pip install torch", file=sys.stderr)
         return 3
     import runpy
-    from .record import record_program
-    namespace = runpy.run_path(job["script"], run_name="__allocator_ref_predict__")
-    step = namespace.get(job["entry"])
-    if not callable(step):
-        print(f"the script defines no function {job['entry']}(); name it with --entry", file=sys.stderr)
-        return 4
-    result = {"program": record_program(step, profile=job["profile"], **job["knobs"]), "sweep": []}
-    for value in job["values"]:
-        program = record_program(step, profile=job["profile"], stacks=False, **{**job["knobs"], job["sweep"]: value})
-        result["sweep"].append([value, program])
+    from .caveats import NoAnswer
+    from .record import record_program, script_stand_ins
+    sys.path.insert(0, os.path.dirname(job["script"]))
+    try:
+        with script_stand_ins(job["profile"]):         # `from torch import autocast` at import time sees the stand-in
+            namespace = runpy.run_path(job["script"], run_name="__allocator_ref_predict__")
+        step = namespace.get(job["entry"])
+        if not callable(step):
+            print(f"the script defines no function {job['entry']}(); name it with --entry", file=sys.stderr)
+            return 4
+        result = {"program": record_program(step, profile=job["profile"], **job["knobs"]), "sweep": []}
+        for value in job["values"]:
+            program = record_program(step, profile=job["profile"], stacks=False,
+                                     **{**job["knobs"], job["sweep"]: value})
+            result["sweep"].append([value, program])
+    except NoAnswer as exc:
+        print(str(exc), file=sys.stderr)
+        return 5
+    except AssertionError as exc:
+        if "not compiled with CUDA" not in str(exc):
+            raise
+        print(_cannot_emulate(exc), file=sys.stderr)
+        return 5
     Path(job["out"]).write_text(json.dumps(result))
     return 0
+
+
+def _cannot_emulate(exc: BaseException) -> str:
+    """A torch.cuda call with no stand-in reached the CPU build's "Torch not compiled with CUDA
+    enabled": name the call and the script's line instead of torch's internals."""
+    import traceback
+    from ..editions.messages import translator
+    frames = traceback.extract_tb(exc.__traceback__)
+    call = next((f"torch.cuda {f.name}()" for f in frames if os.sep + os.path.join("torch", "cuda") in f.filename),
+                "torch.cuda")
+    mine = [f for f in frames if os.sep + "torch" + os.sep not in f.filename and "allocator_ref" not in f.filename]
+    where = f"{os.path.basename(mine[-1].filename)}:{mine[-1].lineno}" if mine else "?"
+    return translator("doctor")("predict cannot emulate {call} (called at {where}) without a GPU; take it "
+                                "out of the step that predict records",
+                                call=call, where=where)
 
 
 if __name__ == "__main__":
