@@ -1,0 +1,172 @@
+"""Predict on training scripts as people write them (course-made scripts in tests/predict_scripts/).
+
+Each script is one thing a real run does that a plain meta recording got wrong or kept quiet
+about: an optimizer built before ``model.to("cuda")``, mixed precision (``torch.autocast`` bf16 and
+fp16, ``GradScaler``), ``torch.compile``, memory-history windows with ``empty_cache()`` between
+them, and ``torch.cuda`` questions no recording can answer.  Needs the optional CPU torch wheel.
+"""
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="predict needs the optional torch CPU wheel (pip install torch)")
+
+from allocator_ref.predict import record_program                    # noqa: E402
+from allocator_ref.predict.forecast import TooSlow, forecast, replay_program   # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).resolve().parent / "predict_scripts"
+MiB = 2**20
+
+
+def step_of(name: str):
+    return runpy.run_path(str(SCRIPTS / name), run_name="__predict_test__")["step"]
+
+
+def alloc_sizes(program: dict) -> list:
+    return [e["size"] for e in program["device_traces"][0] if e["action"] == "alloc"]
+
+
+def cli(*args, cwd=ROOT, timeout=300):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOCATOR_REF_")}
+    env.update(PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
+    return subprocess.run([sys.executable, "-m", "allocator_ref", *map(str, args)], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# ---- 1. parameter identity across .to(): the optimizer built first steps, its state is recorded
+def test_an_optimizer_built_before_to_cuda_records_its_adam_state():
+    step = step_of("optimizer_before_to.py")
+    first = record_program(step, optimizer_first=True)
+    after = record_program(step, optimizer_first=False)
+    # PyTorch keeps the Parameter objects across .to() (Module._apply, param.data = ...): both
+    # orders are the same program on a GPU, so they must record the same requests.
+    assert alloc_sizes(first) == alloc_sizes(after)
+    # 2 weights of 4 MiB (the copies .to() makes), their 2 gradients (mm), AdamW's exp_avg and
+    # exp_avg_sq for each (zeros_like) and the foreach step's sqrt(exp_avg_sq) for each
+    ops = [e["frames"][0]["name"] for e in first["device_traces"][0] if e["action"] == "alloc" and e["size"] == 4 * MiB]
+    assert ops == ["aten::_to_copy"] * 2 + ["aten::mm"] * 2 + ["aten::zeros_like"] * 4 + ["aten::_foreach_sqrt"] * 2
+    assert first["predict_caveats"] == []
+
+
+def test_an_optimizer_stepping_a_tensor_predict_never_saw_is_never_called_a_fit():
+    program = record_program(step_of("optimizer_on_cpu_tensor.py"))
+    [caveat] = [c for c in program["predict_caveats"] if c["kind"] == "optimizer-unseen"]
+    assert caveat["blocking"] and caveat["nbytes"] == 2 * (512 * 1024 * 4)    # Adam: exp_avg + exp_avg_sq
+    assert caveat["where"].startswith("optimizer_on_cpu_tensor.py:")
+    prediction = forecast(program, "h100-80gb")
+    assert prediction.peak_reserved < prediction.usable          # the replay alone would fit ...
+    assert prediction.verdict == "cannot say" and not prediction.fits   # ... but predict does not promise it
+    assert prediction.to_json()["fits"] is None
+
+
+@pytest.mark.slow
+def test_the_command_exits_3_and_says_cannot_say_in_its_json(tmp_path):
+    proc = cli("predict", SCRIPTS / "optimizer_on_cpu_tensor.py", "--no-what-if", "--json")
+    assert proc.returncode == 3, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "cannot say" and report["fits"] is None
+    assert [c["kind"] for c in report["caveats"] if c["blocking"]] == ["optimizer-unseen"]
+
+
+# ---- 2. autocast: the per-op cast policy and the weight-cast cache
+def test_a_bf16_autocast_step_makes_the_casts_pytorchs_autocast_makes():
+    program = record_program(step_of("autocast_step.py"), dtype="bfloat16")
+    # x, weight 1, bias 1, weight 2, bias 2 to bfloat16 (linear: lower_precision_fp), and the
+    # bf16 log-probabilities to float32 for nll_loss (fp32 policy; cross_entropy's log_softmax keeps
+    # the dtype it is given, LossNLL.cpp)
+    assert program["predict_autocast_casts"] == 6
+    sizes = alloc_sizes(program)
+    for nbytes in (32 * 64 * 2, 128 * 64 * 2, 128 * 2, 10 * 128 * 2, 10 * 2, 32 * 10 * 2, 32 * 10 * 4):
+        assert nbytes in sizes, nbytes
+
+
+def test_the_weight_cast_cache_lives_for_one_autocast_region():
+    step = step_of("autocast_step.py")
+    twice_in_one = record_program(step, forwards=2)["predict_autocast_casts"]
+    once_in_two = record_program(step, regions=2)["predict_autocast_casts"]
+    # in one region the 4 weight casts are cached: the second forward casts only x and the log-probs
+    assert twice_in_one == 6 + 2
+    # a new region starts with an empty cache (clear_autocast_cache at the outermost exit)
+    assert once_in_two == 6 + 6
+
+
+def test_fp16_softmax_reads_halves_and_writes_floats_without_a_copy():
+    n = 4 * 256 * 256
+    half = alloc_sizes(record_program(step_of("softmax_step.py"), dtype="float16"))
+    bf16 = alloc_sizes(record_program(step_of("softmax_step.py"), dtype="bfloat16"))
+    assert half == [n * 2, n * 4]                 # the scores, then float32 probabilities (SoftMax.cpp half_to_float)
+    assert bf16 == [n * 2, n * 4, n * 4]          # bfloat16 has no such kernel: a float32 copy first
+
+
+def test_a_grad_scaler_fp16_step_records_and_steps_the_optimizer():
+    program = record_program(step_of("autocast_step.py"), dtype="float16", scaler=True)
+    sizes = alloc_sizes(program)
+    assert sizes.count(128 * 64 * 4) >= 4         # weight 1's grad, exp_avg, exp_avg_sq (+ the weight)
+    kinds = {c["kind"]: c for c in program["predict_caveats"]}
+    assert not kinds["host-read"]["blocking"]     # found_inf.item(): 0 stands in, said as a note
+    assert forecast(program, "h100-80gb").verdict == "fits"
+
+
+# ---- 3. torch.compile
+def test_torch_compile_is_recorded_as_eager_and_said():
+    step = step_of("compiled_step.py")
+    plain = record_program(step)
+    [note] = plain["predict_caveats"]
+    assert note["kind"] == "compile" and not note["blocking"]
+    graphs = record_program(step, mode="reduce-overhead")
+    assert graphs["predict_caveats"][0]["blocking"]          # CUDA graph pools: nothing eager shows them
+    assert forecast(graphs, "h100-80gb").verdict == "cannot say"
+
+
+# ---- 4. memory-history windows and empty_cache
+def test_each_memory_history_window_is_reported_and_empty_cache_is_replayed():
+    step = step_of("two_windows.py")
+    emptied = replay_program(record_program(step, empty=True), "h100-80gb")
+    kept = replay_program(record_program(step, empty=False), "h100-80gb")
+    assert [w["peak_reserved"] for w in emptied.windows] == [64 * MiB, 16 * MiB]
+    # without empty_cache() the 64 MiB segment stays reserved into the second window
+    assert [w["peak_reserved"] for w in kept.windows] == [64 * MiB, 64 * MiB]
+    assert [w["peak_allocated"] for w in emptied.windows] == [64 * MiB, 16 * MiB]
+
+
+# ---- the replay: linear, bounded, and the live blocks at the peak still right
+def test_live_blocks_at_the_peak_when_memory_only_grows():
+    def growing():
+        keep = [torch.empty(n * MiB, dtype=torch.uint8, device="cuda") for n in range(1, 41)]
+        return keep
+    run = replay_program(record_program(growing, stacks=False), "h100-80gb")
+    assert [size for size, _ in run.at_peak] == [n * MiB for n in range(40, 32, -1)]
+
+
+def test_a_replay_past_its_deadline_stops_with_one_line():
+    program = record_program(step_of("optimizer_before_to.py"))
+    with pytest.raises(TooSlow, match="--timeout"):
+        replay_program(program, "h100-80gb", deadline=time.monotonic() - 1)
+
+
+# ---- torch.cuda calls with no answer, and a torch.py beside the script
+@pytest.mark.slow
+def test_a_question_for_the_allocator_is_refused_by_name(tmp_path):
+    proc = cli("predict", SCRIPTS / "asks_the_allocator.py", "--no-what-if")
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "torch.cuda.memory_allocated()" in lines[0]
+    assert "not compiled with CUDA" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_torch_py_beside_the_script_does_not_shadow_torch(tmp_path):
+    (tmp_path / "torch.py").write_text("raise SystemExit('the fake torch.py was imported')\n")
+    (tmp_path / "train.py").write_text((SCRIPTS / "optimizer_before_to.py").read_text())
+    proc = cli("predict", tmp_path / "train.py", "--no-what-if", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["verdict"] == "fits"
