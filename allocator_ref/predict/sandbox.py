@@ -22,6 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from ..editions.messages import translator
+
+tr = translator("doctor")
 DEFAULT_TIMEOUT_S = 300.0
 _CHILD_MAIN = "import sys; del sys.path[0]; from allocator_ref.predict.sandbox import _child; sys.exit(_child())"
 DEFAULT_MEMORY_GIB = 16.0     # address space, not resident memory: importing torch maps several GiB
@@ -142,15 +145,13 @@ def _cannot_emulate(exc: BaseException) -> str:
     """A torch.cuda call with no stand-in reached the CPU build's "Torch not compiled with CUDA
     enabled": name the call and the script's line instead of torch's internals."""
     import traceback
-    from ..editions.messages import translator
     frames = traceback.extract_tb(exc.__traceback__)
     call = next((f"torch.cuda {f.name}()" for f in frames if os.sep + os.path.join("torch", "cuda") in f.filename),
                 "torch.cuda")
     mine = [f for f in frames if os.sep + "torch" + os.sep not in f.filename and "allocator_ref" not in f.filename]
     where = f"{os.path.basename(mine[-1].filename)}:{mine[-1].lineno}" if mine else "?"
-    return translator("doctor")("predict cannot emulate {call} (called at {where}) without a GPU; take it "
-                                "out of the step that predict records",
-                                call=call, where=where)
+    return tr("predict cannot emulate {call} (called at {where}) without a GPU; take it out of the step "
+              "that predict records", call=call, where=where)
 
 
 if __name__ == "__main__":
