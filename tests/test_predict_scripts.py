@@ -170,3 +170,20 @@ def test_a_torch_py_beside_the_script_does_not_shadow_torch(tmp_path):
     proc = cli("predict", tmp_path / "train.py", "--no-what-if", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["verdict"] == "fits"
+
+
+# ---- the report: the cuBLAS workspaces are cuBLAS's, the unseen list as PyTorch's source has it
+def test_the_cublas_workspaces_are_not_put_on_the_users_lines():
+    report = forecast(record_program(step_of("optimizer_before_to.py")), "h100-80gb").to_json()
+    owners = [(row["size"], row["made_by"]) for row in report["at_peak"]]
+    assert owners.count((32 * MiB, "cublas")) == 2          # forward and backward threads, 32 MiB on an H100
+    assert all(owner == "program" for size, owner in owners if size != 32 * MiB)
+
+
+def test_cublaslt_shares_the_cublas_workspace_unless_told_not_to(monkeypatch):
+    from allocator_ref.predict.unseen import CUBLASLT_WORKSPACE, unseen_items
+    lt = lambda: next(u for u in unseen_items("h100-80gb", 0, 2, 32 * MiB) if u.name == "cuBLASLt workspace")
+    monkeypatch.delenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", raising=False)
+    assert lt().nbytes == 0
+    monkeypatch.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
+    assert lt().nbytes == CUBLASLT_WORKSPACE

@@ -191,7 +191,7 @@ class Prediction:
                 "fits": {"fits": True, "no": False}.get(self.verdict), "verdict": self.verdict,
                 "headroom": self.headroom, "oom": self.oom, "caveats": self.caveats, "windows": self.windows,
                 "notes": self.notes,
-                "at_peak": [{"size": s, "where": _where(f)} for s, f in self.at_peak],
+                "at_peak": [{"size": s, "where": _where(f), "made_by": _made_by(f)} for s, f in self.at_peak],
                 "unseen": [u.to_json() for u in self.unseen], "what_if": self.what_if, "sweep": self.sweep,
                 "requests": sum(1 for e in self.program["device_traces"][0] if e["action"] == "alloc")}
 
@@ -255,12 +255,17 @@ class Prediction:
 CUBLAS_HANDLE = "at::cuda::getCurrentCUDABlasHandle()"      # the frame record.py names a workspace by
 
 
+def _made_by(frames: list) -> str:
+    """'cublas' for a workspace predict added on cuBLAS's behalf, 'program' for the program's own tensors."""
+    return "cublas" if frames and frames[0].get("name") == CUBLAS_HANDLE else "program"
+
+
 def _where(frames: list, keep: int = 2) -> str:
     """The innermost user frames, 'file:line name' (torch's own files skipped when others exist).
     A cuBLAS workspace is cuBLAS's, not the user's line's: said so, with the GEMM that made it."""
     mine = [f for f in frames if "/torch/" not in f["filename"] and f["filename"] != "??"] or frames
     where = " < ".join(f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}" for f in mine[:keep])
-    if frames and frames[0].get("name") == CUBLAS_HANDLE:
+    if _made_by(frames) == "cublas":
         return tr("cuBLAS workspace (added by predict: made by the first GEMM of its thread, {where})",
                   where=where or "?")
     return where or "(no stack)"

@@ -9,31 +9,46 @@ it (then it is only subtracted from the GPU's capacity).
 * cuBLAS workspace: goes THROUGH the caching allocator.  PyTorch's
   ``getNewWorkspace`` (aten/src/ATen/cuda/CublasHandlePool.cpp) calls
   ``CUDACachingAllocator::get()->allocate(getChosenWorkspaceSize())`` once per
-  (cuBLAS handle, stream) on the first GEMM, and keeps it until
-  ``torch._C._cuda_clearCublasWorkspaces()``.  ``parseChosenWorkspaceSize``:
+  (cuBLAS handle, stream) (``setWorkspaceForHandle``, keyed by both), and keeps it until
+  ``torch._C._cuda_clearCublasWorkspaces()``.  So each extra stream, and each extra
+  thread, that runs a GEMM adds one more.  ``parseChosenWorkspaceSize``:
   ``CUBLAS_WORKSPACE_CONFIG`` (``:SIZE_KiB:COUNT`` pairs) when set, else
-  ``:4096:2:16:8`` = 8,519,680 bytes, or 32 MiB on Hopper and Blackwell
-  (compute capability 9.x, 10.x, 12.x).  Handles come from a per-thread pool
-  (``DeviceThreadHandlePool``), and autograd runs backward on its own device
-  thread: a training step makes TWO workspaces, one at the first forward GEMM
-  and one at the first backward GEMM.  The recorder adds them as traced
-  allocations (the real snapshots in the course hold exactly those two).
+  ``:4096:2:16:8`` = 8,519,680 bytes, or 32 MiB on newer GPUs.  Which GPUs get 32 MiB
+  depends on the release: the stored versions of that function read "32MiB for Hopper"
+  (compute capability 9.0 only) in an older one, then 9.x, 10.x and 12.x ("Hopper and
+  Blackwell"), and 9.x to 12.x in the newest; the release each landed in is not pinned
+  here.  Handles come from a per-thread pool (``DeviceThreadHandlePool``), and autograd
+  runs backward on its own device thread: a training step makes TWO workspaces, one at
+  the first forward GEMM and one at the first backward GEMM.  The recorder adds them as
+  traced allocations (the real snapshots in the course hold exactly those two); the
+  report names them as cuBLAS's, not the user's line's.
+* cuBLASLt workspace: on open-source CUDA builds it is the cuBLAS one by default
+  (``getCUDABlasLtWorkspaceSize`` caps it at the cuBLAS size and ``getCUDABlasLtWorkspace``
+  reuses the (handle, stream) entry; torch/backends/cuda/__init__.py
+  ``blas_workspace_size``: "the default on open-source CUDA builds ... physically reuses
+  the same allocation", read in torch 2.13).  Only with ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=0``
+  does it get its own map: ``CUBLASLT_WORKSPACE_SIZE`` KiB, default 1024 ("default size in
+  KiB according to #73328"), per (handle, stream).  An older stored version made the
+  sharing opt-in (``== true``).  Adds nothing by default: listed at 0.
 * CUDA context: BESIDE the allocator; the device profile's ``context_reserve``
-  (its JSON file cites the figure) is taken off the GPU's capacity already.
-* cuBLASLt workspace: 1 MiB by default (``CUBLASLT_WORKSPACE_SIZE`` in KiB,
-  aten/src/ATen/cuda/CUDABlas.cpp ``_parseChosenWorkspaceSize``, "default size
-  in KiB according to #73328"); newer PyTorch shares the cuBLAS one.  Not
-  added: listed as an estimate.
+  (its JSON file cites the figure) is taken off the GPU's capacity already.  It grows
+  as libraries load their kernels (cuBLAS, cuDNN, NCCL, Triton's compiled kernels):
+  the profile's figure is one process's, not every process's.
 * Kernel workspaces (cuDNN convolutions, cub sorts inside embedding backward,
   flash attention's scratch): allocated inside one ATen kernel and freed before
   it returns; a dispatch-level recorder never sees them.  No general public
   figure: not estimated, listed.
-* NCCL buffers: BESIDE the allocator (NCCL calls cudaMalloc itself).  NCCL's
-  documentation: ``NCCL_BUFFSIZE`` default 4 MiB per channel per peer.
-  Only for distributed runs; not added.
-* Autocast weight cache: goes through the allocator, kept until the autocast
-  region exits (``torch.clear_autocast_cache``).  Recorded on ``meta`` only if
-  the program runs autocast on that device type; listed.
+* NCCL buffers: BESIDE the allocator (NCCL calls cudaMalloc itself), per communicator:
+  ``NCCL_BUFFSIZE`` (default 4 MiB) per channel per peer, so it grows with channels and
+  peers, and NVLS (NVLink SHARP) adds its own buffers.  Only for distributed runs; not added.
+* Distributed training state: DDP's gradient buckets are a second copy of the gradients
+  unless ``gradient_as_bucket_view=True``; FSDP's unsharded parameters and reduce buffers
+  exist per rank.  Not recorded by a single-process step: listed.
+* CUDA graphs and inductor: a captured graph's private pool (``torch.cuda.graphs``,
+  ``mode="reduce-overhead"``) and autotuning's trial buffers (``max-autotune``) are not
+  recorded (torch.compile is recorded as eager: caveats.py).
+* Autocast weight cache: goes through the allocator and IS recorded (autocast.py) while the
+  region is open; listed for a run that autocasts in code predict did not follow.
 """
 from __future__ import annotations
 
@@ -47,6 +62,7 @@ MiB = 2**20
 DEFAULT_CUBLAS_WORKSPACE = (4096 * 2 + 16 * 8) * 1024            # 8,519,680 bytes
 HOPPER_CUBLAS_WORKSPACE = 4096 * 8 * 1024                         # 32 MiB (sm 9.x, 10.x, 12.x)
 CUBLASLT_WORKSPACE = 1024 * 1024                                  # CUBLASLT_WORKSPACE_SIZE default, 1024 KiB
+                                                                  # (used only when not unified with cuBLAS's)
 NCCL_BUFFSIZE = 4 * MiB                                           # NCCL_BUFFSIZE default
 
 # The course's device profiles -> the GPU's compute capability major (NVIDIA datasheets).
@@ -82,18 +98,26 @@ class Unseen:
 
 def unseen_items(profile: str, context_reserve: int, workspaces: int, workspace_bytes: int) -> list[Unseen]:
     """The list a prediction prints under "not traced" (and the workspaces it did add)."""
+    unified = os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "1").lower() not in ("0", "false", "off", "no")
     return [
         Unseen("cuBLAS workspace", workspaces * workspace_bytes, True, True,
                f"{workspaces} x {workspace_bytes:,} B, CublasHandlePool.cpp parseChosenWorkspaceSize "
-               "(one per handle and stream; forward and backward run on two threads)"),
+               "(one per (handle, stream): each extra stream or thread running GEMMs adds one; forward and "
+               "backward run on two threads)"),
         Unseen("CUDA context", context_reserve, False, False,
-               f"device profile {profile!r} context_reserve (taken off the GPU's capacity)"),
-        Unseen("cuBLASLt workspace", CUBLASLT_WORKSPACE, True, False,
-               "CUDABlas.cpp _parseChosenWorkspaceSize default 1024 KiB (shared with cuBLAS's in newer PyTorch)"),
+               f"device profile {profile!r} context_reserve (taken off the GPU's capacity); grows as cuBLAS, "
+               "cuDNN, NCCL and Triton kernels load"),
+        Unseen("cuBLASLt workspace", 0 if unified else CUBLASLT_WORKSPACE, True, False,
+               "CublasHandlePool.cpp getCUDABlasLtWorkspace: shares the cuBLAS workspace by default; its own "
+               "1024 KiB per (handle, stream) only with TORCH_CUBLASLT_UNIFIED_WORKSPACE=0"),
         Unseen("kernel workspaces (cuDNN, cub, flash attention)", None, True, False,
                "allocated and freed inside one kernel: invisible at dispatch level; no general figure"),
-        Unseen("NCCL buffers", NCCL_BUFFSIZE, False, False,
-               "NCCL docs: NCCL_BUFFSIZE default 4 MiB per channel and peer; distributed runs only"),
-        Unseen("autocast weight cache", None, True, False,
-               "kept until the autocast region exits; traced only if the program autocasts on that device"),
+        Unseen("NCCL buffers", None, False, False,
+               "NCCL docs: NCCL_BUFFSIZE default 4 MiB per channel and peer, per communicator (NVLS adds "
+               "more); distributed runs only"),
+        Unseen("DDP buckets / FSDP unsharded parameters", None, True, False,
+               "DDP: a second copy of the gradients unless gradient_as_bucket_view=True; FSDP: unsharded "
+               "parameters and reduce buffers per rank; not recorded by a one-process step"),
+        Unseen("CUDA-graph pools, inductor autotuning", None, True, False,
+               "torch.compile is recorded as eager; graph pools and autotuning buffers are not recorded"),
     ]
