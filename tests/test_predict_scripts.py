@@ -187,3 +187,17 @@ def test_cublaslt_shares_the_cublas_workspace_unless_told_not_to(monkeypatch):
     assert lt().nbytes == 0
     monkeypatch.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
     assert lt().nbytes == CUBLASLT_WORKSPACE
+
+
+# ---- chapter 7 replays these recordings where torch is absent: they must be what its code records now
+def test_chapter7s_stored_recordings_are_what_its_steps_record_today():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import record_chapter7
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    fresh = record_chapter7.recordings()
+    assert sorted(fresh) == sorted(p.stem for p in record_chapter7.OUT.glob("*.json"))
+    for name, program in fresh.items():
+        stored = json.loads((record_chapter7.OUT / f"{name}.json").read_text())
+        assert stored == json.loads(json.dumps(program)), f"{name}: run python tools/record_chapter7.py"

@@ -166,9 +166,10 @@ class AllocationRecorder(TorchDispatchMode):
         return int((time.perf_counter() - self._t0) * 1e6)
 
     def _alloc(self, size: int, frames: Optional[list]) -> int:
-        if frames is not None and self._op:
-            # the ATen operator, as a C++ frame of a stacks="all" snapshot names the kernel
-            frames = [{"filename": "??", "line": 0, "name": self._op}] + frames
+        if self._op:
+            # the ATen operator, as a C++ frame of a stacks="all" snapshot names the kernel (kept even
+            # without Python stacks: the report finds the cuBLAS workspaces by it)
+            frames = [{"filename": "??", "line": 0, "name": self._op}] + (frames or [])
         addr = self._next
         self._next += max(512, -(-size // 512) * 512)
         entry = {"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": self._time_us()}
