@@ -201,3 +201,32 @@ def test_chapter7s_stored_recordings_are_what_its_steps_record_today():
     for name, program in fresh.items():
         stored = json.loads((record_chapter7.OUT / f"{name}.json").read_text())
         assert stored == json.loads(json.dumps(program)), f"{name}: run python tools/record_chapter7.py"
+
+
+@pytest.mark.slow
+def test_a_process_that_leaves_the_scripts_session_does_not_outlive_predict(tmp_path):
+    # Before: killing the script's process group missed a grandchild that called setsid() and whose
+    # parent had died (a double fork): it ran on, re-parented to init.
+    pid_file = tmp_path / "escaped.pid"
+    forker = tmp_path / "forker.py"
+    forker.write_text(f"import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+                      f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n    time.sleep(120)\n")
+    script = tmp_path / "escapes.py"
+    script.write_text(f"import os, subprocess, sys, time\n"
+                      f"def step():\n"
+                      f"    subprocess.run([sys.executable, {str(forker)!r}])   # its child forks, leaves, and exits\n"
+                      f"    while not os.path.exists({str(pid_file)!r}):\n"
+                      f"        time.sleep(0.05)\n")
+    proc = cli("predict", script, "--no-what-if", "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the process that left the script's session was still running after predict returned")

@@ -53,8 +53,12 @@ def record_in_subprocess(script: str, entry: str, knobs: dict, sweep: Optional[s
         job_file.write_text(json.dumps({"script": str(path.resolve()), "entry": entry, "knobs": knobs,
                                         "sweep": sweep, "values": values, "profile": profile, "out": str(out),
                                         "memory_gib": memory_gib}))
+        token = f"{os.getpid()}-{os.urandom(8).hex()}"       # marks every process this run starts
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                       os.environ.get("PYTHONPATH")])))
+                                                                       os.environ.get("PYTHONPATH")])),
+                   ALLOCATOR_REF_PREDICT_RUN=token)
+        before = _children()
+        reaping = _subreaper(True)
         # Its output goes to a file, not a pipe: a process the script starts would hold a pipe open
         # after the script ended, and reading it to its end would wait for that process, past any
         # timeout.  Waiting on the child itself ends by the deadline.
@@ -74,6 +78,9 @@ def record_in_subprocess(script: str, entry: str, knobs: dict, sweep: Optional[s
                                  "--timeout") from None
             finally:
                 _end(child)                        # what the script started in its process group, too
+                _end_strays(token, before)         # ... and what left that group (setsid, double fork)
+                if reaping:
+                    _subreaper(False)
             log.seek(0)
             output = log.read()[-20_000:]
         if child.returncode != 0 or not out.is_file():
@@ -97,6 +104,59 @@ def _end(child: subprocess.Popen) -> None:
     except OSError:                                # already gone
         pass
     child.wait()
+
+
+def _subreaper(on: bool) -> bool:
+    """prctl(PR_SET_CHILD_SUBREAPER) (Linux): a process the script starts that leaves its session
+    and loses its parent is re-parented to this process, not to init, so it stays findable."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> set:
+    """The pids whose parent is this process."""
+    return {pid for pid, ppid, _ in _processes() if ppid == os.getpid()}
+
+
+def _processes():
+    """(pid, parent pid, environment bytes) of the processes this user may read, from /proc."""
+    if not os.path.isdir("/proc"):
+        return
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        yield int(entry), int(stat.rsplit(")", 1)[1].split()[1]), environ
+
+
+def _end_strays(token: str, before: set) -> None:
+    """Kill what the script started and what escaped its process group: processes carrying this
+    run's token in their environment, and new children of this process (orphans a subreaper gets,
+    even those that cleared their environment).  Rounds, since one may fork while another dies."""
+    mark = f"ALLOCATOR_REF_PREDICT_RUN={token}".encode()
+    for _ in range(20):
+        strays = [pid for pid, ppid, environ in _processes()
+                  if pid != os.getpid() and (mark in environ.split(b"\0")
+                                             or (ppid == os.getpid() and pid not in before))]
+        if not strays:
+            return
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in strays:
+            try:
+                os.waitpid(pid, 0)                 # ours (re-parented here): reap it
+            except ChildProcessError:
+                pass
 
 
 def _limit_memory(gib: float) -> None:
