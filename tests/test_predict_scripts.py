@@ -230,3 +230,22 @@ def test_a_process_that_leaves_the_scripts_session_does_not_outlive_predict(tmp_
     else:
         os.kill(pid, 9)
         pytest.fail("the process that left the script's session was still running after predict returned")
+
+
+# ---- 5. one rank of DDP on a fake process group
+def test_a_ddp_step_records_its_bucket_and_the_gradients_it_copies(monkeypatch):
+    from allocator_ref.predict.forecast import _live_at
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    step = step_of("ddp_step.py")
+    live_after_backward = {}
+    for view in (False, True):
+        program = record_program(step, view=view)
+        events = program["device_traces"][0]
+        ops = [e["frames"][0]["name"] for e in events if e["action"] == "alloc" and e["size"] == 2 * (4 * MiB + 4096)]
+        assert "aten::empty.memory_format" in ops            # the one bucket (25 MiB cap holds both layers)
+        live = _live_at(events, program["predict_windows"][0]["start"] - 1)
+        assert [c["detail"] for c in program["predict_caveats"] if c["kind"] == "distributed"] == ["4"]
+        live_after_backward[view] = sorted(size for size, _ in live.values() if size == 4 * MiB)
+    # weights 2 x 4 MiB; without the view the 2 gradients of 4 MiB stay beside the bucket's copy of them
+    assert live_after_backward[False] == [4 * MiB] * 4
+    assert live_after_backward[True] == [4 * MiB] * 2

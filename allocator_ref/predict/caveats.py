@@ -60,7 +60,7 @@ class Caveat:
         return asdict(self)
 
 
-def _user_line() -> str:
+def user_line() -> str:
     """'file:line' of the innermost frame outside torch and this package."""
     import os
     import sys
@@ -94,15 +94,15 @@ class Watch:
         per = STATE_PER_PARAMETER.get(name, 0)
         detail = tr("{n} {device} tensor(s) of {name}", n=len(off), device=off[0].device.type, name=name)
         if not any(c.kind == "optimizer-unseen" for c in self.caveats):
-            self.caveats.append(Caveat("optimizer-unseen", size * per if per else None, True, _user_line(), detail))
+            self.caveats.append(Caveat("optimizer-unseen", size * per if per else None, True, user_line(), detail))
 
     def compiled(self, mode) -> None:
         blocking = mode in ("reduce-overhead", "max-autotune")
-        self.caveats.append(Caveat("compile", None, blocking, _user_line(), f"mode={mode or 'default'}"))
+        self.caveats.append(Caveat("compile", None, blocking, user_line(), f"mode={mode or 'default'}"))
 
     def host_read(self) -> None:
         if not self.host_reads:
-            self.host_read_where = _user_line()
+            self.host_read_where = user_line()
         self.host_reads += 1
 
     def finish(self) -> list[dict]:

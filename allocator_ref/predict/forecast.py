@@ -37,6 +37,9 @@ def caveat_text(c: dict) -> str:
         "compile": tr("torch.compile ({detail}, {where}) was recorded as eager code: fused kernels keep fewer "
                       "intermediates, and CUDA graphs or autotuning add memory this recording cannot see",
                       detail=c["detail"], where=c["where"]),
+        "distributed": tr("recorded as rank 0 of {detail} on a fake process group ({where}): DDP's buckets are "
+                          "in the prediction; NCCL's buffers, beside the allocator, are not", detail=c["detail"],
+                          where=c["where"]),
         "host-read": tr("{detail} value(s) read on the host ({where}) were 0 in the recording (meta tensors "
                         "hold no values): code that branches on them may take another path",
                         detail=c["detail"], where=c["where"]),

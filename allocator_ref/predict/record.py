@@ -44,7 +44,7 @@ except ImportError:        # the course installs and imports without torch; reco
     torch = None
     TorchFunctionMode = TorchDispatchMode = object
 
-from . import autocast, caveats
+from . import autocast, caveats, distributed
 from .unseen import PROFILE_ARCH, cublas_workspace_bytes
 
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -363,7 +363,8 @@ def _memory_calls():
 @contextmanager
 def script_stand_ins(profile: str = "h100-80gb"):
     """Everything a GPU script needs to run unchanged on meta (also while it is imported)."""
-    with caveats.stand_ins(PROFILE_ARCH.get(profile, 9)), _memory_calls(), autocast.stand_ins():
+    with caveats.stand_ins(PROFILE_ARCH.get(profile, 9)), _memory_calls(), autocast.stand_ins(), \
+            distributed.one_rank():
         yield
 
 
