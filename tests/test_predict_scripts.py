@@ -249,3 +249,12 @@ def test_a_ddp_step_records_its_bucket_and_the_gradients_it_copies(monkeypatch):
     # weights 2 x 4 MiB; without the view the 2 gradients of 4 MiB stay beside the bucket's copy of them
     assert live_after_backward[False] == [4 * MiB] * 4
     assert live_after_backward[True] == [4 * MiB] * 2
+
+
+@pytest.mark.slow
+def test_a_cuda_object_without_a_stand_in_is_named_not_torchs_internals():
+    proc = cli("predict", SCRIPTS / "uses_a_stream.py", "--no-what-if")
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert "torch.cuda.Stream()" in line and "uses_a_stream.py:6" in line
+    assert "requires CUDA support" not in line and "streams.py" not in line

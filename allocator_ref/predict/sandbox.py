@@ -192,26 +192,31 @@ def _child() -> int:
     except NoAnswer as exc:
         print(str(exc), file=sys.stderr)
         return 5
-    except AssertionError as exc:
-        if "not compiled with CUDA" not in str(exc):
+    except Exception as exc:                 # a torch.cuda object or call the CPU build has no stand-in for
+        refusal = _cannot_emulate(exc)
+        if refusal is None:
             raise
-        print(_cannot_emulate(exc), file=sys.stderr)
+        print(refusal, file=sys.stderr)
         return 5
     Path(job["out"]).write_text(json.dumps(result))
     return 0
 
 
-def _cannot_emulate(exc: BaseException) -> str:
-    """A torch.cuda call with no stand-in reached the CPU build's "Torch not compiled with CUDA
-    enabled": name the call and the script's line instead of torch's internals."""
+def _cannot_emulate(exc: BaseException):
+    """A torch.cuda call or object with no stand-in (``torch.cuda.Stream()``, ``Event()``, a query)
+    failed inside torch on the CPU build ("Torch not compiled with CUDA enabled", "requires CUDA
+    support", a dummy base class): name the script's line instead of torch's internals.  None when
+    the error is not that (the script's own error is reported as it is)."""
     import traceback
     frames = traceback.extract_tb(exc.__traceback__)
-    call = next((f"torch.cuda {f.name}()" for f in frames if os.sep + os.path.join("torch", "cuda") in f.filename),
-                "torch.cuda")
-    mine = [f for f in frames if os.sep + "torch" + os.sep not in f.filename and "allocator_ref" not in f.filename]
-    where = f"{os.path.basename(mine[-1].filename)}:{mine[-1].lineno}" if mine else "?"
+    torch_dir = os.sep + "torch" + os.sep
+    mine = [f for f in frames if torch_dir not in f.filename and "allocator_ref" not in f.filename
+            and f.filename != "<string>"]
+    if not mine or not frames or torch_dir not in frames[-1].filename or "cuda" not in (mine[-1].line or ""):
+        return None
+    where = f"{os.path.basename(mine[-1].filename)}:{mine[-1].lineno}"
     return tr("predict cannot emulate {call} (called at {where}) without a GPU; take it out of the step "
-              "that predict records", call=call, where=where)
+              "that predict records", call=f"`{mine[-1].line.strip()}`", where=where)
 
 
 if __name__ == "__main__":
