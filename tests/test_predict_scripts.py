@@ -258,3 +258,26 @@ def test_a_cuda_object_without_a_stand_in_is_named_not_torchs_internals():
     [line] = proc.stderr.strip().splitlines()
     assert "torch.cuda.Stream()" in line and "uses_a_stream.py:6" in line
     assert "requires CUDA support" not in line and "streams.py" not in line
+
+
+def test_chapter7s_prose_is_what_its_cells_print_without_torch():
+    """The cells' no-torch branch replays the stored recordings: the prose's figures come out of it."""
+    sys.path.insert(0, str(ROOT / "chapters"))
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        import _course as course
+        from test_chapter_claims import prose_claims
+    finally:
+        sys.path.remove(str(ROOT / "chapters"))
+        sys.path.remove(str(ROOT / "tests"))
+    stored = ROOT / "chapters" / "predict_recordings"
+    p = forecast(json.loads((stored / "mlp_step_64.json").read_text()), "t4-16gb", what_if=True)
+    largest = None
+    for batch in (64, 1024, 4096, 16384):
+        trial = forecast(json.loads((stored / f"mlp_step_{batch}.json").read_text()), "t4-16gb",
+                         device_memory=int(0.5 * 2**30))
+        largest = batch if trial.verdict == "fits" else largest
+    prose = prose_claims((ROOT / "chapters" / "07_diagnostics.md").read_text())
+    assert prose["ch7_predict_reserved"] == course.fmt(p.peak_reserved)
+    assert prose["ch7_predict_fits"] == course.result_words(p.verdict == "fits", "it fits", "it does not fit")
+    assert prose["ch7_predict_largest"] == str(largest)
