@@ -1,6 +1,10 @@
 """Predict a model's GPU memory, allocator included, before running it (no GPU needed).
 
 record.py    the program's allocations, recorded on ``meta`` tensors (needs torch; the CPU wheel is enough)
+autocast.py  torch.autocast("cuda") on meta: autocast's CUDA cast policy per op and its weight-cast cache
+caveats.py   what the recording cannot follow (an optimizer's unseen tensors, torch.compile, host reads),
+             said with the bytes at stake; a blocking one turns "fits" into "cannot say"
+distributed.py  one rank of a DDP job on PyTorch's fake process group (its buckets recorded)
 unseen.py    what that recording cannot see (CUDA context, cuBLAS/cuBLASLt workspaces, NCCL ...), with sources
 forecast.py  the recording replayed on the reference allocator for a chosen GPU: peaks, fit, stacks, sweep
 sandbox.py   ``python -m allocator_ref predict SCRIPT``: the user's script in a bounded subprocess
