@@ -29,7 +29,9 @@ def add_parser(sub, profile_name, device_gib, seconds, output_file) -> None:
                        "'step') that builds its model and tensors with device='cuda' and runs one step; "
                        "its `if __name__ == \"__main__\"` block is not run. Exit status 0 when it fits, 1 when it "
                        "does not, 2 on an error, 3 when predict cannot say (the recording missed something "
-                       "it names, e.g. an optimizer stepping tensors it never saw on the GPU).")
+                       "it names, e.g. an optimizer stepping tensors it never saw on the GPU). A script that "
+                       "calls torch.distributed.init_process_group is recorded as rank 0 of $WORLD_SIZE ranks "
+                       "on a fake process group.")
     p.add_argument("script", help="a Python file defining the step function (its code runs)")
     p.add_argument("--entry", default="step", help="the function to call (default: step)")
     p.add_argument("--set", dest="knobs", action="append", default=[], metavar="NAME=VALUE",
