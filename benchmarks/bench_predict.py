@@ -125,14 +125,29 @@ def _medium(traces: Path) -> dict | None:
             "record_seconds": round(seconds, 2), **row}
 
 
+def _cs336_gpt(traces: Path, name: str, forward_only: bool) -> dict | None:
+    """kkaitlyn111/cs336-a2-systems' 2.7B model, context 128: one forward, or one full step, each the
+    first run of its process (see predict_programs.cs336_gpt_memory_run for the evidence)."""
+    path = traces / name
+    if not path.is_file():
+        return None
+    from allocator_ref.predict.record import record_program
+    from allocator_ref.trace.snapshot import load_snapshot
+    from . import predict_programs as programs
+    t0 = time.perf_counter()
+    program = record_program(programs.cs336_gpt_memory_run, 128, forward_only=forward_only, profile="h100-80gb")
+    seconds = time.perf_counter() - t0
+    window = program["predict_windows"][0]        # the script's own _record_memory_history window
+    row = compare(load_snapshot(path), program, window["start"], window["stop"], "h100-80gb")
+    return {"trace": path.name, "program": "kkaitlyn111/cs336-a2-systems cs336_systems/benchmark.py "
+            "run_memory_foward_fullstep (2.7B, context 128, float32), its cs336_basics model and AdamW "
+            "written again as a stand-in (einops and jaxtyping not installed)",
+            "profile": "h100-80gb (the file's 33,554,432 B cuBLAS workspace is Hopper's default)",
+            "record_seconds": round(seconds, 2), **row}
+
+
 # Snapshots in ../shared/traces this benchmark does not predict, and why (a row each in the table).
 NOT_PREDICTED = {
-    "cs336-gpt-ctx128-forward.pickle": "a 2.7B model run under torch.autocast(device_type='cuda', dtype=bfloat16) "
-        "with bf16 parameters (kkaitlyn111/cs336-a2-systems benchmark.py, model and AdamW from "
-        "kkaitlyn111/cs336-assignment1): predict now records autocast (autocast.py), but that program is not "
-        "rewritten as a course program yet, so there is nothing to record",
-    "cs336-gpt-ctx128-fullstep.pickle": "the same autocast run as the forward one, with backward and its own AdamW "
-        "(not rewritten yet either)",
     "hf-finetune-expandable-oom.pickle": "a Hugging Face Trainer fine-tune whose model and data are not in the "
         "repository (weights from a hub): nothing to run",
     "multistream-select-n.pickle": "ten CUDA streams: the recorder puts everything on one stream",
@@ -219,7 +234,9 @@ def run(quick: bool = False, traces_dir=None, out_dir=None) -> dict:
     except ImportError:
         return {"skipped": "torch is not installed (pip install torch; the CPU wheel is enough)"}
     traces = Path(traces_dir) if traces_dir else TRACES
-    rows = [r for r in (_small(traces), None if quick else _medium(traces)) if r is not None]
+    slow = [] if quick else [_medium(traces), _cs336_gpt(traces, "cs336-gpt-ctx128-forward.pickle", True),
+                             _cs336_gpt(traces, "cs336-gpt-ctx128-fullstep.pickle", False)]
+    rows = [r for r in (_small(traces), *slow) if r is not None]
     rows += [] if quick else _not_predicted(traces)
     timing = _gpt2_medium_timing(quick)
     scaling = _replay_scaling(quick)

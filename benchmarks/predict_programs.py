@@ -1,4 +1,4 @@
-"""The programs behind two public PyTorch snapshots, written again so they can be predicted.
+"""The programs behind four public PyTorch snapshots, written again so they can be predicted.
 
 Each function below is the step a public repository ran while it recorded a snapshot that
 the course keeps in ../shared/traces (PROVENANCE.md there names repository and commit).
@@ -15,6 +15,9 @@ original files are named in each docstring.
   layers, 16 heads, vocabulary 10,000, context 128, batch 4, float32, 5 warm-up steps).
   The model, loss and optimizer are that repository's own cs336_basics package, imported
   from a local clone when one is given (``CS336_MEDIUM_CLONE``), never copied here.
+* ``cs336_gpt_memory_run``: kkaitlyn111/cs336-a2-systems cs336_systems/benchmark.py
+  ``run_memory_foward_fullstep`` (2.7B model, context 128, forward or full step), with a
+  stand-in for its cs336_basics (kkaitlyn111/cs336-assignment1): see the notes above it.
 """
 from __future__ import annotations
 
@@ -126,3 +129,210 @@ def gpt2_medium_step(batch_size: int = 8, seq_len: int = 1024):
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+# --- kkaitlyn111/cs336-a2-systems: the 2.7B model, context 128 -------------------------------
+# cs336_systems/benchmark.py ``run_memory_foward_fullstep`` as it ran for the two snapshots: the
+# snapshots' stacks put ``model(inputs)`` at its lines 221 (forward) and 229 (full step), the
+# layout of commit 46eae3f8 (memory history on, reset_peak_memory_stats, empty_cache, then the
+# forward or the full step).  2.7B configuration (d_model 2560, d_ff 10240, 32 layers, 32 heads),
+# vocabulary 10,000, batch 4, theta 10,000.  Each snapshot is the first run of its process:
+# forward at 46eae3f's loop (forward-only first, context 128 first), full step at c1c174d's (which
+# calls it with forward_only=False, context 128 first; the file first appears in that commit).
+# Not mixed precision, although the script has a switch for it: every allocation in both files
+# has a float32 size (a Linear's output 4 x 128 x 2560 x 4 = 5,242,880 B, no 2,621,440 B bf16
+# copy of it), so ``mixed_precision`` was False there (the nullcontext branch).  The stand-in
+# keeps the switch; the benchmark runs it as recorded.
+# The model, loss and AdamW are kkaitlyn111/cs336-assignment1's cs336_basics (transformer.py,
+# training.py, optimizers.py; the snapshot's transformer.py line numbers match that file without
+# its commented-out load_state_dict).  That package needs einops and jaxtyping, which the course
+# does not install, so the classes below are a stand-in written from reading it: the same tensors
+# on the device, made by the same torch ops in the same order (einops' einsum and rearrange become
+# the torch.einsum, reshape and permute they call).  Its parameters are float32 whatever ``dtype``
+# says: Linear makes its weight on the CPU (moved by ``model.to``), Embedding and RMSNorm make
+# theirs in float32 on the device, RoPE its cos/sin table on the device.
+
+
+def _cs336_linear(in_features, out_features):
+    """cs336_basics Linear: a float32 weight of shape [in, out] made on the CPU (its values never
+    reach the device: only ``model.to`` copies it there), applied by einsum."""
+    import torch
+
+    class Linear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            # empty, not zeros + trunc_normal_: the values never reach the device, and 2.7B
+            # zeroed floats would be 10 GiB of this machine's memory.
+            self.weight = torch.nn.Parameter(torch.empty(in_features, out_features))
+
+        def forward(self, x):
+            return torch.einsum("oi,...i->...o", self.weight, x)
+    return Linear()
+
+
+def cs336_gpt_model(d_model, num_heads, d_ff, vocab_size, context_length, num_layers, theta, device):
+    import torch
+    nn = torch.nn
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=torch.float32))
+
+        def forward(self, x):
+            in_dtype = x.dtype
+            x = x.to(torch.float32)
+            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+            rms = torch.sqrt(norm ** 2 / d_model + 1e-5)
+            return torch.einsum("d,bsd->bsd", self.weight, x / rms).to(in_dtype)
+
+    class RoPE(nn.Module):
+        def __init__(self, d_k):
+            super().__init__()
+            positions = torch.arange(context_length, device=device)
+            freq = 1.0 / (theta ** (torch.arange(0, d_k, 2, device=device).float() / d_k))
+            angles = torch.outer(positions, freq)
+            cos_sin = torch.zeros(context_length, d_k // 2, 2, device=device)
+            cos_sin[:, :, 0] = torch.cos(angles)
+            cos_sin[:, :, 1] = torch.sin(angles)
+            self.register_buffer("cos_sin_matrix", cos_sin, persistent=False)
+
+        def forward(self, x, token_positions):
+            pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
+            cos = self.cos_sin_matrix[token_positions, :, 0].unsqueeze(1)
+            sin = self.cos_sin_matrix[token_positions, :, 1].unsqueeze(1)
+            rotated = torch.zeros_like(pairs)
+            rotated[..., 0] = cos * pairs[..., 0] - sin * pairs[..., 1]
+            rotated[..., 1] = sin * pairs[..., 0] + cos * pairs[..., 1]
+            return rotated.reshape(x.shape)
+
+    def softmax(t, dim):
+        exp = torch.exp(t - torch.max(t, dim=dim, keepdim=True)[0])
+        return exp / torch.sum(exp, dim=dim, keepdim=True)
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj, self.output_proj = (_cs336_linear(d_model, d_model) for _ in range(4))
+            self.rope = RoPE(d_model // num_heads)
+
+        def heads(self, t):             # rearrange "b s (n_h d_k) -> b n_h s d_k": a view
+            b, s, _ = t.shape
+            return t.reshape(b, s, num_heads, -1).permute(0, 2, 1, 3)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.heads(self.q_proj(x)), self.heads(self.k_proj(x)), self.heads(self.v_proj(x))
+            positions = torch.arange(s, device=x.device).unsqueeze(0).expand(b, -1)
+            q, k = self.rope(q, positions), self.rope(k, positions)
+            mask = ~torch.triu(torch.ones(s, s, device=x.device), diagonal=1).to(torch.bool)
+            mask = mask.unsqueeze(0).unsqueeze(0).expand(b, num_heads, -1, -1)
+            scores = torch.einsum("...qd,...kd->...qk", q, k) / (q.shape[-1] ** 0.5)
+            scores = scores.masked_fill(mask == False, -1e9)    # noqa: E712 (the original's op)
+            out = torch.einsum("...qk,...kd->...qd", softmax(scores, -1), v)
+            # rearrange "b n_h s d_k -> b s (n_h d_k)": permute, then a reshape that copies
+            return self.output_proj(out.permute(0, 2, 1, 3).reshape(b, s, d_model))
+
+    class FeedForward(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1, self.w2, self.w3 = _cs336_linear(d_ff, d_model), _cs336_linear(d_model, d_ff), _cs336_linear(d_ff, d_model)
+
+        def forward(self, x):
+            t1 = self.w1(x)
+            t3 = self.w3(x)
+            return self.w2(torch.sigmoid(t1) * t1 * t3)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.attn, self.ln2, self.ffn = RMSNorm(), Attention(), RMSNorm(), FeedForward()
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.ffn(self.ln2(x))
+
+    class TransformerLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.token_embeddings = nn.Parameter(torch.randn(vocab_size, d_model, device=device, dtype=torch.float32))
+            self.layers = nn.ModuleList(Block() for _ in range(num_layers))
+            self.ln_final = RMSNorm()
+            self.lm_head = _cs336_linear(vocab_size, d_model)
+
+        def forward(self, x):
+            x = self.token_embeddings[x]
+            for layer in self.layers:
+                x = layer(x)
+            return self.lm_head(self.ln_final(x))
+
+    return TransformerLM()
+
+
+def cs336_cross_entropy(inputs, targets):
+    """cs336_basics training.py ``cross_entropy_loss`` (its batch index made on the CPU, as there)."""
+    import torch
+    inputs, targets = inputs.reshape(-1, inputs.size(-1)), targets.reshape(-1)
+    inputs = inputs - torch.max(inputs, dim=-1, keepdim=True).values
+    exp_sum = torch.exp(inputs).sum(dim=-1)
+    target_inputs = inputs[torch.arange(inputs.shape[0]), targets]
+    return (torch.log(exp_sum) - target_inputs).mean()
+
+
+def cs336_adamw(params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01):
+    """cs336_basics optimizers.py ``AdamW``: a per-parameter loop (no foreach), its state made
+    with zeros_like on the first step, the denominator a new tensor per parameter."""
+    import math
+    import torch
+
+    class AdamW(torch.optim.Optimizer):
+        def step(self, closure=None):
+            for group in self.param_groups:
+                beta1, beta2 = group["betas"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    grad, state = p.grad.data, self.state[p]
+                    if not state:
+                        state.update(step=0, exp_avg=torch.zeros_like(p.data), exp_avg_sq=torch.zeros_like(p.data))
+                    state["step"] += 1
+                    state["exp_avg"].mul_(beta1).add_(grad, alpha=1 - beta1)
+                    state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                    denom = (state["exp_avg_sq"].sqrt() / math.sqrt(1 - beta2 ** state["step"])).add_(group["eps"])
+                    p.data.addcdiv_(state["exp_avg"], denom, value=-group["lr"] / (1 - beta1 ** state["step"]))
+                    if group["weight_decay"] != 0:
+                        p.data.add_(p.data, alpha=-group["lr"] * group["weight_decay"])
+    return AdamW(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+
+CS336_GPT_2_7B = dict(d_model=2560, d_ff=10240, num_layers=32, num_heads=32)
+
+
+def cs336_gpt_memory_run(context_length: int, forward_only: bool, batch_size: int = 4, vocab_size: int = 10_000,
+                         config: dict = CS336_GPT_2_7B, mixed_precision: bool = False):
+    """One ``run_memory_foward_fullstep`` call: build, AdamW, a batch, then (under bf16 autocast
+    when ``mixed_precision``) the recorded window: memory history on, empty_cache, one forward or
+    one full step."""
+    import contextlib
+    import torch
+    device = torch.device("cuda")
+    model = cs336_gpt_model(config["d_model"], config["num_heads"], config["d_ff"], vocab_size,
+                            context_length, config["num_layers"], 10_000, device)
+    model.to(device)
+    optimizer = cs336_adamw(model.parameters())
+    batch = torch.randint(low=0, high=vocab_size, size=(batch_size, context_length)).to(device)
+    casting = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if mixed_precision else contextlib.nullcontext()
+    with casting:
+        torch.cuda.memory._record_memory_history(max_entries=1000000)
+        torch.cuda.empty_cache()
+        if forward_only:
+            logits = model(batch)
+        else:
+            optimizer.zero_grad()
+            logits = model(batch)
+            loss = cs336_cross_entropy(logits, batch)
+            loss.backward()
+            optimizer.step()
+    torch.cuda.memory._dump_snapshot("unused.pickle")
+    torch.cuda.memory._record_memory_history(enabled=None)
+

@@ -320,3 +320,22 @@ def test_no_other_command_runs_a_script(tmp_path):
                  ("compare", tmp_path / "train.py")):
         proc = cli(*args, timeout=120)
         assert not marker.exists(), (args, proc.stdout[-500:], proc.stderr[-500:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, forward_only, exact", [("cs336-gpt-ctx128-forward.pickle", True, True),
+                                                       ("cs336-gpt-ctx128-fullstep.pickle", False, False)])
+def test_the_published_2_7b_runs_are_predicted_from_their_program(name, forward_only, exact):
+    """kkaitlyn111/cs336-a2-systems' 2.7B forward and full AdamW step, written as a course program
+    (benchmarks/predict_programs.py): predicted peaks against the real snapshot's."""
+    from benchmarks import bench_predict
+    from benchmarks.common import TRACES
+    if not (TRACES / name).is_file():
+        pytest.skip("../shared/traces is absent: nothing recorded to compare with")
+    row = bench_predict._cs336_gpt(TRACES, name, forward_only)
+    assert row["recorded_replay_exact"]
+    reserved_error = abs(row["predicted_peak_reserved"] - row["recorded_peak_reserved"]) / row["recorded_peak_reserved"]
+    allocated_error = abs(row["predicted_peak_allocated"] - row["recorded_peak_allocated"]) / row["recorded_peak_allocated"]
+    assert reserved_error < 0.01 and allocated_error < 0.01
+    if exact:          # the forward pass: every request the same size, in the same place
+        assert row["same_size_same_place"] == row["recorded_allocs"] == row["predicted_allocs"]
