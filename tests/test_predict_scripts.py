@@ -153,6 +153,29 @@ def test_a_replay_past_its_deadline_stops_with_one_line():
         replay_program(program, "h100-80gb", deadline=time.monotonic() - 1)
 
 
+@pytest.mark.slow
+def test_the_timeout_bounds_the_replay_after_a_quick_recording(tmp_path):
+    # The recording ends in seconds; its replay alone would take about a minute here (each of the
+    # 80,000 memory-history windows gets its peaks checked at every event).  --timeout 20 bounds
+    # the whole command, so the replay is stopped too, not only the script's child process.
+    recorded = tmp_path / "recorded"
+    script = tmp_path / "many_windows.py"
+    script.write_text(f"import torch\n"
+                      f"def step(allocations=500, windows=80_000):\n"
+                      f"    for _ in range(windows):\n"
+                      f"        torch.cuda.memory._record_memory_history()\n"
+                      f"        torch.cuda.memory._record_memory_history(enabled=None)\n"
+                      f"    kept = [torch.empty(1024, device='cuda') for _ in range(allocations)]\n"
+                      f"    open({str(recorded)!r}, 'w').write('done')\n"
+                      f"    return kept\n")
+    started = time.monotonic()
+    proc = cli("predict", script, "--no-what-if", "--timeout", "20", timeout=200)
+    took = time.monotonic() - started
+    assert recorded.is_file(), "the recording itself did not finish: this test is about the replay"
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert took < 35, f"predict took {took:.0f} s against a 20 s --timeout"
+
+
 # ---- torch.cuda calls with no answer, and a torch.py beside the script
 @pytest.mark.slow
 def test_a_question_for_the_allocator_is_refused_by_name(tmp_path):
