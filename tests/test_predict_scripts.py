@@ -274,6 +274,34 @@ def test_a_ddp_step_records_its_bucket_and_the_gradients_it_copies(monkeypatch):
     assert live_after_backward[True] == [4 * MiB] * 2
 
 
+@pytest.mark.parametrize("version, wrapped", [(2, 1024 * 4096 + 4096),            # fully_shard(first Linear)
+                                              (1, 2 * (1024 * 4096) + 4096 + 1024)])  # FSDP1 wraps the whole model
+def test_fsdp_is_refused_with_the_parameter_bytes_at_stake(monkeypatch, version, wrapped):
+    from allocator_ref.predict.caveats import NoAnswer
+    from allocator_ref.predict.record import script_stand_ins
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with script_stand_ins():               # as predict imports a script: its `from ... import fully_shard` too
+        step = step_of("fsdp_step.py")
+    with pytest.raises(NoAnswer) as refusal:
+        record_program(step, version=version)
+    assert refusal.value.parameter_bytes == 4 * wrapped
+    import torch.distributed as dist
+    import torch.distributed.fsdp as fsdp
+    assert not dist.is_initialized()                    # the fake group is gone again
+    assert fsdp.fully_shard.__name__ == "fully_shard" and fsdp.fully_shard.__module__ == "torch.distributed.fsdp"
+
+
+@pytest.mark.slow
+def test_predict_never_answers_for_an_fsdp_step(tmp_path):
+    env = dict(os.environ, WORLD_SIZE="4")
+    proc = subprocess.run([sys.executable, "-m", "allocator_ref", "predict", str(SCRIPTS / "fsdp_step.py"),
+                           "--no-what-if"], env={**env, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout      # no "fits", no number
+    [line] = proc.stderr.strip().splitlines()
+    assert "fsdp_step.py:13" in line                      # the script's own fully_shard line
+
+
 @pytest.mark.slow
 def test_a_cuda_object_without_a_stand_in_is_named_not_torchs_internals():
     proc = cli("predict", SCRIPTS / "uses_a_stream.py", "--no-what-if")

@@ -17,6 +17,14 @@ nothing) is skipped, and every DDP gets a comm hook that returns its bucket as t
 which is what the default hook's in-place ``allreduce`` and ``div_`` leave in memory
 (torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py ``allreduce_hook``).  NCCL's own
 buffers are beside the allocator and not recorded (unseen.py).
+
+FSDP is not modelled.  FSDP2 (``fully_shard``) all-gathers each unit's parameters and
+reduce-scatters its gradients on streams of their own (``FSDPCommContext.lazy_init`` in
+torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, read in torch 2.13: an all-gather
+copy-in, an all-gather and a reduce-scatter stream), and the allocator keeps a separate pool per
+stream, while this recording has one stream; FSDP1 (``FullyShardedDataParallel``) flattens and
+shards on its own streams as well.  Wrapping a module in either is refused by name, with the
+parameter bytes it would have sharded, instead of recording something else.
 """
 from __future__ import annotations
 
@@ -25,7 +33,33 @@ from contextlib import contextmanager
 
 import torch
 
+from ..editions.messages import translator
 from . import caveats
+from .caveats import NoAnswer
+
+tr = translator("doctor")
+
+
+def _parameter_bytes(module) -> int:
+    """Bytes of the parameters a wrapper would shard (each counted once, as FSDP groups them)."""
+    seen = {id(p): p for p in module.parameters()} if isinstance(module, torch.nn.Module) else {}
+    return sum(p.numel() * p.element_size() for p in seen.values())
+
+
+def _refuse_fsdp(name: str, world: int):
+    def refuse(module=None, *args, **kwargs):
+        import torch.distributed as dist
+        ranks = dist.get_world_size() if dist.is_initialized() else world
+        at_stake = _parameter_bytes(module)
+        mib = at_stake / 2**20
+        refusal = NoAnswer(tr("{line}: {name} is not modelled by predict: it would shard {mib} MiB of parameters "
+                          "over {world} ranks and gather them back per unit on streams of its own, which this "
+                          "one-stream recording does not have; predict records one rank of DDP, or the step "
+                          "without FSDP", line=caveats.user_line(), name=name, mib=f"{mib:,.1f}",
+                          world=ranks))
+        refusal.parameter_bytes = at_stake
+        raise refusal
+    return refuse
 
 
 def _bucket_as_reduced(state, bucket):
@@ -33,6 +67,29 @@ def _bucket_as_reduced(state, bucket):
     future = torch.futures.Future()
     future.set_result(bucket.buffer())
     return future
+
+
+def _fsdp_refusals(world: int) -> list:
+    """fully_shard (both places a script imports it from) and FullyShardedDataParallel refuse by
+    name while recording; returns the originals to put back."""
+    import importlib
+    patches = []
+    for module_name in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        try:
+            owner = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if hasattr(owner, "fully_shard"):
+            patches.append((owner, "fully_shard", _refuse_fsdp("fully_shard (FSDP2)", world)))
+        if hasattr(owner, "FullyShardedDataParallel"):
+            cls = owner.FullyShardedDataParallel
+            refuse = _refuse_fsdp("FullyShardedDataParallel (FSDP1)", world)
+            patches.append((cls, "__init__", lambda self, module=None, *a, **k: refuse(module)))
+    originals = [(owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name))
+                 for owner, name, _ in patches]
+    for owner, name, value in patches:
+        setattr(owner, name, value)
+    return originals
 
 
 @contextmanager
@@ -71,9 +128,12 @@ def one_rank(world_size: int | None = None):
     dist.init_process_group = init_process_group
     ddp_module._verify_param_shape_across_processes = lambda *a, **k: None
     ddp_module.DistributedDataParallel.__init__ = ddp_init
+    fsdp = _fsdp_refusals(ranks)
     try:
         yield
     finally:
+        for owner, name, value in fsdp:
+            setattr(owner, name, value)
         dist.init_process_group = original_init
         ddp_module._verify_param_shape_across_processes = original_verify
         ddp_module.DistributedDataParallel.__init__ = original_ddp_init
