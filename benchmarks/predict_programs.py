@@ -184,7 +184,9 @@ def cs336_gpt_model(d_model, num_heads, d_ff, vocab_size, context_length, num_la
             x = x.to(torch.float32)
             norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
             rms = torch.sqrt(norm ** 2 / d_model + 1e-5)
-            return torch.einsum("d,bsd->bsd", self.weight, x / rms).to(in_dtype)
+            x_normed = x / rms
+            result = torch.einsum("d,bsd->bsd", self.weight, x_normed)
+            return result.to(in_dtype)
 
     class RoPE(nn.Module):
         def __init__(self, d_k):
@@ -207,8 +209,18 @@ def cs336_gpt_model(d_model, num_heads, d_ff, vocab_size, context_length, num_la
             return rotated.reshape(x.shape)
 
     def softmax(t, dim):
-        exp = torch.exp(t - torch.max(t, dim=dim, keepdim=True)[0])
-        return exp / torch.sum(exp, dim=dim, keepdim=True)
+        max_vals = torch.max(t, dim=dim, keepdim=True)[0]
+        exp = torch.exp(t - max_vals)
+        total = torch.sum(exp, dim=dim, keepdim=True)
+        return exp / total
+
+    def attention(q, k, v, mask):
+        """Its own function, as in the original: the scores and weights die when it returns."""
+        scores = torch.einsum("...qd,...kd->...qk", q, k)
+        scores = scores / (q.shape[-1] ** 0.5)
+        scores = scores.masked_fill(mask == False, -1e9)    # noqa: E712 (the original's op)
+        weights = softmax(scores, dim=-1)
+        return torch.einsum("...qk,...kd->...qd", weights, v)
 
     class Attention(nn.Module):
         def __init__(self):
@@ -222,35 +234,47 @@ def cs336_gpt_model(d_model, num_heads, d_ff, vocab_size, context_length, num_la
 
         def forward(self, x):
             b, s, _ = x.shape
-            q, k, v = self.heads(self.q_proj(x)), self.heads(self.k_proj(x)), self.heads(self.v_proj(x))
+            # The projections stay named until forward returns, as in the original (its Q_x, K_x, V_x):
+            # rebinding q to its rotated copy must not free the projection q is a view of.
+            q_x, k_x, v_x = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            q, k, v = self.heads(q_x), self.heads(k_x), self.heads(v_x)
             positions = torch.arange(s, device=x.device).unsqueeze(0).expand(b, -1)
-            q, k = self.rope(q, positions), self.rope(k, positions)
+            q = self.rope(q, positions)
+            k = self.rope(k, positions)
             mask = ~torch.triu(torch.ones(s, s, device=x.device), diagonal=1).to(torch.bool)
             mask = mask.unsqueeze(0).unsqueeze(0).expand(b, num_heads, -1, -1)
-            scores = torch.einsum("...qd,...kd->...qk", q, k) / (q.shape[-1] ** 0.5)
-            scores = scores.masked_fill(mask == False, -1e9)    # noqa: E712 (the original's op)
-            out = torch.einsum("...qk,...kd->...qd", softmax(scores, -1), v)
+            result = attention(q, k, v, mask)
             # rearrange "b n_h s d_k -> b s (n_h d_k)": permute, then a reshape that copies
-            return self.output_proj(out.permute(0, 2, 1, 3).reshape(b, s, d_model))
+            result = result.permute(0, 2, 1, 3).reshape(b, s, d_model)
+            result = self.output_proj(result)
+            return result
 
     class FeedForward(nn.Module):
         def __init__(self):
             super().__init__()
             self.w1, self.w2, self.w3 = _cs336_linear(d_ff, d_model), _cs336_linear(d_model, d_ff), _cs336_linear(d_ff, d_model)
 
-        def forward(self, x):
+        def forward(self, x):             # every intermediate named, so each lives until return
             t1 = self.w1(x)
             t3 = self.w3(x)
-            return self.w2(torch.sigmoid(t1) * t1 * t3)
+            t2 = torch.sigmoid(t1) * t1
+            t4 = t2 * t3
+            result = self.w2(t4)
+            return result
 
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
             self.ln1, self.attn, self.ln2, self.ffn = RMSNorm(), Attention(), RMSNorm(), FeedForward()
 
-        def forward(self, x):
-            x = x + self.attn(self.ln1(x))
-            return x + self.ffn(self.ln2(x))
+        def forward(self, x):             # h rebound as in the original: each h lives until the next
+            h = self.ln1(x)
+            h = self.attn(h)
+            x = x + h
+            h = self.ln2(x)
+            h = self.ffn(h)
+            x = x + h
+            return x
 
     class TransformerLM(nn.Module):
         def __init__(self):
@@ -272,11 +296,17 @@ def cs336_gpt_model(d_model, num_heads, d_ff, vocab_size, context_length, num_la
 def cs336_cross_entropy(inputs, targets):
     """cs336_basics training.py ``cross_entropy_loss`` (its batch index made on the CPU, as there)."""
     import torch
-    inputs, targets = inputs.reshape(-1, inputs.size(-1)), targets.reshape(-1)
-    inputs = inputs - torch.max(inputs, dim=-1, keepdim=True).values
-    exp_sum = torch.exp(inputs).sum(dim=-1)
-    target_inputs = inputs[torch.arange(inputs.shape[0]), targets]
-    return (torch.log(exp_sum) - target_inputs).mean()
+    if inputs.dim() > 2:
+        inputs = inputs.reshape(-1, inputs.size(-1))
+        targets = targets.reshape(-1)
+    inputs_max = torch.max(inputs, dim=-1, keepdim=True).values
+    inputs = inputs - inputs_max
+    exp_inputs = torch.exp(inputs)                # named: it lives until the loss is returned
+    exp_inputs_sum = exp_inputs.sum(dim=-1)
+    batch_indices = torch.arange(inputs.shape[0])
+    target_inputs = inputs[batch_indices, targets]
+    losses = torch.log(exp_inputs_sum) - target_inputs
+    return losses.mean()
 
 
 def cs336_adamw(params, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01):
@@ -336,3 +366,31 @@ def cs336_gpt_memory_run(context_length: int, forward_only: bool, batch_size: in
     torch.cuda.memory._dump_snapshot("unused.pickle")
     torch.cuda.memory._record_memory_history(enabled=None)
 
+
+
+GPT_BASICS_REPO = "kkaitlyn111/cs336-assignment1"
+
+
+def gpt_basics_clone() -> Path | None:
+    """A git directory of the 2.7B runs' cs336_basics (``CS336_GPT_BASICS_CLONE``, or the session mirror)."""
+    for candidate in (os.environ.get("CS336_GPT_BASICS_CLONE"), "/work/.mirror/kkaitlyn111+cs336-assignment1/repo"):
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    return None
+
+
+def import_gpt_basics(clone: Path):
+    """That repository's cs336_basics (transformer, optimizers, training at its newest commit), checked
+    out into a temporary folder and imported: to compare the stand-in above with the real thing."""
+    target = Path(tempfile.mkdtemp(prefix="cs336-gpt-basics-")) / "cs336_basics"
+    target.mkdir()
+    (target / "__init__.py").write_text("")
+    for name in ("transformer.py", "optimizers.py", "training.py"):
+        text = subprocess.run(["git", "--git-dir", str(clone), "show", f"HEAD:cs336_basics/{name}"],
+                              capture_output=True, text=True, check=True).stdout
+        (target / name).write_text(text)
+    sys.path.insert(0, str(target.parent))
+    import cs336_basics.optimizers
+    import cs336_basics.training
+    import cs336_basics.transformer
+    return cs336_basics
