@@ -31,7 +31,8 @@ def add_parser(sub, profile_name, device_gib, seconds, output_file) -> None:
                        "does not, 2 on an error, 3 when predict cannot say (the recording missed something "
                        "it names, e.g. an optimizer stepping tensors it never saw on the GPU). A script that "
                        "calls torch.distributed.init_process_group is recorded as rank 0 of $WORLD_SIZE ranks "
-                       "on a fake process group.")
+                       "on a fake process group (DDP is followed; FSDP is not modelled and is refused by name, "
+                       "with the parameter bytes it would shard).")
     p.add_argument("script", help="a Python file defining the step function (its code runs)")
     p.add_argument("--entry", default="step", help="the function to call (default: step)")
     p.add_argument("--set", dest="knobs", action="append", default=[], metavar="NAME=VALUE",
