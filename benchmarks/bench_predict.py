@@ -125,6 +125,28 @@ def _medium(traces: Path) -> dict | None:
             "record_seconds": round(seconds, 2), **row}
 
 
+def memtracker_peak(forward_only: bool) -> int:
+    """What a user would pick instead: PyTorch's MemTracker (torch/distributed/_tools/mem_tracker.py)
+    on the same program on meta tensors.  It counts live tensor storages, so its peak is the peak
+    allocated, with no allocator: no rounding, no cached blocks, no segments."""
+    import torch
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from . import predict_programs as programs
+    meta = torch.device("meta")
+    with meta:
+        model = programs.cs336_gpt_model(2560, 32, 10240, 10_000, 128, 32, 10_000, meta)
+    optimizer = programs.cs336_adamw(model.parameters())
+    batch = torch.randint(0, 10_000, (4, 128), device=meta)
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    with tracker:
+        logits = model(batch)
+        if not forward_only:
+            programs.cs336_cross_entropy(logits, batch).backward()
+            optimizer.step()
+    return int(tracker.get_tracker_snapshot("peak")[meta]["Total"])
+
+
 def _cs336_gpt(traces: Path, name: str, forward_only: bool) -> dict | None:
     """kkaitlyn111/cs336-a2-systems' 2.7B model, context 128: one forward, or one full step, each the
     first run of its process (see predict_programs.cs336_gpt_memory_run for the evidence)."""
@@ -143,7 +165,7 @@ def _cs336_gpt(traces: Path, name: str, forward_only: bool) -> dict | None:
             "run_memory_foward_fullstep (2.7B, context 128, float32), its cs336_basics model and AdamW "
             "written again as a stand-in (einops and jaxtyping not installed)",
             "profile": "h100-80gb (the file's 33,554,432 B cuBLAS workspace is Hopper's default)",
-            "record_seconds": round(seconds, 2), **row}
+            "record_seconds": round(seconds, 2), "memtracker_peak": memtracker_peak(forward_only), **row}
 
 
 # Snapshots in ../shared/traces this benchmark does not predict, and why (a row each in the table).
@@ -203,6 +225,11 @@ def markdown(rows: list, timing: dict, scaling: list | None = None) -> str:
                      f"{r['recorded_peak_allocated'] / MiB:,.1f} / {r['predicted_peak_allocated'] / MiB:,.1f} MiB | "
                      f"{r['recorded_peak_reserved'] / MiB:,.1f} / {r['predicted_peak_reserved'] / MiB:,.1f} MiB "
                      f"({100 * err:+.2f}%) |")
+    for r in rows:
+        if r.get("memtracker_peak"):
+            err = (r["memtracker_peak"] - r["recorded_peak_reserved"]) / r["recorded_peak_reserved"]
+            lines += ["", f"MemTracker on {r['trace']} (meta tensors, no allocator): peak {r['memtracker_peak'] / MiB:,.1f} "
+                      f"MiB, {100 * err:+.2f}% of the recorded peak reserved."]
     for r in rows:
         if r.get("misses"):
             causes: dict = {}
