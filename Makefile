@@ -23,6 +23,17 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# torch for `make lab`: chapter 7's predict cells and `python -m allocator_ref predict` record on PyTorch's
+# meta tensors.  The local CPU wheel when this machine has one (TORCH_WHEEL, below), else torch from the
+# package index.  Installed once (its stamp); `make test` installs the local wheel itself and never needs the index.
+TORCH_STAMP := $(VENV)/.torch-installed
+$(TORCH_STAMP): $(STAMP)
+	@if $(PY) -c "import torch" 2>/dev/null; then :; \
+	 elif [ -n "$(TORCH_WHEEL)" ]; then echo "Installing torch from $(TORCH_WHEEL)..."; set -o pipefail; $(PIP) install -q "$(TORCH_WHEEL)" $(QUIET_PIP); \
+	 else echo "Installing torch from the package index (a large download, once)..."; set -o pipefail; $(PIP) install -q torch $(QUIET_PIP); fi
+	@if $(PY) -c "import torch" 2>/dev/null; then touch $(TORCH_STAMP); \
+	 else echo "(torch did not install: chapter 7's predict cells say so and skip; make lab tries again next time)"; fi
+
 # Start the course in JupyterLab, chapter 0 first.  Headless: make lab LAB_ARGS="--no-browser --port 8899"
 # (as root, e.g. in a container, JupyterLab needs --allow-root)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
@@ -37,7 +48,7 @@ FIRST_CHAPTER := $(if $(filter zh%,$(COURSE_LANG)),chapters/zh/00_setup_and_tour
 # A Chinese lab also has JupyterLab's menus in Chinese: .jupyter-course-zh/ sets the language pack
 # (jupyterlab-language-pack-zh-CN, installed with the course) as the default locale.
 LAB_CONFIG := $(CURDIR)/.jupyter-course$(if $(filter zh%,$(COURSE_LANG)),:$(CURDIR)/.jupyter-course-zh)
-lab: $(STAMP)
+lab: $(STAMP) $(TORCH_STAMP)
 	JUPYTER_CONFIG_PATH="$(LAB_CONFIG)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" $(VENV)/bin/jupyter lab --notebook-dir=. $(ROOT_FLAG) $(LAB_ARGS) $(FIRST_CHAPTER)
 
 # Every test.  Passes on a 2-core machine without a GPU (GPU tests skip and say why).

@@ -125,12 +125,51 @@ def _medium(traces: Path) -> dict | None:
             "record_seconds": round(seconds, 2), **row}
 
 
+def memtracker_peak(forward_only: bool) -> int:
+    """What a user would pick instead: PyTorch's MemTracker (torch/distributed/_tools/mem_tracker.py)
+    on the same program on meta tensors.  It counts live tensor storages, so its peak is the peak
+    allocated, with no allocator: no rounding, no cached blocks, no segments."""
+    import torch
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from . import predict_programs as programs
+    meta = torch.device("meta")
+    with meta:
+        model = programs.cs336_gpt_model(2560, 32, 10240, 10_000, 128, 32, 10_000, meta)
+    optimizer = programs.cs336_adamw(model.parameters())
+    batch = torch.randint(0, 10_000, (4, 128), device=meta)
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    with tracker:
+        logits = model(batch)
+        if not forward_only:
+            programs.cs336_cross_entropy(logits, batch).backward()
+            optimizer.step()
+    return int(tracker.get_tracker_snapshot("peak")[meta]["Total"])
+
+
+def _cs336_gpt(traces: Path, name: str, forward_only: bool) -> dict | None:
+    """kkaitlyn111/cs336-a2-systems' 2.7B model, context 128: one forward, or one full step, each the
+    first run of its process (see predict_programs.cs336_gpt_memory_run for the evidence)."""
+    path = traces / name
+    if not path.is_file():
+        return None
+    from allocator_ref.predict.record import record_program
+    from allocator_ref.trace.snapshot import load_snapshot
+    from . import predict_programs as programs
+    t0 = time.perf_counter()
+    program = record_program(programs.cs336_gpt_memory_run, 128, forward_only=forward_only, profile="h100-80gb")
+    seconds = time.perf_counter() - t0
+    window = program["predict_windows"][0]        # the script's own _record_memory_history window
+    row = compare(load_snapshot(path), program, window["start"], window["stop"], "h100-80gb")
+    return {"trace": path.name, "program": "kkaitlyn111/cs336-a2-systems cs336_systems/benchmark.py "
+            "run_memory_foward_fullstep (2.7B, context 128, float32), its cs336_basics model and AdamW "
+            "written again as a stand-in (einops and jaxtyping not installed)",
+            "profile": "h100-80gb (the file's 33,554,432 B cuBLAS workspace is Hopper's default)",
+            "record_seconds": round(seconds, 2), "memtracker_peak": memtracker_peak(forward_only), **row}
+
+
 # Snapshots in ../shared/traces this benchmark does not predict, and why (a row each in the table).
 NOT_PREDICTED = {
-    "cs336-gpt-ctx128-forward.pickle": "a 2.7B model run under torch.autocast(device_type='cuda', dtype=bfloat16) "
-        "(kkaitlyn111/cs336-a2-systems benchmark.py, model from kkaitlyn111/cs336-assignment1): autocast has no "
-        "meta backend, so a meta recording cannot make its casts and cached bf16 weights",
-    "cs336-gpt-ctx128-fullstep.pickle": "the same autocast run as the forward one, with backward and optimizer",
     "hf-finetune-expandable-oom.pickle": "a Hugging Face Trainer fine-tune whose model and data are not in the "
         "repository (weights from a hub): nothing to run",
     "multistream-select-n.pickle": "ten CUDA streams: the recorder puts everything on one stream",
@@ -157,7 +196,22 @@ def _gpt2_medium_timing(quick: bool) -> dict:
             "peak_allocated": prediction.peak_allocated, "peak_reserved": prediction.peak_reserved}
 
 
-def markdown(rows: list, timing: dict) -> str:
+def _replay_scaling(quick: bool) -> list:
+    """Seconds to replay a program whose memory only grows (every allocation a new peak): linear
+    now (the blocks live at the peak are found once, after the pass); the replay used to copy
+    its live table at each new peak, quadratic in exactly this case."""
+    from allocator_ref.predict.forecast import replay_program
+    rows = []
+    for n in ((2_000, 4_000) if quick else (10_000, 20_000, 40_000)):
+        events = [{"action": "alloc", "addr": 4096 * i, "size": 512, "stream": 0} for i in range(n)]
+        program = {"segments": [], "device_traces": [events], "allocator_settings": {}}
+        t0 = time.perf_counter()
+        replay_program(program, "h100-80gb")
+        rows.append({"allocations": n, "seconds": round(time.perf_counter() - t0, 3)})
+    return rows
+
+
+def markdown(rows: list, timing: dict, scaling: list | None = None) -> str:
     lines = ["# Predicted vs recorded (allocator_ref.predict)", "",
              "| trace | allocations recorded / predicted | same size, same place | matched in order | "
              "peak allocated recorded / predicted | peak reserved recorded / predicted (error) |", "|---|---|---|---|---|---|"]
@@ -171,6 +225,11 @@ def markdown(rows: list, timing: dict) -> str:
                      f"{r['recorded_peak_allocated'] / MiB:,.1f} / {r['predicted_peak_allocated'] / MiB:,.1f} MiB | "
                      f"{r['recorded_peak_reserved'] / MiB:,.1f} / {r['predicted_peak_reserved'] / MiB:,.1f} MiB "
                      f"({100 * err:+.2f}%) |")
+    for r in rows:
+        if r.get("memtracker_peak"):
+            err = (r["memtracker_peak"] - r["recorded_peak_reserved"]) / r["recorded_peak_reserved"]
+            lines += ["", f"MemTracker on {r['trace']} (meta tensors, no allocator): peak {r['memtracker_peak'] / MiB:,.1f} "
+                      f"MiB, {100 * err:+.2f}% of the recorded peak reserved."]
     for r in rows:
         if r.get("misses"):
             causes: dict = {}
@@ -189,6 +248,10 @@ def markdown(rows: list, timing: dict) -> str:
                   f"recorded in {timing['record_s']} s, replayed in {timing['replay_s']} s, total {timing['total_s']} s "
                   f"(target {timing['target_s']} s: {'met' if timing['met'] else 'NOT met'}); "
                   f"{timing['allocations']:,} allocations, predicted peak reserved {timing['peak_reserved'] / MiB:,.0f} MiB."]
+    if scaling:
+        lines += ["", "Replay of a program whose memory only grows (each allocation a new peak): "
+                  + ", ".join(f"{r['allocations']:,} allocations in {r['seconds']} s" for r in scaling)
+                  + " (linear: twice the allocations, about twice the time)."]
     return "\n".join(lines) + "\n"
 
 
@@ -198,12 +261,15 @@ def run(quick: bool = False, traces_dir=None, out_dir=None) -> dict:
     except ImportError:
         return {"skipped": "torch is not installed (pip install torch; the CPU wheel is enough)"}
     traces = Path(traces_dir) if traces_dir else TRACES
-    rows = [r for r in (_small(traces), None if quick else _medium(traces)) if r is not None]
+    slow = [] if quick else [_medium(traces), _cs336_gpt(traces, "cs336-gpt-ctx128-forward.pickle", True),
+                             _cs336_gpt(traces, "cs336-gpt-ctx128-fullstep.pickle", False)]
+    rows = [r for r in (_small(traces), *slow) if r is not None]
     rows += [] if quick else _not_predicted(traces)
     timing = _gpt2_medium_timing(quick)
-    out = {"quick": quick, "rows": rows, "gpt2_medium": timing}
+    scaling = _replay_scaling(quick)
+    out = {"quick": quick, "rows": rows, "gpt2_medium": timing, "replay_scaling": scaling}
     write_result("predict", out, out_dir)
-    (Path(out_dir) if out_dir else RESULTS).joinpath("predict.md").write_text(markdown(rows, timing))
+    (Path(out_dir) if out_dir else RESULTS).joinpath("predict.md").write_text(markdown(rows, timing, scaling))
     return out
 
 

@@ -148,7 +148,7 @@ def report(results: dict, quick: bool) -> str:
     if p:
         lines += ["## Predict before you run (benchmarks/bench_predict.py)", ""]
         lines += ([f"Skipped: {p['skipped']}", ""] if p.get("skipped") else
-                  bench_predict.markdown(p["rows"], p["gpt2_medium"]).splitlines()[2:] + [""])
+                  bench_predict.markdown(p["rows"], p["gpt2_medium"], p.get("replay_scaling")).splitlines()[2:] + [""])
     e = results.get("engine")
     if e:
         t = e["targets"]

@@ -327,3 +327,68 @@ def test_no_other_command_runs_a_script(tmp_path):
                  ("compare", tmp_path / "train.py")):
         proc = cli(*args, timeout=120)
         assert not marker.exists(), (args, proc.stdout[-500:], proc.stderr[-500:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, forward_only, exact", [("cs336-gpt-ctx128-forward.pickle", True, True),
+                                                       ("cs336-gpt-ctx128-fullstep.pickle", False, False)])
+def test_the_published_2_7b_runs_are_predicted_from_their_program(name, forward_only, exact):
+    """kkaitlyn111/cs336-a2-systems' 2.7B forward and full AdamW step, written as a course program
+    (benchmarks/predict_programs.py): predicted peaks against the real snapshot's."""
+    from benchmarks import bench_predict
+    from benchmarks.common import TRACES
+    if not (TRACES / name).is_file():
+        pytest.skip("../shared/traces is absent: nothing recorded to compare with")
+    row = bench_predict._cs336_gpt(TRACES, name, forward_only)
+    assert row["recorded_replay_exact"]
+    reserved_error = abs(row["predicted_peak_reserved"] - row["recorded_peak_reserved"]) / row["recorded_peak_reserved"]
+    allocated_error = abs(row["predicted_peak_allocated"] - row["recorded_peak_allocated"]) / row["recorded_peak_allocated"]
+    assert reserved_error < 0.01 and allocated_error < 0.01
+    # closer than what a user would pick instead (MemTracker on meta: no allocator)
+    assert reserved_error < abs(row["memtracker_peak"] - row["recorded_peak_reserved"]) / row["recorded_peak_reserved"]
+    if exact:          # the forward pass: every request the same size, in the same place, the same peak
+        assert row["same_size_same_place"] == row["recorded_allocs"] == row["predicted_allocs"]
+        assert row["predicted_peak_reserved"] == row["recorded_peak_reserved"]
+
+
+def test_the_2_7b_stand_in_allocates_as_the_original_cs336_basics():
+    """The stand-in (benchmarks/predict_programs.py) against kkaitlyn111/cs336-assignment1's own model,
+    AdamW and loss, on a small configuration: the same requests and frees in the same order."""
+    pytest.importorskip("einops")
+    pytest.importorskip("jaxtyping")
+    from benchmarks import predict_programs as programs
+    clone = programs.gpt_basics_clone()
+    if clone is None:
+        pytest.skip("no clone of kkaitlyn111/cs336-assignment1 (set CS336_GPT_BASICS_CLONE)")
+    basics = programs.import_gpt_basics(clone)
+    config = dict(d_model=256, d_ff=1024, num_layers=2, num_heads=4)
+
+    def original(forward_only):          # cs336-a2-systems benchmark.py run_memory_foward_fullstep
+        model = basics.transformer.TransformerLM(d_model=256, d_ff=1024, vocab_size=10_000, context_length=128,
+                                                 num_heads=4, num_layers=2, theta=10_000, device=torch.device("cuda"))
+        model.to("cuda")
+        optimizer = basics.optimizers.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-8,
+                                            betas=(0.9, 0.95))
+        batch = torch.randint(low=0, high=10_000, size=(4, 128)).to("cuda")
+        torch.cuda.memory._record_memory_history(max_entries=1000000)
+        torch.cuda.empty_cache()
+        if forward_only:
+            logits = model(batch)
+        else:
+            optimizer.zero_grad()
+            logits = model(batch)
+            loss = basics.training.cross_entropy_loss(logits, batch)
+            loss.backward()
+            optimizer.step()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        return logits            # alive until the window closed, as in the original
+
+    def window(program):
+        w = program["predict_windows"][0]
+        return [(e["action"], e["size"]) for e in program["device_traces"][0][w["start"]:w["stop"]]
+                if e["action"] in ("alloc", "free_completed")]
+
+    for forward_only in (True, False):
+        real = window(record_program(original, forward_only, stacks=False))
+        stand_in = window(record_program(programs.cs336_gpt_memory_run, 128, forward_only, config=config, stacks=False))
+        assert len(real) > 100 and stand_in == real

@@ -28,7 +28,11 @@ def add_parser(sub, profile_name, device_gib, seconds, output_file) -> None:
     p = sub.add_parser("predict", help=HELP, description=HELP + ". SCRIPT defines a function (default "
                        "'step') that builds its model and tensors with device='cuda' and runs one step; "
                        "its `if __name__ == \"__main__\"` block is not run. Exit status 0 when it fits, 1 when it "
-                       "does not, 2 on an error.")
+                       "does not, 2 on an error, 3 when predict cannot say (the recording missed something "
+                       "it names, e.g. an optimizer stepping tensors it never saw on the GPU). A script that "
+                       "calls torch.distributed.init_process_group is recorded as rank 0 of $WORLD_SIZE ranks "
+                       "on a fake process group (DDP is followed; FSDP is not modelled and is refused by name, "
+                       "with the parameter bytes it would shard).")
     p.add_argument("script", help="a Python file defining the step function (its code runs)")
     p.add_argument("--entry", default="step", help="the function to call (default: step)")
     p.add_argument("--set", dest="knobs", action="append", default=[], metavar="NAME=VALUE",
@@ -40,7 +44,8 @@ def add_parser(sub, profile_name, device_gib, seconds, output_file) -> None:
     p.add_argument("--policy", choices=("caching", "npu"), default=None,
                    help="the allocator to replay on: caching (PyTorch's) or npu (torch_npu's, Ascend); default: the "
                         "profile's (npu for the atlas-* profiles)")
-    p.add_argument("--timeout", type=seconds, default=300.0, help="seconds the script may run (default 300)")
+    p.add_argument("--timeout", type=seconds, default=300.0,
+                   help="seconds the whole command may take, recording and replays (default 300)")
     p.add_argument("--memory-limit", type=memory_gib, default=16.0,
                    help="GiB of address space the script may map (RLIMIT_AS, default 16)")
     p.add_argument("--snapshot", default=None, help="write the predicted snapshot (PyTorch's pickle format) here")
@@ -50,6 +55,8 @@ def add_parser(sub, profile_name, device_gib, seconds, output_file) -> None:
 
 
 def cmd_predict(args) -> int:
+    import time
+    deadline = time.monotonic() + args.timeout          # --timeout bounds the recording AND the replays
     from .forecast import forecast
     from .sandbox import parse_knob, record_in_subprocess
     knobs = dict(parse_knob(k) for k in args.knobs)
@@ -67,11 +74,12 @@ def cmd_predict(args) -> int:
     size = None if args.device_memory is None else int(args.device_memory * GiB)
     recorded = record_in_subprocess(args.script, args.entry, knobs, args.sweep, values, args.profile,
                                     timeout=args.timeout, memory_gib=args.memory_limit)
-    prediction = forecast(recorded["program"], args.profile, size, what_if=not args.no_what_if, policy=args.policy)
+    prediction = forecast(recorded["program"], args.profile, size, what_if=not args.no_what_if, deadline=deadline,
+                          policy=args.policy)
     if args.sweep:
         points = []
         for value, program in recorded["sweep"]:
-            trial = forecast(program, args.profile, size, policy=args.policy)
+            trial = forecast(program, args.profile, size, deadline=deadline, policy=args.policy)
             points.append((value, trial.peak_reserved if trial.oom is None else None, trial.fits))
         fitting = [v for v, _, ok in points if ok]
         prediction.sweep = {"knob": args.sweep, "points": points,
@@ -85,4 +93,4 @@ def cmd_predict(args) -> int:
         print(prediction.text(), end="")
         if args.snapshot:
             print(f"predicted snapshot written to {args.snapshot}")
-    return 0 if prediction.fits else 1
+    return {"fits": 0, "no": 1}.get(prediction.verdict, 3)

@@ -33,6 +33,29 @@ tr = translator("doctor")          # the prediction's words in the reader's lang
 AGGREGATE = 0       # StatType::AGGREGATE
 
 
+def caveat_text(c: dict) -> str:
+    """The report's line for a caveat (caveats.py; a dict, as the recorded program carries it).
+    Here, not in caveats.py: the report is written in the parent process, which never imports torch."""
+    mib = "?" if c["nbytes"] is None else f"{c['nbytes'] / 2**20:,.1f} MiB"
+    words = {
+        "optimizer-unseen": tr("an optimizer stepped {detail} that predict never saw on the GPU ({where}): "
+                               "their state, {size}, is missing from this prediction; build the optimizer "
+                               "after model.to('cuda'), or move those tensors", detail=c["detail"],
+                               where=c["where"], size=mib),
+        "compile": tr("torch.compile ({detail}, {where}) was recorded as eager code: fused kernels keep fewer "
+                      "intermediates, and CUDA graphs or autotuning add memory this recording cannot see",
+                      detail=c["detail"], where=c["where"]),
+        "distributed": tr("recorded as rank 0 of {detail} on a fake process group ({where}): DDP's buckets are "
+                          "in the prediction; NCCL's buffers, beside the allocator, are not", detail=c["detail"],
+                          where=c["where"]),
+        "host-read": tr("{detail} value(s) read on the host ({where}) were 0 in the recording (meta tensors "
+                        "hold no values): code that branches on them may take another path",
+                        detail=c["detail"], where=c["where"]),
+    }
+    return words.get(c["kind"], c["kind"])
+
+
+
 @dataclass
 class Replayed:
     """One replay of a program: its peaks, the OOM if any, the live blocks at the allocated peak."""
@@ -42,14 +65,25 @@ class Replayed:
     at_peak: list                       # [(size, frames)] largest first, live when allocated peaked
     snapshot: dict
     window_peak_allocated: int = 0      # the peak from event ``since`` on (a run recorded mid-way)
+    windows: list = field(default_factory=list)   # per _record_memory_history window: its peaks
+
+
+class TooSlow(ValueError):
+    """The replay ran past the caller's deadline (predict's --timeout bounds the whole command)."""
 
 
 def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Optional[int] = None,
-                   config: Optional[str] = None, since: int = 0, policy: Optional[str] = None) -> Replayed:
+                   config: Optional[str] = None, since: int = 0, policy: Optional[str] = None,
+                   deadline: Optional[float] = None) -> Replayed:
     """Hand ``program``'s requests to a caching allocator on a simulated ``profile`` device (of
     ``device_memory`` bytes when given) and return what it did.  Stops at the first OOM.
 
-    ``policy`` is ``caching`` (PyTorch's) or ``npu`` (torch_npu's); None: the profile's own."""
+    ``policy`` is ``caching`` (PyTorch's) or ``npu`` (torch_npu's); None: the profile's own.
+    Where the script called ``torch.cuda.empty_cache()`` the allocator empties its cache
+    (``predict_empty_cache``); each ``_record_memory_history`` window (``predict_windows``) gets
+    its own peaks.  One pass, linear in the events: the blocks live at the peak are found by a
+    second pass up to the peak's index, not copied at every new peak."""
+    import time
     policy = policy or load_profile(profile).allocator
     device = SimDevice(profile)
     if device_memory is not None:
@@ -62,10 +96,19 @@ def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Opt
     # gatherContext() would take the replay's own stack: the recorded one stands in for it.
     allocator.device_allocator.maybe_gather_context = lambda levels: frames_now[0]
     stats = allocator.device_allocator.stats
+    events = program["device_traces"][0]
+    empties = set(program.get("predict_empty_cache", []))
+    windows = [dict(w, peak_allocated=0, peak_reserved=0) for w in program.get("predict_windows", [])]
     live: dict[int, Any] = {}           # recorded address -> Allocation
-    sizes: dict[int, tuple] = {}        # recorded address -> (size, frames)
-    peak, at_peak, oom, window_peak = -1, [], None, 0
-    for index, e in enumerate(program["device_traces"][0]):
+    peak, peak_index, oom, window_peak = -1, -1, None, 0
+    for index, e in enumerate(events):
+        # Checked at every event: one event can cost much (each open window's peaks are updated),
+        # and a clock read is cheap beside an allocator call.
+        if deadline is not None and time.monotonic() > deadline:
+            raise TooSlow(tr("the replay of {n} recorded events ran past the --timeout; raise --timeout",
+                             n=f"{len(events):,}"))
+        if index in empties:
+            allocator.empty_cache()
         action = e["action"]
         if action == "alloc":
             frames_now[0] = e.get("frames")
@@ -74,20 +117,40 @@ def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Opt
             except OutOfMemoryError as exc:
                 oom = str(exc).splitlines()[0]
                 break
-            sizes[e["addr"]] = (e["size"], e.get("frames") or [])
             now = stats.allocated_bytes[AGGREGATE].current
             if index >= since:
                 window_peak = max(window_peak, now)
             if now > peak:
-                peak = now
-                at_peak = list(live)
+                peak, peak_index = now, index
         elif action == "free_completed" and e["addr"] in live:
             frames_now[0] = None
             allocator.free(live.pop(e["addr"]))
+        _window_peaks(windows, index, stats)
+    if len(events) in empties and oom is None:
+        allocator.empty_cache()
     frames_now[0] = None
-    holders = sorted((sizes[a] for a in at_peak if a in sizes), key=lambda s: -s[0])
+    holders = sorted(_live_at(events, peak_index).values(), key=lambda s: -s[0])
     return Replayed(stats.allocated_bytes[AGGREGATE].peak, stats.reserved_bytes[AGGREGATE].peak, oom,
-                    holders[:8], allocator.snapshot(), window_peak)
+                    holders[:8], allocator.snapshot(), window_peak, windows)
+
+
+def _window_peaks(windows: list, index: int, stats) -> None:
+    """The current allocated and reserved bytes count toward each window open at ``index``."""
+    for w in windows:
+        if w["start"] <= index < w["stop"]:
+            w["peak_allocated"] = max(w["peak_allocated"], stats.allocated_bytes[AGGREGATE].current)
+            w["peak_reserved"] = max(w["peak_reserved"], stats.reserved_bytes[AGGREGATE].current)
+
+
+def _live_at(events: list, last: int) -> dict:
+    """address -> (size, frames) of the blocks allocated and not yet freed at event ``last``."""
+    live: dict = {}
+    for e in events[:last + 1]:
+        if e["action"] == "alloc":
+            live[e["addr"]] = (e["size"], e.get("frames") or [])
+        elif e["action"] == "free_completed":
+            live.pop(e["addr"], None)
+    return live
 
 
 @dataclass
@@ -106,14 +169,34 @@ class Prediction:
     what_if: list = field(default_factory=list)
     sweep: Optional[dict] = None
     policy: str = "caching"              # the design it was replayed on: PyTorch's, or torch_npu's ("npu")
+    windows: list = field(default_factory=list)      # per _record_memory_history window: its peaks
+    notes: list = field(default_factory=list)        # what the command left out, in words (e.g. no what-if)
 
     @property
     def usable(self) -> int:
         return self.capacity - self.context
 
     @property
+    def caveats(self) -> list:
+        """What the recording could not follow (caveats.py), as the program carries it."""
+        return self.program.get("predict_caveats", [])
+
+    @property
+    def uncertain(self) -> bool:
+        """A caveat rules out a "fits": predict cannot stand behind one."""
+        return any(c["blocking"] for c in self.caveats)
+
+    @property
     def fits(self) -> bool:
-        return self.oom is None and self.peak_reserved <= self.usable
+        """True only when the replay fits AND nothing predict could not follow is at stake."""
+        return self.oom is None and self.peak_reserved <= self.usable and not self.uncertain
+
+    @property
+    def verdict(self) -> str:
+        """'fits', 'no' (the replay does not fit: caveats only add memory) or 'cannot say'."""
+        if self.oom is not None or self.peak_reserved > self.usable:
+            return "no"
+        return "cannot say" if self.uncertain else "fits"
 
     @property
     def headroom(self) -> int:
@@ -123,8 +206,10 @@ class Prediction:
     def to_json(self) -> dict:
         return {"profile": self.profile, "capacity": self.capacity, "context": self.context,
                 "peak_allocated": self.peak_allocated, "peak_reserved": self.peak_reserved,
-                "fits": self.fits, "headroom": self.headroom, "oom": self.oom,
-                "at_peak": [{"size": s, "where": _where(f)} for s, f in self.at_peak],
+                "fits": {"fits": True, "no": False}.get(self.verdict), "verdict": self.verdict,
+                "headroom": self.headroom, "oom": self.oom, "caveats": self.caveats, "windows": self.windows,
+                "notes": self.notes,
+                "at_peak": [{"size": s, "where": _where(f), "made_by": _made_by(f)} for s, f in self.at_peak],
                 "unseen": [u.to_json() for u in self.unseen], "what_if": self.what_if, "sweep": self.sweep,
                 "policy": self.policy, "npu_scope": npu_scope() if self.policy == "npu" else None,
                 "requests": sum(1 for e in self.program["device_traces"][0] if e["action"] == "alloc")}
@@ -138,13 +223,29 @@ class Prediction:
                     reserved=mib(self.peak_reserved))]
         if self.policy == "npu":
             lines.append("  " + npu_scope())
-        if self.fits:
-            lines.append(tr("  fits: yes, {spare} to spare ({pct}% of the {usable} the allocator may use)",
-                            spare=mib(self.headroom), pct=f"{100 * self.peak_reserved / self.usable:.1f}",
-                            usable=mib(self.usable)))
+        if self.verdict == "fits":
+            lines.append(tr("  fits: yes, {spare} to spare (the peak reserved is {pct}% of the {usable} the "
+                            "allocator may use)", spare=mib(self.headroom),
+                            pct=f"{100 * self.peak_reserved / self.usable:.1f}", usable=mib(self.usable)))
+        elif self.verdict == "cannot say":
+            at_stake = sum(c["nbytes"] or 0 for c in self.caveats if c["blocking"])
+            lines.append(tr("  fits: CANNOT SAY: the replay leaves {spare}, but the recording missed what is "
+                            "listed under 'not followed' ({stake} known at stake, maybe more)",
+                            spare=mib(self.headroom), stake=mib(at_stake)))
         else:
             why = (self.oom or tr("peak reserved above the usable memory")).split(" GPU 0 ")[0]
             lines.append(tr("  fits: NO ({why}; the peaks above are up to that point)", why=why))
+        if self.caveats:
+            lines.append(tr("  not followed by the recording (blocking: no 'fits' can be promised):"))
+            for c in self.caveats:
+                mark = tr("blocking") if c["blocking"] else tr("note")
+                lines.append(f"    [{mark}] {caveat_text(c)}")
+        for i, w in enumerate(self.windows, 1):
+            lines.append(tr("  memory-history window {i} (events {start} to {stop}, as a recording of it shows): "
+                            "peak allocated {allocated}, peak reserved {reserved}", i=i, start=w["start"],
+                            stop=w["stop"], allocated=mib(w["peak_allocated"]), reserved=mib(w["peak_reserved"])))
+        for note in self.notes:
+            lines.append("  " + note)
         lines.append(tr("  live at the allocated peak (largest first):"))
         for size, frames in self.at_peak[:5]:
             lines.append(f"    {mib(size):>12}  {_where(frames)}")
@@ -172,10 +273,23 @@ class Prediction:
         return "\n".join(lines) + "\n"
 
 
+CUBLAS_HANDLE = "at::cuda::getCurrentCUDABlasHandle()"      # the frame record.py names a workspace by
+
+
+def _made_by(frames: list) -> str:
+    """'cublas' for a workspace predict added on cuBLAS's behalf, 'program' for the program's own tensors."""
+    return "cublas" if frames and frames[0].get("name") == CUBLAS_HANDLE else "program"
+
+
 def _where(frames: list, keep: int = 2) -> str:
-    """The innermost user frames, 'file:line name' (torch's own files skipped when others exist)."""
+    """The innermost user frames, 'file:line name' (torch's own files skipped when others exist).
+    A cuBLAS workspace is cuBLAS's, not the user's line's: said so, with the GEMM that made it."""
     mine = [f for f in frames if "/torch/" not in f["filename"] and f["filename"] != "??"] or frames
-    return " < ".join(f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}" for f in mine[:keep]) or "(no stack)"
+    where = " < ".join(f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}" for f in mine[:keep])
+    if _made_by(frames) == "cublas":
+        return tr("cuBLAS workspace (added by predict: made by the first GEMM of its thread, {where})",
+                  where=where or "?")
+    return where or "(no stack)"
 
 
 def npu_scope() -> str:
@@ -194,23 +308,32 @@ def _capacity(profile: str, device_memory: Optional[int]) -> tuple[int, int]:
 
 
 def forecast(program: dict, profile: str = "h100-80gb", device_memory: Optional[int] = None,
-             what_if: bool = False, policy: Optional[str] = None) -> Prediction:
+             what_if: bool = False, policy: Optional[str] = None, deadline: Optional[float] = None) -> Prediction:
     """A Prediction for an already recorded ``program`` (record_program's dict), replayed on
-    ``policy`` (``caching`` or ``npu``; None: the design the profile's device uses)."""
+    ``policy`` (``caching`` or ``npu``; None: the design the profile's device uses).  ``deadline``
+    (time.monotonic()) bounds the replays: past it, TooSlow; the what-if table is left out, and
+    the report says so, when the time left would not cover its replays."""
+    import time
     policy = check_predict_policy(policy or load_profile(profile).allocator)
     capacity, context = _capacity(profile, device_memory)
-    run = replay_program(program, profile, capacity, policy=policy)
-    workspaces = sum(1 for e in program["device_traces"][0] if e["action"] == "alloc"
-                     and (e.get("frames") or [{}])[0].get("name") == "at::cuda::getCurrentCUDABlasHandle()")
-    ws = (next((e["size"] for e in program["device_traces"][0] if e["action"] == "alloc"
-                and (e.get("frames") or [{}])[0].get("name") == "at::cuda::getCurrentCUDABlasHandle()"), 0))
+    started = time.monotonic()
+    run = replay_program(program, profile, capacity, policy=policy, deadline=deadline)
+    took = time.monotonic() - started
+    allocs = [e for e in program["device_traces"][0] if e["action"] == "alloc"
+              and (e.get("frames") or [{}])[0].get("name") == CUBLAS_HANDLE]
+    ws = allocs[0]["size"] if allocs else 0
     prediction = Prediction(profile, capacity, context, run.peak_allocated, run.peak_reserved, run.oom,
-                            run.at_peak, unseen_items(profile, context, workspaces, ws), program, run.snapshot,
-                            policy=policy)
+                            run.at_peak, unseen_items(profile, context, len(allocs), ws), program, run.snapshot,
+                            policy=policy, windows=run.windows)
     # The what-if rows are PyTorch's designs and knobs; the predicted snapshot is in PyTorch's shape,
     # so on an NPU they would answer for a GPU: not replayed (npu_scope says so).
     if what_if and run.oom is None and policy != "npu":
-        prediction.what_if = what_if_rows(run.snapshot, profile, capacity)
+        rows = len(what_ifs()) + 2
+        if deadline is not None and time.monotonic() + took * rows > deadline:
+            prediction.notes.append(tr("(the what-if table is left out: its {n} replays would run past the "
+                                       "--timeout)", n=rows))
+        else:
+            prediction.what_if = what_if_rows(run.snapshot, profile, capacity)
     return prediction
 
 

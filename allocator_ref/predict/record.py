@@ -44,7 +44,8 @@ except ImportError:        # the course installs and imports without torch; reco
     torch = None
     TorchFunctionMode = TorchDispatchMode = object
 
-from .unseen import cublas_workspace_bytes
+from . import autocast, caveats, distributed
+from .unseen import PROFILE_ARCH, cublas_workspace_bytes
 
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # torch's own plumbing between the program and the mode (the dispatch and function modes, dynamo's
@@ -90,7 +91,28 @@ class CudaAsMeta(TorchFunctionMode):
             kwargs["device"] = "meta"
         if func is torch.Tensor.to:
             args = tuple("meta" if _is_cuda(a) else a for a in args)
+        half_to_float = _half_to_float(func, args, kwargs)
+        if half_to_float is not None:
+            return half_to_float
         return func(*args, **kwargs)
+
+
+def _half_to_float(func, args, kwargs):
+    """``softmax`` / ``log_softmax`` of a float16 CUDA tensor with ``dtype=torch.float32`` run one
+    kernel that reads halves and writes floats (SoftMax.cpp ``softmax``: ``input_.is_cuda() &&
+    Half && dtype == Float`` -> ``_softmax(input_, dim_, true)``); on meta the same call makes a
+    float32 copy first.  Take the CUDA path: no copy.  bfloat16 has no such path on CUDA either."""
+    name = getattr(func, "__name__", "")
+    if name not in ("softmax", "log_softmax") or not args or kwargs.get("dtype") is not torch.float32:
+        return None
+    x = args[0]
+    if not (isinstance(x, torch.Tensor) and x.device.type == "meta" and x.dtype == torch.float16):
+        return None
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    if not isinstance(dim, int) or set(kwargs) - {"dim", "dtype"}:
+        return None
+    kernel = torch._softmax if name == "softmax" else torch._log_softmax
+    return kernel(x, dim, True)
 
 
 def _stack(limit: int = 48) -> list[dict]:
@@ -100,7 +122,9 @@ def _stack(limit: int = 48) -> list[dict]:
     frame = sys._getframe(2)
     while frame is not None and len(frames) < limit:
         name = frame.f_code.co_filename
-        if not name.startswith(_HERE) and not name.endswith(_PLUMBING) and not name.startswith("<frozen"):
+        child_main = name == "<string>" and frame.f_back is None       # sandbox.py's `python -c` line
+        if not name.startswith(_HERE) and not name.endswith(_PLUMBING) and not name.startswith("<frozen") \
+                and not child_main:
             frames.append({"filename": name, "line": frame.f_lineno, "name": frame.f_code.co_name})
         frame = frame.f_back
     return frames
@@ -127,6 +151,9 @@ class AllocationRecorder(TorchDispatchMode):
         self.workspace_bytes = workspace_bytes
         self.stacks = stacks
         self.marks: list[int] = []
+        self.windows: list[dict] = []                # _record_memory_history start/stop (event indices)
+        self.empty_caches: list[int] = []            # event indices where the script called empty_cache()
+        self.casts = 0                               # autocast casts recorded (_to_copy inside a region)
         self._fresh: set = set()                      # zero buffers a backward formula just made
         self._op = ""
         self.workspaces: dict[str, int] = {}        # "forward"/"backward" -> address (kept to the end)
@@ -139,9 +166,10 @@ class AllocationRecorder(TorchDispatchMode):
         return int((time.perf_counter() - self._t0) * 1e6)
 
     def _alloc(self, size: int, frames: Optional[list]) -> int:
-        if frames is not None and self._op:
-            # the ATen operator, as a C++ frame of a stacks="all" snapshot names the kernel
-            frames = [{"filename": "??", "line": 0, "name": self._op}] + frames
+        if self._op:
+            # the ATen operator, as a C++ frame of a stacks="all" snapshot names the kernel (kept even
+            # without Python stacks: the report finds the cuBLAS workspaces by it)
+            frames = [{"filename": "??", "line": 0, "name": self._op}] + (frames or [])
         addr = self._next
         self._next += max(512, -(-size // 512) * 512)
         entry = {"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": self._time_us()}
@@ -235,8 +263,12 @@ class AllocationRecorder(TorchDispatchMode):
 
     # ---- the mode
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
+            return _no_value(args[0])
         out = func(*args, **(kwargs or {}))
         op = func.name()
+        if op == "aten::_to_copy" and autocast.casting():
+            self.casts += 1
         if self._accumulates_in_place(op, args, kwargs, out):
             return out
         self._op = op                   # named as the innermost frame of what it allocates
@@ -251,6 +283,14 @@ class AllocationRecorder(TorchDispatchMode):
             self._workspace()        # after the output: at::empty runs before the gemm asks for its handle
             self._free_copies(copies)
         return out
+
+
+def _no_value(t: "torch.Tensor"):
+    """``loss.item()`` / ``bool(t)`` on meta: there is no value; 0 stands in, and the report says so."""
+    watch = caveats.current()
+    if watch is not None:
+        watch.host_read()
+    return False if t.dtype == torch.bool else (0 if not (t.is_floating_point() or t.is_complex()) else 0.0)
 
 
 _ACTIVE: list = []          # the recorder of the record_program call running now (for mark())
@@ -279,23 +319,53 @@ def _foreach_on_meta():
         optimizer._get_foreach_kernels_supported_devices = original
 
 
+def _empty_cache(*args, **kwargs) -> None:
+    """``torch.cuda.empty_cache()``: noted at this point of the recording; the replay hands the
+    cached, unused segments back there (CUDACachingAllocator.cpp ``emptyCache`` -> release_cached_blocks)."""
+    if _ACTIVE:
+        _ACTIVE[-1].empty_caches.append(len(_ACTIVE[-1].events))
+
+
+def _record_memory_history(enabled="all", *args, **kwargs) -> None:
+    """``torch.cuda.memory._record_memory_history``: a real run's snapshot holds only what happened
+    between its start and its stop (or its dump), so the prediction reports that window too."""
+    if not _ACTIVE:
+        return
+    recorder = _ACTIVE[-1]
+    open_window = recorder.windows and recorder.windows[-1]["stop"] is None
+    if enabled in (None, False) and open_window:
+        recorder.windows[-1]["stop"] = len(recorder.events)
+    elif enabled not in (None, False) and not open_window:
+        recorder.windows.append({"start": len(recorder.events), "stop": None})
+
+
 @contextmanager
-def _cuda_as_present():
-    """Scripts written for a GPU ask ``torch.cuda.is_available()`` to pick their device and call
-    ``synchronize`` / ``empty_cache`` / ``reset_peak_memory_stats`` between phases: on a CPU build
-    those raise.  While recording they answer as a GPU would (True; nothing to wait for or drop);
-    the allocator's effect of ``empty_cache`` is not recorded (say so where it matters)."""
+def _memory_calls():
+    """The torch.cuda memory calls that shape a recording: empty_cache, the memory-history window,
+    and the ones with no effect on it (reset_peak_memory_stats, _dump_snapshot) as no-ops."""
     import torch.cuda as cuda
-    names = {"is_available": lambda: True, "synchronize": lambda *a, **k: None,
-             "empty_cache": lambda *a, **k: None, "reset_peak_memory_stats": lambda *a, **k: None}
-    originals = {name: getattr(cuda, name) for name in names}
-    for name, stand_in in names.items():
-        setattr(cuda, name, stand_in)
+    import torch.cuda.memory as memory
+    patches = [(cuda, "empty_cache", _empty_cache), (memory, "empty_cache", _empty_cache),
+               (memory, "_record_memory_history", _record_memory_history),
+               (cuda, "reset_peak_memory_stats", lambda *a, **k: None),
+               (memory, "reset_peak_memory_stats", lambda *a, **k: None),
+               (memory, "_dump_snapshot", lambda *a, **k: None)]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, value in patches:
+        setattr(owner, name, value)
     try:
         yield
     finally:
-        for name, original in originals.items():
-            setattr(cuda, name, original)
+        for owner, name, value in originals:
+            setattr(owner, name, value)
+
+
+@contextmanager
+def script_stand_ins(profile: str = "h100-80gb"):
+    """Everything a GPU script needs to run unchanged on meta (also while it is imported)."""
+    with caveats.stand_ins(PROFILE_ARCH.get(profile, 9)), _memory_calls(), autocast.stand_ins(), \
+            distributed.one_rank():
+        yield
 
 
 # torch.nn.init's in-place initializers: on a CPU tensor their values never reach the GPU's
@@ -346,18 +416,25 @@ def record_program(step_fn: Callable[..., Any], *args, profile: str = "h100-80gb
     recorder = AllocationRecorder(cublas_workspace, stacks)
     _ACTIVE.append(recorder)
     try:
-        with _foreach_on_meta(), _skip_cpu_initialization(), _cuda_as_present(), CudaAsMeta(), recorder:
+        with caveats.watching() as watch, caveats.keeping_parameters(), _foreach_on_meta(), \
+                _skip_cpu_initialization(), script_stand_ins(profile), CudaAsMeta(), recorder:
             result = step_fn(*args, **kwargs)
             del result                     # what the step returns dies here, inside the recording
     finally:
         _ACTIVE.pop()
     events = list(recorder.events)
+    windows = [{"start": w["start"], "stop": len(events) if w["stop"] is None else w["stop"]}
+               for w in recorder.windows]
     return {
         "segments": [],
         "device_traces": [events],
         "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": allocator_conf},
         "external_annotations": [],
         "predict_marks": list(recorder.marks),
+        "predict_windows": windows,
+        "predict_empty_cache": list(recorder.empty_caches),
+        "predict_caveats": watch.finish(),
+        "predict_autocast_casts": recorder.casts,
         "recorded_with": (f"allocator_ref.predict on torch {torch.__version__}: meta tensors on the CPU, "
                           f"cuBLAS workspace {cublas_workspace:,} B per thread"),
     }

@@ -22,7 +22,11 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from ..editions.messages import translator
+
+tr = translator("doctor")
 DEFAULT_TIMEOUT_S = 300.0
+_CHILD_MAIN = "import sys; del sys.path[0]; from allocator_ref.predict.sandbox import _child; sys.exit(_child())"
 DEFAULT_MEMORY_GIB = 16.0     # address space, not resident memory: importing torch maps several GiB
 
 
@@ -49,13 +53,20 @@ def record_in_subprocess(script: str, entry: str, knobs: dict, sweep: Optional[s
         job_file.write_text(json.dumps({"script": str(path.resolve()), "entry": entry, "knobs": knobs,
                                         "sweep": sweep, "values": values, "profile": profile, "out": str(out),
                                         "memory_gib": memory_gib}))
+        token = f"{os.getpid()}-{os.urandom(8).hex()}"       # marks every process this run starts
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                       os.environ.get("PYTHONPATH")])))
+                                                                       os.environ.get("PYTHONPATH")])),
+                   ALLOCATOR_REF_PREDICT_RUN=token)
+        before = _children()
+        reaping = _subreaper(True)
         # Its output goes to a file, not a pipe: a process the script starts would hold a pipe open
         # after the script ended, and reading it to its end would wait for that process, past any
         # timeout.  Waiting on the child itself ends by the deadline.
         with open(log_file, "w+") as log:
-            child = subprocess.Popen([sys.executable, "-m", "allocator_ref.predict.sandbox", str(job_file)],
+            # The child drops its working directory (the script's folder) from the front of sys.path
+            # (what -P does on Python 3.11+), so a torch.py or allocator_ref/ there cannot stand in
+            # for the real ones; the script's folder joins sys.path only after torch is imported.
+            child = subprocess.Popen([sys.executable, "-c", _CHILD_MAIN, str(job_file)],
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                      cwd=str(path.resolve().parent), start_new_session=True)
             try:
@@ -67,6 +78,9 @@ def record_in_subprocess(script: str, entry: str, knobs: dict, sweep: Optional[s
                                  "--timeout") from None
             finally:
                 _end(child)                        # what the script started in its process group, too
+                _end_strays(token, before)         # ... and what left that group (setsid, double fork)
+                if reaping:
+                    _subreaper(False)
             log.seek(0)
             output = log.read()[-20_000:]
         if child.returncode != 0 or not out.is_file():
@@ -92,6 +106,59 @@ def _end(child: subprocess.Popen) -> None:
     child.wait()
 
 
+def _subreaper(on: bool) -> bool:
+    """prctl(PR_SET_CHILD_SUBREAPER) (Linux): a process the script starts that leaves its session
+    and loses its parent is re-parented to this process, not to init, so it stays findable."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> set:
+    """The pids whose parent is this process."""
+    return {pid for pid, ppid, _ in _processes() if ppid == os.getpid()}
+
+
+def _processes():
+    """(pid, parent pid, environment bytes) of the processes this user may read, from /proc."""
+    if not os.path.isdir("/proc"):
+        return
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        yield int(entry), int(stat.rsplit(")", 1)[1].split()[1]), environ
+
+
+def _end_strays(token: str, before: set) -> None:
+    """Kill what the script started and what escaped its process group: processes carrying this
+    run's token in their environment, and new children of this process (orphans a subreaper gets,
+    even those that cleared their environment).  Rounds, since one may fork while another dies."""
+    mark = f"ALLOCATOR_REF_PREDICT_RUN={token}".encode()
+    for _ in range(20):
+        strays = [pid for pid, ppid, environ in _processes()
+                  if pid != os.getpid() and (mark in environ.split(b"\0")
+                                             or (ppid == os.getpid() and pid not in before))]
+        if not strays:
+            return
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in strays:
+            try:
+                os.waitpid(pid, 0)                 # ours (re-parented here): reap it
+            except ChildProcessError:
+                pass
+
+
 def _limit_memory(gib: float) -> None:
     import resource
     limit = int(gib * 2**30)
@@ -101,25 +168,55 @@ def _limit_memory(gib: float) -> None:
 def _child() -> int:
     job = json.loads(Path(sys.argv[1]).read_text())
     _limit_memory(job["memory_gib"])
-    sys.path.insert(0, os.path.dirname(job["script"]))
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401     (before the script's folder joins sys.path: its torch.py cannot shadow this)
     except ImportError:
         print("predict needs PyTorch (the CPU wheel is enough): pip install torch", file=sys.stderr)
         return 3
     import runpy
-    from .record import record_program
-    namespace = runpy.run_path(job["script"], run_name="__allocator_ref_predict__")
-    step = namespace.get(job["entry"])
-    if not callable(step):
-        print(f"the script defines no function {job['entry']}(); name it with --entry", file=sys.stderr)
-        return 4
-    result = {"program": record_program(step, profile=job["profile"], **job["knobs"]), "sweep": []}
-    for value in job["values"]:
-        program = record_program(step, profile=job["profile"], stacks=False, **{**job["knobs"], job["sweep"]: value})
-        result["sweep"].append([value, program])
+    from .caveats import NoAnswer
+    from .record import record_program, script_stand_ins
+    sys.path.insert(0, os.path.dirname(job["script"]))
+    try:
+        with script_stand_ins(job["profile"]):         # `from torch import autocast` at import time sees the stand-in
+            namespace = runpy.run_path(job["script"], run_name="__allocator_ref_predict__")
+        step = namespace.get(job["entry"])
+        if not callable(step):
+            print(f"the script defines no function {job['entry']}(); name it with --entry", file=sys.stderr)
+            return 4
+        result = {"program": record_program(step, profile=job["profile"], **job["knobs"]), "sweep": []}
+        for value in job["values"]:
+            program = record_program(step, profile=job["profile"], stacks=False,
+                                     **{**job["knobs"], job["sweep"]: value})
+            result["sweep"].append([value, program])
+    except NoAnswer as exc:
+        print(str(exc), file=sys.stderr)
+        return 5
+    except Exception as exc:                 # a torch.cuda object or call the CPU build has no stand-in for
+        refusal = _cannot_emulate(exc)
+        if refusal is None:
+            raise
+        print(refusal, file=sys.stderr)
+        return 5
     Path(job["out"]).write_text(json.dumps(result))
     return 0
+
+
+def _cannot_emulate(exc: BaseException):
+    """A torch.cuda call or object with no stand-in (``torch.cuda.Stream()``, ``Event()``, a query)
+    failed inside torch on the CPU build ("Torch not compiled with CUDA enabled", "requires CUDA
+    support", a dummy base class): name the script's line instead of torch's internals.  None when
+    the error is not that (the script's own error is reported as it is)."""
+    import traceback
+    frames = traceback.extract_tb(exc.__traceback__)
+    torch_dir = os.sep + "torch" + os.sep
+    mine = [f for f in frames if torch_dir not in f.filename and "allocator_ref" not in f.filename
+            and f.filename != "<string>"]
+    if not mine or not frames or torch_dir not in frames[-1].filename or "cuda" not in (mine[-1].line or ""):
+        return None
+    where = f"{os.path.basename(mine[-1].filename)}:{mine[-1].lineno}"
+    return tr("predict cannot emulate {call} (called at {where}) without a GPU; take it out of the step "
+              "that predict records", call=f"`{mine[-1].line.strip()}`", where=where)
 
 
 if __name__ == "__main__":
