@@ -99,11 +99,11 @@ def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Opt
     events = program["device_traces"][0]
     empties = set(program.get("predict_empty_cache", []))
     windows = [dict(w, peak_allocated=0, peak_reserved=0) for w in program.get("predict_windows", [])]
+    open_windows = _OpenWindows(windows)
     live: dict[int, Any] = {}           # recorded address -> Allocation
     peak, peak_index, oom, window_peak = -1, -1, None, 0
     for index, e in enumerate(events):
-        # Checked at every event: one event can cost much (each open window's peaks are updated),
-        # and a clock read is cheap beside an allocator call.
+        # Checked at every event: a clock read is cheap beside an allocator call.
         if deadline is not None and time.monotonic() > deadline:
             raise TooSlow(tr("the replay of {n} recorded events ran past the --timeout; raise --timeout",
                              n=f"{len(events):,}"))
@@ -125,7 +125,7 @@ def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Opt
         elif action == "free_completed" and e["addr"] in live:
             frames_now[0] = None
             allocator.free(live.pop(e["addr"]))
-        _window_peaks(windows, index, stats)
+        open_windows.update(index, stats)
     if len(events) in empties and oom is None:
         allocator.empty_cache()
     frames_now[0] = None
@@ -134,10 +134,24 @@ def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Opt
                     holders[:8], allocator.snapshot(), window_peak, windows)
 
 
-def _window_peaks(windows: list, index: int, stats) -> None:
-    """The current allocated and reserved bytes count toward each window open at ``index``."""
-    for w in windows:
-        if w["start"] <= index < w["stop"]:
+class _OpenWindows:
+    """The ``_record_memory_history`` windows open at each event, found by one sweep over the events
+    (windows sorted by start; each joins when its start is reached and leaves at its stop), so the
+    replay stays linear in events + windows however many windows a script opened."""
+
+    def __init__(self, windows: list):
+        self.waiting = sorted(windows, key=lambda w: w["start"])
+        self.next, self.open = 0, []
+
+    def update(self, index: int, stats) -> None:
+        """The current allocated and reserved bytes count toward each window open at ``index``."""
+        while self.next < len(self.waiting) and self.waiting[self.next]["start"] <= index:
+            self.open.append(self.waiting[self.next])
+            self.next += 1
+        if not self.open:
+            return
+        self.open = [w for w in self.open if index < w["stop"]]
+        for w in self.open:
             w["peak_allocated"] = max(w["peak_allocated"], stats.allocated_bytes[AGGREGATE].current)
             w["peak_reserved"] = max(w["peak_reserved"], stats.reserved_bytes[AGGREGATE].current)
 
