@@ -43,3 +43,17 @@ def test_a_block_freed_by_its_sender_is_refused_in_the_readers_language(dev, mon
     assert words in str(err.value) and str(h.sender_pid) in str(err.value)
     blk.close()
     receiver.close()
+
+
+@pytest.mark.parametrize("lang, words", [("en", "shares CachingAllocator blocks only"),
+                                         ("zh", "只共享 CachingAllocator 的块")])
+def test_a_block_of_another_allocator_is_refused_in_the_readers_language(dev, monkeypatch, lang, words):
+    from allocator_ref.policies import StreamOrderedAllocator
+    monkeypatch.setenv("ALLOCATOR_REF_LANG", lang)
+    pool = StreamOrderedAllocator(dev)
+    x = pool.malloc(MiB)
+    with pytest.raises(S.SharingError) as err:
+        S.share_block(pool, x)
+    assert words in str(err.value) and "StreamOrderedAllocator" in str(err.value)
+    pool.free(x)
+    pool.close()

@@ -140,9 +140,10 @@ def share_block(allocator: Any, allocation: Any, kind: str = "auto") -> Any:
         raise ValueError(f"kind must be 'auto', 'legacy' or 'expandable', got {kind!r}")
     block = getattr(allocation, "_block", None)
     if block is not None and not hasattr(block, "expandable_segment"):
-        raise SharingError(f"share_block shares CachingAllocator blocks only, not a {type(allocator).__name__}'s: "
-                           "PyTorch's backend:cudaMallocAsync does not support IPC either "
-                           "(torch.multiprocessing: the producer must keep the tensor alive)")
+        raise SharingError(tr("share_block shares CachingAllocator blocks only, not a {kind}'s: "
+                              "PyTorch's backend:cudaMallocAsync does not support IPC either "
+                              "(torch.multiprocessing: the producer must keep the tensor alive)",
+                              kind=type(allocator).__name__))
     block = _block_of(allocation)
     seg = block.expandable_segment
     if kind == "auto":
