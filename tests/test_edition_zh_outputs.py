@@ -19,15 +19,22 @@ from test_notebooks import execute_notebook, outputs_text     # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLEAN = ["00_setup_and_tour.ipynb", "01_what_cudamalloc_costs.ipynb", "02_caching_allocator.ipynb",
-         "03_streams.ipynb", "08_pools_you_own.ipynb", "09_casebook.ipynb"]
+         "03_streams.ipynb", "04_oom_and_fragmentation.ipynb", "05_vmm_and_expandable_segments.ipynb",
+         "06_zero_copy_and_ipc.ipynb", "07_diagnostics.ipynb", "08_pools_you_own.ipynb", "09_casebook.ipynb"]
 # PyTorch's and CUDA's own words, shown as they say them; each runs to the end of its line:
 # c10/cuda/CUDACachingAllocator.cpp's OOM message (malloc, the "Tried to allocate" report and its
-# "Including non-PyTorch memory" / "allowed;" / "If reserved but unallocated" lines), its
+# "Including non-PyTorch memory" / "allowed;" / "If reserved but unallocated" lines; chapter 4 also quotes
+# its "Tried to allocate" report without the "CUDA out of memory." head), its
 # "Allocator backend parsed at runtime" check (CUDAAllocatorConfig.cpp), and cudaGetErrorString's text.
 PYTORCH_TEXTS = ("Allocator backend parsed at runtime != allocator backend parsed at load time",
-                 "CUDA out of memory. Tried to allocate", "Including non-PyTorch memory",
+                 "CUDA out of memory. Tried to allocate", "Tried to allocate", "Including non-PyTorch memory",
                  "allowed; Of the allocated memory", "If reserved but unallocated memory is large",
-                 "cudaErrorMemoryAllocation", "See documentation for Memory Management")
+                 "cudaErrorMemoryAllocation", "See documentation for Memory Management",
+                 # torch/cuda/_memory_viz.py's segsum ``legend``, which chapter 7 shows when torch is installed
+                 # (``python -m torch.cuda._memory_viz stats``): each legend line as PyTorch writes it.
+                 "[a     ] - a segment in the allocator", "^-- a page", "' ': page is completely free",
+                 "*: page if completely full with multiple blocks", "0-9: page is partially full with tensors",
+                 "(X% internal) - of the free memory")
 CLAIMED = re.compile(r"\*\*([^*\n]+)\*\*<!--\s*claim:")
 
 
@@ -55,6 +62,9 @@ def test_a_chinese_chapter_prints_no_english_sentence(name):
 def test_the_scan_finds_an_english_line_and_spares_pytorchs_own():
     assert english_lines("the engine's wake ran out of memory")
     assert not english_lines("OOM 之后，仍处于已分配状态：0 bytes [在 sim-h100-80gb 上模拟]")
+    assert not english_lines("2.11   : Tried to allocate 2.00 MiB. ... of which 0 bytes is free.")
+    assert english_lines("receiver: process 17825 freed the shared block (or unshared it): its memory may already "
+                         "hold another tensor.")     # what zh/06 printed before the sharing errors were translated
     assert not english_lines("运行时设置 backend：Allocator backend parsed at runtime != allocator backend parsed "
                              "at load time")
 

@@ -291,6 +291,16 @@ def test_driver_pool_uses_cuda_malloc_async(dev):
     assert dev.mempool_reserved() == 0
 
 
+@pytest.mark.parametrize("lang, words", [("en", "does not yet support getMemorySnapshot"), ("zh", "尚不支持 getMemorySnapshot")])
+def test_driver_pool_snapshot_refusal_speaks_the_readers_language(dev, monkeypatch, lang, words):
+    monkeypatch.setenv("ALLOCATOR_REF_LANG", lang)                  # chapter 5 prints this refusal
+    a = make(StreamOrderedAllocator, dev, driver_pool=True)
+    with pytest.raises(RuntimeError) as err:
+        a.snapshot()
+    assert words in str(err.value)
+    a.close()
+
+
 def test_driver_pool_refuses_switches_it_cannot_set(dev):
     with pytest.raises(ValueError, match="cudaMemPoolReuse"):
         StreamOrderedAllocator(dev, driver_pool=True, allow_opportunistic=False)

@@ -67,10 +67,13 @@ from allocator_ref.caching.stats import AGGREGATE
 from allocator_ref.device.errors import CudaOutOfMemoryError
 
 from allocator_ref.front_door import check_request_size, stream_is_destroyed
+from allocator_ref.editions.messages import translator
 
 from .common import (UINT64_MAX, MiB, BlockRecord, PolicyAllocator, check_byte_option,
                      format_size, OutOfMemoryError, parse_config, round_up, stat_keys,
                      stream_handle, warn)
+
+tr = translator("doctor")   # a refusal a learner reads, in the reader's language
 
 ROUND_BYTES = 512          # sub-allocation granularity of the model (cudaMalloc's alignment)
 CHUNK_GRANULARITY = 2 * MiB
@@ -600,8 +603,8 @@ class StreamOrderedAllocator(PolicyAllocator):
 
     def snapshot(self) -> dict:
         if self.driver_pool:
-            raise RuntimeError("cudaMallocAsync does not yet support getMemorySnapshot: the driver's pool "
-                               "is not visible (use the simulated device to see the model's chunks)")
+            raise RuntimeError(tr("cudaMallocAsync does not yet support getMemorySnapshot: the driver's pool "
+                                  "is not visible (use the simulated device to see the model's chunks)"))
         return super().snapshot()
 
     def _segments(self) -> list[dict]:

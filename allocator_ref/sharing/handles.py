@@ -39,11 +39,16 @@ from typing import Any, Optional
 
 from .. import vmm
 from ..device.sim.shared_segment import pid_alive
+from ..editions.messages import say, translator
 from .tokens import (_TOKEN_DIR, _TOKEN_NAME, SenderFreedError, SharingError, _bind_token,
                      _new_token, _remove_token, _token_state)
 
-# The idea of PyTorch's refusal in getBaseAllocation (CUDACachingAllocator.cpp).
-EXPANDABLE_LEGACY_MESSAGE = (
+tr = translator("doctor")                # a learner-facing refusal in the reader's language
+N_ = translator("doctor", later=True)
+
+# The idea of PyTorch's refusal in getBaseAllocation (CUDACachingAllocator.cpp); English as written
+# (kept importable), raised in the reader's language with say("doctor", ...).
+EXPANDABLE_LEGACY_MESSAGE = N_(
     "Tensors allocated with expandable_segments:True cannot be shared between processes with a legacy "
     "cudaIpcMemHandle (their memory comes from cuMemCreate, which cudaIpcGetMemHandle cannot export). "
     "Share them with kind='expandable' (one POSIX fd per page, PyTorch's 'e' handle), or allocate the "
@@ -135,9 +140,10 @@ def share_block(allocator: Any, allocation: Any, kind: str = "auto") -> Any:
         raise ValueError(f"kind must be 'auto', 'legacy' or 'expandable', got {kind!r}")
     block = getattr(allocation, "_block", None)
     if block is not None and not hasattr(block, "expandable_segment"):
-        raise SharingError(f"share_block shares CachingAllocator blocks only, not a {type(allocator).__name__}'s: "
-                           "PyTorch's backend:cudaMallocAsync does not support IPC either "
-                           "(torch.multiprocessing: the producer must keep the tensor alive)")
+        raise SharingError(tr("share_block shares CachingAllocator blocks only, not a {kind}'s: "
+                              "PyTorch's backend:cudaMallocAsync does not support IPC either "
+                              "(torch.multiprocessing: the producer must keep the tensor alive)",
+                              kind=type(allocator).__name__))
     block = _block_of(allocation)
     seg = block.expandable_segment
     if kind == "auto":
@@ -145,7 +151,7 @@ def share_block(allocator: Any, allocation: Any, kind: str = "auto") -> Any:
     dev = allocator.device
     if kind == "legacy":
         if seg is not None:
-            raise SharingError(EXPANDABLE_LEGACY_MESSAGE)
+            raise SharingError(say("doctor", EXPANDABLE_LEGACY_MESSAGE))
         base = block
         while base.prev is not None:        # the segment base: what cudaIpcGetMemHandle can name
             base = base.prev
@@ -326,14 +332,14 @@ class SharedBlock:
             raise SharingError(f"the handle's token {self.handle.token!r} is not a liveness token made by "
                                "share_block (a forged handle?)")
         if not pid_alive(self.handle.sender_pid):
-            raise SenderFreedError(
-                f"process {self.handle.sender_pid} that shared this block has exited (or released the "
-                "share): the memory is gone.  A sender must outlive its receivers.")
+            raise SenderFreedError(tr(
+                "process {pid} that shared this block has exited (or released the "
+                "share): the memory is gone.  A sender must outlive its receivers.", pid=self.handle.sender_pid))
         if state == "gone":
-            raise SenderFreedError(
-                f"process {self.handle.sender_pid} freed the shared block (or unshared it): its memory may "
+            raise SenderFreedError(tr(
+                "process {pid} freed the shared block (or unshared it): its memory may "
                 "already hold another tensor.  The sender must keep the block allocated until every "
-                "receiver has closed it.")
+                "receiver has closed it.", pid=self.handle.sender_pid))
 
     def _span(self, offset: int, nbytes: int) -> None:
         if offset < 0 or nbytes < 0 or offset + nbytes > self.size:

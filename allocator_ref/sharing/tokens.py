@@ -38,6 +38,9 @@ import stat
 from typing import Any, Optional
 
 from ..device.sim.shared_segment import process_start_ticks, shm_dir, sweep_once
+from ..editions.messages import translator
+
+tr = translator("doctor")                # a learner-facing refusal in the reader's language
 
 
 class SharingError(RuntimeError):
@@ -118,8 +121,8 @@ def _bind_token(handle: Any) -> tuple:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
-        raise SenderFreedError(f"process {pid} freed the shared block (or unshared it) before it was "
-                               "opened: its memory may already hold another tensor") from None
+        raise SenderFreedError(tr("process {pid} freed the shared block (or unshared it) before it was "
+                                  "opened: its memory may already hold another tensor", pid=pid)) from None
     except OSError:
         raise SharingError(f"the handle's token {path!r} is not a liveness token made by share_block "
                            "(a forged handle?)") from None
