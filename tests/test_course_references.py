@@ -130,6 +130,20 @@ VERIFIED.update({
     "https://docs.pytorch.org/docs/main/distributed/symmetric_memory.html":
         "PyTorch Symmetric Memory: torch.distributed._symmetric_memory is alpha; empty, rendezvous, get, get_mem_pool",
 })
+# issue 51, read with the search tool's issues corpus at the merge (2026-12-06); #67971 is not in that corpus:
+# its words are the ones the course's learner-questions spec quotes from it (Q5's sources)
+VERIFIED.update({
+    "https://github.com/pytorch/pytorch/issues/67971":
+        "one million 10,000-float tensors: Tried to allocate 2.00 MiB, 4.88 GiB already allocated, 4.96 GiB reserved "
+        "(as learner-questions.md quotes it; not in the search corpus)",
+    "https://github.com/pytorch/pytorch/pull/169491":
+        "expandable_segments + memory pool: fixes #147851 (merge asked 2025-12-04); #185818 quotes the code: only "
+        "pools with a custom allocator lose expandable segments",
+    "https://github.com/pytorch/pytorch/pull/175344":
+        "[CUBLAS][Blackwell] Try to reenable 32MiB workspaces on Blackwell (merged 2026-02-19)",
+    "https://github.com/pytorch/pytorch/pull/175879":
+        "[cuBLASLt][cuBLAS] Fix unified workspace env var handling: sizing and use diverged (merged 2026-03-02)",
+})
 CHECKED_HOSTS = re.compile(r"https?://(github\.com|docs\.nvidia\.com|developer\.nvidia\.com|docs\.pytorch\.org)/")
 URL = re.compile(r"https?://[^\s)>\"'`]+")
 LINK = re.compile(r"\[[^\]]*\]\([^)]*\)")
