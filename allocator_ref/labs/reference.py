@@ -70,14 +70,19 @@ def _private_class(cls: type) -> type:
 CachingAllocator = _private_class(_Live)
 DeviceCachingAllocator = _private_class(_LiveDevice)
 NativeCachingAllocator = _private_class(_LiveNative)
-# The frozen globals still name the live layers: point them at the private copies, so
-# the private CachingAllocator builds a private NativeCachingAllocator and DeviceCachingAllocator.
+# The frozen globals still name the live layers, and so do class attributes copied by value
+# (CachingAllocator.device_allocator_class, which it builds its DeviceCachingAllocator from): point
+# both at the private copies, so the private CachingAllocator builds a private NativeCachingAllocator
+# and DeviceCachingAllocator.
+_PRIVATE = {_LiveDevice: DeviceCachingAllocator, _LiveNative: NativeCachingAllocator}
 for _globals in _FROZEN_GLOBALS.values():
     for _name, _value in list(_globals.items()):
-        if _value is _LiveDevice:
-            _globals[_name] = DeviceCachingAllocator
-        elif _value is _LiveNative:
-            _globals[_name] = NativeCachingAllocator
+        if isinstance(_value, type) and _value in _PRIVATE:
+            _globals[_name] = _PRIVATE[_value]
+for _private in (CachingAllocator, DeviceCachingAllocator, NativeCachingAllocator):
+    for _name, _value in list(vars(_private).items()):
+        if isinstance(_value, type) and _value in _PRIVATE:
+            setattr(_private, _name, _PRIVATE[_value])
 round_size = _frozen_function(_config.round_size)
 get_allocation_size = _frozen_function(_config.get_allocation_size)
 
