@@ -20,6 +20,9 @@ The file is TOML with one table::
     max_snapshot_mb = 512     # the snapshot loader's size cap (allocator_ref/trace/snapshot.py)
     lab_quick = 0             # 1: check() runs two hidden cases, not all (CI notebook runs)
     language = "auto"         # auto | en | zh: the tools' language (allocator_ref/editions/language.py)
+    grader_python = ""        # grading as root: an absolute path to a Python other users may run
+                              # (allocator_ref/labs/sandbox.py; empty: this one, else make autograde finds one)
+    live_view = 0             # 1: check() keeps its results for the instructor's live view (the hub sets it)
 
 An unknown key or a value of the wrong kind is an error that names the file,
 the key and what it may be: a workshop should not discover a typo halfway in.
@@ -50,6 +53,8 @@ SETTINGS = {
     "max_snapshot_mb": ("ALLOCATOR_REF_MAX_SNAPSHOT_MB", "512"),
     "lab_quick": ("ALLOCATOR_REF_LAB_QUICK", "0"),
     "language": ("ALLOCATOR_REF_LANG", "auto"),
+    "grader_python": ("ALLOCATOR_REF_GRADER_PYTHON", ""),
+    "live_view": ("ALLOCATOR_REF_LIVE_VIEW", "0"),
 }
 
 
@@ -300,10 +305,24 @@ def _check_lab_quick(setting: Setting) -> None:
         raise _bad(setting, "must be 1 (check() runs two hidden cases) or 0 (all of them)")
 
 
+def _check_grader_python(setting: Setting) -> None:
+    text = setting.value
+    if not text:
+        return
+    if "\0" in text or len(text) > 4096 or not os.path.isabs(text):
+        raise _bad(setting, "is not an absolute path to a Python (the one the autograder runs submissions "
+                            "with as another user: `python workshop/learner_python.py` prints one); or unset it")
+
+
+def _check_live_view(setting: Setting) -> None:
+    if setting.value not in ("0", "1"):
+        raise _bad(setting, "must be 1 (check() keeps its results for the instructor's live view) or 0")
+
+
 # (profile: the device layer knows the profiles, and checks the name where it opens one: device/select.py)
 CHECKS = {"device": _check_device, "lab_seed": _check_lab_seed,
           "traces": _check_traces, "max_snapshot_mb": _check_max_snapshot_mb, "lab_quick": _check_lab_quick,
-          "language": _check_language}
+          "language": _check_language, "grader_python": _check_grader_python, "live_view": _check_live_view}
 ENV_NAMES = {env for env, _ in SETTINGS.values()}
 OFF = "none"                 # a folder setting turned off (traces = "none": no real snapshots)
 

@@ -35,6 +35,9 @@ BAD = [
     ("ALLOCATOR_REF_MAX_SNAPSHOT_MB", "inf", "positive number of MiB"),
     ("ALLOCATOR_REF_LAB_QUICK", "yes", "must be 1"),
     ("ALLOCATOR_REF_LANG", "klingon", "auto, en, zh"),
+    ("ALLOCATOR_REF_GRADER_PYTHON", "python3", "absolute path to a Python"),
+    ("ALLOCATOR_REF_GRADER_PYTHON", "bin/python", "absolute path to a Python"),
+    ("ALLOCATOR_REF_LIVE_VIEW", "yes", "must be 1"),
 ]
 # Each variable read where the course reads it: the settings, the traces' folders, the device, the
 # snapshot loader's cap, the lab checker's quick mode.
@@ -92,6 +95,8 @@ def test_the_cli_reports_every_bad_value_it_reads_as_a_usage_error(variable, val
     ('max_snapshot_mb = "lots"', "positive number of MiB"),
     ("max_snapshot_mb = 0", "positive number of MiB"),
     ('lab_quick = "yes"', "must be 1"),
+    ('grader_python = "python3"', "absolute path to a Python"),
+    ("live_view = 2", "must be 1"),
 ])
 def test_a_bad_value_in_the_settings_file_names_the_key_and_the_file(line, words, tmp_path):
     (tmp_path / "course-settings.toml").write_text(f"[course]\n{line}\n")

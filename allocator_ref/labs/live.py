@@ -15,13 +15,20 @@ import os
 import time
 from pathlib import Path
 
+from .. import settings
+
 FOLDER = ".allocator-course"
 FILE = "live.json"
 MAX_BYTES = 64 * 1024              # far more than 9 labs' exercises; the service reads no more
 
 
 def enabled() -> bool:
-    return os.environ.get("ALLOCATOR_REF_LIVE_VIEW") == "1"
+    """The live_view setting (ALLOCATOR_REF_LIVE_VIEW, allocator_ref/settings.py) is 1; a value it refuses
+    is off here (record() never raises into check(); describe() names the bad value)."""
+    try:
+        return settings.value("live_view") == "1"
+    except settings.SettingsError:
+        return False
 
 
 def path(home: Path | None = None) -> Path:

@@ -226,9 +226,11 @@ _PYTHON_WORKS: dict = {}
 
 
 def grader_python(uid: Optional[int], gid: Optional[int], package_root: str) -> str:
-    """A Python that ``uid`` can run with this package: $ALLOCATOR_REF_GRADER_PYTHON, else this one (a
-    course Python under /root, as pyenv installs it, is closed to other users)."""
-    candidates = [p for p in (os.environ.get(GRADER_PYTHON_ENV), sys.executable) if p]
+    """A Python that ``uid`` can run with this package: the grader_python setting
+    ($ALLOCATOR_REF_GRADER_PYTHON), else this one (a course Python under /root, as pyenv installs it, is
+    closed to other users)."""
+    from .. import settings
+    candidates = [p for p in (settings.value("grader_python"), sys.executable) if p]
     if uid is None:
         return candidates[0]
     for python in candidates:
