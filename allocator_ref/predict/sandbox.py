@@ -28,6 +28,9 @@ tr = translator("doctor")
 DEFAULT_TIMEOUT_S = 300.0
 _CHILD_MAIN = "import sys; del sys.path[0]; from allocator_ref.predict.sandbox import _child; sys.exit(_child())"
 DEFAULT_MEMORY_GIB = 16.0     # address space, not resident memory: importing torch maps several GiB
+# The variable every process a run starts carries (its token: _end_strays finds them by it).  Not an
+# ALLOCATOR_REF_* name: those are the course's settings (allocator_ref/settings.py), and this is no setting.
+RUN_MARK = "ALLOCATOR_PREDICT_RUN"
 
 
 def parse_knob(text: str) -> tuple[str, object]:
@@ -56,7 +59,7 @@ def record_in_subprocess(script: str, entry: str, knobs: dict, sweep: Optional[s
         token = f"{os.getpid()}-{os.urandom(8).hex()}"       # marks every process this run starts
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                        os.environ.get("PYTHONPATH")])),
-                   ALLOCATOR_REF_PREDICT_RUN=token)
+                   **{RUN_MARK: token})
         before = _children()
         reaping = _subreaper(True)
         # Its output goes to a file, not a pipe: a process the script starts would hold a pipe open
@@ -140,7 +143,7 @@ def _end_strays(token: str, before: set) -> None:
     """Kill what the script started and what escaped its process group: processes carrying this
     run's token in their environment, and new children of this process (orphans a subreaper gets,
     even those that cleared their environment).  Rounds, since one may fork while another dies."""
-    mark = f"ALLOCATOR_REF_PREDICT_RUN={token}".encode()
+    mark = f"{RUN_MARK}={token}".encode()
     for _ in range(20):
         strays = [pid for pid, ppid, environ in _processes()
                   if pid != os.getpid() and (mark in environ.split(b"\0")
