@@ -72,7 +72,7 @@ def test_replay_keys(quick_run):
 def test_fragmentation_keys(quick_run):
     data = _load(quick_run[0] / "fragmentation.json")
     designs = [d["name"] for d in data["designs"]]
-    assert designs == ["native", "expandable", "stream_ordered", "bfc", "direct"]
+    assert designs == ["native", "expandable", "stream_ordered", "bfc", "direct", "npu"]   # npu: torch_npu's design (issue 54)
     assert "generated-dynamic-shape" in data["table"]
     for workload, row in data["table"].items():
         assert set(row) == set(designs)

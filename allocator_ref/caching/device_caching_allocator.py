@@ -32,11 +32,11 @@ from .capture_rules import stream_get_capture_info, update_visited
 from .checkpoint import PrivatePoolState, RestoreResult, SegmentState
 from .config import SIZE_MAX, AllocatorConfig, get_allocation_size, kMinBlockSize, kSmallSize, round_size
 from .expandable import ExpandableSegment, allocatable, expandable_size, is_expandable_segments_active
-from .oom import EXABYTE_MESSAGE, OutOfMemoryError, oom_message
+from .oom import EXABYTE_MESSAGE, PYTORCH_WORDING, OutOfMemoryError
 from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
-from .private_pool import PrivatePool, allocated_in_private_pools
+from .private_pool import PrivatePool
 from .snapshot import block_state
-from .stats import AGGREGATE, DeviceStats
+from .stats import DeviceStats
 from .unsafe import split_segment_release_error
 
 
@@ -97,6 +97,10 @@ class DeviceCachingAllocator:
 
     # ``NativeCachingAllocator::malloc`` refuses 1 EB and more with these words (a port may reword them).
     exabyte_message = EXABYTE_MESSAGE
+    # The words malloc raises with when it is out of rungs: PyTorch's (oom.py).  A data attribute, not a
+    # method, so a port that words its error differently (torch_npu: npu/oom.py) sets its own and nobody
+    # has to recognise a message by its text; every method here stays one of PyTorch's members.
+    oom_wording = PYTORCH_WORDING
 
     def __init__(self, device: Any, config: AllocatorConfig) -> None:
         """``DeviceCachingAllocator()``: empty pools; max_split_size frozen into the stats."""
@@ -208,24 +212,10 @@ class DeviceCachingAllocator:
             limit = self.allowed_memory_maximum if self.allowed_memory_maximum is not None else total
             for observer in self.oom_observers:
                 observer(self.device.info.index, params.alloc_size, limit, free)
-            raise OutOfMemoryError(self.out_of_memory_message(params.alloc_size, total, free))
+            raise OutOfMemoryError(self.oom_wording(self, params.alloc_size, total, free))
         # 2.11 asks the config, not the block: toggling the flag changes splitting for every block.
         split = self.should_split(params.block, size, params.expandable)
         return self.alloc_found_block(params, orig_size, split, context)
-
-    def out_of_memory_message(self, alloc_size: int, total: int, free: int) -> str:
-        """The words ``malloc`` raises with when it is out of rungs (oom.py, PyTorch's wording).
-
-        A method, not inline, so a port that words its error differently (torch_npu: npu/oom.py)
-        says so by overriding it; nobody has to recognise a message by its text."""
-        stats = self.stats
-        return oom_message(
-            device_index=self.device.info.index, alloc_size=alloc_size, total=total, free=free,
-            allocated=stats.allocated_bytes[AGGREGATE].current,
-            reserved=stats.reserved_bytes[AGGREGATE].current,
-            allowed=self.allowed_memory_maximum,
-            process_in_use=(total - free) if self.device.info.simulated else None,
-            private_pools=allocated_in_private_pools(self.graph_pools))
 
     def alloc_found_block(self, p: AllocParams, orig_size: int, split: bool,
                           context: Optional[list] = None) -> Block:

@@ -29,10 +29,9 @@ from ..allocator import CachingAllocator
 from ..block import Block
 from ..device_caching_allocator import AllocParams, DeviceCachingAllocator
 from ..config import kRoundLarge
-from ..stats import AGGREGATE
 from ..summary import memory_summary
 from .config import NPUAllocatorConfig
-from .oom import EXABYTE_MESSAGE, npu_oom_message
+from .oom import EXABYTE_MESSAGE, NPU_WORDING
 from .rounding import ASCEND_PAD, PADS, aligned_offset, npu_round_size
 from .stats import npu_memory_stats
 
@@ -46,13 +45,7 @@ class NPUDeviceCachingAllocator(DeviceCachingAllocator):
 
     exabyte_message = EXABYTE_MESSAGE      # NpuCachingAllocator::allocate: "NPU out of memory. ... 1EB"
 
-    def out_of_memory_message(self, alloc_size: int, total: int, free: int) -> str:
-        # NPUCachingAllocator.cpp, malloc: torch_npu's own wording, with the active bytes (oom.py).
-        stats = self.stats
-        return npu_oom_message(
-            device_index=self.device.info.index, alloc_size=alloc_size, total=total, free=free,
-            allocated=stats.allocated_bytes[AGGREGATE].current, active=stats.active_bytes[AGGREGATE].current,
-            reserved=stats.reserved_bytes[AGGREGATE].current, allowed=self.allowed_memory_maximum)
+    oom_wording = NPU_WORDING              # NPUCachingAllocator.cpp, malloc: torch_npu's own wording (npu/oom.py)
 
     def round_size(self, size: int) -> int:
         # NPUCachingAllocator.cpp, round_size: "size += AddPadSize();" before the 512 B rounding.

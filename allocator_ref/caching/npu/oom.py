@@ -35,3 +35,19 @@ def npu_oom_message(*, device_index: int, alloc_size: int, total: int, free: int
         f"{format_size(reserved)} reserved in total by PyTorch)."
         "If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation."
     )
+
+
+class NpuWording:
+    """torch_npu's out-of-memory text (``NPUCachingAllocator.cpp``, ``malloc``), filled from ``allocator``'s
+    counters: it prints the active bytes where PyTorch prints what the process holds."""
+
+    def __call__(self, allocator, alloc_size: int, total: int, free: int) -> str:
+        from ..stats import AGGREGATE
+        stats = allocator.stats
+        return npu_oom_message(
+            device_index=allocator.device.info.index, alloc_size=alloc_size, total=total, free=free,
+            allocated=stats.allocated_bytes[AGGREGATE].current, active=stats.active_bytes[AGGREGATE].current,
+            reserved=stats.reserved_bytes[AGGREGATE].current, allowed=allocator.allowed_memory_maximum)
+
+
+NPU_WORDING = NpuWording()
