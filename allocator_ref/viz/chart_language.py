@@ -65,8 +65,8 @@ def font_advice() -> Optional[str]:
     if language() != "zh" or cjk_font() is not None:
         return None
     return tr("No CJK font found, so the charts keep English labels. Install one and restart the kernel: "
-              "sudo apt-get install fonts-noto-cjk (Debian/Ubuntu), or conda install -c conda-forge "
-              "font-ttf-noto-cjk")
+              "`sudo apt-get install fonts-noto-cjk` (Debian/Ubuntu), or "
+              "`conda install -c conda-forge font-ttf-noto-cjk`")
 
 
 def drawable(plot):
