@@ -119,6 +119,10 @@ def test_every_lab_releases_and_grades_a_stub_a_right_and_a_wrong_submission(lab
     _submit(release, course, "alice", {})                                  # the untouched stubs
     _submit(release, course, "bob", solutions)                             # right
     _submit(release, course, "carol", {**solutions, ex_id: wrong})         # one plausible mistake
+    # As in a whole suite run, where an earlier test used multiprocessing: the autograder's process
+    # holds a resource tracker, and its judges (forks that close every inherited fd) must not use it.
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
     assert grading.main(["autograde", lab, "--course", str(course)]) == 0
 
     with nbgrader_api.Gradebook(f"sqlite:///{(course / 'gradebook.db').resolve()}",

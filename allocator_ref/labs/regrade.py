@@ -211,6 +211,7 @@ def _start(notebook: Notebook, slot: int, setup_limit: float, pinned: dict) -> _
             os.setsid()                            # ^C at the terminal reaches the autograder, which ends it
             os.closerange(3, write)                # no other judge's pipe, nor the gradebook
             os.closerange(write + 1, 1 << 16)
+            _forget_inherited_tracker()
             judge_main(notebook, os.fdopen(write, "wb"), slot, setup_limit, pinned)
             code = 0
         except BaseException:                      # noqa: B036 -- whatever happens, only this judge ends
@@ -220,6 +221,23 @@ def _start(notebook: Notebook, slot: int, setup_limit: float, pinned: dict) -> _
             os._exit(code)
     os.close(write)
     return _Running(notebook, pid, read, slot, time.monotonic() + _budget(notebook, setup_limit))
+
+
+def _forget_inherited_tracker() -> None:
+    """A judge closes every fd it inherited, and with them the pipe to multiprocessing's resource tracker
+    when the autograder's process had started one (pytest after a test that used multiprocessing, a
+    kernel): the fork still holds that fd's number, so the judge's first spawn (lab 6's receiver) wrote
+    its probe into a closed fd, or into whatever file took the number, and failed in the tracker
+    (EBADF at resource_tracker.py's os.close).  Forget it: the judge starts a tracker of its own."""
+    import sys
+    import threading
+    tracker_module = sys.modules.get("multiprocessing.resource_tracker")
+    if tracker_module is None:                     # never imported: nothing was inherited
+        return
+    tracker = tracker_module._resource_tracker
+    tracker._lock = threading.RLock()              # another thread may have held it at the fork
+    tracker._fd = None
+    tracker._pid = None
 
 
 def _finish(run: _Running, selector, running: dict, slots: list, kill: bool) -> Judged:
