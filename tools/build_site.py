@@ -97,6 +97,36 @@ def language_switch(nb, path: Path) -> int:
     return 1                      # cells after the title moved down by one
 
 
+def section_links(nb, path: Path) -> int:
+    """A Chinese chapter translates its headings, so their anchors are not the English ones; its
+    links to its own sections (``](#case-1-...)``, kept as the English wrote them) are pointed at
+    the Chinese heading in the same place.  Returns how many links were changed."""
+    other = twin(path)
+    if path.parent.name != ZH or other is None:
+        return 0
+
+    def section_ids(book) -> list[str]:
+        return [heading_id(m.group(1).strip()) for c in book.cells if c.cell_type == "markdown"
+                for m in re.finditer(r"(?m)^#{2,6} (.+)$", c.source)]
+
+    english, chinese = section_ids(nbformat.read(other, as_version=4)), section_ids(nb)
+    if len(english) != len(chinese):
+        return 0                  # not the same sections: -W reports any link that resolves to nothing
+    moved = {e: z for e, z in zip(english, chinese) if e != z and e not in chinese}
+    changed = 0
+
+    def point(m):
+        nonlocal changed
+        if m.group(1) not in moved:
+            return m.group(0)
+        changed += 1
+        return f"](#{moved[m.group(1)]})"
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = re.sub(r"\]\(#([^)\s]+)\)", point, cell.source)
+    return changed
+
+
 def static_outputs(nb) -> None:
     """Keep what a static page can show.  A widget shows its HTML snapshot, not its live view
     (MyST-NB prefers the view, and a static page has no kernel to draw it: an empty box).  The
@@ -118,6 +148,7 @@ def execute(path: Path) -> tuple[Path, float]:
     nb = nbformat.read(path, as_version=4)
     after_title = for_the_page(nb)
     after_title += language_switch(nb, path)
+    section_links(nb, path)
     for cell in nb.cells:
         if "gpu" in cell.get("metadata", {}).get("tags", []):
             cell.metadata.setdefault("tags", []).append("skip-execution")   # nbclient skips it
