@@ -120,6 +120,7 @@ def test_rehearse_grades_a_right_and_a_wrong_submission(tmp_path, monkeypatch, c
 @pytest.mark.slow
 def test_rehearse_tries_every_known_wrong_answer_of_a_lab(tmp_path, monkeypatch, capsys):
     """make rehearse LAB=09: the solutions and each of lab 9's known-wrong answers, one learner each."""
+    use_grader_python(monkeypatch)                 # as make rehearse's GRADER_PYTHON prefix does, run as root
     monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv("ALLOCATOR_REF_LAB_SEED", raising=False)
