@@ -129,8 +129,9 @@ collect: $(STAMP)
 	$(if $(HUB),$(call HUB_EXCHANGE,collect),$(GRADEBOOK) collect $(LAB) --homes $(WORKSHOP_HOMES) --course $(NBGRADER_DIR))
 
 # Run as root (sudo), each submission runs as another user (the learner's, or a numeric one), who needs a
-# Python it can run: workshop/learner_python.py finds or makes one (ALLOCATOR_REF_GRADER_PYTHON picks one).
-GRADER_PYTHON = $(if $(ALLOCATOR_REF_GRADER_PYTHON),,$(if $(filter 0,$(shell id -u)),ALLOCATOR_REF_GRADER_PYTHON="$$($(PY) workshop/learner_python.py)"))
+# Python it can run: workshop/learner_python.py finds or makes one (ALLOCATOR_REF_GRADER_PYTHON picks one),
+# in its own folder: the room's (workshop/.run/python) is re-made at each start, under the learners' servers.
+GRADER_PYTHON = $(if $(ALLOCATOR_REF_GRADER_PYTHON),,$(if $(filter 0,$(shell id -u)),ALLOCATOR_REF_GRADER_PYTHON="$$(WORKSHOP_PYTHON_DIR=workshop/.run/grader-python $(PY) workshop/learner_python.py)"))
 autograde: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make autograde LAB=02"; exit 2)
 	$(GRADER_PYTHON) $(GRADEBOOK) autograde $(LAB) --course $(NBGRADER_DIR)

@@ -236,10 +236,14 @@ def grader_python(uid: Optional[int], gid: Optional[int], package_root: str) -> 
     for python in candidates:
         key = (python, uid)
         if key not in _PYTHON_WORKS:
-            probe = subprocess.run([python, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                                    "import allocator_ref.labs.check", package_root],
-                                   user=uid, group=gid, extra_groups=[], cwd="/", capture_output=True,
-                                   env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}, timeout=120)
+            try:
+                probe = subprocess.run([python, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                                        "import allocator_ref.labs.check", package_root],
+                                       user=uid, group=gid, extra_groups=[], cwd="/", capture_output=True,
+                                       env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}, timeout=120)
+            except OSError:       # uid may not even execute it (a symlink into /root: EACCES at exec)
+                _PYTHON_WORKS[key] = False
+                continue
             _PYTHON_WORKS[key] = probe.returncode == 0
         if _PYTHON_WORKS[key]:
             return python
