@@ -206,6 +206,36 @@ def _make(root: Path, *args: str, ok: bool = True) -> subprocess.CompletedProces
     return proc
 
 
+def _commit(root: Path, message: str) -> None:
+    """The scratch copy as an instructor's checkout: a git repository with the work committed."""
+    who = {"GIT_AUTHOR_NAME": "guide", "GIT_AUTHOR_EMAIL": "guide@localhost",
+           "GIT_COMMITTER_NAME": "guide", "GIT_COMMITTER_EMAIL": "guide@localhost"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", message]):
+        subprocess.run(["git", *args], cwd=root, env=dict(os.environ, **who), check=True, capture_output=True)
+
+
+def _translate_new_blocks(root: Path) -> None:
+    """The guide's "Regenerate and check" step for the Chinese edition: `make translations` (it exits 1 while
+    a block is untranslated), then each new block's Chinese in its catalogue (locale/zh_CN/labs/source/*.po);
+    here a stand-in that keeps what the translation rules ask to keep (inline code, fences, markers, URLs)."""
+    import re
+    from allocator_ref.editions import catalog
+    _make(root, "translations", ok=False)
+    for path in (root / "locale" / "zh_CN" / "labs" / "source").glob("*.po"):
+        po = catalog.load(path)
+        todo = [e for e in po if not e.obsolete and not catalog.is_translated(e)]
+        for entry in todo:
+            english = entry.msgid
+            head = re.match(r"#+ ", english)
+            keep = ([m.group(0) for m in catalog.INLINE_CODE.finditer(catalog._strip_fences(english))]
+                    + catalog._fenced(english) + catalog.MARKER.findall(english) + catalog.URL.findall(english))
+            entry.msgstr = (head.group(0) if head else "") + "（译文）" + " ".join(keep)
+            if "fuzzy" in entry.flags:
+                entry.flags.remove("fuzzy")
+        if todo:
+            catalog.write(po, path)
+
+
 def _name_in_guide_list(guide: Path, kind: str, after, name: str) -> None:
     """Add `name` to the guide's "(kind: ...)" prose list, after `after` (else at its end)."""
     text = guide.read_text()
@@ -226,6 +256,7 @@ def test_following_the_guide_on_a_scratch_copy(tmp_path):
     lab2.write_text(lab2.read_text() + NEW_DECISION)
     source2 = root / "labs" / "source" / "lab02_build_the_core.md"
     source2.write_text(source2.read_text() + NEW_CELLS)
+    _translate_new_blocks(root)
     _make(root, "student")
     missing = _make(root, "check-labs", "LAB=2", ok=False)
     assert missing.returncode != 0 and "lab2.get_free_block: no known-wrong answer: add labs/wrong/lab2_" in missing.stdout
@@ -247,6 +278,7 @@ def test_following_the_guide_on_a_scratch_copy(tmp_path):
     (root / "labs" / "wrong" / "lab10_off_by_one.py").write_text(WRONG10)
     row9 = next(line for line in guide.read_text().splitlines() if line.startswith("| 9 "))
     guide.write_text(guide.read_text().replace(row9, row9 + "\n| 10 Double it | `lab10.double` | twice n |", 1))
+    _translate_new_blocks(root)
     _make(root, "student")
     _name_in_guide_list(guide, "pure", None, "lab10.double")         # function_exercise(..., pure=True)
     guide.write_text(guide.read_text().replace("`lab09_casebook.ipynb`.",            # step 4: its student copy
@@ -258,7 +290,9 @@ def test_following_the_guide_on_a_scratch_copy(tmp_path):
                          cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True)
     assert gen.returncode == 0, gen.stdout
 
-    # "Grading with nbgrader": the new lab exported for grading, without its solution.
+    # "Grading with nbgrader": the new lab exported for grading, without its solution.  Commit first (the
+    # guide's "Which files to change"): make nbgrader publishes the course as committed (workshop/room_copy.py).
+    _commit(root, "Lab 10 and lab 2's get_free_block, as the guide adds them")
     _make(root, "nbgrader", "LAB=10", f"NBGRADER_DIR={tmp_path / 'graded'}")
     released = (tmp_path / "graded" / "release" / "lab10" / "lab10_double_it.ipynb").read_text()
     assert "return n + n" not in released and "assert check('lab10.double', double, seed=" in released
