@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted([*ROOT.glob("chapters/*.md"), *ROOT.glob("labs/source/*.md")])
 
 # Each link the course text gives, with what it was checked to be (issue 22: read with the search
-# tool; a reference nobody could confirm -- PyTorch "PR 76648", pytorch/pytorch#106660 and #67971 --
-# was removed, not kept).  Add a link here only after reading what it points at.
+# tool; a reference nobody could confirm -- PyTorch "PR 76648", pytorch/pytorch#106660 -- was removed,
+# not kept; #67971 is back for chapter 2's quote, marked below as the one the search corpus lacks).
+# Add a link here only after reading what it points at.
 VERIFIED = {
     # issue 40, the pinned host allocator (chapter 6; read with the search tool's issues corpus and read_file)
     "https://github.com/pytorch/pytorch/issues/150517": "Allocating pinned memory uses twice as much memory when pinning qwen2 model weights: 129.5 MB pinned as 256 MB (open)",
@@ -131,11 +132,11 @@ VERIFIED.update({
         "PyTorch Symmetric Memory: torch.distributed._symmetric_memory is alpha; empty, rendezvous, get, get_mem_pool",
 })
 # issue 51, read with the search tool's issues corpus at the merge (2026-12-06); #67971 is not in that corpus:
-# its words are the ones the course's learner-questions spec quotes from it (Q5's sources)
+# its words are the ones the learner questions the course answers (chapter 2, Q5) quote from it
 VERIFIED.update({
     "https://github.com/pytorch/pytorch/issues/67971":
         "one million 10,000-float tensors: Tried to allocate 2.00 MiB, 4.88 GiB already allocated, 4.96 GiB reserved "
-        "(as learner-questions.md quotes it; not in the search corpus)",
+        "(as the learner questions quote it; not in the search corpus)",
     "https://github.com/pytorch/pytorch/pull/169491":
         "expandable_segments + memory pool: fixes #147851 (merge asked 2025-12-04); #185818 quotes the code: only "
         "pools with a custom allocator lose expandable segments",
