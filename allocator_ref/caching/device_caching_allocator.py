@@ -32,11 +32,11 @@ from .capture_rules import stream_get_capture_info, update_visited
 from .checkpoint import PrivatePoolState, RestoreResult, SegmentState
 from .config import SIZE_MAX, AllocatorConfig, get_allocation_size, kMinBlockSize, kSmallSize, round_size
 from .expandable import ExpandableSegment, allocatable, expandable_size, is_expandable_segments_active
-from .oom import EXABYTE_MESSAGE, PYTORCH_WORDING, OutOfMemoryError
+from .oom import EXABYTE_MESSAGE, OutOfMemoryError, oom_message
 from .pools import DEFAULT_POOL_ID, check_pool_id, current_thread_filter
-from .private_pool import PrivatePool
+from .private_pool import PrivatePool, allocated_in_private_pools
 from .snapshot import block_state
-from .stats import DeviceStats
+from .stats import AGGREGATE, DeviceStats
 from .unsafe import split_segment_release_error
 
 
@@ -84,6 +84,25 @@ def cuda_free(device: Any, ptr: int, pool: BlockPool) -> None:
         owner.allocator.raw_delete(ptr)
     else:
         device.free(ptr)
+
+
+
+class PyTorchWording:
+    """The out-of-memory text ``DeviceCachingAllocator::malloc`` builds inline when it is out of rungs,
+    filled from ``allocator``'s counters (a callable object, so an allocator holds it as data)."""
+
+    def __call__(self, allocator, alloc_size: int, total: int, free: int) -> str:
+        stats = allocator.stats
+        return oom_message(
+            device_index=allocator.device.info.index, alloc_size=alloc_size, total=total, free=free,
+            allocated=stats.allocated_bytes[AGGREGATE].current,
+            reserved=stats.reserved_bytes[AGGREGATE].current,
+            allowed=allocator.allowed_memory_maximum,
+            process_in_use=(total - free) if allocator.device.info.simulated else None,
+            private_pools=allocated_in_private_pools(allocator.graph_pools))
+
+
+PYTORCH_WORDING = PyTorchWording()
 
 
 class DeviceCachingAllocator:

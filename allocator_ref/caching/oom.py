@@ -52,22 +52,3 @@ def oom_message(*, device_index: int, alloc_size: int, total: int, free: int,
 
 EXABYTE_MESSAGE = "CUDA out of memory. Tried to allocate more than 1EB memory."
 
-
-class PyTorchWording:
-    """The out-of-memory text ``DeviceCachingAllocator::malloc`` builds inline when it is out of rungs,
-    filled from ``allocator``'s counters (a callable object, so an allocator holds it as data)."""
-
-    def __call__(self, allocator, alloc_size: int, total: int, free: int) -> str:
-        from .private_pool import allocated_in_private_pools
-        from .stats import AGGREGATE
-        stats = allocator.stats
-        return oom_message(
-            device_index=allocator.device.info.index, alloc_size=alloc_size, total=total, free=free,
-            allocated=stats.allocated_bytes[AGGREGATE].current,
-            reserved=stats.reserved_bytes[AGGREGATE].current,
-            allowed=allocator.allowed_memory_maximum,
-            process_in_use=(total - free) if allocator.device.info.simulated else None,
-            private_pools=allocated_in_private_pools(allocator.graph_pools))
-
-
-PYTORCH_WORDING = PyTorchWording()
