@@ -31,6 +31,7 @@ from contextlib import contextmanager
 
 import torch
 from torch.overrides import TorchFunctionMode
+from .patching import patched
 
 LOWER_PRECISION_FP = {
     "_convolution", "convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
@@ -216,13 +217,9 @@ def stand_ins():
     autocast._original = torch.amp.autocast_mode.autocast
     patches = [(torch, "autocast", autocast), (torch.amp, "autocast", autocast),
                (torch.cuda.amp, "autocast", _cuda_amp_autocast)]
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, value in patches:
-        setattr(owner, name, value)
     try:
-        yield
+        with patched(patches):
+            yield
     finally:
-        for owner, name, value in originals:
-            setattr(owner, name, value)
         _REGIONS.clear()
         _CACHE.clear()

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..editions.messages import translator
+from .patching import patched
 
 tr = translator("doctor")
 
@@ -206,11 +207,5 @@ def stand_ins(major: int = 9):
                (cuda, "current_device", lambda: 0), (cuda, "set_device", lambda *a, **k: None),
                (cuda, "synchronize", lambda *a, **k: None), (cuda, "is_bf16_supported", _bf16_stand_in(major))]
     patches += [(cuda, name, _no_answer(name)) for name in NO_ANSWER if hasattr(cuda, name)]
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, value in patches:
-        setattr(owner, name, value)
-    try:
+    with patched(patches):
         yield
-    finally:
-        for owner, name, value in originals:
-            setattr(owner, name, value)

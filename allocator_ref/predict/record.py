@@ -46,6 +46,7 @@ except ImportError:        # the course installs and imports without torch; reco
 
 from . import autocast, caveats, distributed
 from .unseen import PROFILE_ARCH, cublas_workspace_bytes
+from .patching import patched
 
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # torch's own plumbing between the program and the mode (the dispatch and function modes, dynamo's
@@ -350,14 +351,8 @@ def _memory_calls():
                (cuda, "reset_peak_memory_stats", lambda *a, **k: None),
                (memory, "reset_peak_memory_stats", lambda *a, **k: None),
                (memory, "_dump_snapshot", lambda *a, **k: None)]
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, value in patches:
-        setattr(owner, name, value)
-    try:
+    with patched(patches):
         yield
-    finally:
-        for owner, name, value in originals:
-            setattr(owner, name, value)
 
 
 @contextmanager
