@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from ..allocation import Allocation, require_device
 from ..events import TraceRecorder
+from ..provenance import mark_course_made
 from .backend import backend_mismatch_error, force_uncached_from_env, get_allocator_backend
 from .block import plural
 from .checkpoint import CheckpointDelta, PrivatePoolState
@@ -211,12 +212,13 @@ class CachingAllocator:
         # only in the next snapshot.
         traces = [self.trace.dicts()]
         segments = self.segments()
-        return {
+        # PyTorch's four keys, and the course's mark: a course-made run, not PyTorch's (provenance.py)
+        return mark_course_made({
             "segments": segments,
             "device_traces": traces,
             "allocator_settings": self.config.settings_dict(),
             "external_annotations": [],
-        }
+        })
 
     # ---------------------------------------------- memory pools and checkpoints
     def use_mem_pool(self, pool: Any):

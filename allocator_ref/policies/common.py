@@ -30,6 +30,7 @@ from allocator_ref.front_door import live_allocation, resolve_stream, stream_is_
 from allocator_ref.caching.oom import OutOfMemoryError, format_size  # noqa: F401 -- re-exported for the policies
 from allocator_ref.caching.stats import AGGREGATE, DeviceStats
 from allocator_ref.events import TraceEntry, TraceRecorder
+from allocator_ref.provenance import mark_course_made
 
 UINT64_MAX = 2**64 - 1
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -397,8 +398,8 @@ class PolicyAllocator:
     def snapshot(self) -> dict:
         """``torch.cuda.memory._snapshot()``: segments (with blocks), device traces, settings."""
         segments = self.segments()
-        return {"segments": segments, "device_traces": [self.trace.dicts()],
-                "allocator_settings": self.allocator_settings(), "external_annotations": []}
+        return mark_course_made({"segments": segments, "device_traces": [self.trace.dicts()],   # provenance.py
+                                 "allocator_settings": self.allocator_settings(), "external_annotations": []})
 
     def _segment_dict(self, address: int, blocks: list[dict], stream: Any = None) -> dict:
         """One snapshot segment from its blocks (each with address/size/requested_size/state)."""

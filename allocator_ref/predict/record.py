@@ -44,6 +44,7 @@ except ImportError:        # the course installs and imports without torch; reco
     torch = None
     TorchFunctionMode = TorchDispatchMode = object
 
+from ..provenance import mark_course_made
 from . import autocast, caveats, distributed
 from .unseen import PROFILE_ARCH, cublas_workspace_bytes
 from .patching import patched
@@ -420,7 +421,7 @@ def record_program(step_fn: Callable[..., Any], *args, profile: str = "h100-80gb
     events = list(recorder.events)
     windows = [{"start": w["start"], "stop": len(events) if w["stop"] is None else w["stop"]}
                for w in recorder.windows]
-    return {
+    return mark_course_made({              # the course recorded it, not PyTorch (provenance.py)
         "segments": [],
         "device_traces": [events],
         "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": allocator_conf},
@@ -432,6 +433,6 @@ def record_program(step_fn: Callable[..., Any], *args, profile: str = "h100-80gb
         "predict_autocast_casts": recorder.casts,
         "recorded_with": (f"allocator_ref.predict on torch {torch.__version__}: meta tensors on the CPU, "
                           f"cuBLAS workspace {cublas_workspace:,} B per thread"),
-    }
+    })
 
 
