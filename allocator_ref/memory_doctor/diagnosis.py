@@ -369,8 +369,11 @@ def _oom_facts(events: list, frames: Any, allocated: list, reserved: list) -> Op
                     where=python_frames(e.get("frames")))
 
 
-def reproduced_line(summary: dict, verified: bool, words: DeviceWords = CUDA) -> str:
-    """The verification in one line; a trace with no allocation to compare says so (never "0/0")."""
+def reproduced_line(summary: dict, verified: bool, words: DeviceWords = CUDA, course: bool = False) -> str:
+    """The verification in one line; a trace with no allocation to compare says so (never "0/0").
+
+    ``course``: the run is the course's own (provenance.py), so its addresses are the recorded ones,
+    not PyTorch's: a sentence of its own in the catalogue, never the PyTorch one rewritten."""
     answer = tr("yes") if verified else tr("NO")
     equal = summary.get("final_state_equal")
     equal = tr("True") if equal is True else tr("False") if equal is False else equal
@@ -378,6 +381,10 @@ def reproduced_line(summary: dict, verified: bool, words: DeviceWords = CUDA) ->
         return tr("Reproduced: {answer} -- the trace has no allocation to compare address by address; final state "
                   "equal: {equal}", answer=answer, equal=equal)
     pct = 100.0 * summary["allocs_exact"] / summary["allocs"]
+    if course:
+        return tr("Reproduced: {answer} -- {exact}/{allocs} allocations at the recorded address ({pct}%), final "
+                  "state equal: {equal}", answer=answer, exact=f"{summary['allocs_exact']:,}",
+                  allocs=f"{summary['allocs']:,}", pct=f"{pct:.1f}", equal=equal)
     return tr("Reproduced: {answer} -- {exact}/{allocs} allocations at {library}'s address ({pct}%), final state "
               "equal: {equal}", answer=answer, exact=f"{summary['allocs_exact']:,}", allocs=f"{summary['allocs']:,}",
               pct=f"{pct:.1f}", equal=equal, library=words.library)

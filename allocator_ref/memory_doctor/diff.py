@@ -23,7 +23,9 @@ from typing import Any, Optional
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
+from ..provenance import course_made
 from ..units import format_bytes
+from .device_words import words_of
 from .diagnosis import chosen_frames, python_frames, reproduced_line
 
 tr = translator("doctor")
@@ -109,8 +111,10 @@ class DiffReport:
     def _lines(self) -> list:
         a, b = self.before.diagnosis, self.after.diagnosis
         out = [tr("Memory doctor: what changed from {before} to {after}", before=a.source, after=b.source), "",
-               tr("  first:  {line}", line=reproduced_line(a.verify_summary, a.verified)),
-               tr("  second: {line}", line=reproduced_line(b.verify_summary, b.verified)),
+               tr("  first:  {line}", line=reproduced_line(a.verify_summary, a.verified, words_of(a),
+                                                          course_made(a.snapshot))),
+               tr("  second: {line}", line=reproduced_line(b.verify_summary, b.verified, words_of(b),
+                                                          course_made(b.snapshot))),
                "", tr("VERDICT")] + ["  " + line for line in self.verdict_lines()]
         out += ["", tr("PEAKS (first -> second)")]
         for name, x, y in ((tr("live tensors (memory_allocated)"), a.peak_allocated, b.peak_allocated),

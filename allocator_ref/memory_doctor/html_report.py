@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..editions.language import language, speaking
 from ..editions.messages import translator
+from ..provenance import course_made
 from ..viz.blockmap import render_blockmap
 from ..units import format_bytes
 from .charts import chart_language, plot_timeline, plot_what_if, png_bytes
@@ -74,17 +75,28 @@ def _markup(text: str) -> str:
     return out
 
 
+def _replayed_on(d, words) -> str:
+    """The report's first sentence: whose run was replayed (PyTorch's, or the course's: provenance.py)."""
+    course = course_made(d.snapshot)
+    reproduced = reproduced_line(d.verify_summary, d.verified, words, course)
+    if course:
+        return tr("{n} trace events of the course's simulated run, replayed on the reference allocator at the "
+                  "recorded addresses (<b>{reproduced}</b>). Every figure comes from a replay on a <i>simulated</i> "
+                  "{device} of the recorded requests.", n=f"{len(d.frames):,}", device=words.device,
+                  reproduced=reproduced)
+    return tr("{n} trace events, replayed on the reference allocator at {library}'s own addresses "
+              "(<b>{reproduced}</b>). Every figure comes from a replay on a <i>simulated</i> {device} of "
+              "{library}'s recorded requests.", n=f"{len(d.frames):,}", library=words.library,
+              device=words.device, reproduced=reproduced)
+
+
 def render_html(report) -> str:
     d, r, v = report.diagnosis, report.remedies, report.verdict
     words = words_of(d)                 # a GPU's names or an NPU's (device_words.py)
     parts = [f"<!DOCTYPE html><html lang='{HTML_LANG[language()]}'><head><meta charset='utf-8'>"
              f"<title>{escape(tr('Memory doctor: {source}', source=d.source))}</title><style>{STYLE}</style></head><body>",
              f"<h1>{escape(tr('Memory doctor: {source}, device {device}', source=d.source, device=d.device))}</h1>",
-             "<p>" + _markup(tr("{n} trace events, replayed on the reference allocator at {library}'s own addresses "
-                                "(<b>{reproduced}</b>). Every figure comes from a replay on a <i>simulated</i> {device} of "
-                                "{library}'s recorded requests.", n=f"{len(d.frames):,}", library=words.library,
-                                device=words.device,
-                                reproduced=reproduced_line(d.verify_summary, d.verified, words))) + "</p>",
+             "<p>" + _markup(_replayed_on(d, words)) + "</p>",
              (f"<p data-simulated-gpu='{escape(d.profile)}'>{escape(d.profile_note)}.</p>" if d.profile_note else ""),
              f"<div class='verdict {v.kind}' data-verdict='{v.kind}'>{escape(v.text)}"
              + (f"<code class='line'>{escape(v.line)}</code>" if v.line else "") + "</div>"]

@@ -26,6 +26,7 @@ from typing import Optional
 from ..editions.language import language, speaking
 from ..editions.messages import translator
 from ..units import format_bytes
+from ..provenance import course_made
 from .diagnosis import Diagnosis, reproduced_line
 from .capacity import Capacity, capacity_words
 from .device_words import CUDA, NPU, DeviceWords, words_for, words_of
@@ -174,9 +175,15 @@ class DoctorReport:
                       "change nothing, left out)", n=f"{len(d.frames):,}", raw=f"{raw:,}", extra=f"{extra:,}")
                    if extra > 0 else tr("{n} events", n=f"{len(d.frames):,}"))
         w = words_of(d)                     # GPU or NPU, PyTorch or torch_npu: the design it replayed on
-        out = [tr("Memory doctor: {source}, device {device} ({counted}; simulated replays of {library}'s recorded "
-                  "decisions)", source=d.source, device=d.device, counted=counted, library=w.library), ""]
-        out.append(reproduced_line(j, d.verified, w))
+        course = course_made(d.snapshot)    # the course recorded it, not PyTorch (provenance.py)
+        if course:
+            head = tr("Memory doctor: {source}, device {device} ({counted}; simulated replays of the recorded "
+                      "decisions of the course's simulated run, not a run of {library})",
+                      source=d.source, device=d.device, counted=counted, library=w.library)
+        else:
+            head = tr("Memory doctor: {source}, device {device} ({counted}; simulated replays of {library}'s "
+                      "recorded decisions)", source=d.source, device=d.device, counted=counted, library=w.library)
+        out = [head, "", reproduced_line(j, d.verified, w, course)]
         if r is not None:           # the what-ifs' own check, the JSON's "reproduced": said here too
             out.append(whatif_line(r))
         if d.profile_note:
