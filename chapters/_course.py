@@ -336,22 +336,6 @@ def result_words(condition: bool, yes: str, no: str) -> str:
     return messages.say("course", yes if condition else no)
 
 
-def course_made(report_text: str) -> str:
-    """A tool's report on a COURSE-MADE snapshot, its words about PyTorch made true.
-
-    The doctor and the replay tools take a snapshot for PyTorch's record ("allocations at PyTorch's
-    address"); when the chapter fell back to a trace the reference allocator recorded itself,
-    agreeing with it proves nothing about PyTorch, and the report says whose run it is instead.
-    """
-    for pytorch_words, ours in (("at PyTorch's address", "at the course-made run's address"),
-                                ("PyTorch's recorded decisions", "the course-made run's recorded decisions"),
-                                # the same words in the Chinese report (the doctor speaks the edition's language)
-                                ("落在 PyTorch 的地址上", "落在课程自制运行的地址上"),
-                                ("对 PyTorch 所录制决策", "对课程自制运行所录制决策")):
-        report_text = report_text.replace(pytorch_words, ours)
-    return report_text
-
-
 def close_all() -> None:
     for dev in _DEVICES:
         dev.close()

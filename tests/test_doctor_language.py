@@ -164,19 +164,6 @@ def test_a_chinese_edition_folder_makes_a_chinese_report(tmp_path):
     assert "结论" in ar.doctor(examples.shortage_run(900)).text()
 
 
-def test_course_made_knows_the_chinese_words():
-    sys.path.insert(0, str(ROOT / "chapters"))
-    try:
-        import _course
-    finally:
-        sys.path.remove(str(ROOT / "chapters"))
-    with lang.speaking("zh"):
-        text = str(ar.doctor(examples.shortage_run(900)))
-    assert "PyTorch 的地址" in text and "PyTorch 所录制" in text
-    said = _course.course_made(text)
-    assert "PyTorch 的地址" not in said and "PyTorch 所录制" not in said and "课程自制运行" in said
-
-
 def test_json_keeps_its_keys(tmp_path, capsys):
     path = ar.save_snapshot(examples.fragmentation_run(200), tmp_path / "frag.pickle")
     assert main(["doctor", str(path), "--json", "--lang", "zh"]) == 0
