@@ -16,7 +16,8 @@ simulated device of its own); the bytes cross through the simulated device's leg
 * ``lab6.lifetime``: ``producer(alloc, data, peer) -> bytes``: allocate, write, share with
   :func:`allocator_ref.sharing.share_block`, let the other process open, read and close it, and
   free the block only after that.  A producer that frees too early is rejected with the receiver's
-  own ``SenderFreedError``.
+  own ``SenderFreedError``; one that returns the sender's copy of the bytes (equal in value) instead
+  of what the receiver's read returned is rejected by where the bytes came from.
 
 The expected results (the offset, the bytes) are computed at check time by the reference
 :func:`allocator_ref.sharing.share_block`; hidden cases draw the layout of the segment (blocks
@@ -460,6 +461,24 @@ class Consumer:
         return f"<receiver process {self.pid}: open(handle) -> ref, read(ref), close(ref)>"
 
 
+def _from_the_receiver(got: bytes, reads: list) -> bool:
+    """Whether ``got`` is what the receiver's reads returned: one read's own bytes object (what came back
+    from the other process), or its reads from offset 0, in order, joined.
+
+    Every case would accept the sender's copy by value: the sender wrote those bytes, so its own
+    ``alloc.device.read`` (or ``data`` itself) equals what the receiver read on every seed.  Only where the
+    object came from tells them apart, so that is what is checked (``Consumer.read`` records each object)."""
+    if any(got is e[3] for e in reads):
+        return True
+    at, chunks = 0, []
+    for _, _, offset, chunk in reads:
+        if offset != at:
+            return False
+        chunks.append(chunk)
+        at += len(chunk)
+    return len(chunks) > 1 and got == b"".join(chunks)
+
+
 def judge_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> None:
     # No expected value: every check reads what the producer did (the events, the leaks), so the whole
     # judge is the runner, run where the submission lives.
@@ -501,6 +520,12 @@ def run_lifetime(fn, profile: str, pads: list, size: int, data_seed: int) -> Non
                           "what peer.read(ref) gave",
                           what=what),
                        tr("the receiver did not read the data that was written"))
+        if not _from_the_receiver(got, reads):
+            raise Fail(tr("the bytes your producer returned are not the bytes the receiver read ({what}): they "
+                          "have the same value, but they came from the sender (its own device, or `data`), which "
+                          "says nothing about what the other process saw; return what peer.read(ref) gave",
+                          what=what),
+                       tr("it returned the sender's bytes, not the bytes the receiver read"))
         closed = [i for i, e in enumerate(events) if e[0] == "close"]
         frees = [i for i, e in enumerate(events) if e[0] == "free"]
         if opened - {events[i][1] for i in closed}:
