@@ -86,7 +86,10 @@ def open_device(profile: str | None = None):
     _DEVICES.append(dev)
     info = dev.info
     free, total = dev.mem_get_info()
-    print(tr("device     : {name}", name=info.name))
+    name = info.name                     # SimDevice's "sim-h100-80gb (simulated)": the mark in the edition's language
+    if name.endswith(" (simulated)"):
+        name = name.removesuffix(" (simulated)") + tr(" (simulated)")
+    print(tr("device     : {name}", name=name))
     print(tr("capacity   : {total}   free now (cudaMemGetInfo / nvidia-smi view): {free}",
              total=fmt(total), free=fmt(free)))
     print(tr("context    : {size} held by the CUDA context, outside every allocator", size=fmt(info.context_reserve)))
