@@ -250,7 +250,7 @@ def stat_rows() -> list:
         ("reserved_bytes.all.current", "memory_reserved()   " + tr("segments held (cudaMalloc'd)")),
         ("active_bytes.all.current", "active_bytes        " + tr("allocated + pending free")),
         ("inactive_split_bytes.all.current", "inactive_split_bytes " + tr("free inside split segments (non-releasable)")),
-        ("segment.all.current", "segment             " + tr("number of segments")),
+        ("segment.all.current", "segment.all.current " + tr("number of segments")),
         ("num_device_alloc", "num_device_alloc    " + tr("cudaMalloc calls so far")),
         ("num_device_free", "num_device_free     " + tr("cudaFree calls so far")),
         ("num_alloc_retries", "num_alloc_retries   " + tr("full flush + retry")),
