@@ -32,8 +32,9 @@ def english_sentences(text: str, min_words: int = 4) -> list:
     return found
 
 
-# Words a Chinese line may hold as they are: units, Python's literals, PyTorch's names (``_NAMES``).
-_KEPT = {"bytes", "us", "ms", "True", "False", "None"}
+# Words a Chinese line may hold as they are: units, Python's literals, PyTorch's names (``_NAMES``), and
+# "eager", which Chinese engineers write in English (eager 模式).
+_KEPT = {"bytes", "us", "ms", "True", "False", "None", "eager"}
 _LABEL = re.compile(r"^\(?([A-Za-z][a-z]+(?:'[a-z]+)?)[,;:.!?)]*$")
 
 
