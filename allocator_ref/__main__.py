@@ -41,14 +41,14 @@ def device_gib(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB (e.g. 16 or 0.5)") from None
+        raise argparse.ArgumentTypeError(tr("{text} is not a number of GiB (e.g. 16 or 0.5)", text=repr(text))) from None
     if not math.isfinite(value) or value <= 0 or value > MAX_DEVICE_GIB:
-        raise argparse.ArgumentTypeError(f"{text!r}: the device size must be a number of GiB above 0 "
-                                         f"and at most {MAX_DEVICE_GIB:,} (1 PiB): a replay reserves the "
-                                         "device's size of addresses per stream, and the simulated address "
-                                         "space must hold thousands of those")
+        raise argparse.ArgumentTypeError(tr("{text}: the device size must be a number of GiB above 0 and at most "
+                                            "{most} (1 PiB): a replay reserves the device's size of addresses per "
+                                            "stream, and the simulated address space must hold thousands of those",
+                                            text=repr(text), most=f"{MAX_DEVICE_GIB:,}"))
     if int(value * GiB) < 2**20:
-        raise argparse.ArgumentTypeError(f"{text!r} GiB is under 1 MiB: no GPU is that small")
+        raise argparse.ArgumentTypeError(tr("{text} GiB is under 1 MiB: no GPU is that small", text=repr(text)))
     return value
 
 
@@ -57,9 +57,9 @@ def seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (e.g. 300)") from None
+        raise argparse.ArgumentTypeError(tr("{text} is not a number of seconds (e.g. 300)", text=repr(text))) from None
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+        raise argparse.ArgumentTypeError(tr("{text}: give a number of seconds above 0", text=repr(text)))
     return value
 
 
@@ -68,7 +68,8 @@ def profile_name(text: str) -> str:
     from .device.costs import profile_names
     names = profile_names()
     if text not in names:
-        raise argparse.ArgumentTypeError(f"unknown profile {text!r}; choose one of {', '.join(names)}")
+        raise argparse.ArgumentTypeError(tr("unknown profile {text}; choose one of {names}", text=repr(text),
+                                            names=", ".join(names)))
     return text
 
 

@@ -291,5 +291,7 @@ class GrowableBuffer:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{self.size} B used, {len(self.handles)} page(s) mapped"
+        # the state in the reader's language (chapter 5 prints the buffer); the class and field names are code
+        state = tr("closed") if self.closed else tr("{used} B used, {pages} page(s) mapped", used=self.size,
+                                                     pages=len(self.handles))
         return f"GrowableBuffer(ptr={self.ptr:#x}, virtual={self.va_size}, {state})"

@@ -86,7 +86,10 @@ def open_device(profile: str | None = None):
     _DEVICES.append(dev)
     info = dev.info
     free, total = dev.mem_get_info()
-    print(tr("device     : {name}", name=info.name))
+    name = info.name                     # SimDevice's "sim-h100-80gb (simulated)": the mark in the edition's language
+    if name.endswith(" (simulated)"):
+        name = name.removesuffix(" (simulated)") + tr(" (simulated)")
+    print(tr("device     : {name}", name=name))
     print(tr("capacity   : {total}   free now (cudaMemGetInfo / nvidia-smi view): {free}",
              total=fmt(total), free=fmt(free)))
     print(tr("context    : {size} held by the CUDA context, outside every allocator", size=fmt(info.context_reserve)))
@@ -247,7 +250,7 @@ def stat_rows() -> list:
         ("reserved_bytes.all.current", "memory_reserved()   " + tr("segments held (cudaMalloc'd)")),
         ("active_bytes.all.current", "active_bytes        " + tr("allocated + pending free")),
         ("inactive_split_bytes.all.current", "inactive_split_bytes " + tr("free inside split segments (non-releasable)")),
-        ("segment.all.current", "segment             " + tr("number of segments")),
+        ("segment.all.current", "segment.all.current " + tr("number of segments")),
         ("num_device_alloc", "num_device_alloc    " + tr("cudaMalloc calls so far")),
         ("num_device_free", "num_device_free     " + tr("cudaFree calls so far")),
         ("num_alloc_retries", "num_alloc_retries   " + tr("full flush + retry")),

@@ -30,3 +30,22 @@ def english_sentences(text: str, min_words: int = 4) -> list:
         if len(run) >= min_words:
             found.append(" ".join(run))
     return found
+
+
+# Words a Chinese line may hold as they are: units, Python's literals, PyTorch's names (``_NAMES``), and
+# "eager", which Chinese engineers write in English (eager 模式).
+_KEPT = {"bytes", "us", "ms", "True", "False", "None", "eager"}
+_LABEL = re.compile(r"^\(?([A-Za-z][a-z]+(?:'[a-z]+)?)[,;:.!?)]*$")
+
+
+def english_labels(text: str) -> list:
+    """Every English word of ``text`` outside code, quotes and paths, apart from units and literals: the
+    short labels (a column heading "peak reserved", a row's "ok") that :func:`english_sentences`, which
+    looks for four words in a row, lets through."""
+    found = []
+    for line in text.splitlines():
+        for token in _CODE.sub(" \0 ", line).split():
+            word = _LABEL.match(token)
+            if word and word.group(1) not in _KEPT and word.group(1) not in _NAMES:
+                found.append(word.group(1))
+    return found

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -150,3 +151,72 @@ def test_readme_badges_and_workshop_section_point_at_the_published_course():
     section = readme.split("## Run a workshop", 1)[1].split("\n## ", 1)[0]
     for way in ("Binder", "Colab", "make workshop", "z2jh-values.yaml", "workshop/README.md"):
         assert way in section, way
+
+
+# Colab keeps the notebook in the browser and hands it to the kernel on request
+# (google.colab._message.blocking_request("get_ipynb"), what editions/language.py asks); this stand-in
+# hands over the notebook named by COLAB_NOTEBOOK.
+FAKE_COLAB_MESSAGE = ("import json, os\n"
+                      "def blocking_request(name, timeout_sec=None):\n"
+                      "    assert name == 'get_ipynb', name\n"
+                      "    return {'ipynb': json.load(open(os.environ['COLAB_NOTEBOOK'], encoding='utf-8'))}\n")
+
+# The notebook's first code cells as Colab's kernel runs them; the bootstrap's pip install is skipped
+# (the slow test above installs for real): the course is already at ALLOCATOR_COURSE_DIR.
+RUN_FIRST_CELLS = r"""
+import json, subprocess, sys
+real_run = subprocess.run
+def run(cmd, *args, **kwargs):
+    if list(cmd[1:4]) == ["-m", "pip", "install"]:
+        return subprocess.CompletedProcess(cmd, 0)
+    return real_run(cmd, *args, **kwargs)
+subprocess.run = run
+import google.colab
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+for i, source in enumerate(json.load(open(sys.argv[1]))):
+    if not shell.run_cell(source).success:
+        raise SystemExit(f"cell {i} failed")
+import os
+print("cwd=" + os.getcwd())
+"""
+
+
+def _first_cells_on_colab(notebook: Path, tmp_path: Path) -> str:
+    """Run the bootstrap and the next code cells of ``notebook`` (a copy in Colab's /content) as Colab would."""
+    fake = tmp_path / "colab-site"
+    for name, text in {**FAKE_COLAB, "google/colab/_message.py": FAKE_COLAB_MESSAGE}.items():
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / name).write_text(text)
+    nb = nbformat.read(notebook, as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "code" and "gpu" not in c.metadata.get("tags", [])][:3]
+    (tmp_path / "cells.json").write_text(json.dumps(cells))
+    (tmp_path / "run.py").write_text(RUN_FIRST_CELLS)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "ALLOCATOR_REF_LANG", "LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE",
+                        "JPY_SESSION_NAME")}
+    env.update(PYTHONPATH=str(fake), MPLBACKEND="Agg", ALLOCATOR_REF_DEVICE="sim", COLAB_NOTEBOOK=str(notebook),
+               ALLOCATOR_COURSE_DIR=str(ROOT), ALLOCATOR_COURSE_REPO=str(tmp_path / "no-clone-needed"))
+    out = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "cells.json")],
+                         cwd=notebook.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+def test_on_colab_a_chinese_notebook_moved_out_of_its_folder_still_speaks_chinese(tmp_path):
+    """Colab opens a notebook out of /content and the bootstrap moves the kernel into the English
+    ``chapters/`` folder: the language comes from the notebook's own metadata, which Colab hands over."""
+    content = tmp_path / "content"
+    content.mkdir()
+    moved = content / "00_setup_and_tour.ipynb"
+    shutil.copy(ROOT / "chapters" / "zh" / "00_setup_and_tour.ipynb", moved)
+    said = _first_cells_on_colab(moved, tmp_path)
+    assert f"cwd={ROOT / 'chapters'}" in said                       # the English edition's folder
+    assert "allocator_ref：使用 SimDevice" in said and "这是什么：模拟设备" in said, said
+    assert "allocator_ref: using SimDevice" not in said
+    # the same cells without the metadata's language speak English there: the metadata is what carried it
+    nb = json.loads(moved.read_text(encoding="utf-8"))
+    del nb["metadata"]["allocator_ref"]["language"]
+    moved.write_text(json.dumps(nb), encoding="utf-8")
+    said = _first_cells_on_colab(moved, tmp_path)
+    assert "allocator_ref：使用 SimDevice" not in said and "SimDevice" in said, said

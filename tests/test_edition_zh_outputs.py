@@ -13,8 +13,10 @@ from pathlib import Path
 import polib
 import pytest
 
+from allocator_ref.policies.registry import policy_names
+
 sys.path.insert(0, str(Path(__file__).parent))
-from english_words import english_sentences                   # noqa: E402
+from english_words import english_labels, english_sentences   # noqa: E402
 from test_notebooks import execute_notebook, outputs_text     # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,21 +32,36 @@ PYTORCH_TEXTS = ("Allocator backend parsed at runtime != allocator backend parse
                  "CUDA out of memory. Tried to allocate", "Tried to allocate", "Including non-PyTorch memory",
                  "allowed; Of the allocated memory", "If reserved but unallocated memory is large",
                  "cudaErrorMemoryAllocation", "See documentation for Memory Management",
+                 # the same message printed a sentence a line (chapter 8): its head and its capacity line
+                 "CUDA out of memory.", "has a total capacity of",
                  # torch/cuda/_memory_viz.py's segsum ``legend``, which chapter 7 shows when torch is installed
                  # (``python -m torch.cuda._memory_viz stats``): each legend line as PyTorch writes it.
                  "[a     ] - a segment in the allocator", "^-- a page", "' ': page is completely free",
                  "*: page if completely full with multiple blocks", "0-9: page is partially full with tensors",
                  "(X% internal) - of the free memory")
+POLICY_NAMES = policy_names()
 CLAIMED = re.compile(r"\*\*([^*\n]+)\*\*<!--\s*claim:")
+# Chapters whose outputs still hold short English labels (english_words.english_labels: a column heading
+# "peak reserved", a row's "ok", "step 3", the cost model's English source notes), measured on this
+# checkout with ../shared/traces; for these the scan looks for sentences only.  A chapter leaves the list
+# when its labels go through course.say/words/term; the strict xfail below then fails, so it cannot go stale.
+LABELS_LEFT = ["00_setup_and_tour.ipynb",
+               "07_diagnostics.ipynb",
+               "09_casebook.ipynb"]
 
 
-def english_lines(text: str) -> list:
+def english_lines(text: str, labels: bool = True) -> list:
+    """The lines of ``text`` holding an English sentence of ours (and, with ``labels``, a short English label)."""
     lines = []
     for line in text.splitlines():
         for quoted in PYTORCH_TEXTS:
             if quoted in line:
                 line = line[:line.index(quoted)]
-        if english_sentences(line):
+        if line.lstrip().startswith("|") and line.rstrip().endswith("|"):
+            continue              # memory_summary()'s table: PyTorch's own text (torch.cuda.memory_summary)
+        # a registered policy's name (``--policy caching``) is code, as ``stream_ordered`` is
+        named = re.sub(rf"(?<![\w-])({'|'.join(POLICY_NAMES)})(?![\w-])", " ", line)
+        if english_sentences(line) or (labels and english_labels(named)):
             lines.append(line)
     return lines
 
@@ -55,8 +72,17 @@ def test_a_chinese_chapter_prints_no_english_sentence(name):
     run, _ = execute_notebook(ROOT / "chapters" / "zh" / name)
     text = outputs_text(run)
     assert re.search(r"[\u4e00-\u9fff]", text)
-    bad = english_lines(text)
+    bad = english_lines(text, labels=name not in LABELS_LEFT)
     assert not bad, f"zh/{name} printed English: " + " | ".join(bad[:10])
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="short English labels not yet said in Chinese (LABELS_LEFT)")
+@pytest.mark.parametrize("name", LABELS_LEFT)
+def test_the_chapters_left_still_print_short_english_labels(name):
+    run, _ = execute_notebook(ROOT / "chapters" / "zh" / name)
+    bad = english_lines(outputs_text(run))
+    assert not bad, f"zh/{name} printed English labels: " + " | ".join(bad[:10])
 
 
 def test_the_scan_finds_an_english_line_and_spares_pytorchs_own():
@@ -67,6 +93,20 @@ def test_the_scan_finds_an_english_line_and_spares_pytorchs_own():
                          "hold another tensor.")     # what zh/06 printed before the sharing errors were translated
     assert not english_lines("运行时设置 backend：Allocator backend parsed at runtime != allocator backend parsed "
                              "at load time")
+
+
+def test_the_scan_finds_short_english_labels_and_spares_units_and_literals():
+    """Labels of one to three words slip past the four-word sentence rule; what chapter 5 printed before."""
+    for label_line in ("default                       128.00 MiB  256.00 MiB            12              12",
+                       "缓存分配器，expandable_segments:True          ok  660.00 MiB  558.00 MiB",
+                       "torch_npu on Ascend  块大小 [1024, 4608]",
+                       "设备    ：sim-h100-80gb (simulated)",
+                       "CachingAllocator (per-stream cache)      8.16 ms  peak reserved  128.00 MiB  cudaMalloc  2"):
+        assert english_lines(label_line) and not english_lines(label_line, labels=False), label_line
+    assert not english_lines("默认                    第 0 步：  5 次驱动调用，模拟耗时     178.3 us")
+    assert not english_lines("分配器：预留 0 bytes，已分配 512 bytes；expandable_segments:True -> True")
+    assert not english_lines("caching         （默认）                   预留峰值   2.00 GiB")
+    assert not english_lines("|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |")
 
 
 @pytest.mark.parametrize("po", sorted((ROOT / "locale" / "zh_CN").rglob("*.po")), ids=lambda p: p.stem)

@@ -22,8 +22,11 @@ LAYERS = {"settings": 0, "device": 1, "allocation": 2, "front_door": 2, "events"
 # policies/registry.py, so the caching package never imports a policy.
 ALLOWED: set = set()
 # Which language the tools speak (editions/language.py, messages.py) reads only settings: every tool
-# at every layer asks it (the doctor's report, check()'s feedback), so it sits just above settings.
-LOW_MODULES = {"allocator_ref.editions.language": 1, "allocator_ref.editions.messages": 1}
+# at every layer asks it (the doctor's report, check()'s feedback), so it sits just above settings.  The
+# command lines' parser (editions/cli_words.py: --help and argparse's errors in that language) reads only
+# those two, and the labs' command lines (layer 8) build it.
+LOW_MODULES = {"allocator_ref.editions.language": 1, "allocator_ref.editions.messages": 1,
+               "allocator_ref.editions.cli_words": 1}
 
 
 def _unit(dotted: str) -> str:

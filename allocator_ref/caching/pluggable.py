@@ -16,6 +16,9 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..device.errors import CudaOutOfMemoryError
+from ..editions.messages import translator
+
+tr = translator("doctor")          # the repr's counts in the reader's language
 
 
 class PluggableAllocator:
@@ -47,8 +50,10 @@ class PluggableAllocator:
         self.free_fn(ptr)
 
     def __repr__(self) -> str:
-        return (f"PluggableAllocator({self.name!r}, {self.alloc_calls} allocs, {self.free_calls} frees, "
-                f"{sum(self.live.values())} bytes live)")
+        # the counts in the reader's language (chapter 8 prints the allocator); the class and name are code
+        counts = tr("{allocs} allocs, {frees} frees, {live} bytes live", allocs=self.alloc_calls,
+                    frees=self.free_calls, live=sum(self.live.values()))
+        return f"PluggableAllocator({self.name!r}, {counts})"
 
 
 def device_allocator(device: Any, name: str = "device malloc") -> PluggableAllocator:

@@ -6,7 +6,6 @@ check    write nothing; per source, how much is translated; exit 1 when anything
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -70,7 +69,8 @@ def cmd_status(args, quiet: bool = False) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m allocator_ref.editions", description=__doc__.split("\n")[0])
+    from .cli_words import CourseParser, add_language_option, parse_in_language   # --help in the reader's language
+    parser = CourseParser(prog="python -m allocator_ref.editions", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("extract", "update"):
         p = sub.add_parser(name, help="make or refresh catalogues from the English sources")
@@ -78,7 +78,8 @@ def main(argv=None) -> int:
         p.set_defaults(func=cmd_update)
     sub.add_parser("build", help="write the Chinese notebooks").set_defaults(func=cmd_build)
     sub.add_parser("check", help="write nothing; exit 1 when an edition is out of step").set_defaults(func=cmd_status)
-    args = parser.parse_args(argv)
+    add_language_option(parser)
+    args = parse_in_language(parser, argv)
     return args.func(args)
 
 

@@ -25,7 +25,8 @@ PACKAGE = Path(__file__).resolve().parent.parent
 COURSE_FILES = (PACKAGE.parent / "chapters" / "_course.py",)
 # The command line's --help: argparse's help=/description= sentences of these files go into the doctor's
 # catalogue (editions/cli_words.py says them at --help time), like xgettext's keyword list.
-CLI_FILES = ("__main__.py", "predict/cli.py")
+CLI_FILES = ("__main__.py", "predict/cli.py", "editions/__main__.py", "editions/cli_words.py", "labs/gradebook.py",
+             "labs/verify.py", "labs/grading.py", "labs/generate.py")
 HELP_CALLS = {"add_argument", "add_parser", "ArgumentParser", "CourseParser", "add_argument_group"}
 HELP_KEYWORDS = {"help", "description"}
 
@@ -55,9 +56,16 @@ def _constants(tree: ast.Module) -> dict:
 
 
 def _text(node, consts: dict):
-    """The string a literal, a module constant or a ``+`` of them spells; None for anything else."""
+    """The string a literal, a module constant, a ``+`` of them or the docstring's first line
+    (``__doc__.split("\\n")[0]``, a command's description) spells; None for anything else."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
+    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)          # __doc__.split("\n")[0]
+            and getattr(node.value.func, "attr", None) == "split"
+            and getattr(node.value.func.value, "id", None) == "__doc__"
+            and [getattr(a, "value", None) for a in node.value.args] == ["\n"]
+            and getattr(node.slice, "value", None) == 0 and "__doc__" in consts):
+        return consts["__doc__"].split("\n")[0]
     if isinstance(node, ast.Name):
         return consts.get(node.id)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
@@ -68,6 +76,8 @@ def _text(node, consts: dict):
 
 def _help_sentences(tree: ast.Module, where: str, found: dict, problems: list) -> None:
     consts = _constants(tree)
+    if ast.get_docstring(tree, clean=False) is not None:
+        consts["__doc__"] = ast.get_docstring(tree, clean=False)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue

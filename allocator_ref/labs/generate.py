@@ -34,7 +34,6 @@ tool would write now (CI and tests/test_labs.py use it).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -211,9 +210,11 @@ def unknown_ids(solutions: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.generate", description=__doc__.split("\n")[0])
+    from ..editions.cli_words import CourseParser, add_language_option, parse_in_language   # --help in the reader's language
+    parser = CourseParser(prog="python -m allocator_ref.labs.generate", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the outputs are stale")
-    args = parser.parse_args(argv)
+    add_language_option(parser)
+    args = parse_in_language(parser, argv)
     try:                      # an instructor's slip in a source is one line saying where and what to do
         return _run(args)
     except SourceError as exc:

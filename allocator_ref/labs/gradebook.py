@@ -22,7 +22,6 @@ the solutions (or to any file only root reads) would otherwise get it back as "f
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pwd
@@ -392,7 +391,8 @@ def _platform(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.gradebook", description=__doc__.split("\n")[0])
+    from ..editions.cli_words import CourseParser, add_language_option, parse_in_language   # --help in the reader's language
+    parser = CourseParser(prog="python -m allocator_ref.labs.gradebook", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["collect", "autograde", "feedback", "rehearse", "private",
                                            "roster", "due", "export"])
     parser.add_argument("lab", nargs="?", help="the lab number, e.g. 02 (rehearse: every lab when left out)")
@@ -401,7 +401,8 @@ def main(argv=None) -> int:
     parser.add_argument("--homes", type=Path, help="the hub's homes folder (WORKSHOP_HOMES)")
     parser.add_argument("--file", type=Path, help="roster: the CSV of user,name,email (roster.py)")
     parser.add_argument("--at", help="due: the due date, e.g. '2026-12-06 17:00' (due.py)")
-    args = parser.parse_args(argv)
+    add_language_option(parser)
+    args = parse_in_language(parser, argv)
     if args.action in ("roster", "due", "export"):
         return _platform(args)
     if args.action == "private":              # make nbgrader runs it after each release

@@ -36,7 +36,6 @@ The one path from the room to grades (labs/README.md, "Grading"):
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -261,12 +260,14 @@ def autograde(lab: str, course: Path = COURSE_DIR) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.grading", description=__doc__.split("\n")[0])
+    from ..editions.cli_words import CourseParser, add_language_option, parse_in_language   # --help in the reader's language
+    parser = CourseParser(prog="python -m allocator_ref.labs.grading", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["release", "collect", "autograde"])
     parser.add_argument("lab", help="the lab number, e.g. 02")
     parser.add_argument("--course", type=Path, default=COURSE_DIR, help="the nbgrader course folder")
     parser.add_argument("--homes", type=Path, help="collect: the hub's homes folder (WORKSHOP_HOMES)")
-    args = parser.parse_args(argv)
+    add_language_option(parser)
+    args = parse_in_language(parser, argv)
     try:
         if args.action == "collect":
             if args.homes is None:

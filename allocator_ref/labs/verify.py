@@ -32,7 +32,6 @@ runs the same functions, so CI enforces exactly what this command reports.
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import re
@@ -281,9 +280,11 @@ def student_copy_problems() -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.verify", description=__doc__.split("\n")[0])
+    from ..editions.cli_words import CourseParser, add_language_option, parse_in_language   # --help in the reader's language
+    parser = CourseParser(prog="python -m allocator_ref.labs.verify", description=__doc__.split("\n")[0])
     parser.add_argument("--lab", type=int, help="only this lab (e.g. 2)")
-    args = parser.parse_args(argv)
+    add_language_option(parser)
+    args = parse_in_language(parser, argv)
     try:                                  # a malformed source: its one line, not a traceback
         generate.outputs()
     except generate.SourceError as exc:

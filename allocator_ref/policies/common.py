@@ -28,9 +28,12 @@ from typing import Any, Iterable, Optional
 from allocator_ref.allocation import Allocation, require_device
 from allocator_ref.front_door import live_allocation, resolve_stream, stream_is_destroyed
 from allocator_ref.caching.oom import OutOfMemoryError, format_size  # noqa: F401 -- re-exported for the policies
+from allocator_ref.editions.messages import translator
 from allocator_ref.caching.stats import AGGREGATE, DeviceStats
 from allocator_ref.events import TraceEntry, TraceRecorder
 from allocator_ref.provenance import mark_course_made
+
+tr = translator("doctor")          # a config the policy refuses, in the reader's language (chapter 5 prints it)
 
 UINT64_MAX = 2**64 - 1
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -79,14 +82,14 @@ def parse_config(config: Any, defaults: dict) -> dict:
                 continue
             key, sep, value = item.partition(":")
             if not sep:
-                raise ValueError(f"config item {item!r} is not key:value")
+                raise ValueError(tr("config item {item} is not key:value", item=repr(item)))
             pairs[key.strip()] = value.strip()
         config = pairs
     if not isinstance(config, dict):
         raise TypeError(f"config must be a dict or a 'key:value,...' string, got {type(config).__name__}")
     for key, value in config.items():
         if key not in defaults:
-            raise ValueError(f"unknown option {key!r}; known options: {sorted(defaults)}")
+            raise ValueError(tr("unknown option {key}; known options: {known}", key=repr(key), known=sorted(defaults)))
         options[key] = _coerce(key, value, defaults[key])
     return options
 
@@ -95,7 +98,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     if isinstance(default, bool):
         if isinstance(value, str):
             if value.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(f"option {key!r} expects True or False, got {value!r}")
+                raise ValueError(tr("option {key} expects True or False, got {value}", key=repr(key), value=repr(value)))
             return value.lower() in ("true", "1")
         return bool(value)
     if isinstance(default, int) and isinstance(value, str):

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import json
 
+from ..editions.messages import translator
+
+tr = translator("doctor")          # a bad value's one line, in the reader's language
+
 GiB = 2**30
 
 HELP = ("will it fit? record SCRIPT's step on meta tensors (no GPU) and replay it on the reference "
@@ -16,10 +20,10 @@ def memory_gib(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB (e.g. 16)") from None
+        raise argparse.ArgumentTypeError(tr("{text} is not a number of GiB (e.g. 16)", text=repr(text))) from None
     if not 2 <= value <= 2**20:
-        raise argparse.ArgumentTypeError(f"{text!r}: give between 2 and 1,048,576 GiB (torch needs a few GiB "
-                                         "of address space just to import)")
+        raise argparse.ArgumentTypeError(tr("{text}: give between 2 and 1,048,576 GiB (torch needs a few GiB of "
+                                            "address space just to import)", text=repr(text)))
     return value
 
 
