@@ -146,3 +146,4 @@ class Anchored:
     notes: list = field(default_factory=list)
     same_address: int = 0         # mallocs placed where PyTorch placed them
     pool_requests: int = 0        # mallocs routed to a private pool (MemPool / CUDA graph)
+    first_oom: str = ""           # the first line of the first out-of-memory error

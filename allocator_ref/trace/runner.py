@@ -10,6 +10,7 @@ trace's own calls as a program: whatif.calls_of).  It stands on a
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Callable, Optional
 
@@ -19,6 +20,10 @@ from .rebuild_expandable import CannotRebuild, rebuild_expandable
 from .replay_report import Anchored, DeviceReplay
 from .stage import NEVER, UNCAPPED, Stage
 from .validate import SnapshotError
+
+
+class PastDeadline(Exception):
+    """The run went on past the caller's deadline (time.monotonic())."""
 
 
 class Runner:
@@ -32,14 +37,21 @@ class Runner:
                            policy=policy or recording.policy, profile=profile, factory=factory, usable=usable,
                            total_memory=total_memory)
         self.out: Optional[Anchored] = None
+        self._frames: Optional[list] = None   # a program with stacks: the stack of the call being replayed
 
-    def run(self, program) -> Anchored:
-        """Replay ``program`` from the state at the first event; what it measured, sample by sample."""
+    def run(self, program, deadline: Optional[float] = None) -> Anchored:
+        """Replay ``program`` from the state at the first event; what it measured, sample by sample.
+        Past ``deadline`` (time.monotonic()) it raises PastDeadline."""
         self.out = Anchored([], [], [])
         self._done_at = _completions(program)
         # A program read off a verify replay completes its events where it says (a manual event
         # per block), and another design's deferred frees wait for theirs (Stage.free).
         self.stage.follows_trace = self.stage.holds_other_designs = not program.requests_start
+        if program.predicted:
+            # The history a snapshot shows, each malloc with the stack recorded for it (gatherContext
+            # would take the replay's own stack).
+            self.stage.allocator.record_memory_history("all")
+            self.stage.allocator.device_allocator.maybe_gather_context = lambda levels: self._frames
         try:
             if not self._restore_start(program):
                 return self.out
@@ -53,7 +65,8 @@ class Runner:
         a, out = self.stage.allocator, self.out
         out.peak_reserved, out.peak_allocated = a.memory_reserved(), a.memory_allocated()
         out.fragmentation = out.peak_reserved - out.peak_allocated
-        self._run_actions(program.actions)
+        self._run_actions(program.actions, program.predicted, deadline)
+        self._frames = None
         c = self.stage.device.counters
         out.device_calls = self.stage.device_calls()
         out.device_call_us = float(c.api_time_us)
@@ -78,7 +91,9 @@ class Runner:
             self._free_pending(state)
             return True
         usable = stage.device.info.total_memory - stage.device.info.context_reserve
-        if usable < UNCAPPED and held > usable:
+        # A recorded start that this GPU cannot hold; a predicted run starts empty and finds out
+        # at its first malloc, as the script would.
+        if not program.predicted and usable < UNCAPPED and held > usable:
             out.start_does_not_fit = True
             return False
         plan = (lambda addr, size: stage.device.planned.appendleft((addr, size))) if stage.exact else None
@@ -120,7 +135,9 @@ class Runner:
             else:
                 with stage.pools.route(stage.allocator, pool_id):
                     allocation = stage.allocator.malloc(act.size, stage.stream(act.stream))
-        except OutOfMemoryError:
+        except OutOfMemoryError as exc:
+            if not self.out.ooms:
+                self.out.first_oom = str(exc).splitlines()[0]
             self.out.ooms += 1
             self.out.oom_at.append(act.pos)
             return
@@ -132,19 +149,27 @@ class Runner:
             self.out.same_address += allocation.ptr == act.addr
         # A request PyTorch refused that fits here stays live: the run stopped there.
 
-    def _run_actions(self, actions: list) -> None:
+    def _run_actions(self, actions: list, predicted: bool = False, deadline: Optional[float] = None) -> None:
         """Every action in order, each followed by a sample of reserved and allocated (but a
         completion: its effect shows at the next process_events).  The hot loop of every
         what-if: a dozen of them run per doctor, so lookups are hoisted out of it."""
-        stage = self.stage
+        stage, out = self.stage, self.out
         malloc, free, complete, sample = self._malloc, stage.free, stage.complete, self._sample
         done_at = self._done_at
         da = getattr(stage.allocator, "device_allocator", None)   # the policies have no events to process
         for k, act in enumerate(actions):
+            if deadline is not None and time.monotonic() > deadline:
+                raise PastDeadline(k)
             kind = act.kind
             if kind == "malloc" or kind == "request":
+                if predicted:
+                    self._frames = act.frames
                 malloc(act)
+                if predicted and out.ooms:
+                    return                   # the run stopped there
             elif kind == "free":
+                if predicted:
+                    self._frames = None
                 free(act.addr, act.deferred, done_at.get(k, NEVER) if act.deferred else NEVER)
             elif kind == "complete":
                 complete(act.addr)

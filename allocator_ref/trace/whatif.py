@@ -58,6 +58,7 @@ class Action:
     deferred: bool = False
     segments: tuple = ()  # for a malloc: the (addr, size) PyTorch's cudaMalloc returned for it
     sample_at: int = -1   # the trace event after which its effect is complete (default: pos)
+    frames: Optional[list] = None   # for a malloc: the stack that made it (a ``predicted`` program)
 
 
 @dataclass
@@ -72,6 +73,9 @@ class Program:
     # Nothing read off a verify replay (calls_of): each design is asked for the live blocks at
     # the first event, and a free pending then completes by its guard stream's own work.
     requests_start: bool = False
+    # A predicted program (predict/forecast.py): from an empty GPU, the allocator records its
+    # history with each malloc's own stack, and the run stops at its first out-of-memory error.
+    predicted: bool = False
 
 
 def program_of(events: list, readings: dict, user_empty_caches: list, reserved: Optional[list] = None) -> Program:
