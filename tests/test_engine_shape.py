@@ -1,5 +1,6 @@
 """The engine's shape, checked from the source and by use: one place says which actions take or
-give back memory, and "did not reproduce" is a type that every language falls back on.
+give back memory, "did not reproduce" is a type that every language falls back on, and one loop
+(the runner's) replays every Program: what-if rows, replays without --verify and predict.
 
 Read with ``ast`` (nothing imported to count); the language test runs the command line."""
 from __future__ import annotations
@@ -122,3 +123,98 @@ def test_compare_falls_back_to_plain_replays_in_every_language(lang, tmp_path, c
     assert len(rows) > 1 and not any(r["anchored"] for r in rows)
     assert main(["compare", str(path), "--lang", lang]) == 0        # the table, in that language
     assert str(path) in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- one verifier, one runner
+
+# The loops that replay a recording: the verifier's (it checks PyTorch's decisions and yields the
+# Program) and the runner's (it replays a Program on any design and capacity); predict had its own.
+VERIFIER, RUNNER, PREDICT = "Engine._run_until", "Runner._run_actions", "replay_program"
+START = "Runner._restore_start"          # the runner putting back the state at the first event
+
+
+def loops_that_malloc(work) -> dict:
+    """Which replay loop made each allocator malloc while ``work()`` ran: {loop: mallocs}.
+    Read off the call stack of every ``malloc`` call (a profile hook), nothing patched."""
+    import sys
+    from collections import Counter
+    found: Counter = Counter()
+    named = (VERIFIER, RUNNER, PREDICT, START)
+
+    def watch(frame, event, _arg):
+        if event != "call" or frame.f_code.co_name != "malloc" or "allocator_ref" not in frame.f_code.co_filename:
+            return
+        f = frame.f_back
+        while f is not None and f.f_code.co_qualname not in named:
+            if f.f_code.co_name == "malloc" and "allocator_ref" in f.f_code.co_filename:
+                return                   # a malloc inside a malloc (a policy's own): counted once
+            f = f.f_back
+        found[f.f_code.co_qualname if f is not None else "elsewhere"] += 1
+
+    sys.setprofile(watch)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+    return dict(found)
+
+
+def streams_run() -> dict:
+    a = ar.CachingAllocator(ar.SimDevice("tiny-1gb"), "")
+    side = a.device.create_stream()
+    before = [a.malloc(3 * MiB) for _ in range(4)]
+    a.record_memory_history(max_entries=100_000)          # a run recorded mid-way
+    held = []
+    for k in range(40):
+        x = a.malloc((k % 5 + 1) * 2 * MiB)
+        if k % 4 == 0:
+            a.record_stream(x, side)
+        held.append(x)
+        if len(held) > 8:
+            a.free(held.pop(0))
+        if k == 20:
+            a.empty_cache()
+    a.free(before[0])
+    return a.snapshot()
+
+
+@pytest.mark.parametrize("policy", ["caching", "bfc", "stream_ordered"])
+def test_a_replay_without_verify_is_the_runner(policy):
+    from allocator_ref.trace.replay import replay
+    config = "expandable_segments:True" if policy == "caching" else ""
+    snap = streams_run()
+    seen = loops_that_malloc(lambda: replay(snap, policy=policy, config=config, progress=False))
+    assert set(seen) <= {RUNNER, START} and seen.get(RUNNER, 0) >= 40, seen
+    assert VERIFIER not in seen
+
+
+def test_the_what_if_rows_verify_and_run_every_row_on_the_runner():
+    rec = load_recording_of(streams_run())
+    seen = loops_that_malloc(lambda: what_if(rec, (("caching", "expandable_segments:True"), ("bfc", ""),
+                                                   ("stream_ordered", ""))))
+    requests = sum(1 for e in rec.device(0).events if e["action"] == "alloc")
+    assert seen.get(VERIFIER, 0) >= requests          # one verify replay reads the program ...
+    assert seen.get(RUNNER) == 4 * requests           # ... every row replays it: as recorded + 3
+    assert set(seen) <= {VERIFIER, RUNNER, START, "elsewhere"}
+
+
+def test_predict_replays_on_the_runner():
+    from allocator_ref.predict.forecast import replay_program
+    program = streams_run()
+    seen = loops_that_malloc(lambda: replay_program(program, profile="tiny-1gb"))
+    assert set(seen) == {RUNNER} and seen[RUNNER] >= 40, seen
+
+
+def test_one_class_per_loop_no_mode_flags():
+    # The verifier and the runner compose what they stand on (stage.py); neither takes a mode.
+    import inspect
+    from allocator_ref.trace.engine import Engine
+    from allocator_ref.trace.runner import Runner
+    assert "verify" not in inspect.signature(Engine).parameters
+    assert "verify" not in inspect.signature(Runner).parameters
+    assert not hasattr(Engine, "run_program") and Runner.__bases__ == (object,)
+
+
+def load_recording_of(snap):
+    from allocator_ref.trace.recording import load_recording
+    return load_recording(snap)

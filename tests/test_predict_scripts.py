@@ -177,16 +177,9 @@ def test_many_history_windows_replay_in_linear_time():
     from allocator_ref.predict.forecast import _OpenWindows
     windows = [{"start": i, "stop": i + 1, "peak_allocated": 0, "peak_reserved": 0} for i in range(80_000)]
     windows.append({"start": 80_000, "stop": 80_010, "peak_allocated": 0, "peak_reserved": 0})
-    from allocator_ref.predict.forecast import AGGREGATE
-    now = type("Now", (), {"current": 7})
-
-    class Stats:                                        # the two counters a window's peak reads
-        allocated_bytes = {AGGREGATE: now}
-        reserved_bytes = {AGGREGATE: now}
-
     tracker, touched = _OpenWindows(windows), []
     for index in range(80_000, 80_020):
-        tracker.update(index, Stats)
+        tracker.update(index, 7, 7)                     # allocated and reserved right after the event
         touched.append(len(tracker.open))
     assert touched[:10] == [1] * 10 and touched[10:] == [0] * 10, touched
     assert windows[-1]["peak_allocated"] == 7 and windows[0]["peak_allocated"] == 0

@@ -165,7 +165,7 @@ def test_pending_free_blocks_come_back_pending():
     snap = state_only(snapshot_with_pending())
     from allocator_ref.trace.engine import Engine
     from allocator_ref.trace.recording import device_recording
-    replayer = Engine(device_recording([], snap["segments"], ""), verify=True, progress=False)
+    replayer = Engine(device_recording([], snap["segments"], ""), progress=False)
     replayer.run()
     states = lambda segs: sorted((b["address"], b["state"]) for s in segs for b in s["blocks"])  # noqa: E731
     assert states(replayer.allocator.segments(record=False)) == states(snap["segments"])
@@ -331,7 +331,7 @@ def test_a_state_only_file_with_expandable_segments_and_holes_is_verified(tmp_pa
     from allocator_ref.caching import check_stats_consistency
     from allocator_ref.trace.engine import Engine
     from allocator_ref.trace.recording import device_recording
-    replayer = Engine(device_recording([], snap["segments"], "expandable_segments:True"), verify=True,
+    replayer = Engine(device_recording([], snap["segments"], "expandable_segments:True"),
                       progress=False)
     result = replayer.run()
     assert result.final_state_equal is True, result.final_state_diff

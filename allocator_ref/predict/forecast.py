@@ -1,8 +1,10 @@
 """Will it fit?  A recorded program replayed on the reference allocator for a chosen GPU.
 
 ``record.py`` gives the program's requests (sizes, order, lifetimes, stacks); this
-file hands them, one by one, to the course's ``CachingAllocator`` on a simulated
-GPU of the chosen profile or size, with memory history on.  What comes back is
+file makes them a Program (``requests_of``) and hands it to the runner
+(trace/runner.py, the loop every what-if shares), which replays it on the course's
+``CachingAllocator`` on a simulated GPU of the chosen profile or size, with memory
+history on.  What comes back is
 what PyTorch's own allocator would do with the same requests: segments made,
 blocks split and rounded, the peak of reserved memory, and an OOM if the GPU is
 too small.  The allocator's snapshot of that replay is a real-looking
@@ -17,14 +19,15 @@ operators' workspace and HCCL's buffers are not in the prediction: ``npu_scope``
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..caching import OutOfMemoryError
 from ..device.costs import load_profile
 from ..device.sim.device import SimDevice
-from ..policies.registry import make_allocator
+from ..trace.rebuild import InitialState
+from ..trace.recording import DeviceRecording
+from ..trace.runner import PastDeadline, Runner
+from ..trace.whatif import Action, Program
 from ..editions.messages import translator
 from .unseen import Unseen, cublas_workspace_bytes, unseen_items
 
@@ -81,57 +84,61 @@ def replay_program(program: dict, profile: str = "h100-80gb", device_memory: Opt
     ``policy`` is ``caching`` (PyTorch's) or ``npu`` (torch_npu's); None: the profile's own.
     Where the script called ``torch.cuda.empty_cache()`` the allocator empties its cache
     (``predict_empty_cache``); each ``_record_memory_history`` window (``predict_windows``) gets
-    its own peaks.  One pass, linear in the events: the blocks live at the peak are found by a
-    second pass up to the peak's index, not copied at every new peak."""
-    import time
+    its own peaks, read off the runner's samples in one pass over the events; the blocks live at
+    the peak are found by a second pass up to the peak's index, not copied at every new peak."""
     policy = policy or load_profile(profile).allocator
-    device = SimDevice(profile)
-    if device_memory is not None:
-        device.info = dataclasses.replace(device.info, total_memory=int(device_memory))
     # The recorded PYTORCH_CUDA_ALLOC_CONF is a CUDA setting: torch_npu never reads it.
     recorded = "" if policy == "npu" else program.get("allocator_settings", {}).get("PYTORCH_CUDA_ALLOC_CONF", "")
-    allocator = make_allocator(device, policy, config if config is not None else recorded)
-    allocator.record_memory_history("all")
-    frames_now: list = [None]
-    # gatherContext() would take the replay's own stack: the recorded one stands in for it.
-    allocator.device_allocator.maybe_gather_context = lambda levels: frames_now[0]
-    stats = allocator.device_allocator.stats
     events = program["device_traces"][0]
-    empties = set(program.get("predict_empty_cache", []))
+    # Every event as recorded ('snapshot' ones included): the actions name events by their index.
+    recording = DeviceRecording(0, events, events, None, [], recorded, "<predicted>", policy)
+    runner = Runner(recording, config=config if config is not None else recorded, policy=policy,
+                    profile=profile, total_memory=None if device_memory is None else int(device_memory))
+    try:
+        out = runner.run(requests_of(program), deadline)
+    except PastDeadline:
+        raise TooSlow(tr("the replay of {n} recorded events ran past the --timeout; raise --timeout",
+                         n=f"{len(events):,}")) from None
+    stats = runner.stage.allocator.device_allocator.stats
+    # The samples, read per event: the last one at each event is the state right after it.
+    after = {pos: (a, r) for pos, a, r in zip(out.positions, out.allocated, out.reserved)}
+    reached = out.oom_at[0] if out.ooms else len(events)      # the run stopped at its first OOM
+    peak, peak_index, window_peak = -1, -1, 0
     windows = [dict(w, peak_allocated=0, peak_reserved=0) for w in program.get("predict_windows", [])]
     open_windows = _OpenWindows(windows)
-    live: dict[int, Any] = {}           # recorded address -> Allocation
-    peak, peak_index, oom, window_peak = -1, -1, None, 0
-    for index, e in enumerate(events):
-        # Checked at every event: a clock read is cheap beside an allocator call.
-        if deadline is not None and time.monotonic() > deadline:
-            raise TooSlow(tr("the replay of {n} recorded events ran past the --timeout; raise --timeout",
-                             n=f"{len(events):,}"))
-        if index in empties:
-            allocator.empty_cache()
-        action = e["action"]
-        if action == "alloc":
-            frames_now[0] = e.get("frames")
-            try:
-                live[e["addr"]] = allocator.malloc(e["size"])
-            except OutOfMemoryError as exc:
-                oom = str(exc).splitlines()[0]
-                break
-            now = stats.allocated_bytes[AGGREGATE].current
+    now = (0, 0)
+    for index in range(reached):
+        now = after.get(index, now)
+        if events[index]["action"] == "alloc":
             if index >= since:
-                window_peak = max(window_peak, now)
-            if now > peak:
-                peak, peak_index = now, index
-        elif action == "free_completed" and e["addr"] in live:
-            frames_now[0] = None
-            allocator.free(live.pop(e["addr"]))
-        open_windows.update(index, stats)
-    if len(events) in empties and oom is None:
-        allocator.empty_cache()
-    frames_now[0] = None
+                window_peak = max(window_peak, now[0])
+            if now[0] > peak:
+                peak, peak_index = now[0], index
+        open_windows.update(index, *now)
     holders = sorted(_live_at(events, peak_index).values(), key=lambda s: -s[0])
-    return Replayed(stats.allocated_bytes[AGGREGATE].peak, stats.reserved_bytes[AGGREGATE].peak, oom,
-                    holders[:8], allocator.snapshot(), window_peak, windows)
+    return Replayed(stats.allocated_bytes[AGGREGATE].peak, stats.reserved_bytes[AGGREGATE].peak,
+                    out.first_oom or None, holders[:8], runner.stage.allocator.snapshot(), window_peak, windows)
+
+
+def requests_of(program: dict) -> Program:
+    """A recorded program's requests as the runner's Program: each ``alloc`` with its stack, each
+    ``free_completed`` of a live block, the script's ``empty_cache()`` calls (``predict_empty_cache``)
+    where it made them; from an empty GPU, stopping at the first OOM."""
+    events = program["device_traces"][0]
+    empties = set(program.get("predict_empty_cache", []))
+    actions, live = [], set()
+    for index, e in enumerate(events):
+        if index in empties:
+            actions.append(Action("empty_cache", index))
+        if e["action"] == "alloc":
+            actions.append(Action("malloc", index, e["addr"], e["size"], frames=e.get("frames")))
+            live.add(e["addr"])
+        elif e["action"] == "free_completed" and e["addr"] in live:
+            actions.append(Action("free", index, e["addr"], e["size"]))
+            live.discard(e["addr"])
+    if len(events) in empties:
+        actions.append(Action("empty_cache", len(events)))
+    return Program(actions, sorted(empties), [], [], start=InitialState(), predicted=True)
 
 
 class _OpenWindows:
@@ -143,8 +150,8 @@ class _OpenWindows:
         self.waiting = sorted(windows, key=lambda w: w["start"])
         self.next, self.open = 0, []
 
-    def update(self, index: int, stats) -> None:
-        """The current allocated and reserved bytes count toward each window open at ``index``."""
+    def update(self, index: int, allocated: int, reserved: int) -> None:
+        """The allocated and reserved bytes right after event ``index`` count toward each window open then."""
         while self.next < len(self.waiting) and self.waiting[self.next]["start"] <= index:
             self.open.append(self.waiting[self.next])
             self.next += 1
@@ -152,8 +159,8 @@ class _OpenWindows:
             return
         self.open = [w for w in self.open if index < w["stop"]]
         for w in self.open:
-            w["peak_allocated"] = max(w["peak_allocated"], stats.allocated_bytes[AGGREGATE].current)
-            w["peak_reserved"] = max(w["peak_reserved"], stats.reserved_bytes[AGGREGATE].current)
+            w["peak_allocated"] = max(w["peak_allocated"], allocated)
+            w["peak_reserved"] = max(w["peak_reserved"], reserved)
 
 
 def _live_at(events: list, last: int) -> dict:

@@ -12,8 +12,10 @@ rmm_csv.py   RMM's logging_resource_adaptor CSV
 rebuild.py   the allocator state at the start of a mid-run trace
 rebuild_expandable.py  expandable segments laid out from a snapshot alone (state-only files)
 recording.py the Recording: a snapshot loaded and checked once (load_recording), split by device
-engine.py    the replay engine: one stepper, verify or what-if mode (make_device builds its GPU);
-             engine_readings.py (verify: reading ambiguous groups), engine_program.py (what-if steps)
+stage.py     what every replay stands on: the GPU (make_device), the allocator, streams, live blocks
+engine.py    the verifier: checks PyTorch's recorded decisions event by event (and the plain what-if);
+             engine_readings.py (reading ambiguous groups)
+runner.py    the runner: one loop that replays a Program on any design and capacity
 replay.py    replay a trace, verify it against PyTorch, or ask "what if"; TraceStepper
 whatif.py    the anchored what-if: the program's actions, replayed under another setting
 verify_facts.py  the totals after each event of a verify run, without drawing frames (the doctor)

@@ -1,110 +1,65 @@
-"""The replay engine: one stepper over a recorded device, in two modes, on one trace-following device.
+"""The verifier: the loop that checks PyTorch's recorded decisions, event by event.
 
-Every tool that replays a recording goes through :class:`Engine` (``replay``, the doctor,
-the what-if, the frames and the player):
+``replay --verify``, the doctor, the frames and the player go through :class:`Engine`.  It
+feeds the user's calls the trace shows (each ``alloc`` and ``free_requested``, and the
+``empty_cache()`` calls it infers) to a fresh caching allocator on a
+:class:`~allocator_ref.trace.replay_device.TraceDevice` that hands out PyTorch's addresses and
+fails exactly the device calls that failed on the GPU, and compares every event the allocator
+makes with the trace's (``run``).  How it read each ambiguous stretch (``result.readings``,
+``user_empty_caches``) is the Program it yields (whatif.program_of): what the user's code
+did, which the runner (runner.py) replays on any design and capacity.
 
-* **verify** -- PyTorch's own decisions.  The engine feeds the user's calls the trace shows
-  (each ``alloc`` and ``free_requested``, and the ``empty_cache()`` calls it infers) to a
-  fresh caching allocator on a :class:`~allocator_ref.trace.replay_device.TraceDevice`
-  that hands out PyTorch's addresses and fails exactly the device calls that failed on the
-  GPU, and compares every event the allocator makes with the trace's (``run``).
-* **what-if** -- the same program re-derived under another setting, policy or capacity:
-  either the trace's user calls from the rebuilt start (``run`` without verify: the plain
-  ``replay``), or the program's actions read off a verify replay (``run_program``: the
-  anchored what-if of whatif.py), on a TraceDevice of the given capacity that puts new
-  segments where PyTorch did when that range is free.
-
-Both start from the allocator state at the first event, rebuilt once per recording
-(``DeviceRecording.start_state``), and both hold a ``record_stream`` free back the same way:
-its events go on a guard stream whose queue completes in the order the trace completes them
-(``_guard_stream``), so a backlog of thousands of pending frees costs each event the same as
-none.  ``make_device`` is the one place a replay's simulated GPU is built.
-
-One class, three files: the stepper and what both modes share (here), the verify mode's
-reading of ambiguous groups (engine_readings.py), the what-if mode's program steps
-(engine_program.py).
+It starts from the allocator state at the first event, rebuilt once per recording
+(``DeviceRecording.start_state``), and holds a ``record_stream`` free back the way every
+replay does (``Stage.guard_stream``, stage.py: the device, the allocator, the streams and the
+live blocks it stands on).  Two files: the stepper (here) and the reading of ambiguous groups
+(engine_readings.py).
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections import deque
 from typing import Callable, Optional
 
-from sortedcontainers import SortedList
-
-from ..caching.allocator import CachingAllocator
-from ..caching.config import AllocatorConfig
 from ..caching.oom import OutOfMemoryError
-from ..caching.restore import restore_segment
 from ..device.errors import CudaError
 from ..events import NEW_MEMORY, RELEASES
-from ..policies.registry import make_allocator     # every design, by name (the policy registry)
-from .rebuild import infer_initial_state
 from .rebuild_expandable import CannotRebuild, rebuild_expandable
-from .engine_program import NEVER, UNCAPPED, ProgramSteps    # noqa: F401  (UNCAPPED: whatif.py's default)
 from .engine_readings import ReadingInference, _NoBar
 from .recording import DeviceRecording
-from .replay_device import TraceDevice
-from .replay_pools import PoolRouter
-from .replay_report import Anchored, DeviceReplay, Divergence
+from .replay_report import DeviceReplay, Divergence
+from .stage import NEVER, Stage
 from .validate import SnapshotError
 from ..editions.messages import translator
 
 tr = translator("doctor")     # the inference lines replay prints, in the reader's language
 
-GUARD_HANDLES = 2**64     # stream handles of the replay's own guard streams (_guard_stream)
 REORDER_WINDOW = 64       # how far ahead _take_produced looks for an event emitted out of order
 
 
-def make_device(profile: str, index: int = 0, *, verify: bool, usable: Optional[int] = None,
-                total_memory: Optional[int] = None) -> TraceDevice:
-    """The simulated GPU a replay runs on (the one place one is built).
+class Engine(ReadingInference):
+    """Verifies one device of a recording against PyTorch's decisions (see the module doc)."""
 
-    ``verify``: the trace decides what fails (no capacity).  Otherwise ``usable`` bytes for the
-    process (the profile's CUDA context reserve comes on top), or ``total_memory`` bytes in all
-    (the reserve comes off the top), or the profile's own GPU.
-    """
-    device = TraceDevice(profile, index=index, follows_script=verify, total_memory=total_memory)
-    if usable is not None:
-        device.info = dataclasses.replace(device.info, total_memory=int(usable) + device.info.context_reserve)
-    return device
-
-
-def make_replay_allocator(policy: str, device, config: str, factory: Optional[Callable] = None):
-    """The allocator a replay drives: ``factory(device, config)``, or the named policy."""
-    if factory is not None:
-        return factory(device, config)
-    return make_allocator(device, policy, config)
-
-
-class Engine(ReadingInference, ProgramSteps):
-    """Replays one device of a recording (see the module doc); ``verify`` picks the mode."""
-
-    def __init__(self, recording: DeviceRecording, *, verify: bool, config: Optional[str] = None,
+    def __init__(self, recording: DeviceRecording, *, config: Optional[str] = None,
                  policy: Optional[str] = None, profile: str = "h100-80gb", factory: Optional[Callable] = None,
-                 progress: Optional[bool] = None, usable: Optional[int] = None,
-                 total_memory: Optional[int] = None):
+                 progress: Optional[bool] = None):
         self.recording = recording
         self.index, self.events, self.finals = recording.index, recording.events, recording.segments
         self.positions = recording.positions    # index in the raw trace of each event (None: the same)
         self.config = recording.config if config is None else config
-        self.verify, self.policy = verify, policy or recording.policy   # none: the design that recorded it
-        self.device = make_device(profile, self.index, verify=verify, usable=usable, total_memory=total_memory)
-        self.allocator = make_replay_allocator(self.policy, self.device, self.config, factory)
-        self.exact = isinstance(self.allocator, CachingAllocator)   # can take PyTorch's layout as it was
+        self.policy = policy or recording.policy   # none: the design that recorded it
+        # The device, the allocator, the streams and the user's live blocks (stage.py).
+        self.stage = Stage(recording, verify=True, config=self.config, policy=self.policy, profile=profile,
+                           factory=factory)
+        # The stage's parts by the names the steps use (the same objects: a trial's deepcopy keeps them one).
+        stage = self.stage
+        self.device, self.allocator, self.exact = stage.device, stage.allocator, stage.exact
+        self.pools, self.live = stage.pools, stage.live
         events = self.events
         self.result = DeviceReplay(self.index, len(events), state_only=not events)
-        self.pools = PoolRouter(events, self.finals)      # MemPool / CUDA graph pools (replay_pools.py)
-        self.live: dict = {}          # trace address -> our Allocation
-        self.held: dict = {}          # another design's deferred frees, until their event completes
-        self.streams: dict = {0: self.device.default_stream}
         self.produced: deque = deque()
         self.progress = progress if progress is not None else len(events) > 5000
-        if verify:
-            self.allocator.trace.add_listener(self._on_event)
-        self._guards: list = []       # the guard streams (_guard_stream)
-        self._guard_tails = SortedList()   # (completion point of its last queued free, guard number)
+        self.allocator.trace.add_listener(self._on_event)
         self._in_trial = False
         self.pos = 0
         self._bar = _NoBar()
@@ -114,8 +69,6 @@ class Engine(ReadingInference, ProgramSteps):
         # Trials copy the allocator; their total cost is capped so that no trace makes the
         # replay quadratic (past the cap the default reading is taken, and a note says so).
         self._trial_budget = 20 * len(events) + 10_000
-        self.anchored = False                # run_program: the program's actions, not the trace's calls
-        self.out: Optional[Anchored] = None  # what run_program measured
 
     # ------------------------------------------------------------ plumbing
     def _on_event(self, entry) -> None:
@@ -126,34 +79,7 @@ class Engine(ReadingInference, ProgramSteps):
         self.produced.append(entry)
 
     def _stream(self, handle: int):
-        stream = self.streams.get(handle)
-        if stream is None:
-            stream = self.streams[handle] = self.device.create_stream(handle=handle)
-        return stream
-
-    def _guard_stream(self, done_at: float):
-        """A side stream to hold back one deferred free that completes at ``done_at``.
-
-        PyTorch waits on an event per stream that used the block, and events on one stream
-        complete in order (``process_events`` stops at a stream's first event not ready).
-        The trace does not say which streams those were; it says where each free completed.
-        So a free joins a guard stream whose last queued free completes no later than it
-        does (the latest such one): its completion then happens exactly where the trace
-        says, never stuck behind another block's event.  Frees that complete in the order
-        they were made share one guard, so ``process_events`` looks at a few queues, not one
-        per pending free (one each made a backlog of 16,000 frees quadratic).
-        """
-        tails = self._guard_tails
-        k = tails.bisect_right((done_at, NEVER)) - 1
-        if k >= 0:
-            number = tails.pop(k)[1]
-        else:
-            number = len(self._guards)
-            # Above every cudaStream_t a trace can name (the loader keeps those below 2**64), so
-            # a stream the trace meets later never finds its handle taken.
-            self._guards.append(self.device.create_stream(handle=GUARD_HANDLES + number))
-        tails.add((done_at, number))
-        return self._guards[number]
+        return self.stage.stream(handle)
 
     def _diverge(self, pos: int, got) -> None:
         if self.result.first_divergence is not None:
@@ -171,19 +97,8 @@ class Engine(ReadingInference, ProgramSteps):
                     "blocks": [(b["address"], b["size"], b["state"]) for b in s["blocks"]]} for s in segs])
 
     # ------------------------------------------------------------ setup
-    def _start_state(self):
-        """The state at the first event: the recording's own (rebuilt once, shared by every
-        replay of it) when this allocator reads the recorded settings, else rebuilt under
-        this allocator's.  A copy of the notes: each replay adds its own."""
-        config = getattr(self.allocator, "config", None)
-        if config is not None and self.config == self.recording.config:
-            state = self.recording.start_state()
-        else:
-            state = infer_initial_state(self.events, self.finals, config or AllocatorConfig())
-        return dataclasses.replace(state, notes=list(state.notes))
-
     def _restore_start(self) -> None:
-        state = self._start_state()
+        state = self.stage.start_state()
         if not self.events and (state.segments or state.expandable):
             # No trace: nothing "existed before recording"; say what was rebuilt instead.
             segments = state.segments + state.expandable
@@ -196,40 +111,25 @@ class Engine(ReadingInference, ProgramSteps):
         if state.empty:
             self.produced.clear()
             return
-        exact = self.verify and self.exact
-        for seg in state.segments:
-            stream = self._stream(seg.stream)
-            if exact:
-                self.device.planned_segments.appendleft((seg.address, seg.size, "segment_alloc"))
-                self.live.update(restore_segment(self.allocator, seg.address, seg.size, stream,
-                                                 seg.live_blocks, small=seg.small,
-                                                 pool_id=self.pools.pool_of({"addr": seg.address})))
+        exact = self.exact
+        plan = (lambda addr, size: self.device.planned_segments.appendleft((addr, size, "segment_alloc"))) \
+            if exact else None
+        self.stage.restore_segments(state, plan)
         if exact:
             self._restore_expandable(state)
         else:
-            self._request_live_blocks(state)
+            self.stage.request_live_blocks(state)
         for addr in state.pending_free:
             if addr in self.live:
                 self._free(addr, deferred=True, done_at=self.lookup.first_completion.get(addr, NEVER))
         self.produced.clear()
-
-    def _request_live_blocks(self, state) -> None:
-        """Another design cannot have PyTorch's layout: ask it for the same live blocks instead,
-        those of cudaMalloc segments and of expandable ones, each on its stream."""
-        for seg in state.segments:
-            for addr, _size, requested in seg.live_blocks:
-                self.live[addr] = self.allocator.malloc(requested, self._stream(seg.stream))
-        for seg in state.expandable:
-            for b in seg["blocks"]:
-                if b["state"] != "inactive":
-                    self.live[b["address"]] = self.allocator.malloc(b["requested_size"], self._stream(seg["stream"]))
 
     def _restore_expandable(self, state) -> None:
         """The expandable segments mapped at the first event, laid out as inferred (rebuild_expandable.py)."""
         if not state.expandable:
             return
         try:
-            self.live.update(rebuild_expandable(self, state.expandable, self.events))
+            self.live.update(rebuild_expandable(self.stage, state.expandable, self.events))
         except (CannotRebuild, ValueError, RuntimeError, AssertionError) as exc:   # CudaError included
             # The data shows a layout no allocator could have: the comparison reports it.
             state.notes.append(tr("expandable segments not rebuilt: {why}", why=exc))
@@ -254,8 +154,6 @@ class Engine(ReadingInference, ProgramSteps):
             self.result.ooms_raised += 1
             return
         except CudaError as exc:
-            if not self.verify:
-                raise
             # Only after an earlier divergence can a replayed device call be refused
             # (e.g. a mapping where ours already has one): report it, do not crash.
             self._diverge(pos, None)
@@ -264,8 +162,7 @@ class Engine(ReadingInference, ProgramSteps):
             self.pos = pos + 1
             return
         finally:
-            if self.verify:
-                self.device.script = None
+            self.device.script = None
         if failed_on_gpu:                          # PyTorch raised here and we did not
             self._diverge(pos, None)
             self.allocator.free(allocation)
@@ -275,31 +172,8 @@ class Engine(ReadingInference, ProgramSteps):
         self.live[e["addr"]] = allocation
 
     def _free(self, addr: int, deferred: bool, done_at: float = NEVER) -> bool:
-        """Free what the trace calls ``addr``; False when nothing of ours lives there.
-
-        ``deferred``: a ``record_stream`` free, held back until its event completes at
-        ``done_at`` (verify: a trace position; what-if: a program action) -- by the replay
-        (a manual event, verify and the anchored what-if), or by the guard stream's own
-        (empty) work in a plain what-if.
-        """
-        allocation = self.live.pop(addr, None)
-        if allocation is None:
-            return False
-        if deferred and self.anchored and not self.exact:
-            # Another design orders the free after the other stream's work its own way (the
-            # driver's pool: cudaFreeAsync on a stream that waits for it): the memory is free
-            # for reuse once that work is done, where the program's event completes.
-            self.held[addr] = allocation
-            return True
-        if deferred:
-            self.allocator.record_stream(allocation, self._guard_stream(done_at))
-            if self.verify or self.anchored:
-                self.device.freeing_addr = addr
-        try:
-            self.allocator.free(allocation)
-        finally:
-            self.device.freeing_addr = None
-        return True
+        """Free what the trace calls ``addr`` (Stage.free); False when nothing of ours lives there."""
+        return self.stage.free(addr, deferred, done_at)
 
     def _next_malloc(self, pos: int) -> int:
         """Index of the event that ends the malloc starting at ``pos``: its ``alloc``, or its ``oom``."""
@@ -361,15 +235,10 @@ class Engine(ReadingInference, ProgramSteps):
     def _step(self) -> None:
         """Advance through the trace by one comparison or one user call: the three cases."""
         e = self.events[self.pos]
-        if self.verify and self.produced:
+        if self.produced:
             self._step_compare(e)            # an event our allocator produced, against the trace's
         elif e["action"] == "free_requested":
             self._step_user_free(e)          # the user's free
-        elif not self.verify:
-            if e["action"] == "alloc":       # without verify, only the user's mallocs are replayed
-                self._malloc(self.pos)
-                self._sample()
-            self.pos += 1
         else:
             self._step_user_call(e)          # the user's malloc or empty_cache, inferred
 
@@ -381,21 +250,19 @@ class Engine(ReadingInference, ProgramSteps):
         events, n, pos = self.events, len(self.events), self.pos
         deferred = not (pos + 1 < n and events[pos + 1]["action"] == "free_completed"
                         and events[pos + 1]["addr"] == e["addr"])
-        if not deferred and self.verify and self._completion_unclear(pos):
+        if not deferred and self._completion_unclear(pos):
             deferred = not self._free_reproduces(pos, deferred=False)
-        if deferred and self.verify and not self._in_trial and pos + 1 < n \
+        if deferred and not self._in_trial and pos + 1 < n \
                 and events[pos + 1]["action"] == "free_completed":
             self.result.readings[pos] = "deferred"     # completed by the next malloc's sync (whatif.py)
-        known = self._free(e["addr"], deferred=deferred and self.verify,
+        known = self._free(e["addr"], deferred=deferred,
                            done_at=self.lookup.completion_at.get(pos, NEVER))
         self._sample()
-        if self.verify and not known:
+        if not known:
             # A free of something the trace never allocated and the rebuild did not find:
             # nothing of ours to free, so nothing will be produced to compare with.
             self._diverge(pos, None)
             self.pos += 1 if deferred else 2
-        elif not self.verify:
-            self.pos += 1
 
     def _step_user_call(self, e: dict) -> None:
         """Verify mode, nothing of ours waiting to be compared: the events from here on were
@@ -479,9 +346,7 @@ class Engine(ReadingInference, ProgramSteps):
         self.result.peak_allocated = max(self.result.peak_allocated, allocated)
 
     def _finish(self) -> None:
-        c = self.device.counters
-        self.result.device_calls = c.malloc_calls + c.free_calls + c.vmm_calls + \
-            c.malloc_async_calls + c.free_async_calls
+        self.result.device_calls = self.stage.device_calls()
         self.result.simulated_time_us = float(self.device.now_us())
         self.result.peak_reserved = max(self.result.peak_reserved, self.allocator.max_memory_reserved())
         self.result.peak_allocated = max(self.result.peak_allocated, self.allocator.max_memory_allocated())
@@ -492,24 +357,16 @@ class Engine(ReadingInference, ProgramSteps):
             self.result.peak_reserved, self.result.peak_allocated = reserved, allocated
             self.result.fragmentation_at_peak = reserved - allocated
         self.result.pools = sorted(self.pools.pools_seen)
-        if not self.verify:
-            # What-if: nothing is compared event by event, so count what this allocator did the
-            # way PyTorch reports it (num_device_alloc / num_device_free: cudaMalloc and cuMemMap,
-            # cudaFree and cuMemUnmap; a cudaMallocAsync backend fills neither, as in PyTorch).
-            stats = self.allocator.memory_stats()
-            self.result.segment_allocs_made = int(stats.get("num_device_alloc", 0))
-            self.result.segment_frees_made = int(stats.get("num_device_free", 0))
-        if self.verify:
-            # Requested sizes are compared where the file has them (PyTorch 2.0's blocks do not).
-            requested = all("requested_size" in b for s in self.finals for b in s["blocks"]
-                            if b["state"] != "inactive")
-            totals = tuple(k for k in SEGMENT_TOTALS if all(k in s for s in self.finals))
-            ours = _layout(self.allocator.segments(record=False), requested, totals)
-            theirs = _layout(self.finals, requested, totals)
-            self.result.segments_compared = len(self.finals)
-            self.result.final_state_equal = ours == theirs
-            if ours != theirs:
-                self.result.final_state_diff = _diff(ours, theirs)
+        # Requested sizes are compared where the file has them (PyTorch 2.0's blocks do not).
+        requested = all("requested_size" in b for s in self.finals for b in s["blocks"]
+                        if b["state"] != "inactive")
+        totals = tuple(k for k in SEGMENT_TOTALS if all(k in s for s in self.finals))
+        ours = _layout(self.allocator.segments(record=False), requested, totals)
+        theirs = _layout(self.finals, requested, totals)
+        self.result.segments_compared = len(self.finals)
+        self.result.final_state_equal = ours == theirs
+        if ours != theirs:
+            self.result.final_state_diff = _diff(ours, theirs)
 
 
 def _same_event(expected: dict, got) -> bool:

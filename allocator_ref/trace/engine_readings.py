@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..device.errors import CudaError
 from ..events import FAILED_CALL, NEW_MEMORY, RELEASES
-from .engine_program import NEVER
+from .stage import NEVER
 from ..editions.messages import translator
 
 tr = translator("doctor")     # the note replay prints, in the reader's language

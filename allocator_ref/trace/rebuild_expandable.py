@@ -49,7 +49,7 @@ def rebuild_expandable(replayer, segments: list, events: list = ()) -> dict:
     _check_page_budget(groups, allocator.config.large_segment_size, len(events))
     live_list, holes, free = [], [], []
     for (handle, small), group in groups.items():
-        stream = replayer._stream(handle)
+        stream = replayer.stream(handle)
         pool = da.small_blocks if small else da.large_blocks
         base = _reservation_base(group, events, handle, small, allocator.config.large_segment_size,
                                  replayer.device.info.total_memory)

@@ -17,7 +17,7 @@ allocation, -bytes on free) into ``alloc`` / ``free_requested`` /
 What it cannot know: there are no segments (the CPU has no caching
 allocator to copy), no streams (everything is stream 0), and the addresses
 are CPU addresses, used only to pair each free with its allocation.  So such
-a trace replays in what-if mode, not with ``--verify``.
+a trace replays on the runner (a what-if), not with ``--verify``.
 
 On a GPU, CuPy workloads are recorded directly by the reference allocator
 itself: ``with allocator_ref.integrations.cupy.use(allocator): ...`` then

@@ -19,8 +19,8 @@ reference allocator makes with what PyTorch recorded:
   replayed with ``record_stream`` and events that complete exactly where the
   trace says they did.
 
-Without ``verify`` the same requests run under any configuration or policy,
-and the result says what the run would have needed: peak reserved, peak
+Without ``verify`` the same requests run under any configuration or policy on
+the runner (runner.py: the loop every what-if shares), and the result says what the run would have needed: peak reserved, peak
 allocated, fragmentation, device calls, simulated time, and OOMs on a device
 of a given size.
 """
@@ -30,9 +30,11 @@ from typing import Any, Callable, Optional
 
 from ..caching.allocator import CachingAllocator
 from ..device.sizing import fit_profile, most_reserved
-from .engine import GUARD_HANDLES, REORDER_WINDOW, Engine, make_allocator    # noqa: F401  (named here too)
+from .engine import Engine
 from .recording import load_recording, recorded_config
 from .replay_report import Divergence, ReplayResult
+from .runner import Runner
+from .whatif import calls_of
 from .validate import SnapshotError
 
 
@@ -74,9 +76,13 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
         # run does not fit the default 80 GB profile): device/sizing.py, said in the result's notes.
         dev_profile, sized = fit_profile(profile, most_reserved(dev.events, dev.segments)) if verify else (profile, "")
         try:
-            engine = Engine(dev, verify=verify, config=config, policy=policy, profile=dev_profile,
-                            factory=allocator_factory, progress=progress, total_memory=device_memory)
-            result = engine.run()
+            if verify:
+                result = Engine(dev, config=config, policy=policy, profile=dev_profile,
+                                factory=allocator_factory, progress=progress).run()
+            else:                        # the trace's own calls, on the runner (runner.py)
+                runner = Runner(dev, config=config, policy=policy, profile=profile,
+                                factory=allocator_factory, total_memory=device_memory)
+                result = runner.device_replay(runner.run(calls_of(dev)))
             if sized:
                 result.inferred.insert(0, sized)
         except SnapshotError as exc:
@@ -106,7 +112,7 @@ class TraceStepper:
         if dev is None or not dev.events:
             raise ValueError(f"the snapshot has no trace events for device {device!r}")
         self.recording = recording
-        self._replayer = Engine(dev, verify=True, profile=profile, progress=False)
+        self._replayer = Engine(dev, profile=profile, progress=False)
         self._replayer._restore_start()
         self.events = dev.events
 

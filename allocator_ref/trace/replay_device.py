@@ -15,7 +15,7 @@ and lets the replay complete the events a ``record_stream`` free waits on
   segment goes where PyTorch put the segment of that size for this malloc when that range
   is free here (``planned``), else wherever the simulated device places it.
 
-``make_device`` in engine.py is the one place a replay builds one.
+``make_device`` in stage.py is the one place a replay builds one.
 """
 from __future__ import annotations
 

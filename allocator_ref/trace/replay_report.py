@@ -144,3 +144,6 @@ class Anchored:
     syncs: int = 0                # device-wide syncs (cudaFree's implicit one, the flush's own)
     start_does_not_fit: bool = False
     notes: list = field(default_factory=list)
+    same_address: int = 0         # mallocs placed where PyTorch placed them
+    pool_requests: int = 0        # mallocs routed to a private pool (MemPool / CUDA graph)
+    first_oom: str = ""           # the first line of the first out-of-memory error

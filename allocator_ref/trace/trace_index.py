@@ -5,7 +5,7 @@ next call?".  Scanning forward to answer made it quadratic on a run of events th
 are not user calls (16,000 ``snapshot`` events took 37 s).  These tables are built
 once, backwards, in one pass, so every such question costs O(1) and a replay is
 linear in the trace.  ``completion_at`` also says where each free completes, which is
-how the replay queues a backlog of ``record_stream`` frees (engine.py ``_guard_stream``).
+how the replay queues a backlog of ``record_stream`` frees (stage.py ``Stage.guard_stream``).
 """
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ Every replay starts from the state at the first event (``rebuild.infer_initial_s
 the same rebuild ``--verify`` uses), restored segment by segment at PyTorch's addresses, and
 new segments go where PyTorch put them whenever that range is free, so under the recorded
 settings the replay makes PyTorch's decisions and its reserved curve is the recorded one.
-The replay is the replay engine's what-if mode (engine.py ``Engine.run_program``, on the
-same TraceDevice as every replay); ``anchored_replay`` returns that curve (reserved after each program action) for the doctor
+The replay is the runner's (runner.py ``Runner.run``, on the same TraceDevice as every
+replay); ``anchored_replay`` returns that curve (reserved after each program action) for the doctor
 to compare and rank.
 """
 from __future__ import annotations
@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..events import FAILED_CALL, NEW_MEMORY, RELEASES, USER_CALLS
-from .engine import UNCAPPED, Engine
+from .runner import Runner
+from .stage import UNCAPPED
 from .recording import DeviceRecording, device_recording
 from .replay_report import Anchored    # noqa: F401  (what an anchored replay measured; imported from here)
 
@@ -57,6 +58,7 @@ class Action:
     deferred: bool = False
     segments: tuple = ()  # for a malloc: the (addr, size) PyTorch's cudaMalloc returned for it
     sample_at: int = -1   # the trace event after which its effect is complete (default: pos)
+    frames: Optional[list] = None   # for a malloc: the stack that made it (a ``predicted`` program)
 
 
 @dataclass
@@ -68,6 +70,12 @@ class Program:
     start: Optional[object] = None    # the rebuilt state at the first event (rebuild.InitialState), once
     completion_at: Optional[dict] = None   # where each deferred free completes (engine._completions), once
     recording: Optional[DeviceRecording] = None   # the device's recording the program was read off
+    # Nothing read off a verify replay (calls_of): each design is asked for the live blocks at
+    # the first event, and a free pending then completes by its guard stream's own work.
+    requests_start: bool = False
+    # A predicted program (predict/forecast.py): from an empty GPU, the allocator records its
+    # history with each malloc's own stack, and the run stops at its first out-of-memory error.
+    predicted: bool = False
 
 
 def program_of(events: list, readings: dict, user_empty_caches: list, reserved: Optional[list] = None) -> Program:
@@ -130,6 +138,18 @@ def program_of(events: list, readings: dict, user_empty_caches: list, reserved: 
     return Program(actions, sorted(empties), ladders, ooms)
 
 
+def calls_of(recording: DeviceRecording) -> Program:
+    """The trace's own calls as a program, nothing read off a verify replay: every ``alloc`` and
+    ``free_requested`` in order, each free at once (``replay`` without ``--verify``)."""
+    actions = [Action("malloc", i, e["addr"], e["size"], e["stream"]) if e["action"] == "alloc" else
+               Action("free", i, e["addr"], e["size"], e["stream"])
+               for i, e in enumerate(recording.events) if e["action"] in USER_CALLS]
+    # A free pending at the first event completes where the trace first completes its block.
+    first = recording.lookup.first_completion
+    return Program(actions, [], [], [], completion_at={("start", addr): k for addr, k in first.items()},
+                   recording=recording, requests_start=True)
+
+
 def user_flushes(events: list, reserved: Optional[list], known: list = ()) -> list:
     """Releases before a malloc that were the user's ``empty_cache()``, not the malloc's retry.
 
@@ -185,7 +205,7 @@ def anchored_replay(events: list, finals: list, program: Program, *, config: str
                     index: int = 0, allocator_factory=None, recording: Optional[DeviceRecording] = None) -> Anchored:
     """Replay ``program`` (from ``program_of``) from the state at the trace's first event.
 
-    The replay engine's what-if mode (engine.py ``Engine.run_program``), on a GPU of ``usable``
+    The runner (runner.py), on a GPU of ``usable``
     bytes (uncapped when None).  ``recording`` is the device's recording when the caller
     holds one (``events`` and ``finals`` are then its own).
     """
@@ -193,10 +213,9 @@ def anchored_replay(events: list, finals: list, program: Program, *, config: str
         held = program.recording      # the device's recording, when the program was read off one
         recording = held if held is not None and held.events is events and held.index == index else \
             device_recording(events, finals, config, index)
-    engine = Engine(recording, verify=False, config=config, policy=policy, profile=profile,
-                    factory=allocator_factory, progress=False,
+    runner = Runner(recording, config=config, policy=policy, profile=profile, factory=allocator_factory,
                     usable=UNCAPPED if usable is None else usable)
-    return engine.run_program(program)
+    return runner.run(program)
 
 
 def first_mismatch(recorded: list, run: Anchored) -> Optional[tuple]:
