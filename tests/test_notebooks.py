@@ -32,6 +32,9 @@ Chapter authors: write ``chapters/NN_name.md`` (MyST), then
 without outputs.  Tag a cell ``gpu`` (cell metadata ``tags: [gpu]``) when it
 needs a real GPU, and open the GPU with ``course.real_gpu(what it measures, where
 the simulated equivalent is)``, which returns None (after saying so) without one.
+State a measured value in bold and name it in the markdown cell's ``claims`` metadata; compute it
+in a section of ``tests/claims/NN_name.py`` that the computing cell names (``claim_checks``):
+``tests/claim_checks.py`` and ``tests/test_chapter_claims.py`` say how.
 """
 from __future__ import annotations
 
