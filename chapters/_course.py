@@ -7,10 +7,12 @@
     course.claim("q4_reserved", course.fmt(a.memory_reserved()))
 
 ``claim`` is how prose and code stay in step: a number or a result a chapter
-states in its text is written ``**20.00 MiB**<!-- claim: q4_reserved -->`` (or
-``**every rung failed**<!-- claim: q4_ladder -->``) and a cell calls
-``claim("q4_reserved", value)``; ``tests/test_chapter_claims.py`` checks that
-the executed value equals the bold text.  A claim shows nothing to the learner:
+states in its text is written in bold, ``**20.00 MiB**`` (or ``**every rung
+failed**``), its markdown cell's metadata names it (``"claims": {"q4_reserved":
+"20.00 MiB"}``), and the claim checks of ``tests/claims/<chapter>.py`` call
+``claim("q4_reserved", value)`` in the kernel after the cell that computes it;
+``tests/test_chapter_claims.py`` checks that the executed value equals the bold
+text.  A learner's notebook has no claim cell; a claim shows nothing anyway:
 its value travels in the output's data under ``CLAIM_MIME`` (next to an empty
 ``text/markdown``, which every front end renders as nothing), where only the
 test reads it.
@@ -333,7 +335,7 @@ def result_words(condition: bool, yes: str, no: str) -> str:
     cell's condition holds, else ``no``, so the prose can only say what this run shows.
 
     In the edition's language: the Chinese prose states ``yes``'s Chinese from ``course.po`` in bold
-    (``**显存不足**<!-- claim: ... -->``), the Chinese run computes the same words, and the claim test
+    (``**显存不足**``, its cell's claims metadata saying so), the Chinese run computes the same words, and the claim test
     compares them as it compares the English; ``editions check`` accepts that phrase in place of the
     English one only when it is the catalogue's translation of it."""
     return messages.say("course", yes if condition else no)

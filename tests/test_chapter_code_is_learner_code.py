@@ -1,6 +1,7 @@
 """A chapter's visible code is what a learner reads and copies: it uses the API they would use (PyTorch's
-names, a snapshot), never the course's checks or the model's private members. The checks live in hidden
-cells (tag remove-cell, jupyter.source_hidden) that tests read and learners do not."""
+names, a snapshot), never the course's checks or the model's private members. The claim checks live in
+tests/claims/<chapter>.py, run after the cell that names them (tests/claim_checks.py); other course-only
+cells are hidden (tag remove-cell, jupyter.source_hidden)."""
 import ast
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "chapters").glob("0*.md"))
 CHECKS = {"claim", "claim_needs_real_trace", "result_words"}
 # course.claim calls allowed in a visible cell: none (compute the value into a plain variable in
-# the visible cell, claim it in the hidden one after).
+# the visible cell, claim it in the chapter's claims file, in the section the cell names).
 MAX_VISIBLE_CLAIMS = 0
 
 

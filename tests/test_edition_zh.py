@@ -1,7 +1,7 @@
 """The Chinese edition stays in step with the English one (allocator_ref/editions; README.zh-CN.md).
 
 * every English markdown block of every chapter and lab has a translation in its catalogue
-  (``locale/zh_CN/**.po``), keeping the FORMAT's rules (claim markers and claimed values, inline
+  (``locale/zh_CN/**.po``), keeping the FORMAT's rules (markers and claimed values, inline
   code, fenced code, links, URLs) and leaving no English sentence in the Chinese prose;
 * the committed Chinese notebooks are exactly what ``make translations`` writes, and their code
   cells are the English notebooks' byte for byte;
@@ -23,7 +23,8 @@ import nbformat
 import pytest
 
 from allocator_ref.editions import build, catalog, instep
-from test_chapter_claims import MARKER, computed_claims, prose_claims
+from claim_checks import stated
+from test_chapter_claims import computed_claims
 from test_notebooks import PROFILE_PARAMS, PROFILES, REAL_TRACE_CHAPTERS, execute_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,10 +107,14 @@ def test_the_command_line_refuses_a_file_that_is_not_a_source():
 
 
 def test_the_rules_catch_what_a_translator_can_break():
-    english = "Peak is **64.00 MiB**<!-- claim: q9_wait --> with `record_stream`, see [lab](../labs/x.ipynb)."
-    assert catalog.rule_problems(english, "峰值为 **64.00 MiB**<!-- claim: q9_wait -->，见 `record_stream` 与 [实验](../labs/x.ipynb)。") == []
-    broken = catalog.rule_problems(english, "峰值为 **64 MiB**<!-- claim: q9_wait -->，record_stream，见 [实验](x.ipynb)。")
+    english = "Peak is **64.00 MiB** with `record_stream`, see [lab](../labs/x.ipynb)."
+    claimed = ["64.00 MiB"]                              # the cell's claims metadata names it
+    assert catalog.rule_problems(english, "峰值为 **64.00 MiB**，见 `record_stream` 与 [实验](../labs/x.ipynb)。",
+                                 claimed) == []
+    broken = catalog.rule_problems(english, "峰值为 **64 MiB**，record_stream，见 [实验](x.ipynb)。", claimed)
     assert len(broken) == 3, broken                      # the claimed value, the code, the link target
+    assert len(catalog.rule_problems(english, "峰值为 64.00 MiB，见 `record_stream` 与 [实验](../labs/x.ipynb)。",
+                                     claimed)) == 1      # a claimed value must stay bold: the test finds it so
     assert catalog.english_runs("这是 `a b c d e` 和 [a long English title](x)。") == []
     assert catalog.english_runs("这一段 was left in English by mistake。")
     assert catalog.split_blocks("a\nb\n\n```\nx\n\ny\n```\n\nc  ") == ["a\nb", "```\nx\n\ny\n```", "c"]
@@ -124,21 +129,26 @@ def test_chinese_prose_states_the_english_claims(path):
     below compares it with the computed value)."""
     from allocator_ref.editions.language import speaking
     from allocator_ref.editions.messages import say
-    english = prose_claims((ROOT / "chapters" / path.with_suffix(".md").name).read_text(encoding="utf-8"))
+    import jupytext
+    english = stated(jupytext.read(ROOT / "chapters" / path.with_suffix(".md").name))
     with speaking("zh"):
         in_chinese = {name: say("course", value) for name, value in english.items()}
-    assert prose_claims(_markdown(path)) == in_chinese
+    assert stated(nbformat.read(path, as_version=4)) == in_chinese
 
 
-ZH_WITH_CLAIMS = [p for p in ZH_CHAPTERS if MARKER.search(_markdown(p))]
+def _has_claims(path: Path) -> bool:
+    return any(c.cell_type == "markdown" and c.metadata.get("claims") for c in nbformat.read(path, as_version=4).cells)
+
+
+ZH_WITH_CLAIMS = [p for p in ZH_CHAPTERS if _has_claims(p)]
 
 
 def _claims_hold(path: Path, run) -> None:
-    stated = prose_claims(_markdown(path))
+    prose = stated(nbformat.read(path, as_version=4))
     computed = computed_claims(run)
-    missing = sorted(set(stated) - set(computed))
-    assert not missing, f"zh/{path.name}: the prose states {missing} but no cell computes them with claim()"
-    wrong = {k: (stated[k], computed[k]) for k in stated if computed[k] is not None and stated[k] != computed[k]}
+    missing = sorted(set(prose) - set(computed))
+    assert not missing, f"zh/{path.name}: the prose states {missing} but no claim check computes them"
+    wrong = {k: (prose[k], computed[k]) for k in prose if computed[k] is not None and prose[k] != computed[k]}
     assert not wrong, f"zh/{path.name}: the prose and the code disagree (name: (prose, code)): {wrong}"
 
 

@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-import polib
+import nbformat
 import pytest
 
 from allocator_ref.policies.registry import policy_names
@@ -40,7 +40,6 @@ PYTORCH_TEXTS = ("Allocator backend parsed at runtime != allocator backend parse
                  "*: page if completely full with multiple blocks", "0-9: page is partially full with tensors",
                  "(X% internal) - of the free memory")
 POLICY_NAMES = policy_names()
-CLAIMED = re.compile(r"\*\*([^*\n]+)\*\*<!--\s*claim:")
 # Chapters whose outputs still hold short English labels (english_words.english_labels: a column heading
 # "peak reserved", a row's "ok", "step 3", the cost model's English source notes), measured on this
 # checkout with ../shared/traces; for these the scan looks for sentences only.  A chapter leaves the list
@@ -109,17 +108,18 @@ def test_the_scan_finds_short_english_labels_and_spares_units_and_literals():
     assert not english_lines("|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |")
 
 
-@pytest.mark.parametrize("po", sorted((ROOT / "locale" / "zh_CN").rglob("*.po")), ids=lambda p: p.stem)
-def test_no_claimed_value_is_an_english_phrase_in_chinese_prose(po):
-    """A claim's bold value in a Chinese sentence is a number, a name, code, PyTorch's text, or Chinese."""
+@pytest.mark.parametrize("path", sorted((ROOT / "chapters" / "zh").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)
+def test_no_claimed_value_is_an_english_phrase_in_chinese_prose(path):
+    """A claim's bold value in a Chinese sentence is a number, a name, code, PyTorch's text, or Chinese
+    (the values the built notebook's markdown cells claim, in their ``claims`` metadata)."""
     found = []
-    for entry in polib.pofile(str(po)):
-        if entry.obsolete or not entry.msgstr:
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "markdown":
             continue
-        for value in CLAIMED.findall(entry.msgstr):
+        for value in cell.metadata.get("claims", {}).values():
             words = re.sub(r"`[^`]*`", " ", value)
             if any(t in value for t in PYTORCH_TEXTS) or re.search(r"[\u4e00-\u9fff]", words):
                 continue
             if len(re.findall(r"\b[a-z]{2,}\b", words)) >= 1 and not re.fullmatch(r"[\w.:=\[\], ()%-]*\d[\w.:=\[\], ()%-]*", words):
                 found.append(value)
-    assert not found, f"{po.name}: English phrases claimed inside Chinese sentences: {found}"
+    assert not found, f"zh/{path.name}: English phrases claimed inside Chinese sentences: {found}"

@@ -14,7 +14,7 @@ picked up without editing this file):
   second profile (``tests/test_labs.py`` runs them under the first);
 * the ``.ipynb`` carries no outputs and no execution counts;
 * the ``.ipynb`` and its jupytext MyST twin ``.md`` have the same cells
-  (type, source and tags), so editing one without ``make sync-notebooks`` fails;
+  (type, source, tags and claims metadata), so editing one without ``make sync-notebooks`` fails;
 * the chapter conventions every learner relies on: the first code cell opens
   the device, learning objectives at the top, a recap and "try it" at the end,
   a link to the chapter's lab; no "spec §" citations (a learner has no spec);
@@ -32,6 +32,9 @@ Chapter authors: write ``chapters/NN_name.md`` (MyST), then
 without outputs.  Tag a cell ``gpu`` (cell metadata ``tags: [gpu]``) when it
 needs a real GPU, and open the GPU with ``course.real_gpu(what it measures, where
 the simulated equivalent is)``, which returns None (after saying so) without one.
+State a measured value in bold and name it in the markdown cell's ``claims`` metadata; compute it
+in a section of ``tests/claims/NN_name.py`` that the computing cell names (``claim_checks``):
+``tests/claim_checks.py`` and ``tests/test_chapter_claims.py`` say how.
 """
 from __future__ import annotations
 
@@ -97,14 +100,16 @@ def execute_notebook(path: Path, profile: str = PROFILES[0], device: str | None 
     """Run a notebook once per session and profile (cached), every cell; returns (executed, seconds).
 
     ``tests/test_chapter_claims.py`` reads the executed outputs from here, so
-    each chapter runs only once per pytest session and profile.
+    each chapter runs only once per pytest session and profile; the chapter's claim
+    checks (``tests/claims/<chapter>.py``) run in the kernel after the cells that name them.
     """
     from nbclient import NotebookClient
 
     key = (str(path), profile, device, extra_env, path.stat().st_mtime_ns)
     if key in _EXECUTED:
         return _EXECUTED[key]
-    run = nbformat.read(path, as_version=4)
+    from claim_checks import with_checks
+    run = with_checks(nbformat.read(path, as_version=4), path)     # each claim section after its cell
     client = NotebookClient(run, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME, allow_errors=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
@@ -258,7 +263,10 @@ def test_ipynb_has_no_outputs(path):
 
 
 def _cells(nb) -> list:
-    return [(c.cell_type, c.source.strip(), sorted(cell_tags(c))) for c in nb.cells]
+    """What a pair must agree on: type, source, tags, and the claims metadata (the bold values a
+    markdown cell states, the claim checks a code cell names: tests/claim_checks.py)."""
+    return [(c.cell_type, c.source.strip(), sorted(cell_tags(c)), c.metadata.get("claims"),
+             c.metadata.get("claim_checks")) for c in nb.cells]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))

@@ -4,9 +4,9 @@
     python tools/sync_notebooks.py --keep chapters/02_caching_allocator.md     that side wins its pair
 
 The .md is the declared source, but JupyterLab (or an editor) may have saved either side.  A pair
-is compared by its cells (type, source, tags), not by time stamps or bytes, and the side that
+is compared by its cells (type, source, tags, claims metadata), not by time stamps or bytes, and the side that
 changed is found against the last sync: the text both sides agreed on then (recorded in
-build/notebook-sync.json), or, before any sync on this clone, the committed .md (git HEAD).
+build/notebook-sync-v2.json), or, before any sync on this clone, the committed .md (git HEAD).
 
 * both sides say the same: nothing is written (not even a trailing newline);
 * one side is untouched since the last sync: the other side's edit is copied into it (an .md
@@ -32,14 +32,19 @@ from jupytext.combine import combine_inputs_with_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = ("chapters/[0-9][0-9]_*.md", "labs/source/lab[0-9][0-9]_*.md")
-STATE = Path("build") / "notebook-sync.json"      # relative to the root: never committed (build/)
+# relative to the root, never committed (build/); v2 since the compared text holds the claims metadata
+# (an older record would make every pair look edited on both sides)
+STATE = Path("build") / "notebook-sync-v2.json"
 MD = "md:myst"
 
 
 def cells(nb) -> str:
-    """What a pair must agree on, as one comparable text: each cell's type, source and tags."""
-    return json.dumps([(c.cell_type, c.source.rstrip("\n"), list(c.get("metadata", {}).get("tags", [])))
-                       for c in nb.cells])
+    """What a pair must agree on, as one comparable text: each cell's type, source, tags and claims
+    metadata (a markdown cell's ``claims``, a code cell's ``claim_checks``: an edit of either in the .md
+    must reach the .ipynb the tests run)."""
+    return json.dumps([(c.cell_type, c.source.rstrip("\n"), list(c.get("metadata", {}).get("tags", [])),
+                        c.get("metadata", {}).get("claims"), c.get("metadata", {}).get("claim_checks"))
+                       for c in nb.cells], sort_keys=True)     # the .ipynb stores a dict sorted
 
 
 def digest(text: str) -> str:

@@ -10,7 +10,8 @@ Where a learner finds them (``make lab`` opens chapter 0 of the learner's langua
 Each is committed, like the English student copies, and ``check`` (and the tests) fail when a
 committed one differs from what this module writes now.  Every code cell is the English source's
 cell, byte for byte, with its tags; each markdown cell is its blocks (``catalog.split_blocks``)
-replaced by their translations and joined by a blank line.  A block with no translation yet stays
+replaced by their translations and joined by a blank line, its ``claims`` metadata giving the values
+as the Chinese states them (``chinese_claims``).  A block with no translation yet stays
 English, so the notebook still runs, and ``untranslated`` names it.
 
 Relative link targets are kept as the English wrote them in the catalogue and re-pointed here:
@@ -115,7 +116,20 @@ def chinese_notebook(source: Path, root: Path = ROOT, table: dict | None = None)
         if cell.cell_type == "markdown":
             text, _ = translate_markdown(cell.source, table)
             cell.source = repoint_links(text, english_dir, chinese_dir, root)
+            if cell.metadata.get("claims"):
+                cell.metadata["claims"] = chinese_claims(cell.metadata["claims"], cell.source)
     return nb
+
+
+def chinese_claims(claims: dict, chinese: str) -> dict:
+    """A markdown cell's claims as its Chinese text states them: the course catalogue's Chinese of a
+    result phrase where the text has it in bold (the Chinese run's ``result_words`` computes the same),
+    else the English value (a number, a name, PyTorch's own text)."""
+    said = {}
+    for name, value in claims.items():
+        zh = catalog.claimed_in_chinese(value)
+        said[name] = zh if f"**{zh}**" in chinese else value
+    return said
 
 
 def _metadata(source: Path, root: Path) -> dict:
@@ -138,7 +152,7 @@ def _plain(nb, prefix: str):
             new = nbformat.v4.new_code_cell(cell.source)
         else:
             new = nbformat.v4.new_markdown_cell(cell.source)
-        for key in ("tags", "jupyter"):
+        for key in ("tags", "jupyter", "claims", "claim_checks"):    # claims: the tests read them
             if key in cell.get("metadata", {}):
                 new.metadata[key] = cell.metadata[key]
         new.id = f"{prefix}-{i:02d}"

@@ -26,9 +26,11 @@ Translation rules
     their targets (a link to another chapter or lab points at the Chinese
     edition's notebook where one exists: simplest is to keep the English target,
     which ``build`` re-points at the Chinese twin; a target with ``zh/`` before
-    the file name is accepted too); every ``<!-- ... -->`` marker (e.g.
-    ``<!-- claim: name -->``) and every bold claimed value ``**...**`` that a
-    claim checks appears in the msgstr exactly as in the msgid.  A msgstr is
+    the file name is accepted too); every ``<!-- ... -->`` marker appears in the
+    msgstr exactly as in the msgid; every bold value ``**...**`` that a claim
+    checks (named in the markdown cell's ``claims`` metadata, which never enters
+    a msgid) appears in bold as in the msgid, or as its Chinese in the course
+    catalogue (``allocator_ref/locale/zh_CN/course.po``).  A msgstr is
     *translated* only when it is non-empty and not fuzzy.
 
 Why gettext catalogues, one entry per paragraph
@@ -110,6 +112,17 @@ def english_blocks(source: Path) -> list:
                 seen.add(block)
                 order.append(block)
     return order
+
+
+def claimed_values(source: Path) -> dict:
+    """{English block: the values its cell claims that stand in bold in it}, for the translation rules
+    (the names live in the markdown cell's ``claims`` metadata, not in the text a msgid holds)."""
+    found: dict = {}
+    for cell in read_notebook(source).cells:
+        values = cell.metadata.get("claims", {}).values() if cell.cell_type == "markdown" else ()
+        for block in split_blocks(cell.source) if values else ():
+            found.setdefault(block, []).extend(v for v in values if f"**{v}**" in block)
+    return found
 
 
 def new_catalogue(source: Path, root: Path = ROOT) -> polib.POFile:
@@ -216,7 +229,6 @@ def untranslated(source: Path, root: Path = ROOT) -> list:
 # ------------------------------------------------------------------ the translation rules, checked
 
 MARKER = re.compile(r"<!--.*?-->", re.S)
-CLAIMED = re.compile(r"\*\*[^*\n]+\*\*<!--\s*claim:\s*[\w.\-]+\s*-->")
 INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
 LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
 URL = re.compile(r"https?://[^\s)>\"'`]+")
@@ -229,20 +241,22 @@ def _fenced(text: str) -> list:
     return re.findall(r"^[ \t]*```.*?^[ \t]*```", text, re.S | re.M)
 
 
-def rule_problems(msgid: str, msgstr: str) -> list:
+def rule_problems(msgid: str, msgstr: str, claimed=()) -> list:
     """What a translation breaks of the FORMAT's rules (empty when it keeps them all).
 
-    Markers and claimed values verbatim; every inline code span, URL and fenced code block of the
-    English still in the Chinese; every link target kept (``build`` re-points relative ones).
+    Markers verbatim; each ``claimed`` value (the block's bold values its cell's ``claims`` metadata
+    names: ``claimed_values``) in bold as in the English or as its Chinese; every inline code span, URL
+    and fenced code block of the English still in the Chinese; every link target kept (``build``
+    re-points relative ones).
     """
     problems = []
     for marker in MARKER.findall(msgid):
         if msgstr.count(marker) != msgid.count(marker):
             problems.append(f"marker {marker!r} must appear as in the English")
-    for claimed in CLAIMED.findall(msgid):
-        if claimed not in msgstr and _claimed_in_chinese(claimed) not in msgstr:
-            problems.append(f"claimed value {claimed!r} must appear exactly as in the English (or as its "
-                            f"Chinese in allocator_ref/locale/zh_CN/course.po)")
+    for value in claimed:
+        if f"**{value}**" not in msgstr and f"**{claimed_in_chinese(value)}**" not in msgstr:
+            problems.append(f"claimed value **{value}** must appear in bold exactly as in the English (or as "
+                            f"its Chinese in allocator_ref/locale/zh_CN/course.po)")
     for m in INLINE_CODE.finditer(_strip_fences(msgid)):
         if m.group(0) not in msgstr:
             problems.append(f"inline code {m.group(0)} must stay as written, in its backticks")
@@ -259,14 +273,12 @@ def rule_problems(msgid: str, msgstr: str) -> list:
     return problems + added_problems(msgid, msgstr)
 
 
-def _claimed_in_chinese(claimed: str) -> str:
-    """``**ran out of memory**<!-- claim: c1 -->`` -> ``**显存不足**<!-- claim: c1 -->`` when the course
-    catalogue translates the phrase (the chapter computes it with ``course.result_words``/``course.words``,
-    which say that same Chinese in the Chinese run, so the claim test checks it), else the claim unchanged."""
+def claimed_in_chinese(value: str) -> str:
+    """``ran out of memory`` -> ``显存不足`` when the course catalogue translates the phrase (the chapter
+    computes it with ``course.result_words``/``course.words``, which say that same Chinese in the Chinese
+    run, so the claim test checks it), else the value unchanged (a number, a name)."""
     from .messages import _table
-    value = claimed[2:claimed.index("**", 2)]
-    chinese = _table("course").get(value)
-    return claimed.replace(f"**{value}**", f"**{chinese}**", 1) if chinese else claimed
+    return _table("course").get(value) or value
 
 
 def added_problems(msgid: str, msgstr: str) -> list:
@@ -319,12 +331,12 @@ _WORD_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ \t]+(?:[A-Za-z][A-Za-z'’-]
 def english_runs(msgstr: str, allowed: tuple = ()) -> list:
     """Runs of >= ENGLISH_RUN English words left in a Chinese block's prose.
 
-    Code (fenced and inline), links (text and target), markers, claimed values, URLs and quoted error texts
+    Code (fenced and inline), links (text and target), markers, URLs and quoted error texts
     (in double quotes) do not count: they stay in English on purpose.  ``allowed`` lists names
-    (e.g. ``"Ascend Extension for PyTorch"``) that are English by nature.
+    (e.g. ``"Ascend Extension for PyTorch"``) that are English by nature, and the block's claimed
+    values (a claim states what the run printed).
     """
     text = _strip_fences(msgstr)
-    text = CLAIMED.sub(" § ", text)
     text = MARKER.sub(" § ", text)
     text = INLINE_CODE.sub(" § ", text)
     text = re.sub(r"\[[^\]]*\]\([^)]*\)", " § ", text)      # a link: its text is often a page's title

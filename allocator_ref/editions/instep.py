@@ -34,6 +34,7 @@ def catalogue_problems(source: Path, root: Path = ROOT) -> list:
     if po.metadata.get("Language") != catalog.LANGUAGE:
         return [f"{_rel(path, root)}: header Language is {po.metadata.get('Language')!r}, not {catalog.LANGUAGE!r}"]
     done = catalog.translations(po)
+    claimed = catalog.claimed_values(source)
     problems = []
     for block in catalog.english_blocks(source):
         where = f"{rel}: block {block[:70]!r}"
@@ -43,9 +44,11 @@ def catalogue_problems(source: Path, root: Path = ROOT) -> list:
             problems.append(f"{where} is {state}; run `make translations` and translate it in {_rel(path, root)}")
             continue
         chinese = done[block]
-        problems += [f"{where}: {p}" for p in catalog.rule_problems(block, chinese)]
+        values = claimed.get(block, [])
+        problems += [f"{where}: {p}" for p in catalog.rule_problems(block, chinese, values)]
         problems += [f"{where}: {p}" for p in rendered_problems(block, chinese)]
-        runs = catalog.english_runs(chinese, catalog.NAMES)
+        stated = tuple(f"**{v}**" for v in values) + tuple(f"**{catalog.claimed_in_chinese(v)}**" for v in values)
+        runs = catalog.english_runs(chinese, catalog.NAMES + stated)
         if runs:
             problems.append(f"{where}: English left in the Chinese prose: {runs[:3]}")
     return problems

@@ -104,16 +104,26 @@ COURSE_CALLS = {"say": (0,), "words": (0,), "result_words": (1, 2),    # which a
                 "real_gpu": (0, 1), "term": (0,)}
 
 
-def _chapter_sentences(found: dict, problems: list) -> None:
+# A chapter's claim checks (tests/claims/<chapter>.py, run in its kernel by the tests) say their result
+# words through ``course.result_words`` too: the Chinese run computes the Chinese the prose states.
+CLAIM_CHECKS = PACKAGE.parent / "tests" / "claims"
+
+
+def _chapter_code(path: Path) -> list:
+    """The code a chapter's kernel runs: its code cells, then its claim checks' file (when there is one)."""
     import jupytext
+    code = [cell.source for cell in jupytext.read(path).cells if cell.cell_type == "code"]
+    checks = CLAIM_CHECKS / (path.stem + ".py")
+    return code + ([checks.read_text(encoding="utf-8")] if checks.exists() else [])
+
+
+def _chapter_sentences(found: dict, problems: list) -> None:
     for path in sorted(CHAPTERS.glob("[0-9][0-9]_*.md")):
         where = path.relative_to(PACKAGE.parent).as_posix()
-        for cell in jupytext.read(path).cells:
-            if cell.cell_type != "code":
-                continue
+        for code in _chapter_code(path):
             # a magic or shell line is not Python: blank it, keeping the line numbers
             source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
-                               for line in cell.source.splitlines())
+                               for line in code.splitlines())
             try:
                 tree = ast.parse(source)
             except SyntaxError:
