@@ -40,6 +40,13 @@ course.claim("ch5_hook_plain_registered", course.fmt(hook[""][0]))
 course.claim("ch5_hook_exp_registered", course.fmt(hook["expandable_segments:True"][0]))
 course.claim("ch5_hook_exp_mapped", course.fmt(hook["expandable_segments:True"][1]))
 
+# %% ch5_pool_registered
+course.claim("ch5_pool_registered", str(steps["MemPool"][0]))
+course.claim("ch5_pool_deregistered", str(steps["MemPool"][1]))
+course.claim("ch5_default_registered", str(steps["default"][0]))
+course.claim("ch5_default_deregistered", str(steps["default"][1]))
+course.claim("ch5_pool_closed", str(calls["MemPool"][1]))
+
 # %% ch5_npu_small
 course.claim("ch5_npu_small", f"{blocks[0].size} B")
 course.claim("ch5_npu_align", f"{blocks[-1].ptr % 16384} B")
