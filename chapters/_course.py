@@ -69,6 +69,16 @@ def words(english: str, **fields) -> str:
     return messages.say("course", english, **fields)
 
 
+def chart_words(english: str, **fields) -> str:
+    """:func:`words` for a chart's title, axis or legend: in the language the chart can draw.  Chinese
+    needs a CJK font (``allocator_ref.viz.chart_language``); without one matplotlib draws empty boxes,
+    so the chart keeps English labels (``open_device`` printed how to install a font)."""
+    from allocator_ref.viz.chart_language import chart_language
+    if chart_language() == "en":
+        return english.format(**fields) if fields else english
+    return words(english, **fields)
+
+
 def term(english: str) -> str:
     """Mark a label a cell keeps as data (a dict key, a row name) for the course catalogue; it stays
     English, so the code that looks it up still finds it.  :func:`shown` says it when printed."""

@@ -100,7 +100,7 @@ def _help_sentences(tree: ast.Module, where: str, found: dict, problems: list) -
 # The chapters' code cells print through ``course.say("...")`` / ``course.words("...")`` (chapters/_course.py):
 # their sentences are the "course" catalogue's.
 CHAPTERS = PACKAGE.parent / "chapters"
-COURSE_CALLS = {"say": (0,), "words": (0,), "result_words": (1, 2),    # which arguments are sentences
+COURSE_CALLS = {"say": (0,), "words": (0,), "chart_words": (0,), "result_words": (1, 2),    # which arguments are sentences
                 "real_gpu": (0, 1), "term": (0,)}
 
 
