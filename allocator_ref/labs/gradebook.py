@@ -114,6 +114,8 @@ def collect(lab: str, homes: Path, course: Path = grading.COURSE_DIR) -> list[Pa
     if checks:
         print(f"left out {len(checks)} room-check test learners ({', '.join(checks[:3])}"
               f"{', ...' if len(checks) > 3 else ''}): make room-check made them, not the room")
+    lab_due, extended = due.due_dates(name, course)
+    kept = []
     with private_files():
         for home in sorted(p for p in homes.iterdir() if p.is_dir() and not p.is_symlink()
                            and not ROOM_CHECK_NAME.match(p.name)):
@@ -124,15 +126,21 @@ def collect(lab: str, homes: Path, course: Path = grading.COURSE_DIR) -> list[Pa
                                            "run it as root: sudo make collect LAB=" + name[3:]) from None
             except OSError:                   # no ~/graded/labNN, or a link in its place
                 continue
+            dest = course / "submitted" / home.name / name
+            if notebooks and due.keeps_on_time(dest, max(changed for _, changed in notebooks.values()),
+                                               extended.get(home.name, lab_due)):
+                kept.append(home.name)        # the lab closed for them: the on-time copy stays
+                continue
             for file_name, (data, _) in notebooks.items():
-                dest = course / "submitted" / home.name / name
                 dest.mkdir(parents=True, exist_ok=True)
                 (dest / file_name).write_bytes(data)
                 copied.append(dest / file_name)
             if notebooks:                     # when the learner last changed it: nbgrader's lateness (due.py)
                 due.write_timestamp(course / "submitted" / home.name / name,
                                     max(changed for _, changed in notebooks.values()))
-    if not copied:
+    for learner in kept:
+        print(f"CLOSED {learner}: {name} changed after their due date; the copy collected before it is kept")
+    if not copied and not kept:
         raise grading.GradingError(f"no ~/{grading.GRADED_FOLDER}/{name}/*.ipynb in any home under {homes}: "
                                    f"was the hub started with WORKSHOP_GRADED={course}?")
     private(course)
@@ -200,6 +208,11 @@ def autograde(lab: str, course: Path = grading.COURSE_DIR, parallel: int | None 
                parallel=parallel)
     except sandbox.SandboxError as exc:
         raise grading.GradingError(str(exc)) from None
+    # A copy changed after its learner's due date scores 0: nbgrader's late penalty, from the recorded score.
+    for learner, points in due.penalise(name, course, {f.parent.name for f in folders} - set(broken)).items():
+        print(f"LATE {learner}: {name} handed in after their due date: {points:g} points taken "
+              f"(nbgrader's late penalty '{due.PENALTY}'; make extend LAB={name[3:]} LEARNER={learner} AT=... "
+              "then make autograde again accepts it)")
     grades = course / "grades.csv"
     _nbgrader(course, "export", "--to", str(grades))       # from the gradebook alone
     private(course)
@@ -371,9 +384,11 @@ def rehearse(labs: list[str], course: Path = REHEARSAL_DIR) -> list[str]:
 
 
 def _platform(args) -> int:
-    """make roster, make due, make export: who is who, when a lab closes, the grades for Moodle."""
+    """make roster, make due, make extend, make export: who is who, when a lab closes (for whom), the grades
+    for Moodle."""
     from . import export
     course = args.course or grading.COURSE_DIR
+    homes = args.homes.resolve() if args.homes and args.homes.is_dir() else None   # no hub's homes: no notice
     try:
         if args.action == "roster":
             if args.file is None:
@@ -382,7 +397,11 @@ def _platform(args) -> int:
         elif args.action == "due":
             if args.lab is None or not args.at:
                 raise due.DueDateError('usage: make due LAB=02 AT="2026-12-06 17:00"')
-            due.set_due(args.lab, args.at, course)
+            due.set_due(args.lab, args.at, course, homes)
+        elif args.action == "extend":
+            if args.lab is None or not args.at or not args.learner:
+                raise due.DueDateError('usage: make extend LAB=02 LEARNER=ada AT="2026-12-07 17:00"')
+            due.extend(args.lab, args.learner, args.at, course, homes)
         else:
             export.export(course)
     except (grading.GradingError, ValueError, OSError) as exc:
@@ -394,15 +413,16 @@ def _platform(args) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m allocator_ref.labs.gradebook", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["collect", "autograde", "feedback", "rehearse", "private",
-                                           "roster", "due", "export"])
+                                           "roster", "due", "extend", "export"])
     parser.add_argument("lab", nargs="?", help="the lab number, e.g. 02 (rehearse: every lab when left out)")
     parser.add_argument("--course", type=Path, help="the nbgrader course folder (default build/nbgrader; "
                                                     "rehearse: build/rehearsal)")
     parser.add_argument("--homes", type=Path, help="the hub's homes folder (WORKSHOP_HOMES)")
     parser.add_argument("--file", type=Path, help="roster: the CSV of user,name,email (roster.py)")
-    parser.add_argument("--at", help="due: the due date, e.g. '2026-12-06 17:00' (due.py)")
+    parser.add_argument("--at", help="due, extend: the due date, e.g. '2026-12-06 17:00' (due.py)")
+    parser.add_argument("--learner", help="extend: the learner's user name")
     args = parser.parse_args(argv)
-    if args.action in ("roster", "due", "export"):
+    if args.action in ("roster", "due", "extend", "export"):
         return _platform(args)
     if args.action == "private":              # make nbgrader runs it after each release
         course = (args.course or grading.COURSE_DIR).resolve()
