@@ -263,3 +263,36 @@ def test_the_make_targets_say_their_usage():
     out = subprocess.run(["make", "-s", "--no-print-directory", "export", f"PY={sys.executable}", "STAMP=",
                           "NBGRADER_DIR=/nonexistent/course"], cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode != 0 and "run make autograde LAB=NN first" in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+def test_make_autograde_scores_a_late_copy_zero_and_an_extension_keeps_it(tmp_path, monkeypatch, capsys):
+    """The whole path on nbgrader itself (the judges stood in for: every check passes): collect writes
+    the submission times, nbgrader files them, the late copy loses its points to nbgrader's late
+    penalty; make extend, then make autograde again, gives them back (the extension survives nbgrader's
+    filing of the submission)."""
+    from nbgrader.api import Gradebook
+    from allocator_ref.labs import regrade
+
+    def every_check_passes(name, course, course_id, say=print, students=None, parallel=None):
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=course_id) as gb:
+            for learner in students:
+                for notebook in gb.find_submission(name, learner).notebooks:
+                    for grade in notebook.grades:
+                        grade.auto_score = grade.max_score
+            gb.db.commit()
+    monkeypatch.setattr(regrade, "record", every_check_passes)
+    course, homes = tmp_path / "course", tmp_path / "homes"
+    released = grading.release("01", course)
+    due.set_due("01", "2026-12-06T17:00+00:00", course)
+    for learner, changed in (("ada", "2026-12-06T16:00+00:00"), ("grace", "2026-12-06T18:00+00:00")):
+        _copy(homes, learner, released.read_text(), changed)
+    gradebook.collect("01", homes, course)
+    gradebook.autograde("01", course)
+    assert "LATE grace: lab01 handed in after their due date: 2 points taken" in capsys.readouterr().out
+    assert {r[1]: (r[3], r[-1]) for r in export.table(course)[1]} == {"ada": ("2", ""),
+                                                                       "grace": ("0", "lab01 by 1.0 h")}
+    due.extend("01", "grace", "2026-12-06T19:00+00:00", course)
+    gradebook.autograde("01", course)
+    assert "LATE" not in capsys.readouterr().out
+    assert {r[1]: (r[3], r[-1]) for r in export.table(course)[1]} == {"ada": ("2", ""), "grace": ("2", "")}
