@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import grading
+from .hand_back import write_as_learner
 
 TIMESTAMP = "timestamp.txt"                # nbgrader's CourseDirectory.get_existing_timestamp reads it
 NOTICE = "due.json"                        # the learner's date, beside their copy (check.py reads it)
@@ -146,9 +147,8 @@ def notice(name: str, learner: str, dates: tuple) -> bytes:
 
 
 def tell_learners(name: str, course: Path, homes: Path, only: str | None = None) -> int:
-    """Write each learner's date into their ~/graded/labNN/due.json, as that learner (gradebook._hand_back:
+    """Write each learner's date into their ~/graded/labNN/due.json, as that learner (hand_back.py:
     a link they planted leads only where they could write anyway); returns how many were told."""
-    from .gradebook import _hand_back
     from .roster import ROOM_CHECK_NAME
     dates = due_dates(name, course)
     if dates[0] is None or not homes.is_dir():
@@ -157,7 +157,7 @@ def tell_learners(name: str, course: Path, homes: Path, only: str | None = None)
     for home in sorted(p for p in homes.iterdir() if p.is_dir() and not p.is_symlink()
                        and not ROOM_CHECK_NAME.match(p.name) and only in (None, p.name)):
         try:
-            _hand_back(notice(name, home.name, dates), home, f"{grading.GRADED_FOLDER}/{name}", NOTICE)
+            write_as_learner(notice(name, home.name, dates), home, f"{grading.GRADED_FOLDER}/{name}", NOTICE)
             told += 1
         except (OSError, ValueError) as exc:   # not root, or a home the hub no longer uses
             print(f"{home.name}: could not write ~/{grading.GRADED_FOLDER}/{name}/{NOTICE} ({exc})")

@@ -28,7 +28,6 @@ import os
 import pwd
 import re
 import shutil
-import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +35,7 @@ from pathlib import Path
 import nbformat
 
 from . import due, generate, grading, roster, sandbox
+from .hand_back import write_as_learner
 from .regrade import printable
 
 PRIVATE = ("source", "submitted", "autograded", "feedback", "gradebook.db", "grades.csv", ".nbgrader.log",
@@ -239,24 +239,6 @@ def _only_the_notebook(folder: Path, notebook: str) -> None:
 
 # ------------------------------------------------------------------ feedback
 
-WRITE_AS_LEARNER = 'umask 077 && mkdir -p "$1" && cat > "$1/$2"'
-
-
-def _hand_back(data: bytes, home: Path, folder: str, file_name: str) -> Path:
-    """Write one file into the learner's home *as the learner* (so a link they planted leads
-    only where they could write anyway); the hub's homes are 0700 and theirs."""
-    st = home.stat()
-    target = home / folder
-    if os.getuid() == 0 and st.st_uid != 0:
-        subprocess.run(["sh", "-c", WRITE_AS_LEARNER, "sh", str(target), file_name], input=data, check=True,
-                       user=st.st_uid, group=st.st_gid, extra_groups=[], cwd="/")
-    elif st.st_uid == os.getuid():
-        subprocess.run(["sh", "-c", WRITE_AS_LEARNER, "sh", str(target), file_name], input=data, check=True)
-    else:
-        raise PermissionError(f"{home} is not yours and this is not root: run make feedback with sudo")
-    return target / file_name
-
-
 REPORT_MAX_BYTES = 64 << 20
 
 
@@ -299,7 +281,7 @@ def feedback(lab: str, course: Path = grading.COURSE_DIR, homes: Path | None = N
             print(printable(f"feedback for {learner}: {folder / report_name} (no home under {homes}: hand it "
                             "over yourself)"))
             continue
-        path = _hand_back(data, home, f"{grading.GRADED_FOLDER}/{name}/feedback", report_name)
+        path = write_as_learner(data, home, f"{grading.GRADED_FOLDER}/{name}/feedback", report_name)
         given.setdefault(learner, []).append(path)
     if homes is not None:
         print(f"feedback handed back to {len(given)} learners, in ~/{grading.GRADED_FOLDER}/{name}/feedback/")
