@@ -205,6 +205,10 @@ def test_a_late_copy_scores_zero_until_its_learner_gets_an_extension(tmp_path, c
     assert gradebook.main(["extend", "01", "--learner", "grace", "--at", "2026-12-06T12:00+00:00",
                            "--course", str(course)]) == 1
     assert "is not after lab01's due date" in capsys.readouterr().err
+    assert gradebook.main(["extend", "01", "--learner", "gracee", "--at", "2026-12-07T17:00+00:00",
+                           "--course", str(course)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "no learner 'gracee' in this room" in err and "ada, grace" in err and len(err.splitlines()) == 1
 
 
 def test_each_learner_is_told_their_own_date_and_a_closed_lab_in_their_language(tmp_path, monkeypatch, capsys):
@@ -255,7 +259,7 @@ def test_a_wrong_due_date_is_one_line(tmp_path, capsys, at, said):
 
 
 def test_the_make_targets_say_their_usage():
-    env = {k: v for k, v in os.environ.items() if k not in ("FILE", "AT", "LAB")}
+    env = {k: v for k, v in os.environ.items() if k not in ("FILE", "AT", "LAB", "LEARNER")}
     env["PYTHONPATH"] = str(ROOT)
     out = subprocess.run(["make", "-s", "--no-print-directory", "roster", f"PY={sys.executable}", "STAMP=",
                           "NBGRADER_DIR=/nonexistent/course"], cwd=ROOT, capture_output=True, text=True, env=env)
@@ -263,6 +267,9 @@ def test_the_make_targets_say_their_usage():
     out = subprocess.run(["make", "-s", "--no-print-directory", "export", f"PY={sys.executable}", "STAMP=",
                           "NBGRADER_DIR=/nonexistent/course"], cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode != 0 and "run make autograde LAB=NN first" in out.stderr, out.stderr
+    out = subprocess.run(["make", "-s", "--no-print-directory", "extend", "LAB=01", f"PY={sys.executable}", "STAMP=",
+                          "NBGRADER_DIR=/nonexistent/course"], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode != 0 and "usage: make extend LAB=02 LEARNER=ada AT=" in out.stderr, out.stderr
 
 
 @pytest.mark.slow

@@ -101,6 +101,10 @@ def extend(lab: str, learner: str, when: str, course: Path = grading.COURSE_DIR,
     if until <= due:
         raise DueDateError(f"{until:%Y-%m-%d %H:%M} UTC is not after {name}'s due date "
                            f"({due:%Y-%m-%d %H:%M} UTC): an extension moves a learner's date later")
+    known = known_learners(course, homes)
+    if learner not in known:
+        raise DueDateError(f"no learner {learner!r} in this room (the roster, the hub's homes, the collected "
+                           f"copies, the gradebook): check the name{'; known: ' + ', '.join(sorted(known)[:8]) if known else ''}")
     with _gradebook(course) as gb:
         gb.update_or_create_student(learner)
         try:
@@ -113,6 +117,18 @@ def extend(lab: str, learner: str, when: str, course: Path = grading.COURSE_DIR,
     if homes is not None:
         tell_learners(name, course, homes, only=learner)
     return until
+
+
+def known_learners(course: Path, homes: Path | None) -> set[str]:
+    """Every learner this room knows of: the roster, the hub's homes, collected copies, the gradebook
+    (an extension for a mistyped name would make a learner nobody is)."""
+    from .roster import ROOM_CHECK_NAME, load
+    known = set(load(course)) | {p.parent.name for p in (course / "submitted").glob("*/lab*")}
+    if homes is not None and homes.is_dir():
+        known |= {p.name for p in homes.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    with _gradebook(course) as gb:
+        known |= {s.id for s in gb.students}
+    return {k for k in known if not ROOM_CHECK_NAME.match(k)}
 
 
 def due_date(name: str, course: Path) -> datetime | None:
