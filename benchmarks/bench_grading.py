@@ -25,13 +25,16 @@ from pathlib import Path
 from .common import REPO, write_result
 
 
-def _grader_python() -> None:
+def _grader_python() -> Path | None:
+    """A Python the submissions' users can run, made in a folder of its own (returned, to remove after)."""
     if os.geteuid() == 0 and not os.environ.get("ALLOCATOR_REF_GRADER_PYTHON"):
         folder = Path(tempfile.mkdtemp(prefix="bench-python-"))
         folder.chmod(0o755)                         # the submissions' users run it
         made = subprocess.run([sys.executable, str(REPO / "workshop" / "learner_python.py")], capture_output=True,
                               text=True, check=True, env={**os.environ, "WORKSHOP_PYTHON_DIR": str(folder / "py")})
         os.environ["ALLOCATOR_REF_GRADER_PYTHON"] = made.stdout.strip().splitlines()[-1]
+        return folder
+    return None
 
 
 WRONG_EVERY = 4                  # one learner in four hands in a known-wrong answer
@@ -77,7 +80,7 @@ def _time(made: tuple[Path, set], lab: str, parallel: int) -> tuple[float, list]
 def run(quick: bool = False, learners: int | None = None, lab: str = "01", out_dir=None) -> dict:
     os.environ.setdefault("ALLOCATOR_REF_DEVICE", "sim")
     os.environ.setdefault("MPLBACKEND", "Agg")
-    _grader_python()
+    made = _grader_python()
     learners = learners or (WRONG_EVERY if quick else 40)
     cores = os.cpu_count() or 1
     base = Path(tempfile.mkdtemp(prefix="bench-grading-"))
@@ -87,6 +90,9 @@ def run(quick: bool = False, learners: int | None = None, lab: str = "01", out_d
         parallel, short_parallel = _time(_graded_course(base / "parallel", lab, learners), lab, cores)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        if made is not None:                        # the Python made for this run only
+            shutil.rmtree(made, ignore_errors=True)
+            os.environ.pop("ALLOCATOR_REF_GRADER_PYTHON", None)
     result = {"lab": lab, "learners": learners, "cores": cores, "runs_as_root": os.geteuid() == 0,
               "serial_s": round(serial, 1), "parallel_s": round(parallel, 1),
               "speedup": round(serial / parallel, 2), "per_learner_parallel_s": round(parallel / learners, 2),
