@@ -144,14 +144,20 @@ rehearse: $(STAMP)
 	MPLBACKEND=Agg $(GRADER_PYTHON) $(GRADEBOOK) rehearse $(LAB)
 
 # Who is who, when a lab closes, and the grades for a course platform (labs/README.md, "Grading"):
-# make roster FILE=people.csv (user,name,email), make due LAB=02 AT="2026-12-06 17:00" (copies changed
-# after it are flagged late), make export: build/nbgrader/grades-moodle.csv, Moodle's grade import CSV.
-.PHONY: roster due export
+# make roster FILE=people.csv (user,name,email), make due LAB=02 AT="2026-12-06 17:00" (the lab closes
+# then), make export: build/nbgrader/grades-moodle.csv, Moodle's grade import CSV.
+# A lab closes at its date: a copy changed after it scores 0 and never replaces one collected before it;
+# make extend LAB=02 LEARNER=ada AT="2026-12-07 17:00" moves one learner's date (allocator_ref/labs/due.py).
+# Both write each learner's ~/graded/lab02/due.json (their date) when the hub's homes are here (sudo).
+.PHONY: roster due extend export
 roster: $(STAMP)
 	@$(GRADEBOOK) roster --course $(NBGRADER_DIR) $(if $(FILE),--file $(FILE))
 
 due: $(STAMP)
-	@$(GRADEBOOK) due $(LAB) --course $(NBGRADER_DIR) $(if $(AT),--at "$(AT)")
+	@$(GRADEBOOK) due $(LAB) --course $(NBGRADER_DIR) --homes $(WORKSHOP_HOMES) $(if $(AT),--at "$(AT)")
+
+extend: $(STAMP)
+	@$(GRADEBOOK) extend $(LAB) --course $(NBGRADER_DIR) --homes $(WORKSHOP_HOMES) $(if $(LEARNER),--learner $(LEARNER)) $(if $(AT),--at "$(AT)")
 
 export: $(STAMP)
 	@$(GRADEBOOK) export --course $(NBGRADER_DIR)

@@ -143,3 +143,32 @@ def test_the_hub_lands_a_room_on_its_chapter_0(tmp_path, asked, page, said):
         assert url == f"/lab/tree/allocator-course/{page}" and language == said
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_every_line_the_room_shows_a_learner_is_in_both_languages():
+    """room_language.LEARNER_LINES: each line in English and Chinese, with the same fields."""
+    import string
+    for key, lines in room.LEARNER_LINES.items():
+        assert set(lines) == {"en", "zh"}, key
+        fields = [{f for _, f, _, _ in string.Formatter().parse(text) if f} for text in lines.values()]
+        assert fields[0] == fields[1], key
+        assert "\n" not in lines["en"] + lines["zh"], key
+    assert room.learner_line("not_a_learner", "zh", user="root").startswith("root 不是本次工作坊的账号")
+    assert room.learner_line("no_copy", "en").startswith("your copy of the course could not be made")
+
+
+def test_the_hub_tells_a_learner_why_in_the_rooms_language(monkeypatch):
+    """What the hub raises at a learner's start is shown on their page: each is a learner_line (git's
+    words go to the hub's log); the live view refuses a learner in the room's language."""
+    import ast
+    tree = ast.parse((WORKSHOP / "jupyterhub_config.py").read_text())
+    raised = [node.exc for node in ast.walk(tree) if isinstance(node, ast.Raise)
+              and isinstance(node.exc, ast.Call) and getattr(node.exc.func, "id", "") == "RuntimeError"]
+    assert len(raised) >= 2
+    for exc in raised:
+        assert isinstance(exc.args[0], ast.Call) and exc.args[0].func.id == "learner_line", ast.unparse(exc)
+    import live_view
+    monkeypatch.setenv("WORKSHOP_LANGUAGE", "zh")
+    assert live_view.refusal() == room.LEARNER_LINES["instructor_only"]["zh"]
+    monkeypatch.setenv("WORKSHOP_LANGUAGE", "en")
+    assert live_view.refusal().startswith("the live view is the instructor's")

@@ -42,7 +42,7 @@ from room_check import Learner, RoomError  # noqa: E402  (the same hub client as
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from allocator_ref.labs import gradebook, grading  # noqa: E402
+from allocator_ref.labs import due, gradebook, grading  # noqa: E402
 
 FOLDER = grading.GRADED_FOLDER
 TOKEN_S = 600                 # a learner-scoped token's life: one learner's exchange, with its server's start
@@ -131,6 +131,7 @@ def hand_out(lab: str, me: Learner, course: Path) -> list[str]:
     if not notebooks:
         raise RoomError(f"no release for {name} in {course}: run make nbgrader LAB={lab} first")
     given = []
+    dates = due.due_dates(name, course)       # a due date set: each learner's own, in ~/graded/labNN/due.json
     for learner in learners(me):
         def work(token, learner=learner):
             for nb in notebooks:
@@ -138,6 +139,9 @@ def hand_out(lab: str, me: Learner, course: Path) -> list[str]:
                 if _contents(me, learner, "GET", path, token, params={"content": 0}).status_code == 404:
                     _put(me, learner, path, {"type": "notebook", "content": json.loads(nb.read_text())}, token)
                     given.append(f"{learner}: {path}")
+            if dates[0] is not None:          # refreshed at every hand-out: make due, make extend, then this
+                _put(me, learner, f"{FOLDER}/{name}/{due.NOTICE}", {"type": "file", "format": "text",
+                     "content": due.notice(name, learner, dates).decode()}, token)
         _with_server(me, learner, work)
     print(f"handed out {name} to {len(given)} learners")
     return given
@@ -147,20 +151,36 @@ def collect(lab: str, me: Learner, course: Path) -> list[Path]:
     """Each learner's ~/graded/labNN/*.ipynb into submitted/<learner>/labNN/ (yours only)."""
     name = grading.assignment_name(lab)
     release = sorted((course / "release" / name).glob("*.ipynb"))
-    copied = []
+    lab_due, extended = due.due_dates(name, course)
+    copied, kept = [], []
     for learner in learners(me):
         def work(token, learner=learner):
+            models = {}
             for nb in release:
                 r = _contents(me, learner, "GET", f"{FOLDER}/{name}/{nb.name}", token)
                 if r.status_code == 200:
-                    with gradebook.private_files():
-                        dest = course / "submitted" / learner / name
-                        dest.mkdir(parents=True, exist_ok=True)
-                        nbformat.write(nbformat.from_dict(r.json()["content"]), dest / nb.name)
-                    copied.append(dest / nb.name)
+                    models[nb.name] = r.json()
+            if not models:
+                return
+            # when they last changed it, as the server says (the contents model's last_modified): the
+            # submission time nbgrader reads from timestamp.txt, as make collect writes it on one machine
+            changed = max(due.changed_at(m["last_modified"]) for m in models.values())
+            dest = course / "submitted" / learner / name
+            if due.keeps_on_time(dest, changed, extended.get(learner, lab_due)):
+                kept.append(learner)          # the lab closed for them: the copy collected on time stays
+                return
+            with gradebook.private_files():
+                dest.mkdir(parents=True, exist_ok=True)
+                for file_name, model in models.items():
+                    nbformat.write(nbformat.from_dict(model["content"]), dest / file_name)
+                    copied.append(dest / file_name)
+                due.write_timestamp(dest, changed)
         _with_server(me, learner, work)
     gradebook.private(course)
+    for learner in kept:
+        print(f"CLOSED {learner}: {name} changed after their due date; the copy collected before it is kept")
     print(f"collected {len(copied)} notebooks into {course / 'submitted'} (readable by you only)")
+    due.say_late(name, course)
     return copied
 
 

@@ -73,7 +73,8 @@ sys.path.insert(0, str(HERE))
 from pull import COURSE_FOLDER  # noqa: E402  (workshop/pull.py, next to this file)
 from room_copy import LEFT_OUT, ROOM_REPO, holds_solutions  # noqa: E402  (a graded room's course)
 from clean_up import ROOM_RECORD  # noqa: E402  (where this room's homes and kernel folders are, for the clean-up)
-from room_language import RoomLanguageError, asked_language, first_page, room_language, room_settings  # noqa: E402
+from room_language import (RoomLanguageError, asked_language, first_page, learner_line, room_language,  # noqa: E402
+                           room_settings)
 from tls import self_signed  # noqa: E402  (workshop/tls.py)
 
 c = get_config()  # noqa: F821  (JupyterHub defines get_config when it loads this file)
@@ -267,7 +268,7 @@ LIVE_VIEW = os.environ.get("WORKSHOP_LIVE_VIEW") == "1"
 if LIVE_VIEW:
     SERVICES.append({"name": "live-view", "url": f"http://127.0.0.1:{_free_port()}", "display": True,
                      "oauth_no_confirm": True, "command": [sys.executable, str(HERE / "live_view.py")],
-                     "environment": {"WORKSHOP_HOMES": str(HOMES)}})
+                     "environment": {"WORKSHOP_HOMES": str(HOMES), "WORKSHOP_LANGUAGE": LANGUAGE}})
 c.JupyterHub.services = SERVICES
 
 # --- each learner's server ------------------------------------------------------------
@@ -335,8 +336,8 @@ def _pull_as_the_learner(spawner) -> None:
     (so every file is theirs); refuse any account the hub did not make."""
     account = pwd.getpwnam(spawner.user.name)
     home = Path(account.pw_dir)
-    if account.pw_uid == 0 or not home.is_relative_to(HOMES):
-        raise RuntimeError(f"{spawner.user.name} is not a workshop account: no server for it")
+    if account.pw_uid == 0 or not home.is_relative_to(HOMES):      # the hub's page shows it: the room's language
+        raise RuntimeError(learner_line("not_a_learner", LANGUAGE, user=spawner.user.name))
     os.chown(home, account.pw_uid, account.pw_gid)
     home.chmod(0o700)
     RUNTIME.mkdir(mode=0o755, parents=True, exist_ok=True)     # made by root: nobody can plant it
@@ -349,9 +350,9 @@ def _pull_as_the_learner(spawner) -> None:
     out = subprocess.run([str(PYTHON), str(HERE / "pull.py"), REPO, BRANCH, str(home), *release],
                          user=account.pw_uid, group=account.pw_gid, extra_groups=[], env=env,
                          cwd=home, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"the course could not be pulled for {spawner.user.name}: "
-                           f"{out.stderr.strip()[-1000:]}")
+    if out.returncode != 0:                  # git's words to the instructor (the log), one line to the learner
+        spawner.log.error("the course could not be pulled for %s: %s", spawner.user.name, out.stderr.strip()[-1000:])
+        raise RuntimeError(learner_line("no_copy", LANGUAGE))
 
 
 async def _pull_before_start(spawner):

@@ -96,6 +96,14 @@ def page(seen: dict[str, dict], now: float) -> str:
             f"<table><tr><th>learner</th>{head}<th>last check</th></tr>{''.join(rows)}</table></body></html>")
 
 
+def refusal() -> str:
+    """What a learner who opens the live view reads, in the room's language (the hub passes WORKSHOP_LANGUAGE)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from room_language import learner_line
+    return learner_line("instructor_only", os.environ.get("WORKSHOP_LANGUAGE", "en"))
+
+
 def make_app(homes: Path, prefix: str):
     """The tornado application behind the hub's proxy, under the service's prefix."""
     from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
@@ -105,7 +113,10 @@ def make_app(homes: Path, prefix: str):
         @web.authenticated
         def get(self, what: str = ""):
             if not self.current_user.get("admin"):        # the hub's scope check first, this second
-                raise web.HTTPError(403, "the live view is the instructor's")
+                self.set_status(403)                        # its line as the page (an error's text is not shown)
+                self.set_header("Content-Type", "text/plain; charset=utf-8")
+                self.finish(refusal())
+                return
             seen = room(homes)
             self.set_header("Cache-Control", "no-store")
             if what == "api":

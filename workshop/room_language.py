@@ -6,6 +6,9 @@ that (or with ``auto``), English.
 
 * Where learners land: chapter 0 of that edition (``chapters/zh/00_setup_and_tour.ipynb`` in a
   Chinese room); ``WORKSHOP_FIRST_PAGE`` still names any other page.
+* What the room itself says to a learner (the hub's pages: a server that could not start, the live
+  view refused): :func:`learner_line`, in the room's language.  What it says to the instructor (the
+  hub's log, a refused start, the ``make`` targets) stays English: workshop/README.md says so.
 * What the tools speak (the doctor's report, ``check()``'s feedback): ``allocator_ref`` reads the
   ``language`` key of the settings file the hub hands every learner (ALLOCATOR_REF_SETTINGS;
   ``allocator_ref/editions/language.py``).  When ``WORKSHOP_LANGUAGE`` overrides the file,
@@ -24,6 +27,16 @@ from pathlib import Path
 from typing import Optional
 
 FIRST_PAGES = {"en": "chapters/00_setup_and_tour.ipynb", "zh": "chapters/zh/00_setup_and_tour.ipynb"}
+# Every line the room shows a learner, in each language the course speaks (the hub may run without
+# allocator_ref, so not its catalogues).  The details a learner cannot act on go to the hub's log.
+LEARNER_LINES = {
+    "not_a_learner": {"en": "{user} is not an account of this workshop: the hub starts no server for it",
+                      "zh": "{user} 不是本次工作坊的账号：hub 不会为它启动服务器"},
+    "no_copy": {"en": "your copy of the course could not be made: tell your instructor (the hub's log says why)",
+                "zh": "未能为你准备课程副本：请告诉讲师（原因写在 hub 的日志里）"},
+    "instructor_only": {"en": "the live view is the instructor's: your own results are in your notebook",
+                        "zh": "实时视图只对讲师开放：你自己的结果就在你的 notebook 里"},
+}
 
 
 class RoomLanguageError(ValueError):
@@ -87,3 +100,9 @@ def room_settings(settings: Path, asked: Optional[str], folder: Path) -> Path:
     copy.write_text(text, encoding="utf-8")
     copy.chmod(0o644)
     return copy
+
+
+def learner_line(key: str, language: str, **fields: str) -> str:
+    """One line of the room to a learner, in ``language`` ('en' or 'zh'; anything else: English)."""
+    lines = LEARNER_LINES[key]
+    return lines.get(language, lines["en"]).format(**fields)

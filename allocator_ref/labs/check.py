@@ -64,7 +64,7 @@ from typing import Any, Callable, Optional
 
 from .. import settings
 from ..editions.messages import say, translator
-from . import deadline, live   # live: a room's live view of who passed what (opt-in)
+from . import closed, deadline, live   # closed: a graded lab past its due date; live: the room's live view
 from .guard import TIME_LIMIT_S, run_guarded, safe_str, same, show
 from .results import CaseResult, CheckResult   # what check() returns (its own file: apart.py builds them too)
 from .verdict import Apart, Fail               # what a judge raises, and the submission seen apart (apart.py uses both)
@@ -310,6 +310,8 @@ def check(exercise_id: str, submission: Any, *, seed: Optional[int] = None,
     ``graded=True``: judge in a clean process (apart.py): every exercise marked ``pure`` or ``observed``.
     """
     ex = exercise(exercise_id)
+    if graded and verbose and (line := closed.closed_line(ex.id)):   # past the learner's due date (due.py)
+        print(line)
     if graded and ex.apart and submission is not None:
         from .apart import judge_apart
         limit = ex.time_limit if time_limit is None else time_limit

@@ -11,8 +11,9 @@ never more.  Columns:
     Email address, Username, Full name, lab01, lab02, ..., Total, Late
 
 ``Total`` is the sum of the learner's lab points (the per-learner total, out of every lab's points);
-``Late`` is text (map it to a feedback column, or ignore it): the labs handed in after their due
-date, by how many hours (due.py).
+``Late`` is text (map it to a feedback column, or ignore it): the labs handed in after the learner's
+due date, by how many hours (due.py); such a lab's points are 0 (nbgrader's late penalty, taken off
+its score here as nbgrader's own export does).
 
 Everything comes from the gradebook alone (gradebook.db, where make autograde records the grades a
 judge gave), never from a file a learner's code could have written.  make room-check's test
@@ -46,7 +47,8 @@ def table(course: Path) -> tuple[list[str], list[list[str]], list[str]]:
         for lab in labs:
             for learner in learners:
                 try:
-                    scores[lab, learner] = gb.find_submission(lab, learner).score
+                    submission = gb.find_submission(lab, learner)     # less nbgrader's late penalty, as its export
+                    scores[lab, learner] = max(submission.score - submission.late_submission_penalty, 0)
                 except MissingEntry:
                     scores[lab, learner] = None
     late = {lab: due.late(lab, course) for lab in labs}

@@ -27,7 +27,6 @@ import os
 import pwd
 import re
 import shutil
-import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +34,7 @@ from pathlib import Path
 import nbformat
 
 from . import due, generate, grading, roster, sandbox
+from .hand_back import write_as_learner
 from .regrade import printable
 
 PRIVATE = ("source", "submitted", "autograded", "feedback", "gradebook.db", "grades.csv", ".nbgrader.log",
@@ -113,6 +113,8 @@ def collect(lab: str, homes: Path, course: Path = grading.COURSE_DIR) -> list[Pa
     if checks:
         print(f"left out {len(checks)} room-check test learners ({', '.join(checks[:3])}"
               f"{', ...' if len(checks) > 3 else ''}): make room-check made them, not the room")
+    lab_due, extended = due.due_dates(name, course)
+    kept = []
     with private_files():
         for home in sorted(p for p in homes.iterdir() if p.is_dir() and not p.is_symlink()
                            and not ROOM_CHECK_NAME.match(p.name)):
@@ -123,15 +125,21 @@ def collect(lab: str, homes: Path, course: Path = grading.COURSE_DIR) -> list[Pa
                                            "run it as root: sudo make collect LAB=" + name[3:]) from None
             except OSError:                   # no ~/graded/labNN, or a link in its place
                 continue
+            dest = course / "submitted" / home.name / name
+            if notebooks and due.keeps_on_time(dest, max(changed for _, changed in notebooks.values()),
+                                               extended.get(home.name, lab_due)):
+                kept.append(home.name)        # the lab closed for them: the on-time copy stays
+                continue
             for file_name, (data, _) in notebooks.items():
-                dest = course / "submitted" / home.name / name
                 dest.mkdir(parents=True, exist_ok=True)
                 (dest / file_name).write_bytes(data)
                 copied.append(dest / file_name)
             if notebooks:                     # when the learner last changed it: nbgrader's lateness (due.py)
                 due.write_timestamp(course / "submitted" / home.name / name,
                                     max(changed for _, changed in notebooks.values()))
-    if not copied:
+    for learner in kept:
+        print(f"CLOSED {learner}: {name} changed after their due date; the copy collected before it is kept")
+    if not copied and not kept:
         raise grading.GradingError(f"no ~/{grading.GRADED_FOLDER}/{name}/*.ipynb in any home under {homes}: "
                                    f"was the hub started with WORKSHOP_GRADED={course}?")
     private(course)
@@ -199,6 +207,11 @@ def autograde(lab: str, course: Path = grading.COURSE_DIR, parallel: int | None 
                parallel=parallel)
     except sandbox.SandboxError as exc:
         raise grading.GradingError(str(exc)) from None
+    # A copy changed after its learner's due date scores 0: nbgrader's late penalty, from the recorded score.
+    for learner, points in due.penalise(name, course, {f.parent.name for f in folders} - set(broken)).items():
+        print(f"LATE {learner}: {name} handed in after their due date: {points:g} points taken "
+              f"(nbgrader's late penalty '{due.PENALTY}'; make extend LAB={name[3:]} LEARNER={learner} AT=... "
+              "then make autograde again accepts it)")
     grades = course / "grades.csv"
     _nbgrader(course, "export", "--to", str(grades))       # from the gradebook alone
     private(course)
@@ -224,24 +237,6 @@ def _only_the_notebook(folder: Path, notebook: str) -> None:
 
 
 # ------------------------------------------------------------------ feedback
-
-WRITE_AS_LEARNER = 'umask 077 && mkdir -p "$1" && cat > "$1/$2"'
-
-
-def _hand_back(data: bytes, home: Path, folder: str, file_name: str) -> Path:
-    """Write one file into the learner's home *as the learner* (so a link they planted leads
-    only where they could write anyway); the hub's homes are 0700 and theirs."""
-    st = home.stat()
-    target = home / folder
-    if os.getuid() == 0 and st.st_uid != 0:
-        subprocess.run(["sh", "-c", WRITE_AS_LEARNER, "sh", str(target), file_name], input=data, check=True,
-                       user=st.st_uid, group=st.st_gid, extra_groups=[], cwd="/")
-    elif st.st_uid == os.getuid():
-        subprocess.run(["sh", "-c", WRITE_AS_LEARNER, "sh", str(target), file_name], input=data, check=True)
-    else:
-        raise PermissionError(f"{home} is not yours and this is not root: run make feedback with sudo")
-    return target / file_name
-
 
 REPORT_MAX_BYTES = 64 << 20
 
@@ -285,7 +280,7 @@ def feedback(lab: str, course: Path = grading.COURSE_DIR, homes: Path | None = N
             print(printable(f"feedback for {learner}: {folder / report_name} (no home under {homes}: hand it "
                             "over yourself)"))
             continue
-        path = _hand_back(data, home, f"{grading.GRADED_FOLDER}/{name}/feedback", report_name)
+        path = write_as_learner(data, home, f"{grading.GRADED_FOLDER}/{name}/feedback", report_name)
         given.setdefault(learner, []).append(path)
     if homes is not None:
         print(f"feedback handed back to {len(given)} learners, in ~/{grading.GRADED_FOLDER}/{name}/feedback/")
@@ -370,9 +365,11 @@ def rehearse(labs: list[str], course: Path = REHEARSAL_DIR) -> list[str]:
 
 
 def _platform(args) -> int:
-    """make roster, make due, make export: who is who, when a lab closes, the grades for Moodle."""
+    """make roster, make due, make extend, make export: who is who, when a lab closes (for whom), the grades
+    for Moodle."""
     from . import export
     course = args.course or grading.COURSE_DIR
+    homes = args.homes.resolve() if args.homes and args.homes.is_dir() else None   # no hub's homes: no notice
     try:
         if args.action == "roster":
             if args.file is None:
@@ -381,7 +378,11 @@ def _platform(args) -> int:
         elif args.action == "due":
             if args.lab is None or not args.at:
                 raise due.DueDateError('usage: make due LAB=02 AT="2026-12-06 17:00"')
-            due.set_due(args.lab, args.at, course)
+            due.set_due(args.lab, args.at, course, homes)
+        elif args.action == "extend":
+            if args.lab is None or not args.at or not args.learner:
+                raise due.DueDateError('usage: make extend LAB=02 LEARNER=ada AT="2026-12-07 17:00"')
+            due.extend(args.lab, args.learner, args.at, course, homes)
         else:
             export.export(course)
     except (grading.GradingError, ValueError, OSError) as exc:
@@ -394,16 +395,17 @@ def main(argv=None) -> int:
     from ..editions.cli_words import CourseParser, add_language_option, parse_in_language   # --help in the reader's language
     parser = CourseParser(prog="python -m allocator_ref.labs.gradebook", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["collect", "autograde", "feedback", "rehearse", "private",
-                                           "roster", "due", "export"])
+                                           "roster", "due", "extend", "export"])
     parser.add_argument("lab", nargs="?", help="the lab number, e.g. 02 (rehearse: every lab when left out)")
     parser.add_argument("--course", type=Path, help="the nbgrader course folder (default build/nbgrader; "
                                                     "rehearse: build/rehearsal)")
     parser.add_argument("--homes", type=Path, help="the hub's homes folder (WORKSHOP_HOMES)")
     parser.add_argument("--file", type=Path, help="roster: the CSV of user,name,email (roster.py)")
-    parser.add_argument("--at", help="due: the due date, e.g. '2026-12-06 17:00' (due.py)")
+    parser.add_argument("--at", help="due, extend: the due date, e.g. '2026-12-06 17:00' (due.py)")
+    parser.add_argument("--learner", help="extend: the learner's user name")
     add_language_option(parser)
     args = parse_in_language(parser, argv)
-    if args.action in ("roster", "due", "export"):
+    if args.action in ("roster", "due", "extend", "export"):
         return _platform(args)
     if args.action == "private":              # make nbgrader runs it after each release
         course = (args.course or grading.COURSE_DIR).resolve()

@@ -63,6 +63,8 @@ c.CourseDirectory.course_id = {course!r}
 c.ClearSolutions.code_stub = {{"python": 'raise NotImplementedError("write your solution here")'}}
 c.ExecutePreprocessor.timeout = 900
 c.Execute.timeout = 900
+# A copy changed after its learner's due date scores 0 (allocator_ref/labs/due.py: the lab is closed).
+c.LateSubmissionPlugin.penalty_method = "zero"
 '''
 
 
