@@ -70,6 +70,18 @@ def interrupted_text() -> str:
     return tr("interrupted (the stop button or Ctrl-C): the remaining cases were not run")
 
 
+def _quiet_descriptors() -> None:
+    """In the child: file descriptors 1 and 2 lead nowhere, as in the graded submission process
+    (regrade.serve_main: its stdout and stderr are /dev/null).  Replacing ``sys.stdout`` does not
+    reach what writes to the descriptor itself (``os.write(1, ...)``, a C library's printf, a
+    subprocess); in a kernel fd 1 is ipykernel's capture pipe, and 50 MB written there from this
+    fork killed the kernel (issue 57): open mode failed an answer that the autograder passed."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+
+
 class Child:
     """A forked copy of this process running ``body(inbox, outbox)`` (framed messages, apart.py's
     ``send``/``receive``), in a process group of its own so that ``end()`` kills what it started too."""
@@ -92,6 +104,7 @@ class Child:
                 # The notebook's streams belong to the parent (a kernel's go through its own threads):
                 # what the learner prints is captured per case by guard.run_guarded anyway.
                 sys.stdout = sys.stderr = open(os.devnull, "w")
+                _quiet_descriptors()
                 body(os.fdopen(down_r, "rb"), os.fdopen(up_w, "wb"))
             except BaseException:                  # noqa: B036 -- whatever happens, only this child ends
                 status = 1
