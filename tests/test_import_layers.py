@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1] / "allocator_ref"
 # lower number = lower layer; a module may import from its own unit or a lower one
 # The event vocabulary (events.py: the actions and which ones take or give back memory) imports
 # nothing and sits with the device: device/sizing.py sizes a simulated GPU from a trace's events.
-LAYERS = {"settings": 0, "device": 1, "allocation": 2, "front_door": 2, "events": 1, "vmm": 2, "caching": 3,
+# processes.py (ending what a runner started: labs' judges and check(), predict) imports nothing of ours.
+LAYERS = {"settings": 0, "processes": 0, "device": 1, "allocation": 2, "front_door": 2, "events": 1, "vmm": 2, "caching": 3,
           "policies": 4, "sharing": 4, "trace": 5, "viz": 6, "memory_doctor": 7, "labs": 8,
           "integrations": 8, "predict": 8, "editions": 9, "__main__": 9}
 # No exception: make_allocator, which may build any design, lives above them all in
