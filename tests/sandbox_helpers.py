@@ -31,3 +31,12 @@ def use_grader_python(monkeypatch) -> None:
     """Run as root: point the sandbox at a Python other users can run (elsewhere: this one serves)."""
     if os.geteuid() == 0:
         monkeypatch.setenv("ALLOCATOR_REF_GRADER_PYTHON", _learner_python())
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie is dead: it waits only to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

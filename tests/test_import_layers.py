@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[1] / "allocator_ref"
 # nothing and sits with the device: device/sizing.py sizes a simulated GPU from a trace's events.
 # provenance.py (the course's mark on the snapshots it records) imports nothing either: caching/ writes
 # it, trace/ reads it.
-LAYERS = {"settings": 0, "device": 1, "allocation": 2, "front_door": 2, "events": 1, "provenance": 1, "vmm": 2, "caching": 3,
+# processes.py (ending what a runner started: labs' judges and check(), predict) imports nothing of ours.
+LAYERS = {"settings": 0, "processes": 0, "device": 1, "allocation": 2, "front_door": 2, "events": 1, "provenance": 1,
+          "vmm": 2, "caching": 3,
           "policies": 4, "sharing": 4, "trace": 5, "viz": 6, "memory_doctor": 7, "labs": 8,
           "integrations": 8, "predict": 8, "editions": 9, "__main__": 9}
 # No exception: make_allocator, which may build any design, lives above them all in

@@ -16,7 +16,7 @@ import pytest
 
 from allocator_ref import settings
 from allocator_ref.labs import generate, grading, regrade, sandbox
-from sandbox_helpers import use_grader_python
+from sandbox_helpers import alive, use_grader_python
 
 WRONG_PEAKS = "def peaks(snapshot):\n    return {'peak_requested': 0, 'peak_reserved': 0}\n"
 
@@ -96,14 +96,6 @@ def graded(monkeypatch):
     monkeypatch.setenv("ALLOCATOR_REF_LAB_QUICK", "1")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="the attack reads /proc (Linux)")
 def test_a_grandchild_left_behind_forges_no_verdict_and_is_ended(graded, open_folder):
     """Issue 57, item 1: learner A's cell leaves a setsid grandchild; it must be dead when A's judge
@@ -117,7 +109,7 @@ def test_a_grandchild_left_behind_forges_no_verdict_and_is_ended(graded, open_fo
     while not pidfile.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     attacker = int(pidfile.read_text())
-    assert not _alive(attacker), "the submission's setsid grandchild outlived its judge"
+    assert not alive(attacker), "the submission's setsid grandchild outlived its judge"
     second = regrade.judge_notebook([{"code": WRONG_PEAKS}, {"take": [["a/0", "peaks"]]}], [_check("a/0")])
     assert second["a/0"] == (False, second["a/0"][1]) and "forged" not in second["a/0"][1], second
 
@@ -230,4 +222,4 @@ def test_a_judge_past_its_whole_budget_is_ended_with_all_its_submission_started(
     assert answers["stuck"].verdicts["a/0"] == (False, "not judged: the judge ran past its time budget and was "
                                                        "ended")
     assert answers["next"].verdicts["a/0"][0] is False and "not judged" not in answers["next"].verdicts["a/0"][1]
-    assert not _alive(int(pidfile.read_text())), "the stuck notebook's process outlived its judge"
+    assert not alive(int(pidfile.read_text())), "the stuck notebook's process outlived its judge"

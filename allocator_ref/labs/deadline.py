@@ -25,19 +25,23 @@ locks when anything in the process forks (a lock held at ``fork()`` stays held f
 child: the classic fork-with-threads deadlock).  Nothing here starts a thread.
 
 Where ``os.fork`` is missing (Windows), the cases run in the notebook's process, under guard.py's
-limit alone.  What it does not reach: a process the submission starts and moves out of the
-child's process group (``os.setsid()`` in a grandchild) outlives the kill.
+limit alone.  The child is a subreaper (allocator_ref/processes.py): a process the submission starts
+and moves out of the child's process group (``os.setsid()`` in a grandchild) stays below it and is
+ended with it.  What it does not reach: a child that ends itself (``os._exit``) before the check does
+hands its orphans to init.
 """
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import asdict
 from typing import Any, Callable, Optional
 
+from .. import processes
 from ..editions.messages import translator
 from .apart import Silent, receive, send, serve
 from .results import CaseResult, CheckResult
@@ -70,12 +74,37 @@ def interrupted_text() -> str:
     return tr("interrupted (the stop button or Ctrl-C): the remaining cases were not run")
 
 
+SPILL_SHOWN = 16 << 10     # bytes of what the child wrote to fds 1 and 2 shown after it ends
+
+
+def _spill_descriptors(spill: int) -> None:
+    """In the child: file descriptors 1 and 2 lead to a file of the parent's, not to the notebook's own.
+    Replacing ``sys.stdout`` does not reach what writes to the descriptor itself (``os.write(1, ...)``,
+    a C library's printf, a process it starts); in a kernel fd 1 is ipykernel's capture pipe, and
+    50 MB written there from this fork killed the kernel (issue 57): open mode failed an answer the
+    autograder passed (its submission process writes fds 1 and 2 to /dev/null)."""
+    os.dup2(spill, 1)
+    os.dup2(spill, 2)
+
+
+def _show_spill(spill) -> None:
+    """The first SPILL_SHOWN bytes the child wrote to its descriptors, printed here through sys.stdout
+    (a kernel's own stream): lab 6's receiver, started from a script with no main guard, says there
+    how to fix it.  The rest is left unread."""
+    spill.seek(0)
+    shown = spill.read(SPILL_SHOWN)
+    spill.close()
+    if shown:
+        sys.stdout.write(shown.decode(errors="replace"))
+
+
 class Child:
     """A forked copy of this process running ``body(inbox, outbox)`` (framed messages, apart.py's
     ``send``/``receive``), in a process group of its own so that ``end()`` kills what it started too."""
 
     def __init__(self, body: Callable[[Any, Any], None]) -> None:
         down_r, down_w = os.pipe()                 # this process -> the child
+        self.spill = tempfile.TemporaryFile()      # the child's fds 1 and 2 (_spill_descriptors)
         up_r, up_w = os.pipe()                     # the child -> this process
         with warnings.catch_warnings():
             # Python 3.12+ warns on every fork of a process with threads (a Jupyter kernel has some). The
@@ -87,15 +116,18 @@ class Child:
             status = 0
             try:
                 os.setpgid(0, 0)
+                processes.subreaper()              # what the submission orphans stays below this child
                 os.close(down_w)
                 os.close(up_r)
                 # The notebook's streams belong to the parent (a kernel's go through its own threads):
                 # what the learner prints is captured per case by guard.run_guarded anyway.
                 sys.stdout = sys.stderr = open(os.devnull, "w")
+                _spill_descriptors(self.spill.fileno())
                 body(os.fdopen(down_r, "rb"), os.fdopen(up_w, "wb"))
             except BaseException:                  # noqa: B036 -- whatever happens, only this child ends
                 status = 1
             finally:
+                processes.end_descendants()        # a setsid grandchild too: nothing it started outlives it
                 os._exit(status)
         os.close(down_r)
         os.close(up_w)
@@ -118,7 +150,9 @@ class Child:
         return receive(self.inbox, time.monotonic() + seconds)
 
     def end(self) -> None:
-        """Kill the child and its process group (SIGKILL: nothing there can refuse it) and reap it."""
+        """Kill the child, all below it and its process group (SIGKILL: nothing there can refuse it) and
+        reap it.  The child is a subreaper, so a ``setsid`` grandchild that left the group is still below it."""
+        processes.end_tree(self.pid)
         for kill in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
             try:
                 kill()
@@ -133,6 +167,7 @@ class Child:
                 stream.close()
             except OSError:
                 pass
+        _show_spill(self.spill)
 
 
 def judge_in_child(ex, submission: Any, seed: int, cases: list, run_case: Callable, limit: float) -> CheckResult:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .. import settings
+from .. import processes, settings
 from . import sandbox
 from .check import exercise, quick, resolve_seed
 from .apart import PACKAGE_ROOT, Silent, _call_here, receive, send
@@ -163,7 +163,11 @@ def judge_all(notebooks: list[Notebook], parallel: Optional[int] = None, setup_l
     /proc/<judge>/fd/*.  A judge past its deadline is killed, and what its submissions left behind
     with it.  A check a judge never answered is failed."""
     sandbox.lock()
-    sandbox.become_subreaper()                     # a killed judge's orphans come back here, to be ended
+    # A killed judge's orphans come back here, to be ended; the caller's own children (a kernel's, a
+    # test's hub) were here before and are left alone: only what this call started is ended.
+    callers = frozenset(processes.children())
+    was_subreaper = processes.is_subreaper()
+    processes.subreaper()
     pinned = settings.pinned() if pinned is None else pinned
     sandbox.grader_python(*sandbox.submission_user(None, 0), PACKAGE_ROOT)   # SandboxError now, not per judge
     parallel = max(1, parallel or os.cpu_count() or 1)
@@ -183,12 +187,14 @@ def judge_all(notebooks: list[Notebook], parallel: Optional[int] = None, setup_l
                     if chunk:
                         run.data += chunk
                     else:                          # it closed its pipe: done (or dead)
-                        answers[run.notebook.name] = _finish(run, selector, running, slots, kill=False)
+                        answers[run.notebook.name] = _finish(run, selector, running, slots, callers, kill=False)
                 for run in [r for r in running.values() if time.monotonic() > r.deadline]:
-                    answers[run.notebook.name] = _finish(run, selector, running, slots, kill=True)
+                    answers[run.notebook.name] = _finish(run, selector, running, slots, callers, kill=True)
         finally:
             for run in list(running.values()):    # an interrupt: no judge outlives the autograder
-                _finish(run, selector, running, slots, kill=True)
+                _finish(run, selector, running, slots, callers, kill=True)
+            if not was_subreaper:
+                processes.subreaper(False)         # a kernel that called this goes back to what it was
     return answers
 
 
@@ -240,7 +246,7 @@ def _forget_inherited_tracker() -> None:
     tracker._pid = None
 
 
-def _finish(run: _Running, selector, running: dict, slots: list, kill: bool) -> Judged:
+def _finish(run: _Running, selector, running: dict, slots: list, callers: frozenset, kill: bool) -> Judged:
     selector.unregister(run.fd)
     os.close(run.fd)
     del running[run.fd]
@@ -252,7 +258,8 @@ def _finish(run: _Running, selector, running: dict, slots: list, kill: bool) -> 
             pass
     os.waitpid(run.pid, 0)
     others = frozenset(r.pid for r in running.values())
-    sandbox.end_descendants(skip=others)           # what its submissions left (orphans of a killed judge)
+    # What its submissions left (orphans of a killed judge), never another judge's nor the caller's own.
+    processes.end_descendants(skip=others | callers)
     judged = Judged({}, why_no_report="its judge ended before the report was made")
     for message in _frames(bytes(run.data)):
         if "done" in message:
@@ -380,7 +387,7 @@ class _Submission:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        sandbox.end_descendants()
+        processes.end_descendants()
         self.broken = self.broken or "its process was ended"
 
     def teardown(self, exercise_id: str) -> None:
@@ -401,7 +408,7 @@ def judge_main(notebook: Notebook, outbox, slot: int, setup_limit: float, pinned
     """The judge of one notebook (a fork of the autograder): run its submission process in a sandbox,
     judge every check, send each verdict."""
     sandbox.lock()
-    sandbox.become_subreaper()                     # what a submission orphans comes here, to be ended
+    processes.subreaper()                          # what a submission orphans comes here, to be ended
     os.dup2(2, 1)                                  # whatever a judge prints must not enter the verdicts
     settings.pin(pinned)                           # the instructor's settings, never a file a learner wrote
     # The verdicts are the instructor's record (the gradebook, make autograde's log): the same words
@@ -444,7 +451,7 @@ def judge_main(notebook: Notebook, outbox, slot: int, setup_limit: float, pinned
     finally:
         if submission is not None:
             submission.end()
-        sandbox.end_descendants()
+        processes.end_descendants()
         box.close()
 
 
@@ -481,7 +488,7 @@ def run_report(notebook: bytes, box: sandbox.Sandbox, limit: float = REPORT_LIMI
     finally:
         proc.kill()
         proc.wait()
-        sandbox.end_descendants()                  # its kernel, and all the kernel left behind
+        processes.end_descendants()                  # its kernel, and all the kernel left behind
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:

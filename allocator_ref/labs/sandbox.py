@@ -15,8 +15,8 @@ gradebook or another learner.  Three things make that so:
   no network; the loopback stays for a notebook kernel's own sockets);
 * **nothing left behind.**  The process that starts a submission is a *subreaper*
   (``PR_SET_CHILD_SUBREAPER``): whatever the submission starts and orphans, even a ``setsid``
-  grandchild that left every process group, becomes its child, and :func:`end_descendants` kills
-  them all before anything else runs.
+  grandchild that left every process group, becomes its child, and ``processes.end_descendants``
+  kills them all before anything else runs (allocator_ref/processes.py: predict and check() use it too).
 
 Linux only for the user change, the namespace and the subreaper; elsewhere the limits alone.
 """
@@ -31,14 +31,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..processes import prctl as _prctl
+
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
-PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNET = 0x40000000
 GRADER_UID_BASE = 61_000          # numeric users for submissions with no account of their own (+ slot)
@@ -59,76 +59,11 @@ class SandboxError(RuntimeError):
     """The sandbox cannot be set up here; the message says what to do."""
 
 
-def _prctl(option: int, value: int) -> bool:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):           # not Linux
-        return False
-
-
 def lock() -> None:
     """No process of this user may open this one's /proc files or read its memory (not dumpable).
     A forked child keeps it (only execve resets it): a judge forked from a locked process is
     locked from its first instruction, before it holds any pipe."""
     _prctl(PR_SET_DUMPABLE, 0)
-
-
-def become_subreaper() -> bool:
-    """Orphans of this process's descendants become its children (so end_descendants finds them)."""
-    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
-
-
-def _parents() -> dict[int, int]:
-    """{pid: parent pid} of every process this process can see."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:                          # ended meanwhile
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()   # the name may hold spaces and ')'
-        found[int(entry)] = int(fields[1])
-    return found
-
-
-def descendants(root: int, skip: frozenset = frozenset()) -> list[int]:
-    """Every process below ``root`` (not counting those under a pid in ``skip``)."""
-    children: dict[int, list] = {}
-    for pid, parent in _parents().items():
-        children.setdefault(parent, []).append(pid)
-    out, todo = [], [p for p in children.get(root, []) if p not in skip]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
-def end_descendants(skip: frozenset = frozenset(), rounds: int = 200) -> None:
-    """SIGKILL every descendant of this process (but those under ``skip``) and reap the ones that are
-    its children, until none is left: a process forking as fast as it can is outrun, because each
-    round kills every one found and orphans come back here (this process is their subreaper)."""
-    if not os.path.isdir("/proc"):
-        return
-    me = os.getpid()
-    for _ in range(rounds):
-        found = descendants(me, skip)
-        if not found:
-            return
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        for pid in found:
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:            # not our child (yet): a later round reaps it
-                pass
-        time.sleep(0.01)
 
 
 def runs_as_root() -> bool:

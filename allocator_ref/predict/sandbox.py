@@ -22,15 +22,13 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from .. import processes
 from ..editions.messages import translator
 
 tr = translator("doctor")
 DEFAULT_TIMEOUT_S = 300.0
 _CHILD_MAIN = "import sys; del sys.path[0]; from allocator_ref.predict.sandbox import _child; sys.exit(_child())"
 DEFAULT_MEMORY_GIB = 16.0     # address space, not resident memory: importing torch maps several GiB
-# The variable every process a run starts carries (its token: _end_strays finds them by it).  Not an
-# ALLOCATOR_REF_* name: those are the course's settings (allocator_ref/settings.py), and this is no setting.
-RUN_MARK = "ALLOCATOR_PREDICT_RUN"
 
 
 def parse_knob(text: str) -> tuple[str, object]:
@@ -56,12 +54,13 @@ def record_in_subprocess(script: str, entry: str, knobs: dict, sweep: Optional[s
         job_file.write_text(json.dumps({"script": str(path.resolve()), "entry": entry, "knobs": knobs,
                                         "sweep": sweep, "values": values, "profile": profile, "out": str(out),
                                         "memory_gib": memory_gib}))
-        token = f"{os.getpid()}-{os.urandom(8).hex()}"       # marks every process this run starts
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                                       os.environ.get("PYTHONPATH")])),
-                   **{RUN_MARK: token})
-        before = _children()
-        reaping = _subreaper(True)
+                                                                       os.environ.get("PYTHONPATH")])))
+        # This process becomes a subreaper: what the script starts and orphans (setsid, a double fork)
+        # is re-parented here, not to init, so it is ended with the rest; the caller's own children
+        # (before) are not.
+        before = frozenset(processes.children())
+        reaping = not processes.is_subreaper() and processes.subreaper()
         # Its output goes to a file, not a pipe: a process the script starts would hold a pipe open
         # after the script ended, and reading it to its end would wait for that process, past any
         # timeout.  Waiting on the child itself ends by the deadline.
@@ -81,9 +80,9 @@ def record_in_subprocess(script: str, entry: str, knobs: dict, sweep: Optional[s
                                  "--timeout") from None
             finally:
                 _end(child)                        # what the script started in its process group, too
-                _end_strays(token, before)         # ... and what left that group (setsid, double fork)
+                processes.end_descendants(skip=before)   # ... and what left that group (setsid, double fork)
                 if reaping:
-                    _subreaper(False)
+                    processes.subreaper(False)
             log.seek(0)
             output = log.read()[-20_000:]
         if child.returncode != 0 or not out.is_file():
@@ -107,59 +106,6 @@ def _end(child: subprocess.Popen) -> None:
     except OSError:                                # already gone
         pass
     child.wait()
-
-
-def _subreaper(on: bool) -> bool:
-    """prctl(PR_SET_CHILD_SUBREAPER) (Linux): a process the script starts that leaves its session
-    and loses its parent is re-parented to this process, not to init, so it stays findable."""
-    try:
-        import ctypes
-        return ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _children() -> set:
-    """The pids whose parent is this process."""
-    return {pid for pid, ppid, _ in _processes() if ppid == os.getpid()}
-
-
-def _processes():
-    """(pid, parent pid, environment bytes) of the processes this user may read, from /proc."""
-    if not os.path.isdir("/proc"):
-        return
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        yield int(entry), int(stat.rsplit(")", 1)[1].split()[1]), environ
-
-
-def _end_strays(token: str, before: set) -> None:
-    """Kill what the script started and what escaped its process group: processes carrying this
-    run's token in their environment, and new children of this process (orphans a subreaper gets,
-    even those that cleared their environment).  Rounds, since one may fork while another dies."""
-    mark = f"{RUN_MARK}={token}".encode()
-    for _ in range(20):
-        strays = [pid for pid, ppid, environ in _processes()
-                  if pid != os.getpid() and (mark in environ.split(b"\0")
-                                             or (ppid == os.getpid() and pid not in before))]
-        if not strays:
-            return
-        for pid in strays:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        for pid in strays:
-            try:
-                os.waitpid(pid, 0)                 # ours (re-parented here): reap it
-            except ChildProcessError:
-                pass
 
 
 def _limit_memory(gib: float) -> None:
