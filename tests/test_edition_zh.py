@@ -36,11 +36,13 @@ NO_REAL_TRACES = (("ALLOCATOR_REF_TRACES", "none"),)
 
 @pytest.fixture(scope="module", autouse=True)
 def _chapters_ahead(request):
-    """The Chinese chapter runs this module's tests ask for, started a few at once (test_notebooks.run_ahead)."""
+    """The Chinese chapter and lab runs this module's tests ask for, started a few at once
+    (test_notebooks.run_ahead)."""
     yield from run_ahead(request, {
         "test_chinese_chapter_runs_all_and_its_claims_hold": lambda p: (p["path"], p["profile"], None, ()),
         "test_chinese_claims_hold_without_the_real_traces": lambda p: (p["path"], PROFILES[0], None,
-                                                                       NO_REAL_TRACES)})
+                                                                       NO_REAL_TRACES),
+        "test_chinese_student_lab_runs_all": lambda p: (p["path"], PROFILES[0], None, ())})
 
 
 def _rel(p: Path) -> str:

@@ -122,9 +122,9 @@ def _execute(path: Path, profile: str, device, extra_env: tuple):
     return run, time.perf_counter() - start
 
 
-# ------------------------------------------------------------------ chapters run ahead, a few at once
-# A chapter's kernel is one busy process while pytest waits on it: run alone, the chapters leave every
-# core but one idle.  A module that executes chapters starts the runs its selected tests will ask for
+# ------------------------------------------------------------------ notebooks run ahead, a few at once
+# A notebook's kernel is one busy process while pytest waits on it: run alone, the chapters and labs
+# leave every core but one idle.  A module that executes notebooks starts the runs its selected tests will ask for
 # (in their order) on as many kernels as there are cores, and waits for them all before it ends, so no
 # kernel outlives it (a later module's autograder kills processes under its caller).  Each run is its
 # own kernel with its own environment, as tools/build_site.py runs two chapters at once for the site;
@@ -134,7 +134,7 @@ _AHEAD: dict = {}                   # key -> Future of (executed notebook, secon
 
 def run_ahead(request, planned: dict):
     """Start, for every selected test of this module named in ``planned`` (test name -> its
-    parameters -> execute_notebook's arguments), the chapter run it will ask for; yield; wait for all."""
+    parameters -> execute_notebook's arguments), the notebook run it will ask for; yield; wait for all."""
     from concurrent.futures import ThreadPoolExecutor
     runs = []
     for item in request.session.items:
@@ -163,7 +163,8 @@ def run_ahead(request, planned: dict):
 def _chapters_ahead(request):
     yield from run_ahead(request, {
         "test_notebook_runs_all_without_a_gpu": lambda p: (p["path"], p["profile"], None, ()),
-        "test_without_real_traces_a_chapter_says_so": lambda p: (p["path"], PROFILES[0], None, NO_TRACES)})
+        "test_without_real_traces_a_chapter_says_so": lambda p: (p["path"], PROFILES[0], None, NO_TRACES),
+        "test_student_lab_runs_all_under_the_second_profile": lambda p: (p["path"], PROFILES[1], None, ())})
 
 
 NO_TRACES = (("ALLOCATOR_REF_TRACES", "none"),)
