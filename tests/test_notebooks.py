@@ -112,14 +112,29 @@ def _key(path: Path, profile: str, device, extra_env: tuple) -> tuple:
     return (str(path), profile, device, extra_env, path.stat().st_mtime_ns)
 
 
-def _execute(path: Path, profile: str, device, extra_env: tuple):
+def _execute(path: Path, profile: str, device, extra_env: tuple, stderr=None):
     from nbclient import NotebookClient
     run = nbformat.read(path, as_version=4)
     client = NotebookClient(run, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME, allow_errors=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute(env={**kernel_env(device, profile), **dict(extra_env)})
+    # stderr: the kernel process's own (its start-up warnings), passed to jupyter_client's start_kernel
+    client.execute(env={**kernel_env(device, profile), **dict(extra_env)},
+                   **({} if stderr is None else {"stderr": stderr}))
     return run, time.perf_counter() - start
+
+
+def _execute_ahead(path: Path, profile: str, device, extra_env: tuple):
+    """``_execute`` in the background: the kernel's own stderr goes to a file, not to pytest's
+    terminal between two tests' captures, and is added to the error when the run fails."""
+    import tempfile
+    with tempfile.TemporaryFile("w+") as kernel_stderr:
+        try:
+            return _execute(path, profile, device, extra_env, stderr=kernel_stderr)
+        except Exception as exc:
+            kernel_stderr.seek(0)
+            exc.add_note("the kernel's stderr:\n" + kernel_stderr.read()[-3000:])
+            raise
 
 
 # ------------------------------------------------------------------ notebooks run ahead, a few at once
@@ -149,7 +164,7 @@ def run_ahead(request, planned: dict):
         return
     with ThreadPoolExecutor(max_workers=cores) as pool:
         for args in runs:
-            _AHEAD[_key(*args)] = pool.submit(_execute, *args)
+            _AHEAD[_key(*args)] = pool.submit(_execute_ahead, *args)
         try:
             yield
         finally:                      # what no test asked for (one failed first) is still waited for
