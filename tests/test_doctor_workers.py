@@ -77,3 +77,20 @@ def test_cores_are_the_ones_this_process_may_use():
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no CPU affinity on this platform")
     assert workers.cores() == len(os.sched_getaffinity(0))
+
+
+def test_the_command_line_prints_the_same_report_with_two_workers(tmp_path):
+    """`python -m allocator_ref doctor FOLDER`: the workers are spawned under the -m entry point."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    folder = _job_folder(tmp_path)
+    root = Path(__file__).resolve().parents[1]
+    out = {}
+    for n in (1, 2):
+        env = dict(os.environ, ALLOCATOR_REF_WORKERS=str(n), MPLBACKEND="Agg", PYTHONPATH=str(root))
+        proc = subprocess.run([sys.executable, "-m", "allocator_ref", "doctor", str(folder)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        out[n] = proc.stdout
+    assert out[1] == out[2] and "4 ranks of one job" in out[2] and "rank4.pickle" in out[2]
