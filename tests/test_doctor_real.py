@@ -17,8 +17,6 @@ from allocator_ref.memory_doctor.diagnosis import whatif_run
 from allocator_ref.memory_doctor.remedies import context_reserve
 from allocator_ref.trace.whatif import anchored_replay
 
-import doctored_traces
-
 GiB = 2**30
 PREFIX = "PYTORCH_CUDA_ALLOC_CONF="
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +44,7 @@ def reserved_curve_from_trace(snapshot, device):
 
 @pytest.fixture(scope="module", params=PATHS, ids=[p.stem for p in PATHS])
 def doctored(request):
-    return request.param, doctored_traces.doctored(request.param)      # shared with test_doctor_verdicts
+    return request.param, ar.doctor(request.param)
 
 
 def test_the_as_recorded_replay_is_the_recorded_run_event_by_event(doctored):

@@ -18,8 +18,6 @@ from allocator_ref.memory_doctor.diagnosis import reproduced_line
 from allocator_ref.memory_doctor.shortage import (MATERIAL_FLOOR, MATERIAL_SHARE, judge_peak, judge_request,
                                                   material_threshold)
 
-import doctored_traces
-
 MiB = 2**20
 GiB = 2**30
 
@@ -341,7 +339,7 @@ def _real(name):
     path = TRACES / f"{name}.pickle"
     if not path.is_file():
         pytest.skip(f"no {name}.pickle in ../shared/traces (the real snapshots are not in this clone)")
-    return doctored_traces.doctored(path)          # ar.doctor(path), shared with test_doctor_real
+    return ar.doctor(path)
 
 
 @pytest.mark.slow
