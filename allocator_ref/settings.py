@@ -23,6 +23,8 @@ The file is TOML with one table::
     grader_python = ""        # grading as root: an absolute path to a Python other users may run
                               # (allocator_ref/labs/sandbox.py; empty: this one, else make autograde finds one)
     live_view = 0             # 1: check() keeps its results for the instructor's live view (the hub sets it)
+    workers = "auto"          # doctor FOLDER's processes: "auto" (one per core this process may use) or
+                              # a cap (allocator_ref/memory_doctor/workers.py; never more than the cores)
 
 An unknown key or a value of the wrong kind is an error that names the file,
 the key and what it may be: a workshop should not discover a typo halfway in.
@@ -55,6 +57,7 @@ SETTINGS = {
     "language": ("ALLOCATOR_REF_LANG", "auto"),
     "grader_python": ("ALLOCATOR_REF_GRADER_PYTHON", ""),
     "live_view": ("ALLOCATOR_REF_LIVE_VIEW", "0"),
+    "workers": ("ALLOCATOR_REF_WORKERS", "auto"),
 }
 
 
@@ -319,10 +322,18 @@ def _check_live_view(setting: Setting) -> None:
         raise _bad(setting, "must be 1 (check() keeps its results for the instructor's live view) or 0")
 
 
+def _check_workers(setting: Setting) -> None:
+    if setting.value != "auto" and not (setting.value.isascii() and setting.value.isdigit()
+                                       and 0 < int(setting.value) <= 4096):
+        raise _bad(setting, "is not \"auto\" (one process per core) or a whole number of processes from 1 "
+                            "(doctor FOLDER's ranks one after another)")
+
+
 # (profile: the device layer knows the profiles, and checks the name where it opens one: device/select.py)
 CHECKS = {"device": _check_device, "lab_seed": _check_lab_seed,
           "traces": _check_traces, "max_snapshot_mb": _check_max_snapshot_mb, "lab_quick": _check_lab_quick,
-          "language": _check_language, "grader_python": _check_grader_python, "live_view": _check_live_view}
+          "language": _check_language, "grader_python": _check_grader_python, "live_view": _check_live_view,
+          "workers": _check_workers}
 ENV_NAMES = {env for env, _ in SETTINGS.values()}
 OFF = "none"                 # a folder setting turned off (traces = "none": no real snapshots)
 

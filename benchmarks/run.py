@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import (bench_doctor, bench_engine, bench_fragmentation, bench_gpu, bench_loader, bench_predict, bench_replay,
+from . import (bench_doctor, bench_doctor_workers, bench_engine, bench_fragmentation, bench_gpu, bench_loader, bench_predict, bench_replay,
                bench_warm_path)
 from .common import RESULTS, machine, write_result
 
@@ -24,6 +24,7 @@ BENCHMARKS = {
     "fragmentation": bench_fragmentation.run,
     "gpu": bench_gpu.run,
     "doctor": bench_doctor.run,
+    "doctor_workers": bench_doctor_workers.run,
     "predict": bench_predict.run,
     "engine": bench_engine.run,
     "loader": bench_loader.run,
@@ -144,6 +145,17 @@ def report(results: dict, quick: bool) -> str:
                          f"reproduced: {'yes' if d['big_reproduced'] else 'NO'}, simulated GPU "
                          f"{d['big_simulated_gpu']}) | {_fmt(d['doctor_big_expandable_s'])} s | | |")
         lines.append("")
+    dw = results.get("doctor_workers")
+    if dw:
+        lines += ["## `doctor FOLDER` on one worker and on two (benchmarks/bench_doctor_workers.py)", "",
+                  f"{dw['folder']}, {dw['cores']} cores, load average {dw['load_average_before']} before and "
+                  f"{dw['load_average_after']} after:", "",
+                  f"- 1 worker {dw['one_worker_s']:.2f} s, 2 workers {dw['two_workers_s']:.2f} s (best of the runs): "
+                  f"speed-up **{dw['speed_up']:.2f}x**; the same report with both: "
+                  f"**{'yes' if dw['same_report'] else 'NO'}**", ""]
+        if dw["load_average_before"] >= dw["cores"]:
+            lines[-1:] = ["- the machine was already busy (load average at or above its cores): a second worker "
+                          "only helps with a core to spare, so this speed-up is a floor, not the pool's", ""]
     p = results.get("predict")
     if p:
         lines += ["## Predict before you run (benchmarks/bench_predict.py)", ""]

@@ -43,11 +43,21 @@ import nbformat
 import pytest
 
 from claim_checks import claims_file, named_sections, sections, stated
-from test_notebooks import (NOTEBOOKS, PROFILE_PARAMS, REAL_TRACE_CHAPTERS, _ids, execute_notebook,
-                            outputs_text)
+from test_notebooks import (NOTEBOOKS, PROFILE_PARAMS, PROFILES, REAL_TRACE_CHAPTERS, _ids, execute_notebook,
+                            outputs_text, run_ahead)
 
 CLAIM_MIME = "application/vnd.allocator-ref.claim+json"
 OLD_MARKER = re.compile(r"<!--\s*claim:")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _chapters_ahead(request):
+    """The chapter runs this module's tests ask for, started a few at once (test_notebooks.run_ahead)."""
+    yield from run_ahead(request, {
+        "test_prose_numbers_match_the_code": lambda p: (p["path"], p["profile"], None, ()),
+        "test_prose_matches_the_code_without_the_real_traces": lambda p: (p["path"], PROFILES[0], None,
+                                                                          NO_REAL_TRACES),
+        "test_claims_print_nothing_a_learner_sees": lambda p: (p["path"], PROFILES[0], None, ())})
 
 
 def computed_claims(nb) -> dict:

@@ -25,13 +25,25 @@ import pytest
 from allocator_ref.editions import build, catalog, instep
 from claim_checks import stated
 from test_chapter_claims import computed_claims
-from test_notebooks import PROFILE_PARAMS, PROFILES, REAL_TRACE_CHAPTERS, execute_notebook
+from test_notebooks import PROFILE_PARAMS, PROFILES, REAL_TRACE_CHAPTERS, execute_notebook, run_ahead
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = catalog.sources()
 TRANSLATED = build.translated_sources()
 ZH_CHAPTERS = sorted((ROOT / "chapters" / "zh").glob("[0-9][0-9]_*.ipynb"))
 ZH_STUDENT_LABS = sorted((ROOT / "labs" / "student" / "zh").glob("lab*.ipynb"))
+NO_REAL_TRACES = (("ALLOCATOR_REF_TRACES", "none"),)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _chapters_ahead(request):
+    """The Chinese chapter and lab runs this module's tests ask for, started a few at once
+    (test_notebooks.run_ahead)."""
+    yield from run_ahead(request, {
+        "test_chinese_chapter_runs_all_and_its_claims_hold": lambda p: (p["path"], p["profile"], None, ()),
+        "test_chinese_claims_hold_without_the_real_traces": lambda p: (p["path"], PROFILES[0], None,
+                                                                       NO_REAL_TRACES),
+        "test_chinese_student_lab_runs_all": lambda p: (p["path"], PROFILES[0], None, ())})
 
 
 def _rel(p: Path) -> str:
@@ -170,7 +182,7 @@ ZH_REAL_TRACE = [p for p in ZH_WITH_CLAIMS if any(p.name == e.name for e in REAL
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ZH_REAL_TRACE, ids=lambda p: p.name)
 def test_chinese_claims_hold_without_the_real_traces(path):
-    run, _ = execute_notebook(path, extra_env=(("ALLOCATOR_REF_TRACES", "none"),))
+    run, _ = execute_notebook(path, extra_env=NO_REAL_TRACES)
     _claims_hold(path, run)
 
 

@@ -102,21 +102,92 @@ def execute_notebook(path: Path, profile: str = PROFILES[0], device: str | None 
     ``tests/test_chapter_claims.py`` reads the executed outputs from here, so
     each chapter runs only once per pytest session and profile; the chapter's claim
     checks (``tests/claims/<chapter>.py``) run in the kernel after the cells that name them.
+    A run started ahead (``run_ahead``) is waited for here; its error, if any, is raised here as it would be.
     """
-    from nbclient import NotebookClient
-
-    key = (str(path), profile, device, extra_env, path.stat().st_mtime_ns)
+    key = _key(path, profile, device, extra_env)
     if key in _EXECUTED:
         return _EXECUTED[key]
+    ahead = _AHEAD.pop(key, None)
+    _EXECUTED[key] = ahead.result() if ahead is not None else _execute(path, profile, device, extra_env)
+    return _EXECUTED[key]
+
+
+def _key(path: Path, profile: str, device, extra_env: tuple) -> tuple:
+    return (str(path), profile, device, extra_env, path.stat().st_mtime_ns)
+
+
+def _execute(path: Path, profile: str, device, extra_env: tuple, stderr=None):
+    from nbclient import NotebookClient
     from claim_checks import with_checks
     run = with_checks(nbformat.read(path, as_version=4), path)     # each claim section after its cell
     client = NotebookClient(run, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME, allow_errors=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute(env={**kernel_env(device, profile), **dict(extra_env)})
-    seconds = time.perf_counter() - start
-    _EXECUTED[key] = (run, seconds)
-    return run, seconds
+    # stderr: the kernel process's own (its start-up warnings), passed to jupyter_client's start_kernel
+    client.execute(env={**kernel_env(device, profile), **dict(extra_env)},
+                   **({} if stderr is None else {"stderr": stderr}))
+    return run, time.perf_counter() - start
+
+
+def _execute_ahead(path: Path, profile: str, device, extra_env: tuple):
+    """``_execute`` in the background: the kernel's own stderr goes to a file, not to pytest's
+    terminal between two tests' captures, and is added to the error when the run fails."""
+    import tempfile
+    with tempfile.TemporaryFile("w+") as kernel_stderr:
+        try:
+            return _execute(path, profile, device, extra_env, stderr=kernel_stderr)
+        except Exception as exc:
+            kernel_stderr.seek(0)
+            exc.add_note("the kernel's stderr:\n" + kernel_stderr.read()[-3000:])
+            raise
+
+
+# ------------------------------------------------------------------ notebooks run ahead, a few at once
+# A notebook's kernel is one busy process while pytest waits on it: run alone, the chapters and labs
+# leave every core but one idle.  A module that executes notebooks starts the runs its selected tests will ask for
+# (in their order) on as many kernels as there are cores, and waits for them all before it ends, so no
+# kernel outlives it (a later module's autograder kills processes under its caller).  Each run is its
+# own kernel with its own environment, as tools/build_site.py runs two chapters at once for the site;
+# the seconds printed per chapter are then measured beside another kernel.
+_AHEAD: dict = {}                   # key -> Future of (executed notebook, seconds)
+
+
+def run_ahead(request, planned: dict):
+    """Start, for every selected test of this module named in ``planned`` (test name -> its
+    parameters -> execute_notebook's arguments), the notebook run it will ask for; yield; wait for all."""
+    from concurrent.futures import ThreadPoolExecutor
+    runs = []
+    for item in request.session.items:
+        plan = planned.get(getattr(item, "originalname", None))
+        if item.module is request.module and plan is not None and hasattr(item, "callspec"):
+            args = plan(item.callspec.params)
+            if _key(*args) not in _EXECUTED and _key(*args) not in _AHEAD and args not in runs:
+                runs.append(args)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if len(runs) < 2 or cores < 2:
+        yield
+        return
+    with ThreadPoolExecutor(max_workers=cores) as pool:
+        for args in runs:
+            _AHEAD[_key(*args)] = pool.submit(_execute_ahead, *args)
+        try:
+            yield
+        finally:                      # what no test asked for (one failed first) is still waited for
+            for args in runs:
+                ahead = _AHEAD.pop(_key(*args), None)
+                if ahead is not None:
+                    ahead.exception()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _chapters_ahead(request):
+    yield from run_ahead(request, {
+        "test_notebook_runs_all_without_a_gpu": lambda p: (p["path"], p["profile"], None, ()),
+        "test_without_real_traces_a_chapter_says_so": lambda p: (p["path"], PROFILES[0], None, NO_TRACES),
+        "test_student_lab_runs_all_under_the_second_profile": lambda p: (p["path"], PROFILES[1], None, ())})
+
+
+NO_TRACES = (("ALLOCATOR_REF_TRACES", "none"),)
 
 
 def outputs_text(nb) -> str:
@@ -205,7 +276,7 @@ REAL_TRACE_CHAPTERS = [p for p in NOTEBOOKS if "find_trace(" in p.with_suffix(".
 def test_without_real_traces_a_chapter_says_so(path):
     """A clone without the real snapshots: the chapter runs, says its trace is course-made, and
     never reports agreement with PyTorch for it (ALLOCATOR_REF_TRACES=none hides every real one)."""
-    run, _ = execute_notebook(path, extra_env=(("ALLOCATOR_REF_TRACES", "none"),))
+    run, _ = execute_notebook(path, extra_env=NO_TRACES)
     text = outputs_text(run)
     assert "COURSE-MADE" in text and "traces fetch" in text, f"{path.name} does not say its trace is course-made"
     assert not re.search(r"at PyTorch's (?:exact )?address|\(real PyTorch snapshot\)", text), (

@@ -38,6 +38,8 @@ BAD = [
     ("ALLOCATOR_REF_GRADER_PYTHON", "python3", "absolute path to a Python"),
     ("ALLOCATOR_REF_GRADER_PYTHON", "bin/python", "absolute path to a Python"),
     ("ALLOCATOR_REF_LIVE_VIEW", "yes", "must be 1"),
+    ("ALLOCATOR_REF_WORKERS", "0", "whole number of processes"),
+    ("ALLOCATOR_REF_WORKERS", "all", "whole number of processes"),
 ]
 # Each variable read where the course reads it: the settings, the traces' folders, the device, the
 # snapshot loader's cap, the lab checker's quick mode.
@@ -97,6 +99,7 @@ def test_the_cli_reports_every_bad_value_it_reads_as_a_usage_error(variable, val
     ('lab_quick = "yes"', "must be 1"),
     ('grader_python = "python3"', "absolute path to a Python"),
     ("live_view = 2", "must be 1"),
+    ("workers = -2", "whole number of processes"),
 ])
 def test_a_bad_value_in_the_settings_file_names_the_key_and_the_file(line, words, tmp_path):
     (tmp_path / "course-settings.toml").write_text(f"[course]\n{line}\n")

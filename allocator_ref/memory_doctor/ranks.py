@@ -238,43 +238,27 @@ def rank_of(name: str, report) -> Rank:
 
 def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile: Optional[str] = None,
                  device: Optional[int] = None) -> RanksReport:
-    """Diagnose every rank's snapshot and compare the ranks of one job (see the module docstring)."""
+    """Diagnose every rank's snapshot and compare the ranks of one job (see the module docstring).
+
+    Each file is diagnosed on its own, so the files are spread over the cores (workers.py: one
+    process per core this process may use, capped by the ``workers`` setting); the results come
+    back in the files' order, so the report is the same with one worker or many."""
     import time
-    from . import doctor
-    from ..trace.recording import load_recording
-    from ..trace.snapshot import max_snapshot_bytes, read_regular_file
+    from .workers import map_in_order, worker_count
     start = time.perf_counter()
-    problems, ranks, seen, skipped = [], [], {}, []
-    for path in snapshot_paths(paths, skipped):
-        try:
-            # stat before read: a file over the size cap (or not a regular file) is refused unread,
-            # before it is hashed (trace/snapshot.py's read_regular_file)
-            data = read_regular_file(path, max_snapshot_bytes())
-        except OSError as exc:
-            problems.append(tr("left out {path}: cannot be read ({why})", path=path, why=exc.strerror or exc))
-            continue
-        except Exception as exc:
-            problems.append(tr("left out {path}: {why}", path=path, why=_first_line(exc, path)))
-            continue
-        digest = hashlib.sha256(data).hexdigest()
-        if digest in seen:
-            problems.append(tr("left out {path}: the same file as {other}", path=path, other=seen[digest]))
-            continue
-        seen[digest] = path.name
-        try:
-            recording = load_recording(data, name=str(path))
-            devices = [device] if device is not None else (recording.devices_with_events or
-                                                            [d for d in recording.devices])
-            for index in devices:          # every device of a multi-GPU file is a rank of its own
-                name = path.name if len(devices) == 1 else tr("{name} (device {device})", name=path.name,
-                                                              device=index)
-                report = doctor(recording, device_memory, device=index, profile=profile)
-                rank = rank_of(name, getattr(report, "reports", [report])[0])
-                rank.sizes = size_classes(recording, index)
-                ranks.append(rank)
-        except Exception as exc:          # one bad file must not stop the comparison of the rest
-            problems.append(tr("left out {path}: {why}", path=path, why=_first_line(exc, path)))
-            continue
+    problems, ranks, skipped = [], [], []
+    files = snapshot_paths(paths, skipped)
+    slots, jobs = _distinct_files(files)
+    # The language travels as an argument: a spawned worker starts from the environment alone,
+    # and this process may have chosen one (--lang zh) that the environment does not say.
+    args = [(path, device_memory, profile, device, language()) for path in jobs]
+    done = iter(map_in_order(doctor_file, args, worker_count(len(args))))
+    for slot in slots:               # each file's rows, or its one line, in the order the files were given
+        got = next(done) if slot is None else slot
+        if isinstance(got, str):
+            problems.append(got)
+        else:
+            ranks += got
     problems += [tr("left out {path}: not read (in a folder, the snapshots are its {suffixes} files; name it on the "
                     "command line to compare it too)", path=q, suffixes=tr(" and ").join(SNAPSHOT_SUFFIXES))
                  for q in skipped]
@@ -298,6 +282,57 @@ def doctor_ranks(paths: list, device_memory: Optional[float] = None, *, profile:
         _one_setting(out)
     out.seconds = time.perf_counter() - start
     return out
+
+
+def _distinct_files(files: list) -> tuple:
+    """Read each file once here (a refusal or a second copy is one line, as before a replay runs):
+    ``slots`` holds that line, or None where the file is to be diagnosed (``jobs``, in order)."""
+    from ..trace.snapshot import max_snapshot_bytes, read_regular_file
+    slots, jobs, seen = [], [], {}
+    for path in files:
+        try:
+            # stat before read: a file over the size cap (or not a regular file) is refused unread,
+            # before it is hashed (trace/snapshot.py's read_regular_file)
+            digest = hashlib.sha256(read_regular_file(path, max_snapshot_bytes())).hexdigest()
+        except OSError as exc:
+            slots.append(tr("left out {path}: cannot be read ({why})", path=path, why=exc.strerror or exc))
+            continue
+        except Exception as exc:
+            slots.append(tr("left out {path}: {why}", path=path, why=_first_line(exc, path)))
+            continue
+        if digest in seen:
+            slots.append(tr("left out {path}: the same file as {other}", path=path, other=seen[digest]))
+            continue
+        seen[digest] = path.name
+        slots.append(None)
+        jobs.append(path)
+    return slots, jobs
+
+
+def doctor_file(path: Path, device_memory: Optional[float], profile: Optional[str], device: Optional[int],
+                lang: str):
+    """One file's rows (every device of a multi-GPU file is a rank of its own), or the one line
+    that leaves it out.  Run in a worker process: it reads the file itself (the bytes are not sent
+    over a pipe) and catches every error, so one bad file never stops the others."""
+    from . import doctor
+    from ..trace.recording import load_recording
+    from ..trace.snapshot import max_snapshot_bytes, read_regular_file
+    with speaking(lang):
+        try:
+            recording = load_recording(read_regular_file(path, max_snapshot_bytes()), name=str(path))
+            devices = [device] if device is not None else (recording.devices_with_events or
+                                                            [d for d in recording.devices])
+            rows = []
+            for index in devices:
+                name = path.name if len(devices) == 1 else tr("{name} (device {device})", name=path.name,
+                                                              device=index)
+                report = doctor(recording, device_memory, device=index, profile=profile)
+                rank = rank_of(name, getattr(report, "reports", [report])[0])
+                rank.sizes = size_classes(recording, index)
+                rows.append(rank)
+            return rows
+        except Exception as exc:          # one bad file must not stop the comparison of the rest
+            return tr("left out {path}: {why}", path=path, why=_first_line(exc, path))
 
 
 def _first_line(exc: Exception, path) -> str:
