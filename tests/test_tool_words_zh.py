@@ -134,3 +134,18 @@ def test_hint_returns_what_it_printed(capsys):
     printed = capsys.readouterr().out
     assert returned in printed and CJK.search(returned), (returned, printed)
     assert check.hint("lab2.round_size") == check.exercise("lab2.round_size").hint     # English as before
+
+
+def test_cost_model_notes_in_chinese():
+    """Chapter 0 prints the cost model's source notes (costs.json): each is said in Chinese, its
+    citations kept, with no English word outside quotes, code and paths (what the chapter printed before)."""
+    from english_words import english_labels
+    costs = ar.SimDevice("tiny-1gb").costs
+    keys = [k for k in costs.raw if not k.startswith("_")]
+    assert costs.source_words("malloc_base_us") == costs.source("malloc_base_us")      # English unchanged
+    with speaking("zh"):
+        notes = {k: costs.source_words(k) for k in keys}
+    assert all(CJK.search(n) for n in notes.values()), [k for k, n in notes.items() if not CJK.search(n)]
+    assert "eunomia-bpf/bpftime#506" in notes["free_base_us"] and "47" in notes["free_base_us"]
+    left = {k: english_labels(n) for k, n in notes.items() if english_labels(n)}
+    assert not left, left
