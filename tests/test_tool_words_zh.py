@@ -91,6 +91,8 @@ def test_predict_speaks_chinese_its_not_traced_rows_included():
         text = predict(step, profile="t4-16gb").text()
     assert "未录入轨迹的部分" in text and "cuBLAS 工作区" in text
     assert not english_sentences(text), english_sentences(text)
+    # the what-if rows' own words (chapter 7 printed "(as predicted)", "(default)", "doctor 建议的设置")
+    assert "(default)" not in text and "(as predicted)" not in text and "doctor" not in text, text
 
 
 def test_traces_list_in_chinese():
