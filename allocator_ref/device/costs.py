@@ -120,8 +120,8 @@ class CostModel:
         """:meth:`source` in the reader's language: costs.json's notes are sentences of the doctor's
         catalogue (``editions update`` collects them, as xgettext reads a data file); a note a profile
         measured for itself (``tools/calibrate.py``) has no Chinese yet and is said as written."""
-        from allocator_ref.editions import messages
-        return messages.say("doctor", self.source(key))
+        from ..editions.messages import say      # the low module every layer may use (tests/test_import_layers.py)
+        return say("doctor", self.source(key))
 
     # cudaMalloc / cudaFree ------------------------------------------------
     def malloc_us(self, nbytes: int) -> float:
