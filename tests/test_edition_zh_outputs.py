@@ -38,15 +38,17 @@ PYTORCH_TEXTS = ("Allocator backend parsed at runtime != allocator backend parse
                  # (``python -m torch.cuda._memory_viz stats``): each legend line as PyTorch writes it.
                  "[a     ] - a segment in the allocator", "^-- a page", "' ': page is completely free",
                  "*: page if completely full with multiple blocks", "0-9: page is partially full with tensors",
-                 "(X% internal) - of the free memory")
+                 "(X% internal) - of the free memory",
+                 # and segsum's own lines above its legend (the same file: "Summary of segments >= ...",
+                 # "[body] <size> allocated, <size> free", "segments: N", "total_free: ..."), and its "Legend:"
+                 "Summary of segments >=", "B allocated, ", "segments: ", "total_reserved: ", "total_allocated: ",
+                 "total_free: ", "Legend:", "a-z: pages filled with a single block's content")
 POLICY_NAMES = policy_names()
 # Chapters whose outputs still hold short English labels (english_words.english_labels: a column heading
 # "peak reserved", a row's "ok", "step 3", the cost model's English source notes), measured on this
 # checkout with ../shared/traces; for these the scan looks for sentences only.  A chapter leaves the list
 # when its labels go through course.say/words/term; the strict xfail below then fails, so it cannot go stale.
-LABELS_LEFT = ["00_setup_and_tour.ipynb",
-               "07_diagnostics.ipynb",
-               "09_casebook.ipynb"]
+LABELS_LEFT = ["07_diagnostics.ipynb"]
 
 
 def english_lines(text: str, labels: bool = True) -> list:
@@ -106,6 +108,9 @@ def test_the_scan_finds_short_english_labels_and_spares_units_and_literals():
     assert not english_lines("分配器：预留 0 bytes，已分配 512 bytes；expandable_segments:True -> True")
     assert not english_lines("caching         （默认）                   预留峰值   2.00 GiB")
     assert not english_lines("|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |")
+    for segsum_line in ("Summary of segments >= 20.0MiB in size", "[6] 20.0MiB allocated, 8.0MiB (0.0% internal) free",
+                        "segments: 4", "total_free: 10.0MiB (0.0% internal)", "Legend:"):   # _memory_viz.segsum's
+        assert not english_lines(segsum_line), segsum_line
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "chapters" / "zh").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)

@@ -91,6 +91,8 @@ def test_predict_speaks_chinese_its_not_traced_rows_included():
         text = predict(step, profile="t4-16gb").text()
     assert "未录入轨迹的部分" in text and "cuBLAS 工作区" in text
     assert not english_sentences(text), english_sentences(text)
+    # the what-if rows' own words (chapter 7 printed "(as predicted)", "(default)", "doctor 建议的设置")
+    assert "(default)" not in text and "(as predicted)" not in text and "doctor" not in text, text
 
 
 def test_traces_list_in_chinese():
@@ -134,3 +136,18 @@ def test_hint_returns_what_it_printed(capsys):
     printed = capsys.readouterr().out
     assert returned in printed and CJK.search(returned), (returned, printed)
     assert check.hint("lab2.round_size") == check.exercise("lab2.round_size").hint     # English as before
+
+
+def test_cost_model_notes_in_chinese():
+    """Chapter 0 prints the cost model's source notes (costs.json): each is said in Chinese, its
+    citations kept, with no English word outside quotes, code and paths (what the chapter printed before)."""
+    from english_words import english_labels
+    costs = ar.SimDevice("tiny-1gb").costs
+    keys = [k for k in costs.raw if not k.startswith("_")]
+    assert costs.source_words("malloc_base_us") == costs.source("malloc_base_us")      # English unchanged
+    with speaking("zh"):
+        notes = {k: costs.source_words(k) for k in keys}
+    assert all(CJK.search(n) for n in notes.values()), [k for k, n in notes.items() if not CJK.search(n)]
+    assert "eunomia-bpf/bpftime#506" in notes["free_base_us"] and "47" in notes["free_base_us"]
+    left = {k: english_labels(n) for k, n in notes.items() if english_labels(n)}
+    assert not left, left

@@ -116,6 +116,13 @@ class CostModel:
     def source(self, key: str) -> str:
         return self.raw[key]["source"]
 
+    def source_words(self, key: str) -> str:
+        """:meth:`source` in the reader's language: costs.json's notes are sentences of the doctor's
+        catalogue (``editions update`` collects them, as xgettext reads a data file); a note a profile
+        measured for itself (``tools/calibrate.py``) has no Chinese yet and is said as written."""
+        from ..editions.messages import say      # the low module every layer may use (tests/test_import_layers.py)
+        return say("doctor", self.source(key))
+
     # cudaMalloc / cudaFree ------------------------------------------------
     def malloc_us(self, nbytes: int) -> float:
         return self.value("malloc_base_us") + self.value("malloc_per_2mib_us") * _pages(nbytes)

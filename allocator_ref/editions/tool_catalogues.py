@@ -165,7 +165,21 @@ def scan(package: Path = PACKAGE) -> tuple[dict, list]:
                                     f"pass the changing parts as named fields")
     if package == PACKAGE and CHAPTERS.is_dir():
         _chapter_sentences(found, problems)
+    if package == PACKAGE:
+        _cost_notes(found)
     return found, problems
+
+
+# The cost model's notes (device/profiles/costs.json "source"), which chapter 0 prints through
+# CostModel.source_words: data said in the reader's language, so they are the doctor's sentences too.
+COST_NOTES = PACKAGE / "device" / "profiles" / "costs.json"
+
+
+def _cost_notes(found: dict) -> None:
+    import json
+    for key, entry in json.loads(COST_NOTES.read_text(encoding="utf-8")).items():
+        if not key.startswith("_") and isinstance(entry, dict) and entry.get("source"):
+            found["doctor"][entry["source"]].append(f"{COST_NOTES.relative_to(PACKAGE.parent).as_posix()}:{key}")
 
 
 def _load(domain: str) -> polib.POFile:

@@ -280,7 +280,7 @@ class Prediction:
             lines.append(tr("  what the doctor's settings would change (replays of the predicted run):"))
             for r in self.what_if:
                 fit = "" if r.get("fits") is None else ("  " + (tr("fits") if r["fits"] else tr("NO (OOM)")))
-                lines.append(f"    {r['policy']:<15} {r['config']:<28} "
+                lines.append(f"    {r['policy']:<15} {_config_words(r['config']):<28} "
                              + tr("reserved {size}", size=f"{mib(r['peak_reserved']):>12}") + fit)
         if self.sweep:
             s = self.sweep
@@ -374,6 +374,14 @@ def what_ifs() -> list:
     less the recorded default, which the prediction itself is."""
     from ..policies.registry import what_if_designs
     return [row for row in what_if_designs() if row != ("caching", "")]
+
+
+def _config_words(label: str) -> str:
+    """A what-if row's config in the reader's language when it is one of the table's own words, else as
+    typed (the rows keep the English, which ``to_json`` writes; ``__main__._config_words`` does the same)."""
+    words = {"(as predicted)": tr("(as predicted)"), "(on this GPU)": tr("(on this GPU)"),
+             "(default)": tr("(default)")}
+    return words.get(label, label)
 
 
 def what_if_rows(snapshot: dict, profile: str, capacity: int) -> list[dict]:
