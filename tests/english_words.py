@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 
-_CODE = re.compile(r"`[^`]*`|'[^']*'|\"[^\"]*\"|<[^>]*>|\S*[/\\]\S*")
+# A stack frame's function name is code too: "models.py:231，函数 forward", "cell.py:27 recording".
+_CODE = re.compile(r"\S*\.py:\d+\S*\s+[A-Za-z_]\w*|`[^`]*`|'[^']*'|\"[^\"]*\"|<[^>]*>|\S*[/\\]\S*")
 _WORD = re.compile(r"^[A-Za-z][a-z]+(?:'[a-z]+)?[,;:.!?)]?$")
-_NAMES = {"PyTorch", "GPU", "CUDA"}     # names that may stand in a Chinese sentence as they are
+_NAMES = {"PyTorch", "GPU", "CUDA", "Triton"}     # names that may stand in a Chinese sentence as they are
 
 
 def english_sentences(text: str, min_words: int = 4) -> list:
@@ -33,8 +34,9 @@ def english_sentences(text: str, min_words: int = 4) -> list:
 
 
 # Words a Chinese line may hold as they are: units, Python's literals, PyTorch's names (``_NAMES``), and
-# "eager", which Chinese engineers write in English (eager 模式).
-_KEPT = {"bytes", "us", "ms", "True", "False", "None", "eager"}
+# "eager" and "rank", which Chinese engineers write in English (eager 模式, 每个 rank; the tools' catalogue
+# says rank throughout).
+_KEPT = {"bytes", "us", "ms", "True", "False", "None", "eager", "rank"}
 _LABEL = re.compile(r"^\(?([A-Za-z][a-z]+(?:'[a-z]+)?)[,;:.!?)]*$")
 
 
