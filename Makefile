@@ -63,7 +63,7 @@ test: $(STAMP)
 	@sh tools/install_node.sh >/dev/null 2>&1 || echo "(Node.js not installed: the workshop hub test will skip)"
 	@$(MAKE) -s $(PROXY) || echo "(npm missing: the workshop hub test will skip)"
 	@sh tools/install_image_builder.sh >/dev/null 2>&1 || echo "(buildah or the image's base not installed: the image test will skip)"
-	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider
+	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider --durations=30
 
 test-fast: $(STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider -m "not slow and not browser"
