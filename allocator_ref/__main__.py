@@ -82,18 +82,21 @@ def output_file(text: str, example: str) -> Path:
         info = path.stat() if path.exists() else None
         folder_ok = path.parent.is_dir()
     except (OSError, ValueError) as exc:
-        raise ValueError(f"{text!r}: cannot use this path ({exc})") from None
+        raise ValueError(tr("{path}: cannot use this path ({reason})", path=repr(text), reason=exc)) from None
     if not folder_ok:
-        raise ValueError(f"{text!r}: its folder does not exist ({str(path.parent)!r}); create it or "
-                         "write elsewhere")
+        raise ValueError(tr("{path}: its folder does not exist ({folder}); create it or write elsewhere",
+                            path=repr(text), folder=repr(str(path.parent))))
     if info is not None and stat.S_ISDIR(info.st_mode):
-        raise ValueError(f"{text!r} is a folder; give a file name such as {example}")
+        raise ValueError(tr("{path} is a folder; give a file name such as {example}", path=repr(text),
+                            example=example))
+    if info is not None and stat.S_ISFIFO(info.st_mode):
+        raise ValueError(tr("{path} is a FIFO (named pipe): writing there could block or go nowhere; give a file "
+                            "name such as {example}", path=repr(text), example=example))
     if info is not None and not stat.S_ISREG(info.st_mode):
-        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
-        raise ValueError(f"{text!r} is {kind}: writing there could block or go nowhere; "
-                         f"give a file name such as {example}")
+        raise ValueError(tr("{path} is not a regular file: writing there could block or go nowhere; give a file "
+                            "name such as {example}", path=repr(text), example=example))
     if not os.access(path if info is not None else path.parent, os.W_OK):
-        raise ValueError(f"{text!r}: not writable here; choose another place")
+        raise ValueError(tr("{path}: not writable here; choose another place", path=repr(text)))
     return path
 
 
@@ -106,8 +109,8 @@ def plot_path(text: str) -> str:
     from matplotlib.backend_bases import FigureCanvasBase
     formats = FigureCanvasBase.get_supported_filetypes()
     if path.suffix.lstrip(".").lower() not in formats:
-        raise argparse.ArgumentTypeError(f"{text!r}: end the name with one of "
-                                         f"{', '.join('.' + f for f in sorted(formats))}")
+        raise argparse.ArgumentTypeError(tr("{path}: end the name with one of {suffixes}", path=repr(text),
+                                            suffixes=", ".join("." + f for f in sorted(formats))))
     return text
 
 from .policies.registry import what_if_designs   # compare's rows: the registry names them once

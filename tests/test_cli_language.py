@@ -1,7 +1,8 @@
 """Every command line of ours speaks the reader's language: ``--help`` and argparse's own lines ("usage:",
 "the following arguments are required", "unrecognized arguments", "invalid choice") in Chinese under
 ``--lang zh``, ``ALLOCATOR_REF_LANG=zh`` or a Chinese locale, and unchanged in English otherwise
-(editions/cli_words.py).  Chapter 5's printed refusal of a config and its growable buffer's state too."""
+(editions/cli_words.py).  Chapter 5's printed refusal of a config and its growable buffer's state too, and what
+``editions`` update/build/check, ``make student`` and ``make check-labs`` print, and every refused output path."""
 from __future__ import annotations
 
 import argparse
@@ -127,3 +128,112 @@ def test_chapter5s_refused_config_and_growable_buffer_speak_chinese():
                 buf.close()
     finally:
         dev.close()
+
+
+# ---------------------------------------------------------------- what the command lines print, in Chinese
+# The editions command (translators and Chinese learners run it: make translations, make student) and the
+# labs' make student / make check-labs say their results and refusals through the doctor's catalogue.  The
+# slow parts (rendering every notebook, running every lab) are stubbed: the lines are what is tested.
+from english_words import english_labels      # noqa: E402
+from allocator_ref.editions import build, catalog, instep, tool_catalogues   # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def chinese_only(text: str) -> None:
+    """Chinese lines with no English sentence or label (code, paths and quoted names excepted)."""
+    assert CJK.search(text), text
+    assert not english_sentences(text) and not english_labels(text), (english_sentences(text),
+                                                                       english_labels(text), text)
+
+
+def ask_chinese(asked: str, monkeypatch) -> list:
+    words, variables = ASKED[asked]
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    return words
+
+
+@pytest.mark.parametrize("asked", ASKED)
+def test_editions_update_build_and_check_print_chinese(asked, capsys, monkeypatch):
+    words = ask_chinese(asked, monkeypatch)
+    source = catalog.sources()[0]
+    monkeypatch.setattr(catalog, "sources", lambda root=None: [source])
+    monkeypatch.setattr(catalog, "write", lambda po, path: None)                 # nothing written
+    monkeypatch.setattr(tool_catalogues, "update", lambda: {"doctor": (2, 1, 3)})
+    monkeypatch.setattr(build, "write_all", lambda root=None: [source, ROOT / "chapters" / "zh" / "gone.ipynb"])
+    monkeypatch.setattr(instep, "problems", lambda *a, **k: [])
+    assert editions_main(words + ["update"]) == 0
+    out = capsys.readouterr().out
+    assert "保留" in out and "allocator_ref/locale/zh_CN/doctor.po：新增 2 条，作废 1 条；未翻译 3 条" in out, out
+    assert editions_main(words + ["build"]) == 0
+    out = capsys.readouterr().out
+    assert "已写入 " in out and "已删除 chapters/zh/gone.ipynb" in out and "英文版与中文版同步" in out, out
+    assert editions_main(words + ["check"]) == 0
+    out += capsys.readouterr().out
+    assert "个段落" in out, out
+    chinese_only(out)
+
+
+def test_editions_refuses_in_chinese_and_lists_the_problems_left(capsys, monkeypatch):
+    monkeypatch.setenv("ALLOCATOR_REF_LANG", "zh")
+    with pytest.raises(SystemExit) as refused:
+        editions_main(["update", "nope.md"])
+    assert str(refused.value.code).startswith("nope.md：不是英文的章节或实验源文件"), refused.value.code
+    chinese_only(str(refused.value.code))
+    monkeypatch.setattr(build, "write_all", lambda root=None: [])
+    monkeypatch.setattr(instep, "problems", lambda *a, **k: ["x"] * 61)
+    assert editions_main(["build"]) == 1
+    assert "……另有 1 条" in capsys.readouterr().out
+
+
+def test_editions_stays_english_when_nobody_asks(capsys, monkeypatch):
+    monkeypatch.setattr(build, "write_all", lambda root=None: [])
+    monkeypatch.setattr(instep, "problems", lambda *a, **k: [])
+    assert editions_main(["build"]) == 0
+    assert capsys.readouterr().out == "the English and Chinese editions are in step\n"
+
+
+@pytest.mark.parametrize("asked", ASKED)
+def test_make_student_and_check_labs_print_chinese(asked, capsys, monkeypatch):
+    words = ask_chinese(asked, monkeypatch)
+    student = generate.STUDENT_DIR / "lab02_x.ipynb"
+    monkeypatch.setattr(generate, "stale", lambda: [student])
+    assert generate.main(["--check"] + words) == 1
+    monkeypatch.setattr(generate, "stale", lambda: [])
+    assert generate.main(["--check"] + words) == 0
+    out = capsys.readouterr().out
+    assert "已过期：labs/student/lab02_x.ipynb" in out and "个学生笔记本和答案文件都是最新的" in out, out
+    chinese_only(out)
+    monkeypatch.setattr(generate, "outputs", lambda: {})
+    for rule in ("student_copy_problems", "exercise_problems", "guide_problems", "apart_problems",
+                 "coverage_problems", "solution_problems"):
+        monkeypatch.setattr(verify, rule, lambda *a, **k: [])
+    wrong = verify.WRONG_DIR / "lab02_x.py"
+    monkeypatch.setattr(verify, "wrong_files", lambda lab=None: [wrong])
+    monkeypatch.setattr(verify, "verify_wrong", lambda path: verify.WrongVerdict(path, []))
+    assert verify.main(words) == 0
+    out = capsys.readouterr().out
+    assert "通过    labs/wrong/lab02_x.py" in out and "随机种子 1, 2, 3" in out, out
+    chinese_only(out)
+
+
+def test_output_paths_are_refused_in_chinese(tmp_path, capsys, monkeypatch):
+    """--plot, --html and predict's output: each refusal of a path is one Chinese line."""
+    import os
+    from allocator_ref.__main__ import output_file, plot_path
+    os.mkfifo(tmp_path / "pipe")
+    with speaking("zh"):
+        for text, said in ((str(tmp_path), "是一个文件夹"), (str(tmp_path / "no" / "a.png"), "不存在"),
+                           (str(tmp_path / "a.xyz"), "文件名须以下列后缀之一结尾"), (str(tmp_path / "pipe"), "命名管道")):
+            with pytest.raises(argparse.ArgumentTypeError) as refused:
+                plot_path(text)
+            assert said in str(refused.value), refused.value
+            chinese_only(str(refused.value))
+        with pytest.raises(ValueError) as refused:
+            output_file(str(tmp_path / "no" / "r.html"), "report.html")
+        chinese_only(str(refused.value))
+    monkeypatch.setenv("ALLOCATOR_REF_LANG", "zh")
+    code, _, err = run(course_main, ["compare", "x.pickle", "--plot", str(tmp_path)], capsys)
+    assert code == 2 and "参数 --plot：" in err and "是一个文件夹" in err, err
+    chinese_only(err.split("错误：", 1)[1])          # the usage lines and the prog before it are code

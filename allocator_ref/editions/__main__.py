@@ -10,6 +10,11 @@ import sys
 from pathlib import Path
 
 from allocator_ref.editions import catalog
+from allocator_ref.editions.messages import translator
+
+# Every line these commands print is the doctor's catalogue's: translators and Chinese learners run
+# `make translations` and `make student` (README.zh-CN.md), so their results and refusals speak Chinese.
+tr = translator("doctor")
 
 
 def _sources(names: list) -> list:
@@ -19,8 +24,8 @@ def _sources(names: list) -> list:
     for name in names:
         path = Path(name).resolve()
         if path not in known:
-            raise SystemExit(f"{name}: not an English chapter or lab source; give chapters/NN_name.md or "
-                             f"labs/source/labNN_name.md (or nothing, for all of them)")
+            raise SystemExit(tr("{name}: not an English chapter or lab source; give chapters/NN_name.md or "
+                                "labs/source/labNN_name.md (or nothing, for all of them)", name=name))
         chosen.append(path)
     return chosen
 
@@ -31,19 +36,21 @@ def cmd_update(args) -> int:
         path = catalog.catalogue_path(source)
         catalog.write(po, path)
         left = len(catalog.untranslated(source))
-        print(f"{path.relative_to(catalog.ROOT)}: {counts['kept']} kept, {counts['new']} new, "
-              f"{counts['fuzzy']} fuzzy, {counts['obsolete']} obsolete; {left} untranslated")
+        print(tr("{path}: {kept} kept, {new} new, {fuzzy} fuzzy, {obsolete} obsolete; {left} untranslated",
+                 path=path.relative_to(catalog.ROOT), left=left, **counts))
     if not args.sources:                          # the tools' sentences (check(), the doctor)
         from allocator_ref.editions import tool_catalogues
         for domain, (new, gone, left) in tool_catalogues.update().items():
-            print(f"allocator_ref/locale/zh_CN/{domain}.po: {new} new, {gone} obsolete; {left} untranslated")
+            print(tr("{path}: {new} new, {obsolete} obsolete; {left} untranslated",
+                     path=f"allocator_ref/locale/zh_CN/{domain}.po", new=new, obsolete=gone, left=left))
     return 0
 
 
 def cmd_build(args) -> int:
     from allocator_ref.editions import build
     for path in build.write_all():
-        print(f"{'wrote' if path.exists() else 'removed'} {path.relative_to(catalog.ROOT)}")
+        where = path.relative_to(catalog.ROOT)
+        print(tr("wrote {path}", path=where) if path.exists() else tr("removed {path}", path=where))
     # What is left to translate, and exit 1 when anything is: `make student` and `make translations`
     # then fail on an English paragraph whose Chinese was not refreshed, as the tests do.
     return cmd_status(args, quiet=True)
@@ -57,19 +64,21 @@ def cmd_status(args, quiet: bool = False) -> int:
             blocks = catalog.english_blocks(source)
             left = len(catalog.untranslated(source))
             if left or not quiet:
-                print(f"{source.relative_to(catalog.ROOT)}: {len(blocks) - left}/{len(blocks)} blocks translated")
+                print(tr("{path}: {done}/{total} blocks translated", path=source.relative_to(catalog.ROOT),
+                         done=len(blocks) - left, total=len(blocks)))
     found = instep.problems()
     for problem in found[:60] if quiet else found:
         print(problem)
     if quiet and len(found) > 60:
-        print(f"... and {len(found) - 60} more (python -m allocator_ref.editions check)")
+        print(tr("... and {n} more (python -m allocator_ref.editions check)", n=len(found) - 60))
     if not found:
-        print("the English and Chinese editions are in step")
+        print(tr("the English and Chinese editions are in step"))
     return 1 if found else 0
 
 
 def main(argv=None) -> int:
-    from .cli_words import CourseParser, add_language_option, parse_in_language   # --help in the reader's language
+    from .cli_words import CourseParser, add_language_option, help_language, parse_in_language
+    from .language import speaking
     parser = CourseParser(prog="python -m allocator_ref.editions", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("extract", "update"):
@@ -79,8 +88,9 @@ def main(argv=None) -> int:
     sub.add_parser("build", help="write the Chinese notebooks").set_defaults(func=cmd_build)
     sub.add_parser("check", help="write nothing; exit 1 when an edition is out of step").set_defaults(func=cmd_status)
     add_language_option(parser)
-    args = parse_in_language(parser, argv)
-    return args.func(args)
+    args = parse_in_language(parser, argv)              # --help in the reader's language
+    with speaking(help_language(argv)):                 # and the command's results and refusals
+        return args.func(args)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,12 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from ..editions.messages import translator
+
+# `make student`'s results in the reader's language (the Chinese README sends translators here); a slip in
+# an English lab source (SourceError, an unknown exercise id) stays English, as its author writes the source.
+tr = translator("doctor")
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "labs" / "source"
 STUDENT_DIR = ROOT / "labs" / "student"
@@ -210,13 +216,15 @@ def unknown_ids(solutions: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from ..editions.cli_words import CourseParser, add_language_option, parse_in_language   # --help in the reader's language
+    from ..editions.cli_words import CourseParser, add_language_option, help_language, parse_in_language
+    from ..editions.language import speaking
     parser = CourseParser(prog="python -m allocator_ref.labs.generate", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the outputs are stale")
     add_language_option(parser)
-    args = parse_in_language(parser, argv)
+    args = parse_in_language(parser, argv)            # --help in the reader's language, and the results too
     try:                      # an instructor's slip in a source is one line saying where and what to do
-        return _run(args)
+        with speaking(help_language(argv)):
+            return _run(args)
     except SourceError as exc:
         print(f"error: {exc}; fix the source and run `make student` again", file=sys.stderr)
         return 1
@@ -226,16 +234,16 @@ def _run(args) -> int:
     if args.check:
         bad = stale()
         for p in bad:
-            print(f"stale: {p.relative_to(ROOT)} (run `make student`)")
+            print(tr("stale: {path} (run `make student`)", path=p.relative_to(ROOT)))
         if not bad:
-            print(f"labs: {len(sources())} student notebooks and the solutions file are up to date")
+            print(tr("labs: {n} student notebooks and the solutions file are up to date", n=len(sources())))
         return 1 if bad else 0
     edited = [p for p in sources() if _pair_edited_later(p)]
     for p in edited:
-        print(f"{p.with_suffix('.ipynb').relative_to(ROOT)} was edited after {p.name} and they differ: the .md is "
-              f"the source. Keep the notebook's edit with `make sync-notebooks` (it copies the side edited since "
-              f"the last sync into the other, and refuses, saying what to do, when both were), or discard it by "
-              f"deleting the .ipynb; then run `make student` again.")
+        print(tr("{notebook} was edited after {source} and they differ: the .md is the source. Keep the notebook's "
+                 "edit with `make sync-notebooks` (it copies the side edited since the last sync into the other, "
+                 "and refuses, saying what to do, when both were), or discard it by deleting the .ipynb; then run "
+                 "`make student` again.", notebook=p.with_suffix(".ipynb").relative_to(ROOT), source=p.name))
     if edited:
         return 1
     wanted = outputs()
@@ -249,12 +257,12 @@ def _run(args) -> int:
     for p in STUDENT_DIR.glob("*.ipynb"):
         if p not in wanted:
             p.unlink()
-            print(f"removed {p.relative_to(ROOT)} (its source is gone)")
+            print(tr("removed {path} (its source is gone)", path=p.relative_to(ROOT)))
     for p, text in wanted.items():
         if not p.exists() or p.read_text() != text:
             p.write_text(text)
-            print(f"wrote {p.relative_to(ROOT)}")
-    print(f"labs: {len(sources())} student notebooks and the solutions file are up to date")
+            print(tr("wrote {path}", path=p.relative_to(ROOT)))
+    print(tr("labs: {n} student notebooks and the solutions file are up to date", n=len(sources())))
     return 0
 
 

@@ -41,9 +41,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Optional
 
+from ..editions.messages import translator
 from . import generate
 from .check import EXERCISES, _load_all, exercise, judge
 from .spec import EDGES, uncovered
+
+# `make check-labs`'s verdicts in the reader's language; each problem names a slip in an English lab source
+# and stays English, as its author writes the source.
+tr = translator("doctor")
 
 WRONG_DIR = generate.ROOT / "labs" / "wrong"
 SEEDS = (1, 2, 3)
@@ -280,11 +285,17 @@ def student_copy_problems() -> list:
 
 
 def main(argv=None) -> int:
-    from ..editions.cli_words import CourseParser, add_language_option, parse_in_language   # --help in the reader's language
+    from ..editions.cli_words import CourseParser, add_language_option, help_language, parse_in_language
+    from ..editions.language import speaking
     parser = CourseParser(prog="python -m allocator_ref.labs.verify", description=__doc__.split("\n")[0])
     parser.add_argument("--lab", type=int, help="only this lab (e.g. 2)")
     add_language_option(parser)
-    args = parse_in_language(parser, argv)
+    args = parse_in_language(parser, argv)            # --help in the reader's language, and the verdicts too
+    with speaking(help_language(argv)):
+        return _verify(args)
+
+
+def _verify(args) -> int:
     try:                                  # a malformed source: its one line, not a traceback
         generate.outputs()
     except generate.SourceError as exc:
@@ -295,13 +306,15 @@ def main(argv=None) -> int:
     problems += solution_problems(args.lab)
     for path in wrong_files(args.lab):
         verdict = verify_wrong(path)
-        print(f"{'ok  ' if not verdict.problems else 'BAD '} {path.relative_to(generate.ROOT)}", flush=True)
+        where = path.relative_to(generate.ROOT)
+        print(tr("ok   {path}", path=where) if not verdict.problems else tr("BAD  {path}", path=where), flush=True)
         problems += verdict.problems
     for line in problems:
         print(line)
-    print(f"{len(problems)} problem(s)" if problems else "labs: every exercise has a solution that passes, a check "
-          "cell, its row in labs/README.md, hidden cases that meet every edge of its rule and a known-wrong answer "
-          f"that the hidden cases alone reject (seeds {', '.join(map(str, SEEDS))})")
+    print(tr("{n} problem(s)", n=len(problems)) if problems else
+          tr("labs: every exercise has a solution that passes, a check cell, its row in labs/README.md, hidden "
+             "cases that meet every edge of its rule and a known-wrong answer that the hidden cases alone reject "
+             "(seeds {seeds})", seeds=", ".join(map(str, SEEDS))))
     return 1 if problems else 0
 
 
