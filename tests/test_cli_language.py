@@ -237,3 +237,31 @@ def test_output_paths_are_refused_in_chinese(tmp_path, capsys, monkeypatch):
     code, _, err = run(course_main, ["compare", "x.pickle", "--plot", str(tmp_path)], capsys)
     assert code == 2 and "参数 --plot：" in err and "是一个文件夹" in err, err
     chinese_only(err.split("错误：", 1)[1])          # the usage lines and the prog before it are code
+
+
+def test_editions_check_says_what_is_out_of_step_in_chinese(tmp_path):
+    """A translator reads check's problems: an edited English paragraph, a broken rule, a changed cell."""
+    import shutil
+    import nbformat
+    source = sorted((ROOT / "labs" / "source").glob("lab*.md"))[0]
+    rel = source.relative_to(ROOT)
+    po = catalog.catalogue_path(source).relative_to(ROOT)
+    for path in (rel, po):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / path, tmp_path / path)
+    copy = tmp_path / rel
+    old = next(b for b in catalog.english_blocks(copy) if len(b.split()) > 12 and "<!--" not in b
+               and not b.startswith(("#", "-", "|", "[", "*", "`")) and not set("'\"") & set(b[:70]))
+    copy.write_text(copy.read_text(encoding="utf-8").replace(old, old.replace(" ", " really ", 1)), encoding="utf-8")
+    with speaking("zh"):
+        problems = instep.catalogue_problems(copy, tmp_path)
+        problems += catalog.rule_problems("Call `f()` at **1 GiB** <!-- claim -->.", "调用。", ["1 GiB"])
+        problems += instep.code_cell_problems(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x")]),
+                                              nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("y")]))
+        problems += instep.code_cell_problems(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x")]),
+                                              nbformat.v4.new_notebook(cells=[]))
+    assert any("还没有翻译" in p for p in problems) and any("第 0 个单元格" in p for p in problems), problems
+    assert "有 0 个单元格，英文笔记本有 1 个" in problems
+    assert any("行内代码 `f()`" in p for p in problems) and any("陈述的结果 **1 GiB**" in p for p in problems)
+    for line in problems:
+        chinese_only(line)

@@ -60,6 +60,11 @@ from pathlib import Path
 import jupytext
 import polib
 
+from .messages import translator
+
+# A translation's broken rules are read by its translator: `editions check` says them in their language.
+tr = translator("doctor")
+
 ROOT = Path(__file__).resolve().parents[2]
 LANGUAGE = "zh_CN"
 LOCALE_DIR = ROOT / "locale" / LANGUAGE
@@ -252,24 +257,24 @@ def rule_problems(msgid: str, msgstr: str, claimed=()) -> list:
     problems = []
     for marker in MARKER.findall(msgid):
         if msgstr.count(marker) != msgid.count(marker):
-            problems.append(f"marker {marker!r} must appear as in the English")
+            problems.append(tr("marker {marker} must appear as in the English", marker=repr(marker)))
     for value in claimed:
         if f"**{value}**" not in msgstr and f"**{claimed_in_chinese(value)}**" not in msgstr:
-            problems.append(f"claimed value **{value}** must appear in bold exactly as in the English (or as "
-                            f"its Chinese in allocator_ref/locale/zh_CN/course.po)")
+            problems.append(tr("claimed value {value} must appear in bold exactly as in the English (or as its "
+                               "Chinese in allocator_ref/locale/zh_CN/course.po)", value=f"**{value}**"))
     for m in INLINE_CODE.finditer(_strip_fences(msgid)):
         if m.group(0) not in msgstr:
-            problems.append(f"inline code {m.group(0)} must stay as written, in its backticks")
+            problems.append(tr("inline code {code} must stay as written, in its backticks", code=m.group(0)))
     for fence in _fenced(msgid):
         if fence not in msgstr:
-            problems.append(f"the fenced block {fence[:40]!r}... must stay as written")
+            problems.append(tr("the fenced block {fence}... must stay as written", fence=repr(fence[:40])))
     for target in LINK_TARGET.findall(msgid):
         twin = re.sub(r"([^/]+)$", r"zh/\1", target)       # the Chinese edition's copy of the same file
         if target not in msgstr and twin not in msgstr and _english_only(target):
-            problems.append(f"link target {target!r} must be kept")
+            problems.append(tr("link target {target} must be kept", target=repr(target)))
     for url in URL.findall(msgid):
         if url.rstrip(".,;") not in msgstr:
-            problems.append(f"URL {url!r} must be kept")
+            problems.append(tr("URL {url} must be kept", url=repr(url)))
     return problems + added_problems(msgid, msgstr)
 
 
@@ -290,18 +295,18 @@ def added_problems(msgid: str, msgstr: str) -> list:
     english_urls = {u.rstrip(".,;") for u in URL.findall(msgid)}
     for url in URL.findall(msgstr):
         if url.rstrip(".,;") not in english_urls:
-            problems.append(f"URL {url!r} is not in the English: a translation adds no web address")
+            problems.append(tr("URL {url} is not in the English: a translation adds no web address", url=repr(url)))
     for target in LINK_TARGET.findall(msgstr):
         if SCHEME.match(target) and target not in msgid and not URL.match(target):
-            problems.append(f"link target {target!r} is not in the English")
+            problems.append(tr("link target {target} is not in the English", target=repr(target)))
     english_tags = {t.lower() for t in HTML_TAG.findall(_code_free(msgid))}
     for tag in HTML_TAG.findall(_code_free(msgstr)):
         if tag.lower() not in english_tags:
-            problems.append(f"HTML tag <{tag}> is not in the English: a translation adds no markup")
+            problems.append(tr("HTML tag {tag} is not in the English: a translation adds no markup", tag=f"<{tag}>"))
     if len(_fenced(msgstr)) > len(_fenced(msgid)):
-        problems.append("a fenced block that is not in the English: a translation adds no code")
+        problems.append(tr("a fenced block that is not in the English: a translation adds no code"))
     for marker in set(MARKER.findall(msgstr)) - set(MARKER.findall(msgid)):
-        problems.append(f"marker {marker!r} is not in the English")
+        problems.append(tr("marker {marker} is not in the English", marker=repr(marker)))
     return problems
 
 

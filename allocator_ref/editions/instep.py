@@ -15,6 +15,10 @@ from urllib.parse import unquote
 import nbformat
 
 from allocator_ref.editions import build, catalog
+from allocator_ref.editions.messages import translator
+
+# What keeps the editions out of step is read by translators: `editions check` says it in their language.
+tr = translator("doctor")
 
 ROOT = catalog.ROOT
 
@@ -28,30 +32,41 @@ def catalogue_problems(source: Path, root: Path = ROOT) -> list:
     path = catalog.catalogue_path(source, root)
     rel = _rel(source, root)
     if not path.exists():
-        return [f"{rel}: no catalogue {_rel(path, root)} (python -m allocator_ref.editions update {rel}, "
-                f"then translate it)"]
+        return [tr("{source}: no catalogue {catalogue} (python -m allocator_ref.editions update {source}, then "
+                   "translate it)", source=rel, catalogue=_rel(path, root))]
     po = catalog.load(path)
     if po.metadata.get("Language") != catalog.LANGUAGE:
-        return [f"{_rel(path, root)}: header Language is {po.metadata.get('Language')!r}, not {catalog.LANGUAGE!r}"]
+        return [tr("{catalogue}: header Language is {found}, not {wanted}", catalogue=_rel(path, root),
+                   found=repr(po.metadata.get("Language")), wanted=repr(catalog.LANGUAGE))]
     done = catalog.translations(po)
     claimed = catalog.claimed_values(source)
     problems = []
     for block in catalog.english_blocks(source):
-        where = f"{rel}: block {block[:70]!r}"
+        where = tr("{source}: block {block}", source=rel, block=repr(block[:70]))
         if block not in done:
             entry = po.find(block)
-            state = "fuzzy (its English changed: check the old translation)" if entry and entry.fuzzy else "untranslated"
-            problems.append(f"{where} is {state}; run `make translations` and translate it in {_rel(path, root)}")
+            if entry and entry.fuzzy:
+                problems.append(tr("{where} is fuzzy (its English changed: check the old translation); run `make "
+                                   "translations` and translate it in {catalogue}", where=where,
+                                   catalogue=_rel(path, root)))
+            else:
+                problems.append(tr("{where} is untranslated; run `make translations` and translate it in "
+                                   "{catalogue}", where=where, catalogue=_rel(path, root)))
             continue
         chinese = done[block]
         values = claimed.get(block, [])
-        problems += [f"{where}: {p}" for p in catalog.rule_problems(block, chinese, values)]
-        problems += [f"{where}: {p}" for p in rendered_problems(block, chinese)]
+        problems += [_at(where, p) for p in catalog.rule_problems(block, chinese, values)]
+        problems += [_at(where, p) for p in rendered_problems(block, chinese)]
         stated = tuple(f"**{v}**" for v in values) + tuple(f"**{catalog.claimed_in_chinese(v)}**" for v in values)
         runs = catalog.english_runs(chinese, catalog.NAMES + stated)
         if runs:
-            problems.append(f"{where}: English left in the Chinese prose: {runs[:3]}")
+            problems.append(tr("{where}: English left in the Chinese prose: {runs}", where=where, runs=runs[:3]))
     return problems
+
+
+def _at(where: str, problem: str) -> str:
+    """One problem after the place it was found ("file: block '...': problem")."""
+    return tr("{where}: {problem}", where=where, problem=problem)
 
 
 # ---------------------------------------------------------------- what a paragraph renders to
@@ -128,13 +143,15 @@ def rendered_problems(msgid: str, msgstr: str) -> list:
     problems = []
     for url in chinese["link"]:
         if leaves_the_page(url) and url not in english["link"] and url not in english["reference"]:
-            problems.append(f"link or image {url[:80]!r} is not in the English: a translation adds no off-site link")
+            problems.append(tr("link or image {url} is not in the English: a translation adds no off-site link",
+                               url=repr(url[:80])))
     for url in chinese["reference"] - english["reference"]:
-        problems.append(f"reference definition {url[:80]!r} is not in the English")
+        problems.append(tr("reference definition {url} is not in the English", url=repr(url[:80])))
     for code in chinese["code"] - english["code"]:
-        problems.append(f"a code block that is not in the English ({code[:40]!r}): a translation adds no code")
+        problems.append(tr("a code block that is not in the English ({code}): a translation adds no code",
+                           code=repr(code[:40])))
     for tag in chinese["html"] - english["html"]:
-        problems.append(f"HTML {tag[:40]!r} is not in the English: a translation adds no markup")
+        problems.append(tr("HTML {tag} is not in the English: a translation adds no markup", tag=repr(tag[:40])))
     return problems
 
 
@@ -149,13 +166,14 @@ def notebook_problems(source: Path, root: Path = ROOT) -> list:
     for path, text in wanted.items():
         rel = _rel(path, root)
         if not path.exists():
-            problems.append(f"{rel} is missing: run `make translations`")
+            problems.append(tr("{path} is missing: run `make translations`", path=rel))
             continue
         if path.read_text(encoding="utf-8") != text:
-            problems.append(f"{rel} differs from what `make translations` writes: regenerate it, never edit it")
+            problems.append(tr("{path} differs from what `make translations` writes: regenerate it, never edit it",
+                               path=rel))
         english = english_for[path]
         if english.exists():
-            problems += [f"{rel}: {p}" for p in code_cell_problems(nbformat.read(english, as_version=4),
+            problems += [_at(rel, p) for p in code_cell_problems(nbformat.read(english, as_version=4),
                                                                    nbformat.read(path, as_version=4))]
     return problems
 
@@ -167,16 +185,16 @@ def code_cell_problems(english, chinese) -> list:
                  list(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
     a, b = shape(english), shape(chinese)
     if len(a) != len(b):
-        return [f"{len(b)} cells, the English notebook has {len(a)}"]
-    return [f"cell {i} differs from the English notebook's ({x[0]} cell)" for i, (x, y) in enumerate(zip(a, b))
-            if x != y]
+        return [tr("{n} cells, the English notebook has {in_english}", n=len(b), in_english=len(a))]
+    return [tr("cell {i} differs from the English notebook's ({kind} cell)", i=i, kind=x[0])
+            for i, (x, y) in enumerate(zip(a, b)) if x != y]
 
 
 def stray_notebooks(root: Path = ROOT) -> list:
     """Chinese notebooks whose English source is gone (``build`` removes them)."""
     wanted = build.outputs(root)
-    return [f"{_rel(p, root)} has no English source any more: run `make translations`" for p in build.stale(root)
-            if p not in wanted]
+    return [tr("{path} has no English source any more: run `make translations`", path=_rel(p, root))
+            for p in build.stale(root) if p not in wanted]
 
 
 def problems(root: Path = ROOT, sources: list | None = None) -> list:

@@ -18,7 +18,11 @@ from pathlib import Path
 
 import polib
 
-from .messages import DOMAINS, catalogue_path, fields_of, formats_of, in_step
+from .messages import DOMAINS, catalogue_path, fields_of, formats_of, in_step, translator
+
+# A catalogue's gaps are read by its translator (`editions check`), in their language; a call the catalogue
+# can never match is the programmer's slip and stays English, like the code it names.
+tr = translator("doctor")
 
 PACKAGE = Path(__file__).resolve().parent.parent
 # Files outside the package whose tr("...") sentences live in the same catalogues.
@@ -236,13 +240,17 @@ def problems(package: Path = PACKAGE) -> list:
             entry = entries.get(sentence)
             short = sentence if len(sentence) < 70 else sentence[:67] + "..."
             if entry is None or not _translated(entry):
-                out.append(f"{path.name}: no Chinese for {short!r} ({places[0]}); run "
-                           f"`python -m allocator_ref.editions update` and translate it")
+                out.append(tr("{catalogue}: no Chinese for {sentence} ({place}); run `python -m "
+                              "allocator_ref.editions update` and translate it", catalogue=path.name,
+                              sentence=repr(short), place=places[0]))
             elif fields_of(entry.msgstr) != fields_of(sentence):
-                out.append(f"{path.name}: the Chinese of {short!r} has fields {sorted(fields_of(entry.msgstr))}, "
-                           f"the English {sorted(fields_of(sentence))} ({places[0]})")
+                out.append(tr("{catalogue}: the Chinese of {sentence} has fields {chinese}, the English {in_english} "
+                              "({place})", catalogue=path.name, sentence=repr(short),
+                              chinese=sorted(fields_of(entry.msgstr)), in_english=sorted(fields_of(sentence)),
+                              place=places[0]))
             elif not in_step(sentence, entry.msgstr):
-                out.append(f"{path.name}: the Chinese of {short!r} gives its fields other format specs or "
-                           f"conversions ({formats_of(entry.msgstr)}) than the English ({formats_of(sentence)}); "
-                           f"write each field as the English does ({places[0]})")
+                out.append(tr("{catalogue}: the Chinese of {sentence} gives its fields other format specs or "
+                              "conversions ({chinese}) than the English ({in_english}); write each field as the "
+                              "English does ({place})", catalogue=path.name, sentence=repr(short),
+                              chinese=formats_of(entry.msgstr), in_english=formats_of(sentence), place=places[0]))
     return out
