@@ -330,7 +330,7 @@ def test_chapter7s_prose_is_what_its_cells_print_without_torch():
     sys.path.insert(0, str(ROOT / "tests"))
     try:
         import _course as course
-        from test_chapter_claims import prose_claims
+        from claim_checks import stated
     finally:
         sys.path.remove(str(ROOT / "chapters"))
         sys.path.remove(str(ROOT / "tests"))
@@ -341,7 +341,8 @@ def test_chapter7s_prose_is_what_its_cells_print_without_torch():
         trial = forecast(json.loads((stored / f"mlp_step_{batch}.json").read_text()), "t4-16gb",
                          device_memory=int(0.5 * 2**30))
         largest = batch if trial.verdict == "fits" else largest
-    prose = prose_claims((ROOT / "chapters" / "07_diagnostics.md").read_text())
+    import nbformat
+    prose = stated(nbformat.read(ROOT / "chapters" / "07_diagnostics.ipynb", as_version=4))
     assert prose["ch7_predict_reserved"] == course.fmt(p.peak_reserved)
     assert prose["ch7_predict_fits"] == course.result_words(p.verdict == "fits", "it fits", "it does not fit")
     assert prose["ch7_predict_largest"] == str(largest)
