@@ -265,3 +265,13 @@ def test_editions_check_says_what_is_out_of_step_in_chinese(tmp_path):
     assert any("行内代码 `f()`" in p for p in problems) and any("陈述的结果 **1 GiB**" in p for p in problems)
     for line in problems:
         chinese_only(line)
+
+
+@pytest.mark.parametrize("argv", [["--lang", "zh", "build"], ["build", "--lang", "zh"], ["build", "--lang=zh"]])
+def test_editions_takes_lang_before_or_after_its_command(argv, capsys, monkeypatch):
+    """``editions build --lang zh`` as well as ``editions --lang zh build`` (argparse refused the first)."""
+    monkeypatch.delenv("ALLOCATOR_REF_LANG", raising=False)
+    monkeypatch.setattr(build, "write_all", lambda root=None: [])
+    monkeypatch.setattr(instep, "problems", lambda *a, **k: [])
+    assert editions_main(argv) == 0
+    assert capsys.readouterr().out == "英文版与中文版同步\n"

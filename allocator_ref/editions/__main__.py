@@ -6,6 +6,7 @@ check    write nothing; per source, how much is translated; exit 1 when anything
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -88,6 +89,8 @@ def main(argv=None) -> int:
     sub.add_parser("build", help="write the Chinese notebooks").set_defaults(func=cmd_build)
     sub.add_parser("check", help="write nothing; exit 1 when an edition is out of step").set_defaults(func=cmd_status)
     add_language_option(parser)
+    for command in sub.choices.values():                # `editions check --lang zh` as well as `editions --lang zh check`
+        add_language_option(command, default=argparse.SUPPRESS)
     args = parse_in_language(parser, argv)              # --help in the reader's language
     with speaking(help_language(argv)):                 # and the command's results and refusals
         return args.func(args)

@@ -167,10 +167,11 @@ LANG_HELP = ("the human-readable lines' language (default: ALLOCATOR_REF_LANG, a
              "the course-settings.toml language, the locale, else English); --json keys stay English")
 
 
-def add_language_option(parser: argparse.ArgumentParser) -> None:
-    """``--lang en|zh``, as every ``python -m allocator_ref`` command has it (same sentence, same choices)."""
+def add_language_option(parser: argparse.ArgumentParser, default=None) -> None:
+    """``--lang en|zh``, as every ``python -m allocator_ref`` command has it (same sentence, same choices).
+    A subcommand's copy passes ``default=argparse.SUPPRESS``, so ``--lang`` may stand before or after it."""
     from .language import LANGUAGES
-    parser.add_argument("--lang", choices=LANGUAGES, default=None, help=LANG_HELP)
+    parser.add_argument("--lang", choices=LANGUAGES, default=default, help=LANG_HELP)
 
 
 def parse_in_language(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
