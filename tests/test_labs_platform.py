@@ -211,6 +211,21 @@ def test_a_late_copy_scores_zero_until_its_learner_gets_an_extension(tmp_path, c
     assert "no learner 'gracee' in this room" in err and "ada, grace" in err and len(err.splitlines()) == 1
 
 
+def test_an_extension_before_anything_was_handed_in_exports_no_grade(tmp_path):
+    """make extend for a learner not collected yet leaves an empty submission in the gradebook
+    (nbgrader's add_submission, due.extend): the export says '-' (no grade, Moodle leaves it ungraded)
+    for that lab, not a 0 the learner never earned; a graded 0 stays 0."""
+    course = tmp_path / "course"
+    _gradebook(course, {"ada": {"lab01": 0}, "grace": {}}, {"lab01": 2})
+    due.set_due("01", "2026-12-06T17:00+00:00", course)
+    due.extend("01", "grace", "2026-12-08T09:00+00:00", course)
+    with due.open_gradebook(course) as gb:
+        gb.find_submission("lab01", "grace")              # the extension made an (empty) submission
+    rows = {r[1]: r for r in export.table(course)[1]}
+    assert (rows["grace"][3], rows["grace"][4]) == ("-", "0")
+    assert (rows["ada"][3], rows["ada"][4]) == ("0", "0")
+
+
 def test_each_learner_is_told_their_own_date_and_a_closed_lab_in_their_language(tmp_path, monkeypatch, capsys):
     """make due and make extend write each learner's ~/graded/lab01/due.json (their own date); a graded
     check run after it says the lab is closed, in one line, in the learner's language."""

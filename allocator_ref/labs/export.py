@@ -36,6 +36,17 @@ def _score(value: float) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
+def _points(submission) -> float | None:
+    """A graded submission's points, less nbgrader's late penalty (as nbgrader's own export takes it
+    off); None for no submission, or one nothing was graded on: make extend for a learner not
+    collected yet leaves an empty submission (nbgrader's add_submission), whose score is 0 only
+    because no grade cell has a score yet."""
+    if submission is None or not any(grade.auto_score is not None or grade.manual_score is not None
+                                     for notebook in submission.notebooks for grade in notebook.grades):
+        return None
+    return max(submission.score - submission.late_submission_penalty, 0)
+
+
 def table(course: Path) -> tuple[list[str], list[list[str]], list[str]]:
     """(header, rows, learners missing from the roster), read from the course's gradebook."""
     from nbgrader.api import MissingEntry
@@ -47,10 +58,10 @@ def table(course: Path) -> tuple[list[str], list[list[str]], list[str]]:
         for lab in labs:
             for learner in learners:
                 try:
-                    submission = gb.find_submission(lab, learner)     # less nbgrader's late penalty, as its export
-                    scores[lab, learner] = max(submission.score - submission.late_submission_penalty, 0)
+                    submission = gb.find_submission(lab, learner)
                 except MissingEntry:
-                    scores[lab, learner] = None
+                    submission = None
+                scores[lab, learner] = _points(submission)
     late = {lab: due.late(lab, course) for lab in labs}
     rows, missing = [], []
     for learner in learners:
