@@ -44,11 +44,6 @@ PYTORCH_TEXTS = ("Allocator backend parsed at runtime != allocator backend parse
                  "Summary of segments >=", "B allocated, ", "segments: ", "total_reserved: ", "total_allocated: ",
                  "total_free: ", "Legend:", "a-z: pages filled with a single block's content")
 POLICY_NAMES = policy_names()
-# Chapters whose outputs still hold short English labels (english_words.english_labels: a column heading
-# "peak reserved", a row's "ok", "step 3", the cost model's English source notes), measured on this
-# checkout with ../shared/traces; for these the scan looks for sentences only.  A chapter leaves the list
-# when its labels go through course.say/words/term; the strict xfail below then fails, so it cannot go stale.
-LABELS_LEFT: list = []      # none left: every Chinese chapter is scanned for labels too
 
 
 def english_lines(text: str, labels: bool = True) -> list:
@@ -73,17 +68,8 @@ def test_a_chinese_chapter_prints_no_english_sentence(name):
     run, _ = execute_notebook(ROOT / "chapters" / "zh" / name)
     text = outputs_text(run)
     assert re.search(r"[\u4e00-\u9fff]", text)
-    bad = english_lines(text, labels=name not in LABELS_LEFT)
+    bad = english_lines(text)
     assert not bad, f"zh/{name} printed English: " + " | ".join(bad[:10])
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="short English labels not yet said in Chinese (LABELS_LEFT)")
-@pytest.mark.parametrize("name", LABELS_LEFT)
-def test_the_chapters_left_still_print_short_english_labels(name):
-    run, _ = execute_notebook(ROOT / "chapters" / "zh" / name)
-    bad = english_lines(outputs_text(run))
-    assert not bad, f"zh/{name} printed English labels: " + " | ".join(bad[:10])
 
 
 def test_the_scan_finds_an_english_line_and_spares_pytorchs_own():
