@@ -48,13 +48,30 @@ def test_every_english_section_has_its_chinese():
     assert not absent, f"README.zh-CN.md lacks the sections {absent}"
 
 
-def test_no_number_of_the_english_readme_is_lost():
-    english = prose_numbers((ROOT / "README.md").read_text(encoding="utf-8"))
-    chinese_text = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
-    chinese = prose_numbers(chinese_text)
-    lost = sorted(n for n in english - chinese
+def lost_figures(english_text: str, chinese_text: str) -> list:
+    """The English page's figures the Chinese one does not state (a "3 s" may read "3 秒")."""
+    english, chinese = prose_numbers(english_text), prose_numbers(chinese_text)
+    return sorted(n for n in english - chinese
                   if n.replace(" ", "") not in chinese_text.replace(" ", "")
                   and not (n.endswith(" s") and n[:-2] + " 秒" in chinese_text))
+
+
+def missing_links(text: str, folder: Path) -> list:
+    """The relative link targets of a page that are not files beside it (folder: the page's own)."""
+    return [target for target in re.findall(r"\]\(([^)\s:#]+)(?:#[^)]*)?\)", text)
+            if not (folder / target).exists()]
+
+
+def english_sentences(text: str) -> list:
+    """Runs of English words left in a Chinese page's prose (code, links, quotes and table code excepted)."""
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    prose = re.sub(r"^\|.*$", lambda m: re.sub(r"`[^`]*`", "", m.group(0)), prose, flags=re.M)
+    return catalog.english_runs(prose, catalog.NAMES)
+
+
+def test_no_number_of_the_english_readme_is_lost():
+    lost = lost_figures((ROOT / "README.md").read_text(encoding="utf-8"),
+                        (ROOT / "README.zh-CN.md").read_text(encoding="utf-8"))
     assert not lost, f"figures of README.md missing from README.zh-CN.md: {lost}"
 
 
@@ -70,8 +87,6 @@ def test_start_here_in_both_languages_linked_both_ways():
 def test_the_chinese_pages_links_resolve_and_hold_no_english_sentence():
     for name in ("README.zh-CN.md", "START_HERE.zh-CN.md"):
         text = (ROOT / name).read_text(encoding="utf-8")
-        for target in re.findall(r"\]\(([^)\s:#]+)(?:#[^)]*)?\)", text):
-            assert (ROOT / target).exists(), f"{name} links to a missing file: {target}"
-        prose = re.sub(r"```.*?```", "", text, flags=re.S)
-        prose = re.sub(r"^\|.*$", lambda m: re.sub(r"`[^`]*`", "", m.group(0)), prose, flags=re.M)
-        assert catalog.english_runs(prose, catalog.NAMES) == [], name
+        gone = missing_links(text, ROOT)
+        assert not gone, f"{name} links to missing files: {gone}"
+        assert english_sentences(text) == [], name
