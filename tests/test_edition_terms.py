@@ -1,5 +1,6 @@
 """One term per concept: the glossary's "一个概念一个词" list names the word the course uses and the words it
-does not; no Chinese catalogue (chapters, labs, the tools), README.zh-CN.md or START_HERE.zh-CN.md uses
+does not; no Chinese catalogue (chapters, labs, the tools), README.zh-CN.md, START_HERE.zh-CN.md or the
+instructors' guides (labs/, workshop/README.zh-CN.md) uses
 an avoided word outside code, links, fields and PyTorch's quoted texts."""
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def chinese_texts():
         for entry in polib.pofile(path):
             if entry.msgstr and not entry.obsolete:
                 yield Path(path).relative_to(ROOT).as_posix(), entry.msgstr
-    for name in ("README.zh-CN.md", "START_HERE.zh-CN.md", "chapters/zh/glossary.md"):
+    for name in ("README.zh-CN.md", "START_HERE.zh-CN.md", "labs/README.zh-CN.md", "workshop/README.zh-CN.md",
+                 "chapters/zh/glossary.md"):
         path = ROOT / name
         if path.exists():
             text = path.read_text(encoding="utf-8")
