@@ -41,7 +41,7 @@ STAGE = ROOT / "_build" / "site-src"
 OUT = ROOT / "_build" / "html"
 HOME = "START_HERE.md"                              # the learner's start page: the site opens on it
 ZH = "zh"                                           # the Chinese edition's folder (allocator_ref/editions)
-ZH_PAGES = ("README.zh-CN.md", "chapters/zh/glossary.md")  # its entry page and glossary
+ZH_PAGES = ("README.zh-CN.md", "chapters/zh/glossary.md", "labs/README.zh-CN.md", "workshop/README.zh-CN.md")
 GUIDES = ("labs/README.md", "workshop/README.md")  # the instructors' section, with the README
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
