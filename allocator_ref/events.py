@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Iterable, Optional
@@ -56,6 +57,17 @@ FAILED_CALL = "oom"                                   # a user's malloc that fai
 ANNOUNCES = ("snapshot", "oom")                       # reports: no memory changes hands
 EXPANDABLE = ("segment_map", "segment_unmap")         # only expandable segments make these
 RESERVED_CHANGE = {**{a: 1 for a in NEW_MEMORY}, **{a: -1 for a in RELEASES}}   # sign on memory_reserved()
+
+# Reported a moment before the change they announce, so a trace listener that reads the block map
+# sees the state before it (c10/cuda/CUDACachingAllocator.cpp): alloc_block records SEGMENT_ALLOC
+# before the new block joins a pool, free_block records FREE_COMPLETED before try_merge_blocks, and
+# release_block records SEGMENT_FREE before cudaFree and pool->blocks.erase.  ``after_event`` below
+# gives them their effect; every picture and total "after event i" goes through it.
+ANNOUNCED_BEFORE = ("segment_alloc", "free_completed", "segment_free")
+# memory_stats()' counters lag on another set: alloc_found_block raises allocated_bytes after
+# record_trace(ALLOC), free_block lowers active_bytes after FREE_COMPLETED, release_block lowers
+# reserved_bytes after SEGMENT_FREE (and alloc_block raises reserved_bytes *before* SEGMENT_ALLOC).
+COUNTED_AFTER = ("alloc", "free_completed", "segment_free")
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep     # allocator_ref/
@@ -215,3 +227,105 @@ class TraceRecorder:
 
     def dicts(self) -> list[dict]:
         return [e.to_dict() for e in self.entries]
+
+
+# ---------------------------------------------------------------- the state right after an event
+
+SMALL_SEGMENT = 2 * 2**20     # kSmallBuffer: every small-pool segment is exactly 2 MiB, no large one is
+
+
+def after_event(event: dict, segment: Optional[dict]) -> Optional[dict]:
+    """The segment that holds ``event``'s address right *after* the event, from ``segment``, the one
+    read while the allocator reported it (None: no segment there then; None back: none there now).
+
+    The one place that gives an event of ``ANNOUNCED_BEFORE`` its effect (a snapshot dict, as
+    ``DeviceCachingAllocator::snapshot`` writes it); every other event is already done when reported.
+    """
+    action = event.get("action")
+    if action not in ANNOUNCED_BEFORE:
+        return segment
+    if action == "segment_alloc":
+        return segment if segment is not None else fresh_segment(event)
+    if action == "segment_free":
+        return None if segment is not None and segment["address"] == event["addr"] else segment
+    return _merged_at(segment, event["addr"]) if segment is not None else None      # free_completed
+
+
+def totals_after_event(action: str, size: int, totals: tuple, block_size: int = 0,
+                       shown_free: bool = False) -> tuple:
+    """(allocated, reserved, active) as the block map shows them right after an event, from
+    ``totals``, the allocator's counters read while it reported the event (``memory_stats``).
+
+    ``size`` is the event's; ``block_size`` that of the block at its address (``active_blocks``);
+    ``shown_free`` says the block map already shows that block free: a ``free_requested`` no other
+    stream holds back reads free at once (``block_state``), though its counters move at
+    ``free_completed``.  The counters' side of ``after_event``: the same moment, summed.
+    """
+    allocated, reserved, active = totals
+    if action in COUNTED_AFTER:
+        if action == "alloc":
+            return allocated + block_size, reserved, active + block_size
+        if action == "free_completed":
+            return allocated, reserved, active - block_size
+        return allocated, reserved - size, active                                   # segment_free
+    if action == "free_requested" and shown_free:
+        return allocated, reserved, active - block_size
+    return totals
+
+
+def fresh_segment(event: dict) -> dict:
+    """The segment a ``segment_alloc`` adds: one inactive block as big as the segment (``alloc_block``)."""
+    size = event.get("size", 0)
+    return {"device": event.get("device", 0), "address": event["addr"], "total_size": size,
+            "allocated_size": 0, "active_size": 0, "requested_size": 0, "stream": event.get("stream", 0),
+            "segment_type": "small" if size == SMALL_SEGMENT else "large",
+            "segment_pool_id": tuple(event.get("pool_id", (0, 0))), "is_expandable": False, "frames": [],
+            "blocks": [{"address": event["addr"], "size": size, "requested_size": 0,
+                        "state": "inactive", "frames": []}]}
+
+
+def _merged_at(segment: dict, addr: int) -> dict:
+    """``segment`` with the block at ``addr`` free and merged with its free neighbours (``free_block``).
+
+    The freed block absorbs them and keeps its own ``requested_size``, as ``try_merge_blocks`` leaves it.
+    PyTorch never leaves two free blocks side by side, so there is at most one on each side; other
+    designs can (stream_ordered keeps a neighbour freed on another stream apart), and then the free
+    blocks that follow are taken too, as the frames have always drawn it.
+    """
+    blocks = segment["blocks"]
+    k = bisect_left(blocks, addr, key=_address)
+    if k == len(blocks) or blocks[k]["address"] != addr:
+        return segment
+    i, j = k, k + 1
+    if i > 0 and blocks[i - 1]["state"] == "inactive":
+        i -= 1
+    while j < len(blocks) and blocks[j]["state"] == "inactive":
+        j += 1
+    merged = dict(blocks[k], address=blocks[i]["address"], state="inactive",
+                  size=sum(b["size"] for b in blocks[i:j]))
+    return with_blocks(segment, i, j, [merged])
+
+
+def with_blocks(segment: dict, i: int, j: int, new: list) -> dict:
+    """``segment`` with its blocks ``i:j`` replaced by ``new``; its totals follow (as ``snapshot`` adds them)."""
+    (a0, c0, r0), (a1, c1, r1) = _sums(segment["blocks"][i:j]), _sums(new)
+    return dict(segment, blocks=segment["blocks"][:i] + new + segment["blocks"][j:],
+                allocated_size=segment["allocated_size"] - a0 + a1,
+                active_size=segment["active_size"] - c0 + c1,
+                requested_size=segment["requested_size"] - r0 + r1)
+
+
+def _sums(blocks: list) -> tuple[int, int, int]:
+    """(allocated, active, requested) bytes of some block dicts."""
+    allocated = active = requested = 0
+    for b in blocks:
+        if b["state"] == "active_allocated":
+            allocated += b["size"]
+        if b["state"] != "inactive":
+            active += b["size"]
+            requested += b["requested_size"]
+    return allocated, active, requested
+
+
+def _address(block: dict) -> int:
+    return block["address"]

@@ -6,13 +6,11 @@ event (``viz.record_frames``) answers that, but costs three times the replay its
 verify run of the engine (engine.py) reports :class:`VerifyFacts`:
 
 * the totals after each event come from the allocator's own counters
-  (``memory_allocated``/``memory_reserved``/``active_bytes``), read by a trace listener.  Three
-  events are reported a moment before the change they announce (the allocator records
-  ``alloc`` before ``stats.on_alloc_found_block``, ``free_completed`` before
-  ``on_free_block``, ``segment_free`` before it lowers ``reserved_bytes``, as PyTorch's
-  ``DeviceCachingAllocator`` does), so the listener adds that change itself, as the frames do
-  (``viz.frames.settle``); and a ``free_requested`` no other stream holds back shows its
-  block free at once, as the block map reads it;
+  (``memory_allocated``/``memory_reserved``/``active_bytes``), read by a trace listener while
+  the allocator reports the event.  Some counters move only after the report (PyTorch's
+  ``DeviceCachingAllocator`` does the same), so the listener hands its reading to
+  ``events.totals_after_event``, the one place that gives such events their effect (the
+  frames' block maps go through its sibling ``events.after_event``);
 * the block map at one event is kept during the run when the event is known beforehand
   (the recorded peak: ``capture_at``), else comes from a second engine run stopped right
   after it (``state_after``);
@@ -28,7 +26,7 @@ from typing import Optional
 
 from ..caching.snapshot import block_state
 from ..caching.stats import AGGREGATE
-from ..events import EXPANDABLE
+from ..events import EXPANDABLE, totals_after_event
 from .recording import DeviceRecording
 from .replay import TraceStepper
 
@@ -61,23 +59,14 @@ class TotalsAfterEachEvent:
         if action == "snapshot":                 # a look at the state, not a change
             return
         stats = self.da.stats
-        allocated = stats.allocated_bytes[AGGREGATE].current
-        reserved = stats.reserved_bytes[AGGREGATE].current
-        active = stats.active_bytes[AGGREGATE].current
-        if action == "alloc":                    # counted right after it is recorded
-            size = self.da.active_blocks[entry.addr].size
-            allocated += size
-            active += size
-        elif action == "free_completed":         # the block leaves active right after
-            active -= self.da.active_blocks[entry.addr].size
-        elif action == "free_requested":
-            # A free no other stream holds back is shown free at once (the block map reads the
-            # block's state: block_state), though the counters move at its free_completed.
-            block = self.da.active_blocks[entry.addr]
-            if block_state(block) == "inactive":
-                active -= block.size
-        elif action == "segment_free":           # reserved drops right after
-            reserved -= entry.size
+        counted = (stats.allocated_bytes[AGGREGATE].current, stats.reserved_bytes[AGGREGATE].current,
+                   stats.active_bytes[AGGREGATE].current)
+        block = self.da.active_blocks.get(entry.addr)       # the user's block, if the event names one
+        if block is None:
+            allocated, reserved, active = totals_after_event(action, entry.size, counted)
+        else:
+            allocated, reserved, active = totals_after_event(action, entry.size, counted, block.size,
+                                                             block_state(block) == "inactive")
         if len(self.actions) in self.capture_at and action in ("alloc", "oom"):
             # The last event of a malloc: the blocks already are what they are after it.
             self.captured_at[len(self.actions)] = self.allocator.segments(record=False)

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
 from ..editions.messages import translator
-from ..events import NEW_MEMORY
+from ..events import ANNOUNCED_BEFORE, NEW_MEMORY, after_event
 from .blockmap import segments_of
-from .segment_reader import SegmentFollower, can_follow, fresh_segment
+from .segment_reader import SegmentFollower, can_follow
 from .sizes import format_bytes, format_offset
 
 tr = translator("doctor")          # the captions in the reader's language (the snapshot tools' catalogue)
@@ -455,41 +455,16 @@ class _Muted:
 def settle(event: dict, segments: list) -> list:
     """The state just *after* ``event``, from a snapshot taken while the allocator reports it.
 
-    PyTorch's allocator (and ours, which follows it line by line) reports three
-    events a moment before the change they announce: ``segment_alloc`` before
-    the new segment joins a pool, ``free_completed`` before the block merges
-    with its free neighbours, ``segment_free`` before the segment leaves.  A
-    listener's snapshot therefore misses that change; apply it here so that
-    each frame shows what the event did.
+    PyTorch's allocator (and ours, which follows it line by line) reports some events a moment
+    before the change they announce (``events.ANNOUNCED_BEFORE``), so a listener's snapshot
+    misses that change: ``events.after_event`` applies it to the one segment it touches, and
+    this puts that segment back in the list, so each frame shows what the event did.
     """
-    action, addr = event.get("action"), event.get("addr")
-    if action == "segment_alloc" and _segment_at(segments, addr) is None:
-        return sorted(segments + [fresh_segment(event)], key=lambda s: s["address"])
-    if action == "segment_free":
-        return [s for s in segments if s["address"] != addr]
-    if action == "free_completed":
-        return [_merged(s, addr) if s is _segment_at(segments, addr) else s for s in segments]
-    return segments
-
-
-def _merged(segment: dict, addr: int) -> dict:
-    """``segment`` with the block at ``addr`` free and merged with free neighbours (try_merge_blocks)."""
-    blocks = [dict(b, state="inactive") if b["address"] == addr else b for b in segment["blocks"]]
-    kept = next((b.get("requested_size", 0) for b in blocks if b["address"] == addr), 0)
-    out: list = []
-    for block in blocks:
-        touches_freed = block["address"] == addr or (out and out[-1]["address"] <= addr < block["address"])
-        if out and touches_freed and out[-1]["state"] == block["state"] == "inactive":
-            # the freed block absorbs its neighbour and keeps its own requested_size, as in PyTorch
-            out[-1] = dict(out[-1], size=out[-1]["size"] + block["size"], requested_size=kept)
-        else:
-            out.append(block)
-    return _with_totals(segment, out)
-
-
-def _with_totals(segment: dict, blocks: list) -> dict:
-    active = [b for b in blocks if b["state"] != "inactive"]
-    return dict(segment, blocks=blocks,
-                allocated_size=sum(b["size"] for b in blocks if b["state"] == "active_allocated"),
-                active_size=sum(b["size"] for b in active),
-                requested_size=sum(b.get("requested_size", 0) for b in active))
+    if event.get("action") not in ANNOUNCED_BEFORE:
+        return segments
+    old = _segment_at(segments, event["addr"])
+    new = after_event(event, old)
+    if new is old:
+        return segments
+    kept = [s for s in segments if s is not old]
+    return kept if new is None else sorted(kept + [new], key=lambda s: s["address"])

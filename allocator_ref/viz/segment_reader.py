@@ -8,10 +8,10 @@ block and its neighbours (a split, a merge), or adds or drops one segment.
 those blocks from the allocator's block chain (``Block.prev``/``Block.next``, the links
 ``try_merge_blocks`` maintains).
 
-Reading the state while the allocator *reports* an event has one catch, which
-``frames.settle`` explains: ``segment_alloc``, ``free_completed`` and ``segment_free`` are
-reported a moment before their change.  The follower applies that change itself, and at the
-next event re-reads the segment from the allocator, where the change has then happened.
+Reading the state while the allocator *reports* an event has one catch: some events are
+reported a moment before their change (``events.ANNOUNCED_BEFORE``).  The follower hands the
+segment it read to ``events.after_event``, which applies that change, and at the next event
+re-reads the segment from the allocator, where the change has then happened.
 Expandable segments' ``segment_map``/``segment_unmap`` reshape the mapped ranges (one range
 can become two): after those the follower reads everything again (such events are few).
 """
@@ -23,22 +23,10 @@ from typing import Any, Optional
 from sortedcontainers import SortedList
 
 from ..caching.snapshot import block_state
+from ..events import ANNOUNCED_BEFORE, after_event, with_blocks
 from .blockmap import segments_of
 
 _READ_AGAIN = ("segment_map", "segment_unmap")     # reported after the change: re-read all
-SMALL_SEGMENT = 2 * 2**20     # kSmallBuffer: every small-pool segment is exactly 2 MiB, no large one is
-
-
-def fresh_segment(event: dict) -> dict:
-    """The segment a ``segment_alloc`` event adds: one inactive block as big as the segment
-    (what ``alloc_block`` creates; ``frames.settle`` and the follower both apply it)."""
-    size = event.get("size", 0)
-    return {"device": event.get("device", 0), "address": event["addr"], "total_size": size,
-            "allocated_size": 0, "active_size": 0, "requested_size": 0, "stream": event.get("stream", 0),
-            "segment_type": "small" if size == SMALL_SEGMENT else "large",
-            "segment_pool_id": tuple(event.get("pool_id", (0, 0))), "is_expandable": False, "frames": [],
-            "blocks": [{"address": event["addr"], "size": size, "requested_size": 0,
-                        "state": "inactive", "frames": []}]}
 
 
 def can_follow(allocator: Any) -> bool:
@@ -127,20 +115,22 @@ class SegmentFollower:
         return changed, gone
 
     def _settle(self, event: dict, changed: dict, gone: tuple) -> tuple:
-        """Apply the change of an event reported before it happens (see ``frames.settle``)."""
-        action, addr = event.get("action"), event.get("addr")
-        if action == "segment_alloc" and self._segment_of(addr) is None:
-            changed[addr] = self.segments[addr] = fresh_segment(event)
-            self.starts.add(addr)
-        elif action == "segment_free" and addr in self.segments:
-            del self.segments[addr]
-            self.starts.remove(addr)
-            changed.pop(addr, None)
-            gone += (addr,)
-        elif action == "free_completed":
-            seg = self._segment_of(addr)
-            if seg is not None:
-                changed[seg["address"]] = self.segments[seg["address"]] = _merge_at(seg, addr)
+        """Apply the change of an event reported before it happens (``events.after_event``)."""
+        if event.get("action") not in ANNOUNCED_BEFORE:
+            return gone
+        old = self._segment_of(event["addr"])
+        new = after_event(event, old)
+        if new is old:
+            return gone
+        if old is not None and (new is None or new["address"] != old["address"]):
+            del self.segments[old["address"]]
+            self.starts.remove(old["address"])
+            changed.pop(old["address"], None)
+            gone += (old["address"],)
+        if new is not None:
+            if new["address"] not in self.segments:
+                self.starts.add(new["address"])
+            changed[new["address"]] = self.segments[new["address"]] = new
         return gone
 
 
@@ -149,29 +139,6 @@ class SegmentFollower:
 def _block_dict(block: Any) -> dict:
     return {"address": block.ptr, "size": block.size, "requested_size": block.requested_size,
             "state": block_state(block), "frames": list(block.frames)}
-
-
-def _sums(blocks: list) -> tuple[int, int, int]:
-    """(allocated, active, requested) bytes of some block dicts, as ``segments()`` adds them."""
-    allocated = active = requested = 0
-    for b in blocks:
-        if b["state"] == "active_allocated":
-            allocated += b["size"]
-        if b["state"] != "inactive":
-            active += b["size"]
-            requested += b["requested_size"]
-    return allocated, active, requested
-
-
-def _with_blocks(segment: dict, i: int, j: int, new: list) -> dict:
-    """``segment`` with its blocks ``i:j`` replaced by ``new`` (the totals follow)."""
-    old = segment["blocks"][i:j]
-    a0, c0, r0 = _sums(old)
-    a1, c1, r1 = _sums(new)
-    return dict(segment, blocks=segment["blocks"][:i] + new + segment["blocks"][j:],
-                allocated_size=segment["allocated_size"] - a0 + a1,
-                active_size=segment["active_size"] - c0 + c1,
-                requested_size=segment["requested_size"] - r0 + r1)
 
 
 def _patch(allocator: Any, segment: dict, block: Any) -> Optional[dict]:
@@ -210,7 +177,7 @@ def _patch(allocator: Any, segment: dict, block: Any) -> Optional[dict]:
             j += 1
             if j > len(blocks):
                 return None
-    return _with_blocks(segment, i, j, [_block_dict(b) for b in _chain(lo, hi)])
+    return with_blocks(segment, i, j, [_block_dict(b) for b in _chain(lo, hi)])
 
 
 def _chain(lo: Any, hi: Any) -> list:
@@ -223,24 +190,3 @@ def _chain(lo: Any, hi: Any) -> list:
 
 def _address(block: dict) -> int:
     return block["address"]
-
-
-def _merge_at(segment: dict, addr: int) -> dict:
-    """``segment`` with the block at ``addr`` free and merged with free neighbours (``free_block``).
-
-    The freed block absorbs its neighbours and keeps its own ``requested_size``, as
-    ``try_merge_blocks`` leaves it.
-    """
-    blocks = segment["blocks"]
-    k = bisect_left(blocks, addr, key=_address)
-    if k == len(blocks) or blocks[k]["address"] != addr:
-        return segment
-    i, j = k, k + 1
-    if i > 0 and blocks[i - 1]["state"] == "inactive":
-        i -= 1
-    if j < len(blocks) and blocks[j]["state"] == "inactive":
-        j += 1
-    freed = blocks[k]
-    merged = dict(freed, address=blocks[i]["address"], state="inactive",
-                  size=sum(b["size"] for b in blocks[i:j]))
-    return _with_blocks(segment, i, j, [merged])
