@@ -25,6 +25,7 @@ from pathlib import Path
 from .editions.messages import translator
 from .editions.language import LANGUAGES   # the --lang choices
 from .textsafe import EscapingWriter
+from .units import percent_of
 
 tr = translator("doctor")          # the doctor's own lines (its report carries its words)
 
@@ -135,7 +136,9 @@ def _cell(text: str, width: int, right: bool = False) -> str:
 def _print_replay(result, out=None) -> None:
     out = out or sys.stdout                  # at call time: main() wraps it (textsafe.EscapingWriter)
     j = result.to_json()
-    mode = tr("verify against PyTorch") if result.verify else tr("what-if")
+    # A course-made file records the course's simulated decisions (provenance.py): never call them PyTorch's.
+    mode = (tr("what-if") if not result.verify else tr("verify against the course's recorded run")
+            if result.course_made else tr("verify against PyTorch"))
     print(tr("{source}: {mode}, policy {policy}, config {config} (simulated device)", source=result.source,
              mode=mode, policy=result.policy, config=repr(result.config or tr("(default)"))), file=out)
     several = len(result.devices) > 1
@@ -147,9 +150,9 @@ def _print_replay(result, out=None) -> None:
         print(tr("  private pools kept: {pools} ({n} requests routed into them)",
                  pools=", ".join(map(str, j["pools"])), n=j["pool_requests"]), file=out)
     if result.verify:
-        pct = 100.0 * j["allocs_exact"] / j["allocs"] if j["allocs"] else 100.0
-        print(tr("  allocations at PyTorch's address: {exact}/{allocs} ({pct}%)", exact=j["allocs_exact"],
-                 allocs=j["allocs"], pct=f"{pct:.1f}"), file=out)
+        counts = dict(exact=j["allocs_exact"], allocs=j["allocs"], pct=percent_of(j["allocs_exact"], j["allocs"]))
+        print(tr("  allocations at the recorded address: {exact}/{allocs} ({pct}%)", **counts) if result.course_made
+              else tr("  allocations at PyTorch's address: {exact}/{allocs} ({pct}%)", **counts), file=out)
         print(tr("  segment allocs/maps: {made} made, {expected} in the trace", made=j["segment_allocs_made"],
                  expected=j["segment_allocs_expected"]), file=out)
         print(tr("  segment frees/unmaps: {made} made, {expected} in the trace", made=j["segment_frees_made"],
@@ -183,7 +186,7 @@ def _print_devices(result, out) -> None:
         else:
             what = tr("{events} events replayed, {exact}/{allocs} allocations exact{looked}", events=d.events,
                       exact=d.allocs_exact, allocs=d.allocs, looked=looked)
-        verdict = tr("verified") if d.final_state_equal else tr("NOT verified")
+        verdict = tr("verified") if d.reproduced else tr("NOT verified")
         print(tr("  device {device}: {what}: {verdict}", device=d.device, what=what, verdict=verdict), file=out)
         for line in (d.final_state_diff.splitlines() if not d.final_state_equal else [])[:5]:
             print(f"    {line}", file=out)

@@ -20,3 +20,19 @@ def format_bytes(n: int) -> str:
         if abs(value) < 1024 or unit == _UNITS[-1]:
             return f"{value:.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+def percent_of(part: int, whole: int) -> str:
+    """``part`` as a share of ``whole``, one decimal, never rounded onto 0 or 100 it did not reach.
+
+    2057 of 2058 is '99.9', not '100.0' (a report that says 100.0% of allocations matched, beside
+    "Reproduced: NO", says two things at once); 1 of 5000 is '0.1', not '0.0'.  An empty whole is '100.0'
+    (nothing to match, nothing missed)."""
+    if whole <= 0 or part == whole:
+        return "100.0"
+    if part == 0:
+        return "0.0"
+    text = f"{100.0 * part / whole:.1f}"
+    if text == "100.0":
+        return "99.9"
+    return "0.1" if text == "0.0" else text

@@ -4,6 +4,7 @@ The snapshots live in ../shared/traces (real runs on real GPUs, see PROVENANCE.m
 they are read from there and never copied into the repository.
 """
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -197,3 +198,45 @@ def test_what_if_counts_the_device_allocations_it_made():
         stats = fresh.memory_stats()
         assert r.to_json()["segment_allocs_made"] == stats["num_device_alloc"] > 0
         assert r.to_json()["segment_frees_made"] == stats["num_device_free"]
+
+
+def _one_decision_moved(tmp_path, allocs: int = 2100) -> Path:
+    """A course run of ``allocs`` mallocs whose trace has one allocation moved 512 B off the address
+    the allocator gave it (a decision the reference would not make), freed before the snapshot, so
+    the final state still equals the snapshot's segments."""
+    allocator = CachingAllocator(SimDevice("h100-80gb"))
+    allocator.record_memory_history(enabled="all")
+    for i in range(allocs):
+        allocator.free(allocator.malloc(2**20 + 512 * (i % 7)))
+    snap = allocator.snapshot()
+    trace = snap["device_traces"][0]
+    moved = [i for i, e in enumerate(trace) if e["action"] == "alloc"][allocs // 2]
+    addr = trace[moved]["addr"]
+    for entry in trace[moved:moved + 3]:          # its alloc, free_requested, free_completed
+        assert entry["addr"] == addr
+        entry["addr"] = addr + 512
+    return save_snapshot(snap, tmp_path / "moved.pickle")
+
+
+def test_a_device_with_one_decision_not_reproduced_is_not_called_verified(tmp_path):
+    """replay --verify's device line says "verified" only when the replay reproduced the device (no
+    divergence, every allocation exact, final state equal): an equal final state alone proved nothing
+    here; and 2,099 of 2,100 is 99.9%, never rounded up to 100.0% beside a divergence."""
+    path = _one_decision_moved(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "allocator_ref", "replay", str(path), "--verify"],
+                          capture_output=True, text=True, env={**os.environ, "ALLOCATOR_REF_LANG": "en"})
+    assert proc.returncode == 1, proc.stderr
+    assert "final state equals the snapshot's segments: True" in proc.stdout
+    assert "verify against the course's recorded run" in proc.stdout      # the course's run, not PyTorch's
+    assert "allocations at the recorded address: 2099/2100 (99.9%)" in proc.stdout
+    device = [line for line in proc.stdout.splitlines() if line.strip().startswith("device 0:")]
+    assert device and device[0].rstrip().endswith("NOT verified"), proc.stdout
+    doctor = subprocess.run([sys.executable, "-m", "allocator_ref", "doctor", str(path)],
+                            capture_output=True, text=True, env={**os.environ, "ALLOCATOR_REF_LANG": "en"})
+    assert "Reproduced: NO -- 2,099/2,100 allocations at the recorded address (99.9%)" in doctor.stdout, doctor.stdout
+
+
+def test_a_share_is_never_rounded_onto_a_whole_it_did_not_reach():
+    from allocator_ref.units import percent_of
+    assert [percent_of(p, w) for p, w in ((2057, 2058), (1, 5000), (0, 10), (10, 10), (0, 0), (1, 3))] == \
+        ["99.9", "0.1", "0.0", "100.0", "100.0", "33.3"]

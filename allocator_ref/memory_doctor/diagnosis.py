@@ -25,6 +25,7 @@ from ..device.sizing import profile_for_snapshot
 from ..editions.messages import translator
 from ..trace.device_traces import device_events
 from ..trace.recording import load_recording
+from ..units import percent_of
 from .replay_facts import CALL_ACTIONS, replay_facts
 from .device_words import CUDA, DeviceWords
 
@@ -380,11 +381,11 @@ def reproduced_line(summary: dict, verified: bool, words: DeviceWords = CUDA, co
     if not summary.get("allocs"):
         return tr("Reproduced: {answer} -- the trace has no allocation to compare address by address; final state "
                   "equal: {equal}", answer=answer, equal=equal)
-    pct = 100.0 * summary["allocs_exact"] / summary["allocs"]
+    pct = percent_of(summary["allocs_exact"], summary["allocs"])
     if course:
         return tr("Reproduced: {answer} -- {exact}/{allocs} allocations at the recorded address ({pct}%), final "
                   "state equal: {equal}", answer=answer, exact=f"{summary['allocs_exact']:,}",
-                  allocs=f"{summary['allocs']:,}", pct=f"{pct:.1f}", equal=equal)
+                  allocs=f"{summary['allocs']:,}", pct=pct, equal=equal)
     return tr("Reproduced: {answer} -- {exact}/{allocs} allocations at {library}'s address ({pct}%), final state "
               "equal: {equal}", answer=answer, exact=f"{summary['allocs_exact']:,}", allocs=f"{summary['allocs']:,}",
-              pct=f"{pct:.1f}", equal=equal, library=words.library)
+              pct=pct, equal=equal, library=words.library)

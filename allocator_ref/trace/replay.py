@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional
 
 from ..caching.allocator import CachingAllocator
 from ..device.sizing import fit_profile, most_reserved
+from ..provenance import course_made
 from .engine import Engine
 from .recording import load_recording, recorded_config
 from .replay_report import Divergence, ReplayResult
@@ -90,7 +91,7 @@ def replay(snapshot: Any, allocator_factory: Optional[Callable] = None, *, confi
             raise SnapshotError(message if message.startswith(f"{source}: ") else f"{source}: {message}") from None
         result.snapshot_entries = dev.snapshot_entries
         devices.append(result)
-    return ReplayResult(source, policy, config, verify, devices)
+    return ReplayResult(source, policy, config, verify, devices, course_made(recording.snapshot))
 
 
 class TraceStepper:

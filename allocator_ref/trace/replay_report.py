@@ -62,6 +62,14 @@ class DeviceReplay:
     def allocs_exact_pct(self) -> float:
         return 100.0 * self.allocs_exact / self.allocs if self.allocs else 100.0
 
+    @property
+    def reproduced(self) -> bool:
+        """This device's replay matched PyTorch: no divergence, every allocation at its recorded
+        address and the final state equal (an equal final state alone proves little: an empty
+        snapshot equals an empty replay whatever happened in between)."""
+        return (self.first_divergence is None and self.allocs_exact == self.allocs
+                and self.final_state_equal is True)
+
 
 @dataclass
 class ReplayResult:
@@ -70,6 +78,7 @@ class ReplayResult:
     config: str
     verify: bool
     devices: list
+    course_made: bool = False      # the course recorded it (provenance.py): its decisions are not PyTorch's
 
     def _sum(self, name: str) -> int:
         return sum(getattr(d, name) for d in self.devices)
