@@ -88,6 +88,8 @@ def test_a_reference_snapshot_round_trips_and_replays_exactly(tmp_path):
     report = replay(loaded, verify=True, progress=False).to_json()
     assert report["allocs_exact"] == report["allocs"] == 60
     assert report["final_state_equal"] is True
+    from allocator_ref.memory_doctor import doctor
+    assert "not proven to be the run's" not in doctor(path).text()     # reproduced: no caveat
 
 
 def test_mid_run_reference_trace_rebuilds_its_start(tmp_path):
@@ -234,6 +236,11 @@ def test_a_device_with_one_decision_not_reproduced_is_not_called_verified(tmp_pa
     doctor = subprocess.run([sys.executable, "-m", "allocator_ref", "doctor", str(path)],
                             capture_output=True, text=True, env={**os.environ, "ALLOCATOR_REF_LANG": "en"})
     assert "Reproduced: NO -- 2,099/2,100 allocations at the recorded address (99.9%)" in doctor.stdout, doctor.stdout
+    # its peaks are the reference's replay, not the run's, and the report says so where they start
+    peaks = doctor.stdout.split("PEAKS\n", 1)[1].splitlines()[0]
+    divergence = json.loads(subprocess.run([sys.executable, "-m", "allocator_ref", "replay", str(path), "--verify",
+                                            "--json"], capture_output=True, text=True).stdout)["first_divergence"]
+    assert f"departs from the recorded decisions at trace event {divergence['index']:,}" in peaks, peaks
 
 
 def test_a_share_is_never_rounded_onto_a_whole_it_did_not_reach():

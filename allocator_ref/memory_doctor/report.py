@@ -192,6 +192,8 @@ class DoctorReport:
         if v.line:
             out += ["", "  " + v.line]
         out += ["", tr("PEAKS")]
+        if not d.verified:          # the replay's figures, not the run's: say so before the first of them
+            out.append(_unproven(d.verify_summary))
         start = tr("when recording began, before event 0")
         out.append(tr("  live tensors (memory_allocated) peaked at {peak} ({at})", peak=format_bytes(d.peak_allocated),
                       at=start if d.peak_allocated_at < 0 else tr("event {at}", at=f"{d.peak_allocated_at:,}")))
@@ -414,6 +416,18 @@ class DoctorReport:
 
     def _repr_html_(self) -> str:
         return "<pre>" + _escape(self.text()) + "</pre>"
+
+
+def _unproven(summary: dict) -> str:
+    """The caveat over every figure of a replay that did not reproduce the run (the verdict gives no advice;
+    the peaks and holdings below are still the reference allocator's, which is all a reader can check)."""
+    divergence = summary.get("first_divergence")
+    if divergence is not None:
+        return tr("  (these figures and those below are the reference allocator's replay, which departs from the "
+                  "recorded decisions at trace event {at}: they are not proven to be the run's)",
+                  at=f"{divergence['index']:,}")
+    return tr("  (these figures and those below are the reference allocator's replay, whose final state differs "
+              "from the snapshot's: they are not proven to be the run's)")
 
 
 def whatif_line(r: Remedies) -> str:
