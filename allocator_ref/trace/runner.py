@@ -71,6 +71,7 @@ class Runner:
         out.device_calls = self.stage.device_calls()
         out.device_call_us = float(c.api_time_us)
         out.syncs = int(c.implicit_syncs)
+        out.largest_segment = getattr(self.stage.device, "largest_malloc", 0)
         stats = a.memory_stats() if hasattr(a, "memory_stats") else {}
         out.alloc_retries = int(stats.get("num_alloc_retries", 0))
         return out
