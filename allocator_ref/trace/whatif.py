@@ -69,6 +69,7 @@ class Program:
     ooms: list                    # trace positions of the refused requests
     start: Optional[object] = None    # the rebuilt state at the first event (rebuild.InitialState), once
     completion_at: Optional[dict] = None   # where each deferred free completes (engine._completions), once
+    pool_at: Optional[dict] = None         # the private pool of each malloc routed to one (runner._pools), once
     recording: Optional[DeviceRecording] = None   # the device's recording the program was read off
     # Nothing read off a verify replay (calls_of): each design is asked for the live blocks at
     # the first event, and a free pending then completes by its guard stream's own work.
