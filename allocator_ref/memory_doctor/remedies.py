@@ -322,8 +322,11 @@ class Run:
     profile: str = "h100-80gb"
 
 
-def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[int] = None) -> Trial:
-    """Replay the program under ``trial`` on a GPU of ``usable`` bytes and fill in what it measured."""
+def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[int] = None,
+              fits_only: bool = False) -> Trial:
+    """Replay the program under ``trial`` on a GPU of ``usable`` bytes and fill in what it measured.
+    ``fits_only``: the caller reads ``fits`` alone, so the replay stops at the first out-of-memory
+    error (the rest of the run cannot make it fit); its other figures are then partial."""
     if trial.skipped:
         return trial
     factory = None
@@ -338,7 +341,7 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
     try:
         out: Anchored = anchored_replay(run.events, run.finals, run.program, config=config, policy=trial.policy,
                                         usable=usable, profile=run.profile, index=run.device,
-                                        allocator_factory=factory)
+                                        allocator_factory=factory, until_oom=fits_only)
     except (ValueError, RuntimeError, CudaError) as exc:
         # A replay that cannot go on (the setting refuses the recorded state, a device call the
         # model forbids) is reported on its row, never raised: the other rows still answer.
@@ -422,7 +425,7 @@ def find_extra_needed(remedies: Remedies, run: Run, at_least: int = 0, precision
     recorded = remedies.recorded
 
     def fits(extra: int) -> bool:
-        probe = run_trial(Trial("probe", "", recorded.config), run, remedies.target + extra)
+        probe = run_trial(Trial("probe", "", recorded.config), run, remedies.target + extra, fits_only=True)
         remedies.search.append((extra, bool(probe.fits)))
         return bool(probe.fits)
 

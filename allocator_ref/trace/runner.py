@@ -40,9 +40,10 @@ class Runner:
         self.out: Optional[Anchored] = None
         self._frames: Optional[list] = None   # a program with stacks: the stack of the call being replayed
 
-    def run(self, program, deadline: Optional[float] = None) -> Anchored:
+    def run(self, program, deadline: Optional[float] = None, until_oom: bool = False) -> Anchored:
         """Replay ``program`` from the state at the first event; what it measured, sample by sample.
-        Past ``deadline`` (time.monotonic()) it raises PastDeadline."""
+        Past ``deadline`` (time.monotonic()) it raises PastDeadline.  ``until_oom``: stop at the
+        first out-of-memory error (a caller that asks only whether the run fits has its answer)."""
         self.out = Anchored([], [], [])
         self._done_at = _completions(program)
         self._pool_at = _pools(program, self.stage.pools, self.events)
@@ -67,7 +68,7 @@ class Runner:
         a, out = self.stage.allocator, self.out
         out.peak_reserved, out.peak_allocated = a.memory_reserved(), a.memory_allocated()
         out.fragmentation = out.peak_reserved - out.peak_allocated
-        self._run_actions(program.actions, program.predicted, deadline)
+        self._run_actions(program.actions, program.predicted, deadline, until_oom or program.predicted)
         self._frames = None
         c = self.stage.device.counters
         out.device_calls = self.stage.device_calls()
@@ -154,7 +155,8 @@ class Runner:
             self.out.same_address += allocation.ptr == act.addr
         # A request PyTorch refused that fits here stays live: the run stopped there.
 
-    def _run_actions(self, actions: list, predicted: bool = False, deadline: Optional[float] = None) -> None:
+    def _run_actions(self, actions: list, predicted: bool = False, deadline: Optional[float] = None,
+                     until_oom: bool = False) -> None:
         """Every action in order, each followed by a sample of reserved and allocated (but a
         completion: its effect shows at the next process_events).  The hot loop of every
         what-if: a dozen of them run per doctor, so lookups are hoisted out of it and the
@@ -174,8 +176,8 @@ class Runner:
                 if predicted:
                     self._frames = act.frames
                 malloc(act)
-                if predicted and out.ooms:
-                    return                   # the run stopped there
+                if until_oom and out.ooms:
+                    return                   # the run stopped there (or the caller has its answer)
             elif kind == "free":
                 if predicted:
                     self._frames = None

@@ -203,12 +203,14 @@ def _standalone_completion(events: list, i: int) -> bool:
 
 def anchored_replay(events: list, finals: list, program: Program, *, config: str = "",
                     policy: Optional[str] = None, usable: Optional[int] = None, profile: str = "h100-80gb",
-                    index: int = 0, allocator_factory=None, recording: Optional[DeviceRecording] = None) -> Anchored:
+                    index: int = 0, allocator_factory=None, recording: Optional[DeviceRecording] = None,
+                    until_oom: bool = False) -> Anchored:
     """Replay ``program`` (from ``program_of``) from the state at the trace's first event.
 
     The runner (runner.py), on a GPU of ``usable``
     bytes (uncapped when None).  ``recording`` is the device's recording when the caller
-    holds one (``events`` and ``finals`` are then its own).
+    holds one (``events`` and ``finals`` are then its own).  ``until_oom``: stop at the first
+    out-of-memory error (Runner.run).
     """
     if recording is None:
         held = program.recording      # the device's recording, when the program was read off one
@@ -216,7 +218,7 @@ def anchored_replay(events: list, finals: list, program: Program, *, config: str
             device_recording(events, finals, config, index)
     runner = Runner(recording, config=config, policy=policy, profile=profile, factory=allocator_factory,
                     usable=UNCAPPED if usable is None else usable)
-    return runner.run(program)
+    return runner.run(program, until_oom=until_oom)
 
 
 def first_mismatch(recorded: list, run: Anchored) -> Optional[tuple]:
