@@ -48,7 +48,7 @@ from .replay_report import Anchored    # noqa: F401  (what an anchored replay me
 
 # ---------------------------------------------------------------- the program
 
-@dataclass
+@dataclass(slots=True)     # the runner reads these fields a dozen times per action in every what-if
 class Action:
     kind: str             # "malloc", "request" (the oom's request), "free", "complete", "process", "empty_cache"
     pos: int              # the trace event it stands for
