@@ -337,7 +337,6 @@ def cmd_doctor(args) -> int:
             output_file(args.html, "report.html")
         except ValueError as exc:
             raise ValueError(f"--html {exc}") from None
-    from .memory_doctor.ranks import doctor_ranks
     snapshots = args.snapshot
     if args.diff:                                     # two runs of one program: what changed
         if len(snapshots) != 2:
@@ -346,6 +345,7 @@ def cmd_doctor(args) -> int:
         from .memory_doctor.diff import doctor_diff
         report = doctor_diff(snapshots[0], snapshots[1], device=args.device, profile=args.profile)
     elif len(snapshots) > 1 or Path(snapshots[0]).is_dir():       # every rank of one job
+        from .memory_doctor.ranks import doctor_ranks         # (imported only then: statistics, hashlib)
         report = doctor_ranks(snapshots, args.device_memory, device=args.device, profile=args.profile)
     else:
         report = doctor(snapshots[0], args.device_memory, device=args.device, profile=args.profile)

@@ -119,3 +119,11 @@ def test_gpu_benchmark_runs_on_a_gpu(tmp_path):
     for name in ("cudaMalloc", "reference", "cupy_pool", "cudaMallocAsync"):
         assert name in data["allocators"]
     assert "error" not in data["allocators"]["reference"], data["allocators"]["reference"]
+
+
+def test_only_keeps_the_other_stored_results_in_the_report(quick_run):
+    # A rerun of one benchmark rewrites REPORT.md: the others' sections stay, read from their files.
+    out, _ = quick_run
+    bench_run.main(["--quick", "--out", str(out), "--only", "fragmentation"])
+    report = (out / "REPORT.md").read_text()
+    assert "Warm path" in report and "Replay" in report and "Fragmentation" in report

@@ -49,13 +49,8 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     out of memory, else the busiest).  ``profile`` names the simulated device the replays run on;
     without it, an H100 for a CUDA run and an Atlas 800T A2 for a torch_npu run (device_words.py).
     """
-    from .capacity import capacity_words, infer_capacity
-    from .diagnosis import diagnose, whatif_run
     from .device_words import words_for
-    from .npu_advice import npu_trials
-    from .remedies import context_reserve, prescribe
-    from .report import DoctorReport
-    from .shortage import judge_diagnosis
+    from .settled import settled
 
     if device_memory is not None and not (isinstance(device_memory, (int, float)) and device_memory > 0):
         raise ValueError(tr("device_memory is the GPU's size in GiB, a positive number; got {value}",
@@ -76,6 +71,23 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
         report = StateReport(diagnose_state(data, source, device, usable))
         report.seconds = time.perf_counter() - start
         return report
+    with settled():                      # the loaded run is left out of the collector's walks (settled.py)
+        report = _diagnose_and_prescribe(recording, device_memory, device, profile, remedies, words)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _diagnose_and_prescribe(recording, device_memory: Optional[float], device: Optional[int], profile: str,
+                            remedies: bool, words):
+    """The verify replay, its facts, and every remedy replayed: a DoctorReport (or a DevicesReport)."""
+    from .capacity import capacity_words, infer_capacity
+    from .diagnosis import diagnose, whatif_run
+    from .npu_advice import npu_trials
+    from .remedies import context_reserve, prescribe
+    from .report import DoctorReport
+    from .shortage import judge_diagnosis
+
+    start = time.perf_counter()
     if device is None:
         # Several devices and none ran out of memory: each device with events is diagnosed.
         busy = sorted(recording.devices_with_events, key=lambda i: -len(recording.device(i).events))
@@ -115,9 +127,7 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
     if diag.verified and diag.judgement is None:       # remedies not asked for: the rule still reads the run
         asked = None if device_memory is None else int(device_memory * GiB) - context_reserve(profile)
         diag.judgement = judge_diagnosis(diag, asked, asked=asked is not None)
-    report = DoctorReport(diag, plan, DoctorReport.decide(diag, plan), capacity=capacity)
-    report.seconds = time.perf_counter() - start
-    return report
+    return DoctorReport(diag, plan, DoctorReport.decide(diag, plan), capacity=capacity)
 
 
 def _single_event(recording, device: Optional[int]) -> bool:

@@ -164,10 +164,9 @@ def device_snapshot(snapshot: dict, device: int) -> dict:
                 segments=[s for s in snapshot.get("segments", []) if s.get("device", 0) == device])
 
 
-def _focus_device(snapshot: dict) -> int:
-    """The device the doctor looks at: the one that ran out of memory, else the busiest."""
-    # 'snapshot' entries are looks, not events (trace/device_traces.py): a device with only those has none.
-    traces = [device_events(snapshot, i) for i in range(len(snapshot.get("device_traces", [])))]
+def _focus_device(traces: list) -> int:
+    """The device the doctor looks at (``traces``: each device's events): the one that ran out of
+    memory, else the busiest."""
     for i, events in enumerate(traces):
         if any(e.get("action") == "oom" for e in events):
             return i
@@ -205,9 +204,10 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
     """
     recording = load_recording(snapshot)          # checked once; a Recording comes back as it is
     source, snapshot = recording.source, recording.snapshot
-    if device is None:
-        device = _focus_device(snapshot)
+    # 'snapshot' entries are looks, not events (trace/device_traces.py): a device with only those has none.
     traces = [device_events(snapshot, i) for i in range(len(snapshot.get("device_traces", [])))]
+    if device is None:
+        device = _focus_device(traces)
     if not 0 <= device < len(traces) or not traces[device]:
         raise ValueError(tr("device {device} has no trace events in this snapshot", device=device))
     profile, profile_note = profile_for_snapshot(device_snapshot(snapshot, device), device, profile, traces[device],

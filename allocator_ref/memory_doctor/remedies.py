@@ -48,6 +48,7 @@ from ..trace.whatif import Anchored, Program, anchored_replay, first_mismatch
 from ..editions.messages import translator
 from ..units import format_bytes
 from .shortage import MATERIAL_SHARE, material_threshold
+from .unchanged import answered_by, copy_answer
 
 tr = translator("doctor")
 
@@ -105,6 +106,7 @@ class Trial:
     start_held: int = 0                # bytes of segments at the first event (rebuilt)
     start_live: int = 0                # bytes of live blocks among them
     mismatch: Optional[tuple] = None   # "recorded" only: (event, recorded, replayed) where the curves part
+    largest_segment: int = 0           # the largest cudaMalloc the replay made (unchanged.py reads it)
     seconds: float = 0.0
     skipped: str = ""                  # why it was not replayed, in words
     skip_reason: str = ""              # the same as a key a program reads: "already-set", "needs-target",
@@ -320,8 +322,11 @@ class Run:
     profile: str = "h100-80gb"
 
 
-def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[int] = None) -> Trial:
-    """Replay the program under ``trial`` on a GPU of ``usable`` bytes and fill in what it measured."""
+def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[int] = None,
+              fits_only: bool = False) -> Trial:
+    """Replay the program under ``trial`` on a GPU of ``usable`` bytes and fill in what it measured.
+    ``fits_only``: the caller reads ``fits`` alone, so the replay stops at the first out-of-memory
+    error (the rest of the run cannot make it fit); its other figures are then partial."""
     if trial.skipped:
         return trial
     factory = None
@@ -336,7 +341,7 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
     try:
         out: Anchored = anchored_replay(run.events, run.finals, run.program, config=config, policy=trial.policy,
                                         usable=usable, profile=run.profile, index=run.device,
-                                        allocator_factory=factory)
+                                        allocator_factory=factory, until_oom=fits_only)
     except (ValueError, RuntimeError, CudaError) as exc:
         # A replay that cannot go on (the setting refuses the recorded state, a device call the
         # model forbids) is reported on its row, never raised: the other rows still answer.
@@ -353,6 +358,7 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
     trial.frag_at_live_peak = live_peak_fragmentation(out)
     trial.device_calls, trial.device_call_ms, trial.ooms = out.device_calls, out.device_call_us / 1000, out.ooms
     trial.alloc_retries, trial.start_does_not_fit = out.alloc_retries, out.start_does_not_fit
+    trial.largest_segment = out.largest_segment
     trial.start_held, trial.start_live, trial.peak_at = out.start_reserved, out.start_live, out.peak_reserved_at
     trial.fits = None if usable is None else (out.ooms == 0 and not out.start_does_not_fit)
     if trial.kind == "recorded":
@@ -396,8 +402,12 @@ def prescribe(run: Run, recorded: str, target: Optional[int], capacity: Optional
                 t.skipped = tr("not replayed: the run does not fit before its first event")
                 t.skip_reason = "start-does-not-fit"
         return remedies
-    for trial in remedies.trials[1:]:
-        run_trial(trial, run, target, capacity)
+    for k, trial in enumerate(remedies.trials[1:], start=1):
+        same = None if trial.skipped else answered_by(trial, remedies.trials[:k], run.program, target)
+        if same is not None:
+            copy_answer(trial, same)     # the same decisions at every step: not replayed again
+        else:
+            run_trial(trial, run, target, capacity)
     if target is not None and not remedies.recorded.fits and not any(t.fits for t in remedies.knobs):
         find_extra_needed(remedies, run, at_least=live_need - target)
     return remedies
@@ -415,7 +425,7 @@ def find_extra_needed(remedies: Remedies, run: Run, at_least: int = 0, precision
     recorded = remedies.recorded
 
     def fits(extra: int) -> bool:
-        probe = run_trial(Trial("probe", "", recorded.config), run, remedies.target + extra)
+        probe = run_trial(Trial("probe", "", recorded.config), run, remedies.target + extra, fits_only=True)
         remedies.search.append((extra, bool(probe.fits)))
         return bool(probe.fits)
 

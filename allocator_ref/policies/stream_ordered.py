@@ -446,10 +446,12 @@ class StreamOrderedAllocator(PolicyAllocator):
 
     def _neighbour(self, block: _Block, before: bool) -> Optional[_Block]:
         if before:
-            index = self._blocks.bisect_left(block.ptr) - 1
-            if index < 0:
+            # The block just below: irange walks the sorted keys without the positional index
+            # that peekitem(i) rebuilds after every insert and delete (O(n) each time).
+            below = next(self._blocks.irange(maximum=block.ptr, inclusive=(True, False), reverse=True), None)
+            if below is None:
                 return None
-            candidate = self._blocks.peekitem(index)[1]
+            candidate = self._blocks[below]
             return candidate if candidate.ptr + candidate.size == block.ptr else None
         candidate = self._blocks.get(block.ptr + block.size)
         return candidate

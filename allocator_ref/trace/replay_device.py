@@ -96,6 +96,7 @@ class TraceDevice(ManyStreamsDevice):
         self.freeing_addr: Optional[int] = None
         self._replay_reservations: dict = {}      # base -> (nominal size, claimed in the address space)
         self._extent: dict = {}                   # base -> highest mapped end so far
+        self.largest_malloc = 0                   # the largest cudaMalloc served (memory_doctor/unchanged.py)
         self.set_address_hint(self._hint_address if follows_script else self._pytorch_address)
 
     # ------------------------------------------------------------ where new memory goes
@@ -141,7 +142,9 @@ class TraceDevice(ManyStreamsDevice):
 
     def malloc(self, nbytes: int) -> int:
         self._maybe_fail("cudaErrorMemoryAllocation", "segment_alloc")
-        return super().malloc(nbytes)
+        ptr = super().malloc(nbytes)
+        self.largest_malloc = max(self.largest_malloc, nbytes)
+        return ptr
 
     def mem_create(self, size: int) -> int:
         self._maybe_fail("CUDA_ERROR_OUT_OF_MEMORY", "segment_map")

@@ -156,3 +156,4 @@ class Anchored:
     same_address: int = 0         # mallocs placed where PyTorch placed them
     pool_requests: int = 0        # mallocs routed to a private pool (MemPool / CUDA graph)
     first_oom: str = ""           # the first line of the first out-of-memory error
+    largest_segment: int = 0      # the largest cudaMalloc made, start segments included

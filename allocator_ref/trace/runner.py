@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from ..caching.oom import OutOfMemoryError
 from ..device.errors import CudaError
 from .rebuild_expandable import CannotRebuild, rebuild_expandable
+from .replay_pools import DEFAULT as DEFAULT_POOL
 from .replay_report import Anchored, DeviceReplay
 from .stage import NEVER, UNCAPPED, Stage
 from .validate import SnapshotError
@@ -39,11 +40,13 @@ class Runner:
         self.out: Optional[Anchored] = None
         self._frames: Optional[list] = None   # a program with stacks: the stack of the call being replayed
 
-    def run(self, program, deadline: Optional[float] = None) -> Anchored:
+    def run(self, program, deadline: Optional[float] = None, until_oom: bool = False) -> Anchored:
         """Replay ``program`` from the state at the first event; what it measured, sample by sample.
-        Past ``deadline`` (time.monotonic()) it raises PastDeadline."""
+        Past ``deadline`` (time.monotonic()) it raises PastDeadline.  ``until_oom``: stop at the
+        first out-of-memory error (a caller that asks only whether the run fits has its answer)."""
         self.out = Anchored([], [], [])
         self._done_at = _completions(program)
+        self._pool_at = _pools(program, self.stage.pools, self.events)
         # A program read off a verify replay completes its events where it says (a manual event
         # per block), and another design's deferred frees wait for theirs (Stage.free).
         self.stage.follows_trace = self.stage.holds_other_designs = not program.requests_start
@@ -65,12 +68,13 @@ class Runner:
         a, out = self.stage.allocator, self.out
         out.peak_reserved, out.peak_allocated = a.memory_reserved(), a.memory_allocated()
         out.fragmentation = out.peak_reserved - out.peak_allocated
-        self._run_actions(program.actions, program.predicted, deadline)
+        self._run_actions(program.actions, program.predicted, deadline, until_oom or program.predicted)
         self._frames = None
         c = self.stage.device.counters
         out.device_calls = self.stage.device_calls()
         out.device_call_us = float(c.api_time_us)
         out.syncs = int(c.implicit_syncs)
+        out.largest_segment = getattr(self.stage.device, "largest_malloc", 0)
         stats = a.memory_stats() if hasattr(a, "memory_stats") else {}
         out.alloc_retries = int(stats.get("num_alloc_retries", 0))
         return out
@@ -128,13 +132,15 @@ class Runner:
         if planned:
             stage.device.planned = deque(planned)
         try:
-            pool_id = stage.pools.pool_of(self.events[act.pos]) if act.kind == "malloc" else (0, 0)
-            self.out.pool_requests += pool_id != (0, 0)
-            if pool_id == (0, 0):
-                allocation = stage.allocator.malloc(act.size, stage.stream(act.stream))
+            pool_id = self._pool_at.get(act.pos, DEFAULT_POOL) if act.kind == "malloc" else DEFAULT_POOL
+            stream = stage.streams.get(act.stream) or stage.stream(act.stream)
+            if pool_id == DEFAULT_POOL:
+                allocation = stage.allocator.malloc(act.size, stream)
             else:
+                self.out.pool_requests += 1
+                stage.pools.pools_seen.add(pool_id)
                 with stage.pools.route(stage.allocator, pool_id):
-                    allocation = stage.allocator.malloc(act.size, stage.stream(act.stream))
+                    allocation = stage.allocator.malloc(act.size, stream)
         except OutOfMemoryError as exc:
             if not self.out.ooms:
                 self.out.first_oom = str(exc).splitlines()[0]
@@ -149,14 +155,19 @@ class Runner:
             self.out.same_address += allocation.ptr == act.addr
         # A request PyTorch refused that fits here stays live: the run stopped there.
 
-    def _run_actions(self, actions: list, predicted: bool = False, deadline: Optional[float] = None) -> None:
+    def _run_actions(self, actions: list, predicted: bool = False, deadline: Optional[float] = None,
+                     until_oom: bool = False) -> None:
         """Every action in order, each followed by a sample of reserved and allocated (but a
         completion: its effect shows at the next process_events).  The hot loop of every
-        what-if: a dozen of them run per doctor, so lookups are hoisted out of it."""
+        what-if: a dozen of them run per doctor, so lookups are hoisted out of it and the
+        sample (``memory_reserved()``, ``memory_allocated()``, the peaks) is written inline."""
         stage, out = self.stage, self.out
-        malloc, free, complete, sample = self._malloc, stage.free, stage.complete, self._sample
+        malloc, free, complete = self._malloc, stage.free, stage.complete
         done_at = self._done_at
-        da = getattr(stage.allocator, "device_allocator", None)   # the policies have no events to process
+        a = stage.allocator
+        da = getattr(a, "device_allocator", None)   # the policies have no events to process
+        reserved_now, allocated_now = a.memory_reserved, a.memory_allocated
+        positions, reserved_at, allocated_at = out.positions.append, out.reserved.append, out.allocated.append
         for k, act in enumerate(actions):
             if deadline is not None and time.monotonic() > deadline:
                 raise PastDeadline(k)
@@ -165,8 +176,8 @@ class Runner:
                 if predicted:
                     self._frames = act.frames
                 malloc(act)
-                if predicted and out.ooms:
-                    return                   # the run stopped there
+                if until_oom and out.ooms:
+                    return                   # the run stopped there (or the caller has its answer)
             elif kind == "free":
                 if predicted:
                     self._frames = None
@@ -178,20 +189,16 @@ class Runner:
                 if da is not None:
                     da.process_events()
             elif kind == "empty_cache":
-                stage.allocator.empty_cache()
-            sample(act.sample_at if act.sample_at >= 0 else act.pos)
-
-    def _sample(self, pos: int) -> None:
-        a, out = self.stage.allocator, self.out
-        reserved, allocated = a.memory_reserved(), a.memory_allocated()
-        out.positions.append(pos)
-        out.reserved.append(reserved)
-        out.allocated.append(allocated)
-        if reserved > out.peak_reserved:
-            out.peak_reserved, out.peak_reserved_at, out.fragmentation = reserved, pos, reserved - allocated
-        if allocated > out.peak_allocated:
-            out.peak_allocated = allocated
-
+                a.empty_cache()
+            pos = act.sample_at if act.sample_at >= 0 else act.pos
+            reserved, allocated = reserved_now(), allocated_now()
+            positions(pos)
+            reserved_at(reserved)
+            allocated_at(allocated)
+            if reserved > out.peak_reserved:
+                out.peak_reserved, out.peak_reserved_at, out.fragmentation = reserved, pos, reserved - allocated
+            if allocated > out.peak_allocated:
+                out.peak_allocated = allocated
 
     def device_replay(self, out: Anchored) -> DeviceReplay:
         """What ``replay`` reports of a run of the trace's own calls (whatif.calls_of): its peaks
@@ -216,6 +223,23 @@ class Runner:
         result.segment_allocs_made = int(stats.get("num_device_alloc", 0))
         result.segment_frees_made = int(stats.get("num_device_free", 0))
         return result
+
+
+def _pools(program, router, events: list) -> dict:
+    """The private pool of each malloc of ``program`` routed to one (trace position -> pool id;
+    the default pools are left out).  Read once with the router (replay_pools.pool_of) and kept
+    on the program: every what-if of it routes the same requests the same way."""
+    found = getattr(program, "pool_at", None)
+    if found is not None:
+        return found
+    found = {}
+    for act in program.actions:
+        if act.kind == "malloc":
+            pool_id = router.pool_of(events[act.pos])
+            if pool_id != DEFAULT_POOL:
+                found[act.pos] = pool_id
+    program.pool_at = found
+    return found
 
 
 def _completions(program) -> dict:

@@ -48,7 +48,7 @@ from .replay_report import Anchored    # noqa: F401  (what an anchored replay me
 
 # ---------------------------------------------------------------- the program
 
-@dataclass
+@dataclass(slots=True)     # the runner reads these fields a dozen times per action in every what-if
 class Action:
     kind: str             # "malloc", "request" (the oom's request), "free", "complete", "process", "empty_cache"
     pos: int              # the trace event it stands for
@@ -69,6 +69,7 @@ class Program:
     ooms: list                    # trace positions of the refused requests
     start: Optional[object] = None    # the rebuilt state at the first event (rebuild.InitialState), once
     completion_at: Optional[dict] = None   # where each deferred free completes (engine._completions), once
+    pool_at: Optional[dict] = None         # the private pool of each malloc routed to one (runner._pools), once
     recording: Optional[DeviceRecording] = None   # the device's recording the program was read off
     # Nothing read off a verify replay (calls_of): each design is asked for the live blocks at
     # the first event, and a free pending then completes by its guard stream's own work.
@@ -202,12 +203,14 @@ def _standalone_completion(events: list, i: int) -> bool:
 
 def anchored_replay(events: list, finals: list, program: Program, *, config: str = "",
                     policy: Optional[str] = None, usable: Optional[int] = None, profile: str = "h100-80gb",
-                    index: int = 0, allocator_factory=None, recording: Optional[DeviceRecording] = None) -> Anchored:
+                    index: int = 0, allocator_factory=None, recording: Optional[DeviceRecording] = None,
+                    until_oom: bool = False) -> Anchored:
     """Replay ``program`` (from ``program_of``) from the state at the trace's first event.
 
     The runner (runner.py), on a GPU of ``usable``
     bytes (uncapped when None).  ``recording`` is the device's recording when the caller
-    holds one (``events`` and ``finals`` are then its own).
+    holds one (``events`` and ``finals`` are then its own).  ``until_oom``: stop at the first
+    out-of-memory error (Runner.run).
     """
     if recording is None:
         held = program.recording      # the device's recording, when the program was read off one
@@ -215,7 +218,7 @@ def anchored_replay(events: list, finals: list, program: Program, *, config: str
             device_recording(events, finals, config, index)
     runner = Runner(recording, config=config, policy=policy, profile=profile, factory=allocator_factory,
                     usable=UNCAPPED if usable is None else usable)
-    return runner.run(program)
+    return runner.run(program, until_oom=until_oom)
 
 
 def first_mismatch(recorded: list, run: Anchored) -> Optional[tuple]:
