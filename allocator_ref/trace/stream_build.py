@@ -46,7 +46,8 @@ class _Builder(_NoGlobals):
         self.done: dict = {}                # id(trace list) -> how many of its entries are records
         self.lists: list = []               # every trace list seen (checked against the result)
         self.stacks = StackPool()
-        self.shared: dict = {}              # one object per distinct string or pool id
+        self.shared: dict = {}              # one dict per distinct rest of the fields (trace_record.py)
+        self.numbers: dict = {}             # this trace's addresses and sizes, one int object each
         self.checker = _Checker(distinct_records=False)
 
     def persistent_load(self, trace):
@@ -56,6 +57,7 @@ class _Builder(_NoGlobals):
         if start is None:
             start = 0
             self.lists.append(trace)
+            self.numbers = {}                   # a block's alloc and frees share its address and size
         for k in range(start, len(trace)):
             trace[k] = self.compact(trace[k])
         self.done[id(trace)] = len(trace)
@@ -65,6 +67,11 @@ class _Builder(_NoGlobals):
         """A record of ``entry`` when it passes validate.py's checks; else ``entry`` as it is."""
         if type(entry) is not dict or not _plain_entry(entry):
             return entry
+        numbers = self.numbers
+        for key in ("addr", "size"):            # ints, checked by _plain_entry (not bools)
+            if key in entry:
+                value = entry[key]
+                entry[key] = numbers.setdefault(value, value)
         frames = entry.get("frames", None)
         if frames is None:
             return entry if "frames" in entry else from_fields(entry, shared=self.shared)

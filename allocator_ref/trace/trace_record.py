@@ -18,10 +18,11 @@ from array import array
 from collections.abc import Mapping
 from typing import Optional
 
-# TraceEntry's fields as THCPModule_memorySnapshot (torch/csrc/cuda/Module.cpp) names them; an
-# oom's device_free is held where the others hold addr (an entry has one or the other).
-SLOTS = ("action", "addr", "size", "stream", "time_us", "frames", "compile_context", "user_metadata",
-         "pool_id")
+# The fields of TraceEntry every event has, as THCPModule_memorySnapshot (torch/csrc/cuda/Module.cpp)
+# names them; an oom's device_free is held where the others hold addr (an entry has one or the
+# other).  The rest (compile_context, user_metadata, a newer version's fields) are one dict, shared
+# by every entry whose rest is the same (nearly all: "N/A", "").
+SLOTS = ("action", "addr", "size", "stream", "time_us", "frames")
 _MISSING = object()
 
 
@@ -81,8 +82,8 @@ _KEYS: dict = {}          # one tuple per distinct key order (every entry of a t
 def from_fields(entry: dict, frames=_MISSING, shared: Optional[dict] = None) -> TraceRecord:
     """A record holding ``entry``'s fields (``frames`` replaces its frames list when given).
 
-    ``shared`` keeps one object per distinct string or pool id (the file gives each entry its
-    own ``compile_context`` string, say): pass the same dict for a whole trace."""
+    ``shared`` keeps one dict per distinct rest of the fields (the file gives each entry its own
+    ``compile_context`` string, say): pass the same dict for a whole trace."""
     record = TraceRecord.__new__(TraceRecord)
     keys = tuple(entry)
     keys = _KEYS.setdefault(keys, keys)
@@ -90,9 +91,6 @@ def from_fields(entry: dict, frames=_MISSING, shared: Optional[dict] = None) -> 
     for key, value in entry.items():
         if key == "device_free" and "addr" not in entry:
             key = "addr"
-        elif key in ("compile_context", "user_metadata", "pool_id"):
-            if shared is not None and type(value) in (str, tuple):
-                value = shared.setdefault((type(value), value), value)
         setter = _SETTERS.get(key) if key in _GETTERS else None
         if setter is None:
             if rest is None:
@@ -100,6 +98,11 @@ def from_fields(entry: dict, frames=_MISSING, shared: Optional[dict] = None) -> 
             rest[key] = value
         else:
             setter(record, frames if key == "frames" and frames is not _MISSING else value)
+    if rest is not None and shared is not None:
+        try:
+            rest = shared.setdefault(tuple((k, type(v), v) for k, v in rest.items()), rest)
+        except TypeError:
+            pass                              # a value that cannot be a key: kept as it is
     _SETTERS["_keys"](record, keys)
     _SETTERS["_rest"](record, rest)
     return record
