@@ -24,13 +24,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Optional
 
 from .bench_engine import doctor_vs_replay
 from .common import REPO, trace_paths, write_result
-from .scale_snapshot import write_scaled
 
 COPIES = (1, 4, 20)          # 20 copies: past STREAM_BYTES (64 MiB), the streaming path
 QUICK_COPIES = (1, 2)
@@ -44,25 +42,40 @@ LOAD_ONLY = ("import sys; from allocator_ref.trace.recording import load_recordi
              "r = load_recording(sys.argv[1]); print(len(r.devices))")
 
 
+# Each tool runs under this small launcher, which reports its child's peak RSS: a child started
+# straight from the benchmark (vfork, then exec) is charged the benchmark's own peak RSS at exec
+# (the kernel's exec_mmap records the old mm's high-water mark), which made every figure at least
+# the size of whatever the benchmark had built before.
+LAUNCH = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+          "rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); wall = time.perf_counter() - t; "
+          "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+          "print(rc, wall, u.ru_utime + u.ru_stime, u.ru_maxrss)")
+
+
 def _measure(argv: list, timeout_s: Optional[int] = None) -> dict:
     """Wall seconds, CPU seconds and peak RSS (MiB) of one child process (stopped after
     ``timeout_s``: coreutils' timeout exits 124, reported as ``exit``)."""
     if timeout_s is not None:
         argv = ["timeout", str(timeout_s)] + argv
     env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg", ALLOCATOR_REF_MAX_SNAPSHOT_MB="4096")
-    t0 = time.perf_counter()
     with tempfile.TemporaryFile() as errors:      # a file, not a pipe: a chatty child never blocks
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=errors, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        out = subprocess.run([sys.executable, "-c", LAUNCH, *argv], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=errors, env=env, check=True, text=True).stdout
         errors.seek(0)
         err = errors.read().decode(errors="replace")
-    if proc.returncode not in (0, 1) and not (timeout_s and proc.returncode == 124):
+    rc, wall, cpu, maxrss = out.split()
+    if int(rc) not in (0, 1) and not (timeout_s and int(rc) == 124):
         # replay --verify exits 1 when it does not reproduce
-        raise RuntimeError(f"{argv} failed ({proc.returncode}): {err[-500:]}")
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024,
-            "exit": proc.returncode}
+        raise RuntimeError(f"{argv} failed ({rc}): {err[-500:]}")
+    return {"wall_s": float(wall), "cpu_s": float(cpu), "peak_rss_mib": int(maxrss) / 1024, "exit": int(rc)}
+
+
+def _scale(path: Path, copies: int, target: Path) -> int:
+    """benchmarks/scale_snapshot.py in a process of its own (its copies never swell this one)."""
+    subprocess.run([sys.executable, "-m", "benchmarks.scale_snapshot", str(path), str(copies), str(target)],
+                   cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True,
+                   stdout=subprocess.DEVNULL)
+    return target.stat().st_size
 
 
 def largest_trace(path: Path) -> dict:
@@ -80,7 +93,7 @@ def scaled_loads(path: Path, copies: tuple) -> list:
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
         for n in copies:
             big = Path(tmp) / f"x{n}.pickle"
-            size = write_scaled(path, n, big)
+            size = _scale(path, n, big)
             row = _measure([sys.executable, "-c", LOAD_ONLY, str(big)])
             row.update(copies=n, file_mib=size / MiB, rss_over_file=row["peak_rss_mib"] * MiB / size,
                        mib_per_s=size / MiB / row["wall_s"])
@@ -100,7 +113,7 @@ def big_file(path: Path, copies: int = BIG_COPIES) -> dict:
     out: dict = {"copies": copies}
     with tempfile.TemporaryDirectory(prefix="bench-loader-big-") as tmp:
         big = Path(tmp) / f"x{copies}.pickle"
-        size = write_scaled(path, copies, big)
+        size = _scale(path, copies, big)
         out["file_mib"] = size / MiB
         for name, argv in tools.items():
             row = _measure(argv + [str(big)], DOCTOR_TIMEOUT_S if name == "doctor" else None)
