@@ -99,9 +99,9 @@ def load_snapshot(path: Union[str, os.PathLike], max_bytes: Optional[int] = None
     return loads_snapshot(data, str(path))
 
 
-# From this size on a pickle loads streaming.  Measured on a real run scaled to 62 MiB
-# (benchmarks/bench_loader.py, this 2-core machine): peak RSS 4.6x the file streaming, 5.6x
-# with the file's bytes held; the rest is the Python objects of the snapshot itself.
+# From this size on a pickle loads streaming.  Below it the trace stays dicts (what a small file's
+# readers have always had); above it the dicts would cost 4.5x the file (a real run scaled to
+# 78 MiB, as dicts; benchmarks/bench_loader.py), the records under 2x.
 STREAM_BYTES = 64 * MiB
 
 

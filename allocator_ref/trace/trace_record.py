@@ -3,10 +3,10 @@
 PyTorch's ``TraceEntry`` (``CUDACachingAllocator.h``) reaches Python as a dict per event
 (``torch/csrc/cuda/memory_snapshot.cpp`` builds it: ``action``, ``addr`` (``device_free`` for
 an ``oom``), ``size``, ``stream``, ``time_us``, ``frames``, then ``compile_context``,
-``user_metadata``, ``pool_id`` on newer versions).  A dict of six keys costs about 230 bytes,
-and each entry's ``frames`` list about 500 more although most stacks repeat.  A
-:class:`TraceRecord` keeps the same fields in slots (about 100 bytes) and shares one
-``frames`` list per distinct stack, so a 1 GB snapshot fits in memory next to its file.
+``user_metadata``, ``pool_id`` on newer versions).  In a real run's snapshot a dict of six keys
+is 272 bytes and its ``frames`` list 360 more on average (``sys.getsizeof``), though a few
+hundred stacks make all 19,342 events.  A :class:`TraceRecord` keeps the same fields in slots
+(96 bytes) and shares one ``frames`` list per distinct stack.
 
 It reads as the dict did: ``entry["action"]``, ``entry.get("frames")``, ``"addr" in entry``,
 ``entry.keys()``, ``dict(entry)`` and ``==`` with a dict all work; it cannot be changed (a
@@ -19,9 +19,8 @@ from collections.abc import Mapping
 from typing import Optional
 
 # The fields of TraceEntry every event has, as THCPModule_memorySnapshot (torch/csrc/cuda/Module.cpp)
-# names them; an oom's device_free is held where the others hold addr (an entry has one or the
-# other).  The rest (compile_context, user_metadata, a newer version's fields) are one dict, shared
-# by every entry whose rest is the same (nearly all: "N/A", "").
+# names them.  The rest (an oom's device_free, compile_context, user_metadata, a newer version's
+# fields) are one dict, shared by every entry whose rest is the same (nearly all: "N/A", "").
 SLOTS = ("action", "addr", "size", "stream", "time_us", "frames")
 _MISSING = object()
 
@@ -31,14 +30,9 @@ class TraceRecord(Mapping):
     __slots__ = SLOTS + ("_keys", "_rest")
 
     def __getitem__(self, key):
-        if key == "addr" or key == "device_free":
-            if key not in self._keys:
-                raise KeyError(key)
-            return self.addr
-        get = _GETTERS.get(key)
-        if get is not None:
+        if key in _SLOT_SET:                  # an unset slot is a field the entry does not have
             try:
-                return get(self)
+                return getattr(self, key)
             except AttributeError:
                 raise KeyError(key) from None
         rest = self._rest
@@ -47,10 +41,10 @@ class TraceRecord(Mapping):
         return rest[key]
 
     def get(self, key, default=None):
-        try:
-            return self[key]
-        except KeyError:
-            return default
+        if key in _SLOT_SET:
+            return getattr(self, key, default)
+        rest = self._rest
+        return default if rest is None else rest.get(key, default)
 
     def __contains__(self, key) -> bool:
         return key in self._keys
@@ -74,7 +68,7 @@ class TraceRecord(Mapping):
 
 ENTRY_TYPES = (dict, TraceRecord)     # what a loaded trace entry may be (isinstance checks)
 
-_GETTERS = {name: TraceRecord.__dict__[name].__get__ for name in SLOTS}
+_SLOT_SET = frozenset(SLOTS)
 _SETTERS = {name: TraceRecord.__dict__[name].__set__ for name in SLOTS + ("_keys", "_rest")}
 _KEYS: dict = {}          # one tuple per distinct key order (every entry of a trace shares one)
 
@@ -89,9 +83,7 @@ def from_fields(entry: dict, frames=_MISSING, shared: Optional[dict] = None) -> 
     keys = _KEYS.setdefault(keys, keys)
     rest = None
     for key, value in entry.items():
-        if key == "device_free" and "addr" not in entry:
-            key = "addr"
-        setter = _SETTERS.get(key) if key in _GETTERS else None
+        setter = _SETTERS.get(key) if key in _SLOT_SET else None
         if setter is None:
             if rest is None:
                 rest = {}
