@@ -196,6 +196,15 @@ def report(results: dict, quick: bool) -> str:
         for r in lo["scaled_loads"]:
             lines.append(f"| {r['copies']} | {r['file_mib']:.1f} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['mib_per_s']:.1f} | "
                          f"{r['peak_rss_mib']:.0f} | {r['rss_over_file']:.1f}x |")
+        bf = lo.get("big_file")
+        if bf:
+            lines += ["", f"The run scaled to {bf['copies']} ranks ({bf['file_mib']:,.0f} MiB), each tool a whole process:", "",
+                      "| tool | wall s | CPU s | peak RSS MiB | RSS / file |", "|---|---:|---:|---:|---:|"]
+            for tool in ("load", "replay --verify", "doctor"):
+                r = bf[tool]
+                stopped = " (stopped at the time limit)" if r.get("timed_out") else ""
+                lines.append(f"| `{tool}`{stopped} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_rss_mib']:,.0f} | "
+                             f"{r['rss_over_file']:.2f}x |")
         dv = lo["doctor_vs_replay"]
         lines += ["", f"- peak RSS over file size on the largest: {t['load_rss_over_file']['value']:.1f}x; target "
                       f"{t['load_rss_over_file']['target']}: **{_mark(t['load_rss_over_file']['pass'])}**",

@@ -210,12 +210,12 @@ def test_streaming_refuses_what_the_bytes_path_refuses(tmp_path, streaming):
 
 def test_a_file_that_changes_while_it_streams_is_refused(pickled, streaming, monkeypatch):
     _, path = pickled
-    build = streaming.build_scanned
+    build = streaming.build_compact
 
-    def build_then_rewrite(stream):
-        obj = build(stream)
+    def build_then_rewrite(fd, size, plan):
+        obj = build(fd, size, plan)
         path.write_bytes(path.read_bytes() + b"\0")           # another process writes to it
         return obj
-    monkeypatch.setattr(streaming, "build_scanned", build_then_rewrite)
+    monkeypatch.setattr(streaming, "build_compact", build_then_rewrite)
     with pytest.raises(SnapshotError, match="changed while it was read"):
         streaming.load_snapshot(path)

@@ -4,6 +4,8 @@
 snapshot.py  safe loading and saving of torch memory snapshots (file checks, size limit, streaming)
 pages.py     the snapshot inside a memory_viz HTML page or a JSON file
 safe_pickle.py  the pickle's opcodes checked before anything is built (no code, bounded shape)
+stream_build.py  a big pickle built with its trace entries made records batch by batch
+trace_record.py  TraceRecord: one trace entry, compact and read-only, read like its dict
 validate.py  every field of a snapshot checked, one clear line saying where it is wrong
 formats.py   PyTorch's older snapshot shapes (blocks without address, 2.0's history) made current
 device_traces.py  one device's events (without 'snapshot' entries) and segments; which devices there are

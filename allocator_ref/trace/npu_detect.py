@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..caching.config import kMinBlockSize
+from .trace_record import ENTRY_TYPES      # a big file's trace entries are records (trace_record.py)
 
 ASCEND_PAD = 32            # AddPadSize(): NPUCachingAllocator.cpp (the same constant as rounding.py)
 WORKSPACE_ACTION = "workspace_snapshot"
@@ -60,7 +61,7 @@ def rounding_vote(requested: int, size: int) -> int:
 
 def _entries(snapshot: dict):
     for trace in snapshot.get("device_traces") or []:
-        yield from (e for e in trace if isinstance(e, dict))
+        yield from (e for e in trace if isinstance(e, ENTRY_TYPES))
 
 
 def _votes(snapshot: dict) -> tuple:
@@ -136,11 +137,11 @@ def _workspace_entries(trace: list) -> set:
     and the ``segment_alloc`` and ``alloc`` torch_npu writes right after it at the same address."""
     out = set()
     for k, e in enumerate(trace):
-        if isinstance(e, dict) and e.get("action") == WORKSPACE_ACTION:
+        if isinstance(e, ENTRY_TYPES) and e.get("action") == WORKSPACE_ACTION:
             out.add(k)
             for j, action in ((k + 1, "segment_alloc"), (k + 2, "alloc")):
                 nxt = trace[j] if j < len(trace) else None
-                if isinstance(nxt, dict) and nxt.get("action") == action and nxt.get("addr") == e.get("addr"):
+                if isinstance(nxt, ENTRY_TYPES) and nxt.get("action") == action and nxt.get("addr") == e.get("addr"):
                     out.add(j)
     return out
 
@@ -152,7 +153,7 @@ def set_aside_workspace(obj):
         return obj
     traces = obj["device_traces"]
     found = [(d, e) for d, trace in enumerate(traces) if isinstance(trace, list)
-             for e in trace if isinstance(e, dict) and e.get("action") == WORKSPACE_ACTION]
+             for e in trace if isinstance(e, ENTRY_TYPES) and e.get("action") == WORKSPACE_ACTION]
     if not found:
         return obj
     places = {(d, e.get("addr")) for d, e in found}

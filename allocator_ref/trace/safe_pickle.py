@@ -28,6 +28,7 @@ import io
 import pickle
 import struct
 from array import array
+from dataclasses import dataclass, field
 
 from ..editions.messages import translator
 
@@ -62,6 +63,12 @@ for _op in CODE_OPCODES:
     _KIND[_op] = _CODE
 _LEN_FORMAT = {1: "<B", 2: "<H", 4: "<I", 8: "<Q"}
 
+# What kind of container each opcode makes (a trace is a list in a list in the top dict).
+_LIST_C, _DICT_C, _OTHER_C = 1, 2, 3
+_CONTAINER_KIND = {0x5D: _LIST_C, 0x6C: _LIST_C, 0x7D: _DICT_C, 0x64: _DICT_C}
+for _op in (0x29, 0x8F, 0x74, 0x91):
+    _CONTAINER_KIND[_op] = _OTHER_C
+
 SCALAR = -1      # a stack entry that is not a container
 MISSING = -2     # a memo key never stored
 
@@ -71,6 +78,22 @@ tr = translator("doctor")          # a refusal in the reader's language; Python'
 
 class UnsafePickle(ValueError):
     """The bytes are not plain data within the limits; the message says what and where."""
+
+
+@dataclass
+class Plan:
+    """Where a snapshot pickle's trace entries are, noted by :func:`scan` as it walks the opcodes
+    (``stream_build.py`` reads it to build the trace a batch at a time).
+
+    A *trace batch* is a ``MARK ... APPENDS`` (or one ``APPEND``) into a list held by a list held
+    by the top-level dict: ``snapshot["device_traces"][d]``, as ``pickle.dump`` writes it
+    (``Pickler._batch_appends`` in CPython's ``pickle.py``: 1,000 items a batch)."""
+    frames: array = field(default_factory=lambda: array("q"))       # where each FRAME opcode starts
+    batch_ends: array = field(default_factory=lambda: array("q"))   # the byte after each batch's APPENDS
+    batch_keys: array = field(default_factory=lambda: array("q"))   # per batch: first memo key it stored, end
+    last_read: array = field(default_factory=lambda: array("i"))    # per memo key: see scan()
+    shared_entries: bool = False      # a trace entry placed twice: build it the plain way (validate.py says so)
+    explicit_keys: bool = False       # a PUT that is not the next key: free no memo entry early
 
 
 class _NoGlobals(pickle.Unpickler):
@@ -84,11 +107,12 @@ def loads_plain(data: bytes, max_depth: int, max_values: int):
     return build_scanned(io.BytesIO(data))
 
 
-def build_scanned(stream):
+def build_scanned(stream, unpickler=None):
     """Build the objects of a pickle whose opcodes :func:`scan` has passed, reading ``stream``
-    (bytes in memory, or the open file itself: snapshot.py's streaming path)."""
+    (bytes in memory, or the open file itself: snapshot.py's streaming path) with ``unpickler``
+    (default: a plain-data one; stream_build.py passes its own)."""
     try:
-        return _NoGlobals(stream).load()
+        return (unpickler or _NoGlobals(stream)).load()
     except pickle.UnpicklingError as exc:
         raise UnsafePickle(str(exc)) from None
     except (EOFError, ValueError, IndexError, KeyError, TypeError, AttributeError, OverflowError,
@@ -97,7 +121,7 @@ def build_scanned(stream):
         raise UnsafePickle(tr("not a valid pickle ({why})", why=type(exc).__name__)) from None
 
 
-def scan(data: bytes, max_depth: int, max_values: int) -> int:
+def scan(data: bytes, max_depth: int, max_values: int, plan: "Plan | None" = None) -> int:
     """Walk the opcodes without building objects; refuse the shapes the module doc lists.
 
     Each container's depth and expanded size (itself, its scalars, and each container it
@@ -107,12 +131,20 @@ def scan(data: bytes, max_depth: int, max_values: int) -> int:
     a reference cycle or a hand-made file does that).  Memory: three machine integers per
     container and one per memo entry, whatever the file holds (a list per container, as
     before, cost 3.4x the file).  Returns the largest expanded size.
+
+    Given a :class:`Plan`, it also notes where the trace batches and FRAME opcodes are and,
+    per memo key, when a GET reads it last: 0 never, else 1 + the number of trace batches
+    ended before that read (the key is not needed once batch ``last_read - 1`` is built).
     """
     size = array("q")             # per container: 1 + its scalars + the sizes of what it holds
     depth = array("q")            # per container: 1 + the deepest container it holds
-    sealed = bytearray()          # per container: 1 once placed in another (nothing more may go in)
+    sealed = bytearray()          # per container: 1 once placed in another, 2 for a trace entry
+    kinds = bytearray()           # per container: its opcode's kind (_LIST, _DICT, _OTHER_CONTAINER)
     stack: list = []
     marks: list = []
+    mark_keys: list = []          # per open MARK: how many memo entries were stored before it
+    last_read = plan.last_read if plan is not None else None
+    batch_no = 1                  # 1 + trace batches ended so far (what a GET notes in last_read)
     memo = array("q")             # memo key -> container id or SCALAR; MISSING where never stored
     stored = 0                    # memo entries stored (MEMOIZE's next key, as the unpickler counts)
     pos, end = 0, len(data)
@@ -125,15 +157,17 @@ def scan(data: bytes, max_depth: int, max_values: int) -> int:
     def pop_mark() -> list:
         if not marks:
             fail("no MARK before a container opcode")
+        mark_keys.pop()
         start = marks.pop()
         items = stack[start:]
         del stack[start:]
         return items
 
-    def container(items=()) -> int:
+    def container(kind: int, items=()) -> int:
         size.append(1)
         depth.append(1)
         sealed.append(0)
+        kinds.append(kind)
         node = len(size) - 1
         add(node, items)
         return node
@@ -151,6 +185,8 @@ def scan(data: bytes, max_depth: int, max_values: int) -> int:
                 if item == node:
                     raise UnsafePickle(tr("refused: the data refers to itself (a reference "
                                           "cycle); a memory snapshot never does"))
+                if sealed[item] == 2 and plan is not None:
+                    plan.shared_entries = True     # a trace entry placed a second time
                 sealed[item] = 1
                 total += size[item]
                 if depth[item] >= deep:
@@ -169,6 +205,8 @@ def scan(data: bytes, max_depth: int, max_values: int) -> int:
         item = memo[key] if key < len(memo) else MISSING
         if item == MISSING:
             fail("memo entry used before it was stored")
+        if last_read is not None:
+            last_read[key] = batch_no
         return item
 
     def memo_put(key: int, item: int) -> None:
@@ -177,9 +215,39 @@ def scan(data: bytes, max_depth: int, max_values: int) -> int:
             if key > end:             # a real pickle stores fewer entries than it has bytes
                 fail("memo index past the end of the file")
             memo.extend(array("q", [MISSING]) * (key + 1 - len(memo)))
+            if last_read is not None:
+                last_read.extend(array("i", [0]) * (len(memo) - len(last_read)))
         if memo[key] == MISSING:
             stored += 1
         memo[key] = item
+
+    def trace_target() -> bool:
+        """Is the list on top of the stack ``snapshot["device_traces"][d]`` (see Plan)?"""
+        # The stack is [top dict, its keys and values so far..., "device_traces", traces, the
+        # traces built so far..., this trace]; the open MARKs are the top dict's SETITEMS and,
+        # with two devices or more, the traces' APPENDS.
+        n = len(stack)
+        if n < 4 or stack[0] != 0 or kinds[0] != _DICT_C or marks[:1] != [1] or len(marks) > 2:
+            return False
+        first = marks[1] if len(marks) == 2 else n - 1       # where the traces' items start
+        return (first % 2 == 1 and first < n and stack[first - 2] == SCALAR
+                and stack[first - 1] >= 0 and kinds[stack[first - 1]] == _LIST_C
+                and stack[-1] >= 0 and kinds[stack[-1]] == _LIST_C)
+
+    def trace_batch(items, start_keys: int) -> None:
+        """Add a batch of trace entries, noting where it ends and which memo keys it stored."""
+        nonlocal batch_no
+        for item in items:
+            if item == SCALAR or sealed[item]:
+                plan.shared_entries = True     # a number, or a record already placed elsewhere
+        add(stack[-1], items)
+        for item in items:
+            if item != SCALAR:
+                sealed[item] = 2               # placed once, here: a second placement is noted
+        plan.batch_ends.append(pos)
+        plan.batch_keys.append(start_keys)
+        plan.batch_keys.append(stored)
+        batch_no += 1
 
     def target() -> int:
         if not stack or stack[-1] == SCALAR:
@@ -225,6 +293,8 @@ def scan(data: bytes, max_depth: int, max_values: int) -> int:
                 key = stored
             else:
                 key, pos = _memo_arg(data, op, pos, fail)
+                if plan is not None and (key != stored or key < len(memo) and memo[key] != MISSING):
+                    plan.explicit_keys = True
             memo_put(key, stack[-1])
         elif kind == _CODE:
             name = CODE_OPCODES[op]
@@ -238,22 +308,27 @@ def scan(data: bytes, max_depth: int, max_values: int) -> int:
             raise UnsafePickle(message)
         elif op == 0x28:                      # MARK
             marks.append(len(stack))
+            mark_keys.append(stored)
         elif op in (0x5D, 0x7D, 0x29, 0x8F):  # EMPTY_LIST, EMPTY_DICT, EMPTY_TUPLE, EMPTY_SET
-            push(container())
+            push(container(_CONTAINER_KIND[op]))
         elif op in (0x6C, 0x74, 0x64, 0x91):  # LIST, TUPLE, DICT, FROZENSET
-            push(container(pop_mark()))
+            push(container(_CONTAINER_KIND[op], pop_mark()))
         elif op in (0x85, 0x86, 0x87):        # TUPLE1, TUPLE2, TUPLE3
             n = op - 0x84
             if len(stack) < n:
                 fail("stack underflow")
             items = stack[-n:]
             del stack[-n:]
-            push(container(items))
+            push(container(_OTHER_C, items))
         elif op == 0x61:                      # APPEND
             if len(stack) < 2:
                 fail("stack underflow")
             item = stack.pop()
-            add(target(), [item])
+            node = target()
+            if plan is not None and trace_target():
+                trace_batch([item], stored)
+            else:
+                add(node, [item])
         elif op == 0x73:                      # SETITEM
             if len(stack) < 3:
                 fail("stack underflow")
@@ -261,8 +336,13 @@ def scan(data: bytes, max_depth: int, max_values: int) -> int:
             del stack[-2:]
             add(target(), items)
         elif op in (0x65, 0x75, 0x90):        # APPENDS, SETITEMS, ADDITEMS
+            start_keys = mark_keys[-1] if mark_keys else stored
             items = pop_mark()
-            add(target(), items)
+            node = target()
+            if plan is not None and op == 0x65 and trace_target():
+                trace_batch(items, start_keys)
+            else:
+                add(node, items)
         elif op == 0x30:                      # POP
             if not stack:
                 fail("stack underflow")
@@ -276,6 +356,8 @@ def scan(data: bytes, max_depth: int, max_values: int) -> int:
         elif op == 0x80:                      # PROTO
             pos += 1
         elif op == 0x95:                      # FRAME: a buffering hint, no value
+            if plan is not None:
+                plan.frames.append(pos - 1)
             pos += 8
         elif op == 0x2E:                      # STOP
             if len(stack) != 1 or marks:

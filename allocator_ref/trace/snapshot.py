@@ -19,16 +19,17 @@ people.  :func:`load_snapshot` reads a file no file can crash, hang or fool:
 
 The file may also be a memory_viz HTML page or a JSON snapshot (``pages.py``: the snapshot
 inside goes through the same checks).  A pickle of ``STREAM_BYTES`` (64 MiB) or more loads
-streaming: its opcodes are checked through a memory map and its objects built from the
-open file, so the file is never held as one bytes object (peak RSS measured at 4.6x the
-file, the snapshot's own Python objects being most of it: benchmarks/bench_loader.py).
+streaming: its opcodes are checked through a memory map, then its objects are built from the
+open file with each batch of trace entries made compact records as it is read
+(``stream_build.py``, ``trace_record.py``), so neither the file nor the trace as dicts is ever
+held whole.  Peak RSS of a whole process loading a real run scaled to 1.3 GB (330 ranks):
+1.52x the file, 233 s CPU on this 2-core machine; 4.5x as dicts (benchmarks/bench_loader.py).
 
 :func:`save_snapshot` writes protocol 4 with plain types only, the subset
 PyTorch's browser viewer (MemoryViz.js) can read.
 """
 from __future__ import annotations
 
-import io
 import mmap
 import os
 import pickle
@@ -38,7 +39,9 @@ from typing import Any, Optional, Union
 
 from ..editions.messages import say, translator
 from .pages import embedded_snapshot, kind_of
-from .safe_pickle import UnsafePickle, build_scanned, loads_plain, scan
+from .safe_pickle import Plan, UnsafePickle, loads_plain, scan
+from .stream_build import build_compact
+from .trace_record import TraceRecord
 from .validate import SnapshotError, validate_snapshot
 
 MAX_DEPTH = 64               # a real snapshot nests about 6 deep
@@ -97,22 +100,19 @@ def load_snapshot(path: Union[str, os.PathLike], max_bytes: Optional[int] = None
     return loads_snapshot(data, str(path))
 
 
-# From this size on a pickle loads streaming.  Measured on a real run scaled to 62 MiB
-# (benchmarks/bench_loader.py, this 2-core machine): peak RSS 4.6x the file streaming, 5.6x
-# with the file's bytes held; the rest is the Python objects of the snapshot itself.
+# From this size on a pickle loads streaming.  Below it the trace stays dicts (what a small file's
+# readers have always had); above it the dicts would cost 4.5x the file (a real run scaled to
+# 78 MiB, as dicts; benchmarks/bench_loader.py), the records under 2x.
 STREAM_BYTES = 64 * MiB
 
 
 def _load_streaming(f, before: os.stat_result, source: str) -> dict:
     try:
+        plan = Plan()
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            scan(view, MAX_DEPTH, VALUES_PER_BYTE * len(view) + MIN_VALUES)
-        f.seek(0)
-        reader = io.BufferedReader(f, 1 << 20)
-        try:
-            obj = build_scanned(reader)
-        finally:
-            reader.detach()                   # the file stays open: the caller closes it
+            scan(view, MAX_DEPTH, VALUES_PER_BYTE * len(view) + MIN_VALUES, plan)
+        obj = build_compact(f.fileno(), before.st_size, plan)
+        del plan
         after = os.fstat(f.fileno())
         if (after.st_size, after.st_mtime_ns, after.st_ino) != (before.st_size, before.st_mtime_ns, before.st_ino):
             # What was built is not what was checked: refuse it whole.
@@ -194,7 +194,7 @@ def _too_big(path: Path, size: int, limit: int) -> None:
 
 def _plain(value: Any) -> Any:
     """Only the types MemoryViz.js can read: dict/list/tuple/str/int/float/bool/None."""
-    if isinstance(value, dict):
+    if isinstance(value, (dict, TraceRecord)):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         converted = [_plain(v) for v in value]

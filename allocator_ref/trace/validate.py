@@ -29,6 +29,7 @@ from ..editions.messages import translator
 from ..events import ACTIONS, NEW_MEMORY, RELEASES, Action
 from .npu_detect import set_aside_workspace
 from .formats import upgrade       # older PyTorch versions' shapes, made current (formats.py)
+from .trace_record import TraceRecord
 from .snapshot_error import SnapshotError, show
 
 # The refusals of a file's overall shape in the reader's language; a field path ('segment 0') and a
@@ -191,6 +192,10 @@ class _Checker:
             self.frames(entry, here)
 
     def entry(self, d: int, k: int, e: Any) -> None:
+        if type(e) is TraceRecord:
+            # Made by stream_build.py only from an entry that passed these same checks
+            # (_plain_entry and frames) and was placed once in the file (safe_pickle's Plan).
+            return
         if type(e) is dict and _plain_entry(e):
             # The common case, checked without building messages (a trace has 100,000s of
             # entries); anything unusual takes the field-by-field path below for its message.
