@@ -1,7 +1,7 @@
 """The course website: built with Jupyter Book 1 here, then read in Chromium as a reader would.
 
 `tools/build_site.py` (make site) executes every chapter on the simulated device and renders
-the book with Sphinx (MyST-NB, sphinx-book-theme); this test builds it, serves `_build/html` on 127.0.0.1, and with
+the book with Sphinx (MyST-NB, sphinx-book-theme); this test builds it in a folder of its own, serves it on 127.0.0.1, and with
 Playwright driving Debian's Chromium checks that:
 
 * every chapter page renders its title and its executed pictures, and no picture on any page
