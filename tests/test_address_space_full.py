@@ -9,8 +9,10 @@ measured.  Run the way a user meets it: ``python -m allocator_ref`` on a snapsho
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -31,6 +33,33 @@ def thousands_of_streams(tmp_path_factory):
     return path
 
 
+# The commands the tests below read, over the one file, and the test that reads each.  Each is a
+# single-threaded process of several seconds (the doctor about 16 s on the 2-core CI machine): the selected
+# tests' commands start together at the module's start, as many at once as there are cores, the longest
+# first, instead of one after another in each test.
+RUNS = {
+    "doctor": (("doctor", "--device-memory", PIB_GIB),
+               "test_the_doctor_names_the_cause_on_the_row_and_following_the_advice_replays_it"),
+    "compare": (("compare", "--device-memory", PIB_GIB),
+                "test_compare_says_which_row_could_not_be_replayed_and_what_to_do"),
+    "compare --json": (("compare", "--device-memory", PIB_GIB, "--json"),
+                       "test_compare_says_which_row_could_not_be_replayed_and_what_to_do"),
+    "replay": (("replay", "--device-memory", PIB_GIB, "--config", "expandable_segments:True"),
+               "test_replay_with_expandable_segments_ends_in_one_clear_error"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(request, thousands_of_streams):
+    selected = {item.originalname for item in request.session.items if item.module is request.module}
+    wanted = {name: args for name, (args, test) in RUNS.items() if test in selected}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=cores) as pool:       # subprocess.run waits outside the GIL
+        started = {name: pool.submit(cli, args[0], str(thousands_of_streams), *args[1:])
+                   for name, args in wanted.items()}
+    return {name: run.result() for name, run in started.items()}
+
+
 def _advice(text: str) -> int:
     """The number the error gives: --device-memory below N / (streams x pools) GiB."""
     found = re.search(r"--device-memory below ([\d,]+) / \(streams x pools\) GiB", text)
@@ -38,8 +67,8 @@ def _advice(text: str) -> int:
     return int(found.group(1).replace(",", ""))
 
 
-def test_compare_says_which_row_could_not_be_replayed_and_what_to_do(thousands_of_streams):
-    proc = cli("compare", str(thousands_of_streams), "--device-memory", PIB_GIB)
+def test_compare_says_which_row_could_not_be_replayed_and_what_to_do(runs):
+    proc = runs["compare"]
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     row = next(line for line in proc.stdout.splitlines() if "expandable_segments:True" in line)
     assert "not replayed" in row and "addresses" in row and "0.0 MiB" not in row, row
@@ -49,15 +78,14 @@ def test_compare_says_which_row_could_not_be_replayed_and_what_to_do(thousands_o
                 and "not replayed" not in line]
     assert len(measured) >= 5 and all("MiB" in line for line in measured), proc.stdout
 
-    as_json = cli("compare", str(thousands_of_streams), "--device-memory", PIB_GIB, "--json")
+    as_json = runs["compare --json"]
     rows = json.loads(as_json.stdout)
     skipped = [r for r in rows if r["skipped"]]
     assert [r["config"] for r in skipped] == ["expandable_segments:True"], rows
 
 
-def test_replay_with_expandable_segments_ends_in_one_clear_error(thousands_of_streams):
-    proc = cli("replay", str(thousands_of_streams), "--device-memory", PIB_GIB,
-               "--config", "expandable_segments:True")
+def test_replay_with_expandable_segments_ends_in_one_clear_error(runs):
+    proc = runs["replay"]
     errors = [line for line in proc.stderr.replace("\\x0d", "\n").splitlines() if "error" in line.lower()]
     assert proc.returncode == 1 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "AddressSpaceFull" in errors[0] and "addresses" in errors[0], errors
@@ -65,8 +93,8 @@ def test_replay_with_expandable_segments_ends_in_one_clear_error(thousands_of_st
 
 
 @pytest.mark.slow
-def test_the_doctor_names_the_cause_on_the_row_and_following_the_advice_replays_it(thousands_of_streams):
-    proc = cli("doctor", str(thousands_of_streams), "--device-memory", PIB_GIB)
+def test_the_doctor_names_the_cause_on_the_row_and_following_the_advice_replays_it(runs, thousands_of_streams):
+    proc = runs["doctor"]
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
     row = next(line for line in proc.stdout.splitlines() if "expandable_segments:True" in line)
     assert "skipped" in row and "no expandable segments" in row, row

@@ -218,19 +218,67 @@ def _kernel_env() -> dict:
     return env
 
 
-def _execute(nb, path: Path):
+def _execute(nb, path: Path, stderr=None):
+    """Run every cell in a kernel of its own, under the labs' environment (given to the kernel, so
+    that two runs at once in two threads need not change this process's os.environ)."""
     from nbclient import NotebookClient
-    saved = dict(os.environ)
-    os.environ.update(_kernel_env())
-    try:
-        start = time.perf_counter()
-        NotebookClient(nb, timeout=120, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
-        TIMINGS[path.name] = time.perf_counter() - start
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute(
+        env=_kernel_env(), **({} if stderr is None else {"stderr": stderr}))
+    TIMINGS[path.name] = time.perf_counter() - start
     return nb
+
+
+def _execute_ahead(nb, path: Path):
+    """``_execute`` in the background: the kernel's own stderr goes to a file, not to pytest's terminal
+    between two tests' captures, and is added to the error when the run fails (as test_notebooks does)."""
+    import tempfile
+    with tempfile.TemporaryFile("w+") as kernel_stderr:
+        try:
+            return _execute(nb, path, stderr=kernel_stderr)
+        except Exception as exc:
+            kernel_stderr.seek(0)
+            exc.add_note("the kernel's stderr:\n" + kernel_stderr.read()[-3000:])
+            raise
+
+
+# ------------------------------------------------------------------ lab notebooks run ahead, a few at once
+# As tests/test_notebooks.py runs the chapters: a kernel is one busy process while pytest waits on it, so
+# the 18 lab notebooks (each lab's instructor and student copy) ran one after another with a core idle.
+# The first notebook test starts every run the selected notebook tests will ask for, as many at once as
+# there are cores; each test takes its own run's result (its error, if any, raised there); the module
+# waits for all of them before it ends, so no kernel outlives it.
+def _instructor(source: Path):
+    return generate.read_source(source), source               # the .md: what `make student` reads
+
+
+def _student(source: Path):
+    path = generate.STUDENT_DIR / (source.stem + ".ipynb")
+    return nbformat.read(path, as_version=4), path
+
+
+NOTEBOOK_RUNS = {"test_instructor_notebook_executes_and_every_check_passes": _instructor,
+                 "test_student_notebook_executes_and_every_exercise_fails": _student}
+
+
+@pytest.fixture(scope="module")
+def executed(request):
+    """(test name, lab source) -> the executed notebook, run ahead when there are two cores for it."""
+    from concurrent.futures import ThreadPoolExecutor
+    planned = [(item.originalname, item.callspec.params["source"]) for item in request.session.items
+               if item.module is request.module and getattr(item, "originalname", None) in NOTEBOOK_RUNS]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if len(planned) < 2 or cores < 2:
+        yield lambda name, source: _execute(*NOTEBOOK_RUNS[name](source))
+        return
+    with ThreadPoolExecutor(max_workers=cores) as pool:
+        runs = {key: pool.submit(lambda key=key: _execute_ahead(*NOTEBOOK_RUNS[key[0]](key[1]))) for key in planned}
+        try:
+            yield lambda name, source: runs[(name, source)].result()
+        finally:                      # what no test asked for (one failed first) is still waited for
+            for run in runs.values():
+                run.exception()
 
 
 def _check_outputs(nb) -> dict:
@@ -248,8 +296,8 @@ def _check_outputs(nb) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_instructor_notebook_executes_and_every_check_passes(source):
-    nb = _execute(generate.read_source(source), source)      # the .md: what `make student` reads
+def test_instructor_notebook_executes_and_every_check_passes(source, executed):
+    nb = executed("test_instructor_notebook_executes_and_every_check_passes", source)
     outputs = _check_outputs(nb)
     assert outputs, "no check() cell ran"
     for ex, text in outputs.items():
@@ -258,9 +306,8 @@ def test_instructor_notebook_executes_and_every_check_passes(source):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_student_notebook_executes_and_every_exercise_fails(source):
-    path = generate.STUDENT_DIR / (source.stem + ".ipynb")
-    nb = _execute(nbformat.read(path, as_version=4), path)     # raises if any cell errors
+def test_student_notebook_executes_and_every_exercise_fails(source, executed):
+    nb = executed("test_student_notebook_executes_and_every_exercise_fails", source)   # raises if any cell errors
     outputs = _check_outputs(nb)
     exercises = {e for e in _all_exercises() if e.split(".")[0] == f"lab{int(source.stem[3:5])}"}
     assert exercises <= set(outputs), f"exercises without a check cell: {exercises - set(outputs)}"

@@ -1,7 +1,7 @@
 """The course website: built with Jupyter Book 1 here, then read in Chromium as a reader would.
 
 `tools/build_site.py` (make site) executes every chapter on the simulated device and renders
-the book with Sphinx (MyST-NB, sphinx-book-theme); this test builds it, serves `_build/html` on 127.0.0.1, and with
+the book with Sphinx (MyST-NB, sphinx-book-theme); this test builds it in a folder of its own, serves it on 127.0.0.1, and with
 Playwright driving Debian's Chromium checks that:
 
 * every chapter page renders its title and its executed pictures, and no picture on any page
@@ -36,18 +36,24 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 @pytest.fixture(scope="module")
-def site():
+def site(tmp_path_factory):
     if not (Path(sys.executable).parent / "jupyter-book").exists():
         pytest.skip("Jupyter Book is not installed: pip install '.[publish]' (make test does)")
-    out = build_site.build()
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-    handler = functools.partial(Quiet, directory=str(out))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    # Built in a folder of the test's own: `make site`'s _build/ is left alone, and two runs of the
+    # suite at once (two checkouts' worth of work on one machine) do not write over each other's pages.
+    folder = tmp_path_factory.mktemp("site")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(build_site, "STAGE", folder / "site-src")
+        patch.setattr(build_site, "OUT", folder / "html")
+        out = build_site.build()
+        class Quiet(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+        handler = functools.partial(Quiet, directory=str(out))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+        server.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -68,17 +74,25 @@ def _url(site, path: Path) -> str:
     return site + url
 
 
+# Half a screen at a time to the bottom, in the page itself: two animation frames per step let the
+# browser see what came into view (lazy pictures start loading) without a round trip per step.
+SCROLL_THROUGH = """async () => {
+    const step = Math.max(100, Math.floor(window.innerHeight / 2));
+    for (let y = 0; y <= document.body.scrollHeight + step; y += step) {
+        window.scrollTo(0, y);
+        await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+    }
+}"""
+
+
 def _open(browser, url):
     """Open a page as a reader does: load it and scroll through it (lazy pictures load when
     they come into view)."""
     page = browser.new_page(viewport={"width": 1300, "height": 1400})
     page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())   # no network
-    response = page.goto(url, wait_until="networkidle")
+    response = page.goto(url, wait_until="networkidle")     # the root page sends the reader on to the start page
     assert response is not None and response.ok, f"{url}: HTTP {response and response.status}"
-    height = page.evaluate("document.body.scrollHeight")
-    for y in range(0, height + 700, 700):
-        page.evaluate(f"window.scrollTo(0, {y})")
-        page.wait_for_timeout(50)
+    page.evaluate(SCROLL_THROUGH)
     page.wait_for_load_state("networkidle")
     return page
 
@@ -104,36 +118,55 @@ OUTERMOST_PICTURES = """() => document.querySelectorAll('article img').length
     + [...document.querySelectorAll('article svg')].filter(s => !s.parentElement.closest('svg')).length"""
 
 
-def test_every_chapter_renders_with_its_pictures(site, browser):
-    for notebook in sorted(ROOT.glob("chapters/*.ipynb")):
-        page = _open(browser, _url(site, notebook))
-        title = page.locator("h1").first.inner_text()
-        number = int(notebook.name[:2])
-        assert f"Chapter {number}" in title, (notebook.name, title)
-        assert page.evaluate(BROKEN_IMAGES) == [], notebook.name
-        wanted, shown = _pictures_in(notebook), page.evaluate(OUTERMOST_PICTURES)
-        assert shown >= wanted, f"{notebook.name}: {wanted} pictures executed, {shown} on the page"
-        page.close()
-
-
 def _internal_links(page, site):
     hrefs = page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)")
     return {h for h in hrefs if urlparse(h).netloc == urlparse(site).netloc}
 
 
-def test_every_internal_link_resolves(site, browser):
+def _start_pages(site) -> list[str]:
+    """Where the link check starts: every page a reader arrives at from the navigation."""
     start = [f"{site}/"] + [_url(site, n) for n in sorted(ROOT.glob("chapters/*.ipynb"))]
     start += [f"{site}/faq.html", _url(site, sorted(ROOT.glob("labs/student/*.ipynb"))[0])]
     start += [_url(site, ROOT / guide) for guide in build_site.GUIDES]
     start += [_url(site, ROOT / "README.md")]
     start += [_url(site, n) for n in sorted(ROOT.glob("chapters/zh/*.ipynb"))]      # the Chinese edition
     start += [_url(site, ROOT / p) for p in build_site.ZH_PAGES if (ROOT / p).exists()]
-    links = set()
-    for url in start:
+    return start
+
+
+@pytest.fixture(scope="module")
+def read_pages(site, browser) -> dict[str, dict]:
+    """Each start page opened once, as a reader does, and what the tests below look at on it: its
+    title, its broken pictures, how many pictures it shows, its internal links and its elements' ids.
+    Opening a chapter page is most of this file's time after the build: the chapter test and the link
+    check read the same pages, so they read them from one pass."""
+    seen = {}
+    for url in _start_pages(site):
         page = _open(browser, url)
-        assert page.evaluate(BROKEN_IMAGES) == [], url
-        links |= _internal_links(page, site)
+        seen[url] = {"title": page.locator("h1").first.inner_text(),
+                     "broken": page.evaluate(BROKEN_IMAGES),
+                     "pictures": page.evaluate(OUTERMOST_PICTURES),
+                     "links": _internal_links(page, site),
+                     "ids": set(page.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))}
         page.close()
+    return seen
+
+
+def test_every_chapter_renders_with_its_pictures(site, read_pages):
+    for notebook in sorted(ROOT.glob("chapters/*.ipynb")):
+        page = read_pages[_url(site, notebook)]
+        number = int(notebook.name[:2])
+        assert f"Chapter {number}" in page["title"], (notebook.name, page["title"])
+        assert page["broken"] == [], notebook.name
+        wanted, shown = _pictures_in(notebook), page["pictures"]
+        assert shown >= wanted, f"{notebook.name}: {wanted} pictures executed, {shown} on the page"
+
+
+def test_every_internal_link_resolves(site, browser, read_pages):
+    links = set()
+    for url, page in read_pages.items():
+        assert page["broken"] == [], url
+        links |= page["links"]
     assert len(links) > 20
     pages: dict[str, set[str]] = {}
     for link in links:
@@ -144,8 +177,11 @@ def test_every_internal_link_resolves(site, browser):
         response = checked.request.get(base)
         assert response.ok, f"broken internal link {base} ({response.status})"
         if anchors:
-            checked.goto(base, wait_until="networkidle")
-            ids = set(checked.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))
+            if base in read_pages:                  # opened above: its ids were read there
+                ids = read_pages[base]["ids"]
+            else:
+                checked.goto(base, wait_until="networkidle")
+                ids = set(checked.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))
             assert anchors <= ids, f"{base}: no element for #{sorted(anchors - ids)}"
 
 
@@ -163,7 +199,9 @@ def test_faq_links_land_on_the_answering_section(site, browser):
         href = rows.get(entry["q"])
         assert href and "#" in href, f"{entry['q']}: the FAQ row links to no section ({href})"
         assert href.split("#")[0] == Path(entry["notebook"]).with_suffix(".html").as_posix(), href
-        target.goto(urljoin(page.url, href), wait_until="networkidle")
+        wanted_page = urljoin(page.url, href.split("#")[0])
+        if target.url.split("#")[0] != wanted_page:      # several questions land on one chapter: load it once
+            target.goto(wanted_page, wait_until="networkidle")
         anchor = href.split("#", 1)[1]
         section = target.locator(f"[id='{anchor}']")
         assert section.count() == 1, f"{entry['q']}: {href} lands on no element"
