@@ -56,6 +56,10 @@ lab: $(STAMP) $(TORCH_STAMP)
 # a CPU torch wheel already on this machine (for torch.cuda._memory_viz), Debian's chromium, and
 # Debian's buildah with a debootstrapped Debian 12 to build the course image FROM (tools/install_image_builder.sh).
 TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-*cpu*.whl))
+# Test workers (pytest-xdist): one per core, at most 4 (each module stays on one worker; the notebook
+# modules share one: tests/conftest.py).  TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: $(STAMP)
 	@if [ -n "$(TORCH_WHEEL)" ]; then $(PIP) install -q "$(TORCH_WHEEL)" >/dev/null 2>&1 || echo "(torch CPU wheel did not install: the _memory_viz tests will skip)"; \
 	 else echo "(no local torch CPU wheel: the _memory_viz tests will skip; pip install torch to run them)"; fi
@@ -63,7 +67,7 @@ test: $(STAMP)
 	@sh tools/install_node.sh >/dev/null 2>&1 || echo "(Node.js not installed: the workshop hub test will skip)"
 	@$(MAKE) -s $(PROXY) || echo "(npm missing: the workshop hub test will skip)"
 	@sh tools/install_image_builder.sh >/dev/null 2>&1 || echo "(buildah or the image's base not installed: the image test will skip)"
-	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider --durations=30
+	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS)
 
 test-fast: $(STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider -m "not slow and not browser"
