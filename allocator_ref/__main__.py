@@ -268,7 +268,8 @@ def cmd_compare(args) -> int:
                else tr("uncapped (the run never flushed on retry nor ran out of memory: its GPU's size is unknown)"))
         if args.device_memory:
             gpu = tr("{gib} GiB (--device-memory)", gib=f"{args.device_memory:g}")
-        print(tr("every row replays the run's own program from PyTorch's state at its first event; GPU: {gpu}", gpu=gpu))
+        print(tr("every row replays the run's own program from the state recorded at its first event; GPU: {gpu}",
+                 gpu=gpu))
         print(tr("the first row is the run as recorded: it reproduces the recorded reserved curve") if rows[0]["reproduces"]
               else tr("the first row is the run as recorded: it does NOT reproduce the recorded curve, "
                       "so the other rows are not comparable"))

@@ -19,13 +19,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_script(*pieces: str, timeout: float = 120, interrupt_after: float | None = None):
+def run_script(*pieces: str, timeout: float = 120, interrupt_when: Path | None = None):
+    """Run the pieces as one script; with ``interrupt_when``, press the stop button (SIGINT) once
+    that file exists: the submission writes it when it starts, so the press lands while it runs
+    (a fixed delay pressed it during the imports on a loaded machine, before there was anything to stop)."""
     code = "".join(textwrap.dedent(piece) for piece in pieces)
     env = dict(os.environ, PYTHONPATH=str(ROOT), ALLOCATOR_REF_DEVICE="sim")
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if interrupt_after is not None:
-        time.sleep(interrupt_after)
+    if interrupt_when is not None:
+        started = time.monotonic()
+        while not interrupt_when.exists() and proc.poll() is None and time.monotonic() - started < timeout:
+            time.sleep(0.05)
+        time.sleep(0.5)                           # well inside the submission's loop
         proc.send_signal(signal.SIGINT)           # the notebook's stop button
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -92,11 +98,13 @@ def test_a_submission_that_swallows_the_time_limit_is_still_stopped(name):
     assert float(out.split("SECONDS")[1].split()[0]) < 10, out
 
 
-def test_the_stop_button_is_not_swallowed_either():
-    rc, out, err = run_script("""
-        import time
+def test_the_stop_button_is_not_swallowed_either(tmp_path):
+    started = tmp_path / "started"
+    rc, out, err = run_script(f"""
+        import pathlib, time
         from allocator_ref.labs import check
         def submission(size, config):
+            pathlib.Path({str(started)!r}).touch()
             while True:
                 try:
                     time.sleep(10)
@@ -104,7 +112,7 @@ def test_the_stop_button_is_not_swallowed_either():
                     pass
         result = check("lab2.round_size", submission, seed=1, verbose=False)   # 120 s limit
         print("STOPPED", result.cases[0].stopped, "interrupted" in result.explanation)
-    """, timeout=60, interrupt_after=3.0)
+    """, timeout=60, interrupt_when=started)
     assert rc == 0, err
     assert "STOPPED True True" in out, out + err
 
