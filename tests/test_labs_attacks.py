@@ -19,14 +19,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _as_a_fresh_kernel() -> None:
+    """The script starts as a notebook's kernel does: the stop button's SIGINT neither ignored nor
+    blocked.  Both are inherited through exec, and the pytest worker that runs this test may carry
+    either from an earlier test or library (under two workers the press once went unanswered)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+# What the script's process started with, on its stderr: a failure shows it.
+SIGNALS_SAID = ("import sys as _s\n_s.stderr.write(''.join(l for l in open('/proc/self/status') "
+                "if l.startswith(('SigBlk', 'SigIgn'))) if _s.platform == 'linux' else '')\n")
+
+
 def run_script(*pieces: str, timeout: float = 120, interrupt_when: Path | None = None):
     """Run the pieces as one script; with ``interrupt_when``, press the stop button (SIGINT) once
     that file exists: the submission writes it when it starts, so the press lands while it runs
     (a fixed delay pressed it during the imports on a loaded machine, before there was anything to stop)."""
     code = "".join(textwrap.dedent(piece) for piece in pieces)
     env = dict(os.environ, PYTHONPATH=str(ROOT), ALLOCATOR_REF_DEVICE="sim")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALS_SAID + code], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_as_a_fresh_kernel)
     if interrupt_when is not None:
         started = time.monotonic()
         while not interrupt_when.exists() and proc.poll() is None and time.monotonic() - started < timeout:
@@ -37,8 +51,8 @@ def run_script(*pieces: str, timeout: float = 120, interrupt_when: Path | None =
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
-        pytest.fail(f"check() was still running after {timeout} s: the submission kept it busy")
+        _, err = proc.communicate()
+        pytest.fail(f"check() was still running after {timeout} s: the submission kept it busy ({err.strip()[:300]})")
     return proc.returncode, out, err
 
 
