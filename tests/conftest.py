@@ -99,9 +99,9 @@ def plain_language(monkeypatch, tmp_path):
 # make test runs the suite on pytest-xdist's workers.  Each module stays on one worker (its module
 # fixtures, e.g. the 7,400-stream commands, run once), and the modules that execute notebooks share one:
 # test_notebooks.execute_notebook runs each chapter once per session and shares it (test_chapter_claims,
-# the Chinese edition's tests and the pictures read the same runs), so split across workers they would
+# the Chinese edition's tests, the pictures and the site read the same runs), so split across workers they would
 # each run it again.  (xdist's own "loadgroup" marks do not take under pytest 9: the scheduler is ours.)
-NOTEBOOK_MODULES = {"test_notebooks", "test_chapter_claims", "test_edition_zh", "test_edition_zh_outputs",
+NOTEBOOK_MODULES = {"test_notebooks", "test_chapter_claims", "test_edition_zh", "test_edition_zh_outputs", "test_site",
                     "test_edition_setup_zh", "test_labs_chinese", "test_pictures", "test_viz_language"}
 
 

@@ -1,8 +1,9 @@
 """The course website: built with Jupyter Book 1 here, then read in Chromium as a reader would.
 
 `tools/build_site.py` (make site) executes every chapter on the simulated device and renders
-the book with Sphinx (MyST-NB, sphinx-book-theme); this test builds it in a folder of its own, serves it on 127.0.0.1, and with
-Playwright driving Debian's Chromium checks that:
+the book with Sphinx (MyST-NB, sphinx-book-theme); this test builds it in a folder of its own from the
+chapter runs the chapter tests already made (``chapter_run``: one run per chapter and session), serves it on
+127.0.0.1, and with Playwright driving Debian's Chromium checks that:
 
 * every chapter page renders its title and its executed pictures, and no picture on any page
   is broken (an <img> that loaded nothing); pictures on other sites (the README's badges) are
@@ -12,11 +13,14 @@ Playwright driving Debian's Chromium checks that:
 * each FAQ link lands on the chapter section that answers the question;
 * the lab pages show the student copies (the exercises' stubs, not the solutions), and the
   search box is there and the search page finds a chapter;
+* ``make site``'s own run of a chapter (``build_site.run_chapter``: ``gpu`` cells shown, not run) makes
+  the same page as the chapter tests' run: the same cells, the same kinds of output, widgets as snapshots;
 * the site opens on the learner's start page (START_HERE.md), which links every chapter and
   lab, and the instructors' guides sit in their own "Instructors" section, not among the labs.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import http.server
 import re
@@ -35,6 +39,16 @@ CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
+def chapter_run(path: Path) -> tuple:
+    """The chapter as the chapter tests ran it (test_notebooks.execute_notebook, the suite's
+    profile, once per session), copied: the site is built from those runs, not from new ones.
+    The site's page of it (build_site.page_of) drops the claim checks the tests added (hidden
+    cells) and what the ``gpu`` cells printed on a machine without one, as ``make site`` shows them."""
+    from test_notebooks import PROFILES, execute_notebook
+    run, seconds = execute_notebook(path, PROFILES[0])
+    return copy.deepcopy(run), seconds
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     if not (Path(sys.executable).parent / "jupyter-book").exists():
@@ -45,7 +59,7 @@ def site(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(build_site, "STAGE", folder / "site-src")
         patch.setattr(build_site, "OUT", folder / "html")
-        out = build_site.build()
+        out = build_site.build(run=chapter_run)
         class Quiet(http.server.SimpleHTTPRequestHandler):
             def log_message(self, *args):
                 pass
@@ -274,3 +288,27 @@ def test_both_editions_with_a_language_switch(site):
             if target and not re.match(r"^[a-z][a-z0-9+.-]*:|^/", target) and not (page.parent / target).exists():
                 broken.add(f"{page.relative_to(out)} -> {target}")
     assert not broken, sorted(broken)[:20]
+
+
+def _page_shape(page) -> list:
+    """What a reader sees of a page, less the figures a run measures: each cell's kind and source, and
+    the kinds of output under it."""
+    return [(c.cell_type, c.source, sorted({mime for out in c.get("outputs", [])
+                                            for mime in (out.get("data") or {"stream": 1})}))
+            for c in page.cells]
+
+
+def test_make_site_runs_a_chapter_into_the_page_the_chapter_tests_run_makes(monkeypatch):
+    """make site executes the chapters itself; the suite's site is built from the chapter tests' runs.
+    Chapter 0 (a ``gpu`` cell, a player widget, pictures) must make the same page either way."""
+    chapter = ROOT / "chapters" / "00_setup_and_tour.ipynb"
+    monkeypatch.setenv("ALLOCATOR_REF_DEVICE", "sim")           # as build() sets it for its kernels
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    own = build_site.page_of(build_site.run_chapter(chapter)[0], chapter)
+    suites = build_site.page_of(chapter_run(chapter)[0], chapter)
+    assert _page_shape(own) == _page_shape(suites)
+    snapshots = [out["data"]["text/html"] for c in own.cells for out in c.get("outputs", [])
+                 if "widget-snapshot" in out.get("data", {}).get("text/html", "")]
+    assert snapshots and all("<svg" in html for html in snapshots), "the player shows no block map on the page"
+    assert not any(build_site.WIDGET_VIEW in out.get("data", {}) for c in own.cells for out in c.get("outputs", []))

@@ -7,7 +7,7 @@ What goes in (picked up by globbing, so a new chapter or lab needs no edit here)
   answers each question;
 * every ``chapters/*.ipynb``, executed here on the simulated device (cells tagged ``gpu``
   are shown, not run), so every picture is in the page; an ipywidget shows a static
-  snapshot of what it displayed (its HTML parts) instead of a blank box, and the chapters'
+  snapshot of its HTML parts (from the widget state nbclient saves with the run) instead of a blank box, and the chapters'
   own film strips (``show_frames``) follow each player;
 * the labs as learners get them (``labs/student/*.ipynb``, not executed), and, in their own
   "Instructors" section, the guides (``labs/README.md``, ``workshop/README.md``) and the README;
@@ -45,19 +45,31 @@ ZH_PAGES = ("README.zh-CN.md", "chapters/zh/glossary.md", "labs/README.zh-CN.md"
 GUIDES = ("labs/README.md", "workshop/README.md")  # the instructors' section, with the README
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
-# Runs first in every executed chapter (and is removed from the page): give each ipywidget a
-# text/html twin, the HTML its parts show now, which the static page renders instead of the
-# live widget it cannot run.
-WIDGET_SNAPSHOT = '''\
-import ipywidgets as _w
-def _snapshot(widget):
-    if isinstance(widget, _w.HTML):
-        return widget.value
-    if isinstance(widget, _w.Box):
-        return "".join(_snapshot(child) for child in widget.children)
-    return ""
-get_ipython().display_formatter.formatters["text/html"].for_type(
-    _w.Widget, lambda widget: '<div class="widget-snapshot">' + _snapshot(widget) + "</div>")'''
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def widget_snapshot(states: dict, model_id: str) -> str:
+    """The HTML a widget's parts show, read from the widget state nbclient saved with the run
+    (``nb.metadata.widgets``): an ``HTML`` widget's value, a box's children in order, nothing for
+    a control (a slider or a button cannot be drawn without a kernel)."""
+    state = states.get(model_id, {}).get("state", {})
+    if state.get("_model_name") == "HTMLModel":
+        return state.get("value", "")
+    return "".join(widget_snapshot(states, child.removeprefix("IPY_MODEL_")) for child in state.get("children", []))
+
+
+def widget_snapshots(nb) -> int:
+    """Give each widget output a text/html twin, the HTML its parts showed, which the static page
+    renders instead of the live widget it cannot run.  Returns how many outputs got one."""
+    states = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    added = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            view = out.get("data", {}).get(WIDGET_VIEW)
+            if view is not None and "text/html" not in out["data"]:
+                out["data"]["text/html"] = '<div class="widget-snapshot">' + widget_snapshot(states, view["model_id"]) + "</div>"
+                added += 1
+    return added
 
 
 def repository() -> str:
@@ -142,25 +154,44 @@ def static_outputs(nb) -> None:
                 del data[mime]
 
 
-def execute(path: Path) -> tuple[Path, float]:
-    """Run one chapter on the simulated device; write it, with its outputs, to the stage."""
+def run_chapter(path: Path) -> tuple:
+    """``make site``'s own run of one chapter on the simulated device, as a learner's Run All except
+    that cells tagged ``gpu`` are shown, not run: (executed notebook, seconds)."""
     from nbclient import NotebookClient
     nb = nbformat.read(path, as_version=4)
-    after_title = for_the_page(nb)
-    after_title += language_switch(nb, path)
-    section_links(nb, path)
     for cell in nb.cells:
         if "gpu" in cell.get("metadata", {}).get("tags", []):
             cell.metadata.setdefault("tags", []).append("skip-execution")   # nbclient skips it
-    nb.cells.insert(after_title, nbformat.v4.new_code_cell(WIDGET_SNAPSHOT, metadata={"tags": ["remove-cell"]}))
     start = time.monotonic()
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
-    static_outputs(nb)
+    return nb, time.monotonic() - start
+
+
+def page_of(run, path: Path):
+    """The page of an executed chapter, whoever ran it (``run_chapter``, or the test suite, whose
+    chapter runs add hidden claim checks): hidden cells dropped, ``gpu`` cells shown without what a
+    machine with no GPU printed, widgets as their snapshots, the Colab bootstrap gone, the language
+    switch under the title."""
+    run.cells = [c for c in run.cells if "remove-cell" not in c.get("metadata", {}).get("tags", [])]
+    for cell in run.cells:
+        if cell.cell_type == "code" and "gpu" in cell.get("metadata", {}).get("tags", []):
+            cell.outputs = []
+    widget_snapshots(run)
+    for_the_page(run)
+    language_switch(run, path)
+    section_links(run, path)
+    static_outputs(run)
+    return run
+
+
+def execute(path: Path, run=run_chapter) -> tuple[Path, float]:
+    """Run one chapter (``run``: path -> (executed notebook, seconds)); write its page to the stage."""
+    executed, seconds = run(path)
     dest = STAGE / path.relative_to(ROOT)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, dest)
-    return dest, time.monotonic() - start
+    nbformat.write(page_of(executed, path), dest)
+    return dest, seconds
 
 
 # ------------------------------------------------------------------ links and the FAQ
@@ -278,7 +309,7 @@ def toc_yml(chapters: list[str], labs: list[str], zh_chapters: list[str] = (), z
         "    chapters:\n" + entries([*GUIDES, "README.md"]) + chinese)
 
 
-def stage(jobs: int) -> dict[str, float]:
+def stage(jobs: int, run=run_chapter) -> dict[str, float]:
     if STAGE.exists():
         shutil.rmtree(STAGE)
     STAGE.mkdir(parents=True)
@@ -289,7 +320,7 @@ def stage(jobs: int) -> dict[str, float]:
     zh_labs = sorted((ROOT / "labs" / "student" / ZH).glob("*.ipynb"))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         timings = {dest.relative_to(STAGE).as_posix(): seconds
-                   for dest, seconds in pool.map(execute, chapters + zh_chapters)}
+                   for dest, seconds in pool.map(lambda path: execute(path, run), chapters + zh_chapters)}
     (STAGE / "labs" / "student" / ZH).mkdir(parents=True)
     for lab in labs + zh_labs:
         nb = nbformat.read(lab, as_version=4)
@@ -314,14 +345,16 @@ def stage(jobs: int) -> dict[str, float]:
     return timings
 
 
-def build(jobs: int = 2) -> Path:
+def build(jobs: int = 2, run=run_chapter) -> Path:
+    """Stage and render the site; ``run`` executes a chapter (the test suite passes the runs its
+    chapter tests already made, so the site is built from them instead of running every chapter again)."""
     saved = dict(os.environ)
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ["ALLOCATOR_REF_DEVICE"] = "sim"               # the kernels inherit it
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     start = time.monotonic()
     try:
-        timings = stage(jobs)
+        timings = stage(jobs, run)
         book = Path(sys.executable).parent / "jupyter-book"
         # -W: a link or FAQ anchor that resolves to nothing fails the build instead of a dead link
         subprocess.run([str(book), "build", str(STAGE), "--builder", "html", "-W", "--keep-going", "-q"],
