@@ -1,0 +1,53 @@
+"""`make test` on two workers: the modules go out slowest first, the notebook modules as one.
+
+tests/conftest.py gives pytest-xdist its scheduler (a module at a time; the modules that execute
+notebooks share one worker and its runs) and, on a worker, sorts the collection so the slowest
+modules are sent first.  A name in those lists that no longer is a module would silently stop
+doing its work, so each must name a module that exists.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import conftest
+
+TESTS = Path(__file__).resolve().parent
+MODULES = {p.stem for p in TESTS.glob("test_*.py")}
+
+
+def test_every_module_named_for_the_workers_exists():
+    assert conftest.NOTEBOOK_MODULES <= MODULES, conftest.NOTEBOOK_MODULES - MODULES
+    named = set(conftest.SLOWEST_FIRST) - {"notebooks"}
+    assert named <= MODULES, named - MODULES
+    assert len(conftest.SLOWEST_FIRST) == len(set(conftest.SLOWEST_FIRST))
+
+
+def _items(*nodeids):
+    return [SimpleNamespace(nodeid=n) for n in nodeids]
+
+
+def test_a_worker_gets_the_slowest_modules_first_and_each_module_in_its_own_order():
+    notebook_a, notebook_b = sorted(conftest.NOTEBOOK_MODULES)[:2]
+    slowest = next(s for s in conftest.SLOWEST_FIRST if s != "notebooks")
+    assert conftest.SLOWEST_FIRST.index(slowest) < conftest.SLOWEST_FIRST.index("notebooks")   # as listed now
+    items = _items("tests/test_zz_quick.py::test_one", f"tests/{notebook_a}.py::test_x",
+                   f"tests/{slowest}.py::test_b", f"tests/{slowest}.py::test_a",
+                   f"tests/{notebook_b}.py::test_y", "tests/test_zz_quick.py::test_two")
+    worker = SimpleNamespace(workerinput={"workerid": "gw0"})
+    conftest.pytest_collection_modifyitems(worker, items)
+    order = [i.nodeid for i in items]
+    assert order[:2] == [f"tests/{slowest}.py::test_b", f"tests/{slowest}.py::test_a"]
+    assert order[2:4] == [f"tests/{notebook_a}.py::test_x", f"tests/{notebook_b}.py::test_y"]
+    assert order[4:] == ["tests/test_zz_quick.py::test_one", "tests/test_zz_quick.py::test_two"]
+
+
+def test_one_process_keeps_the_collection_order():
+    items = _items("tests/test_zz_quick.py::test_one", f"tests/{conftest.SLOWEST_FIRST[0]}.py::test_b")
+    conftest.pytest_collection_modifyitems(SimpleNamespace(), items)
+    assert [i.nodeid for i in items][0] == "tests/test_zz_quick.py::test_one"
+
+
+def test_the_notebook_modules_are_one_scope_and_the_others_their_own():
+    assert {conftest._scope(f"tests/{m}.py::t") for m in conftest.NOTEBOOK_MODULES} == {"notebooks"}
+    assert conftest._scope("tests/test_labs.py::test_x[01]") == "test_labs"
