@@ -1,5 +1,7 @@
 """environment.yml (conda users) must describe the same dependency set as pyproject.toml."""
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -40,3 +42,16 @@ def test_design_card_packages_are_dependencies():
 def test_cupy_and_cuda_python_import_without_a_gpu():
     import cupy  # noqa: F401
     from cuda.bindings import driver, runtime  # noqa: F401
+
+
+def test_the_course_environments_leave_out_the_slow_iri_checker():
+    """jsonschema's optional IRI checker (rfc3987-syntax) builds its grammars whenever a process reads a
+    notebook (1.1 s of CPU each): `make venv` and the workshop image remove it, and in the Makefile's
+    environment reading a notebook does not import it."""
+    assert "uninstall -y -q rfc3987-syntax" in (ROOT / "Makefile").read_text()
+    assert "uninstall -y rfc3987-syntax" in (ROOT / "workshop" / "Dockerfile").read_text()
+    if Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+        return                                        # someone's own environment: theirs to keep
+    imported = subprocess.run([sys.executable, "-c", "import sys, nbformat; print('rfc3987_syntax' in sys.modules)"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    assert imported == "False", "rfc3987-syntax is installed in .venv: make venv removes it"
