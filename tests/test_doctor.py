@@ -199,9 +199,9 @@ def test_findings_alone_when_remedies_are_not_asked_for(fixable):
 def test_the_player_plays_the_whole_run(fixable):
     report = fixable[4]
     player = report.player()
-    assert player.controls.slider.max == len(report.diagnosis.frames) - 1
+    assert player.controls.slider.max == len(report.frames) - 1 == report.diagnosis.events_replayed - 1
     player.value = player.controls.slider.max            # the run ended in its OOM: the last frame says so
-    assert report.diagnosis.frames.events[-1]["action"] == "oom"
+    assert report.frames.events[-1]["action"] == "oom"
     assert "out of memory: a 200.0 MiB request failed" in player.caption.value
     player.value = 0
     assert 'data-index="0"' in player.caption.value
@@ -277,5 +277,5 @@ def test_memory_held_for_another_stream_is_reported():
     d = report.diagnosis
     assert d.verified
     assert held == 8 * MiB and d.pending_max == held
-    assert d.frames.events[d.pending_max_at]["action"] == "free_requested"
+    assert report.frames.events[d.pending_max_at]["action"] == "free_requested"
     assert "record_stream kept from being reused" in report.text()

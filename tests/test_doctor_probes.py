@@ -29,3 +29,22 @@ def test_probes_stopped_at_the_first_oom_find_the_same_extra(monkeypatch):
     for (fits, stopped), (_, whole) in zip(fast_replayed, slow_replayed):
         assert stopped == whole if fits else stopped < whole
     assert any(not fits for fits, _ in fast_replayed)
+
+
+def test_no_replay_is_made_twice(monkeypatch):
+    """The capacity search replays "as recorded" on the GPU it settles on, which is the "as
+    recorded" row: one replay, shared (remedies.replay_once), and the answer unchanged."""
+    import allocator_ref.trace.whatif as whatif
+    made = []
+
+    def replay(*args, config="", policy=None, usable=None, until_oom=False, allocator_factory=None, **kwargs):
+        if allocator_factory is None:        # (the memory-fraction row's own allocator is never shared)
+            made.append((config, policy or "caching", usable, until_oom))
+        return ANCHORED_REPLAY(*args, config=config, policy=policy, usable=usable, until_oom=until_oom,
+                               allocator_factory=allocator_factory, **kwargs)
+    monkeypatch.setattr(remedies, "anchored_replay", replay)
+    monkeypatch.setattr(whatif, "anchored_replay", replay)         # where the capacity search found it before
+    report = ar.doctor(examples.shortage_run(900, 300))
+    assert report.capacity.known and report.remedies.recorded.usable == report.capacity.target
+    assert (report.diagnosis.config, "caching", report.capacity.target, False) in made
+    assert len(made) == len(set(made)), sorted(k for k in set(made) if made.count(k) > 1)

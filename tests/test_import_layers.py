@@ -82,3 +82,39 @@ def test_the_language_modules_read_only_settings():
 def test_caching_records_events_from_below_it():
     source = (ROOT / "caching" / "allocator.py").read_text(encoding="utf-8")
     assert "from ..events import" in source and "..trace" not in source
+
+
+# The doctor's facts are read off the replay engine (trace/verify_facts.py); only the drawing side
+# (report.py's player and frames_of, html_report.py, charts.py) may import viz.  Issue 49.
+FACT_MODULES = ("memory_doctor.diagnosis", "memory_doctor.replay_facts", "memory_doctor.remedies",
+                "memory_doctor.capacity", "memory_doctor.shortage", "memory_doctor.unchanged",
+                "trace.verify_facts")
+# (state.py reads a snapshot with no trace: no replay, and its StateReport draws like report.py.)
+
+
+def _module_path(dotted: str):
+    base = ROOT.parent / dotted.replace(".", "/")
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.exists():
+            return path
+    return None
+
+
+def test_the_doctors_facts_import_nothing_from_viz():
+    """Every module the facts come from, and everything those import in turn (at any depth,
+    inside functions too), stays out of allocator_ref.viz."""
+    reached: dict = {}                   # module -> the module that imported it
+    todo = [f"allocator_ref.{name}" for name in FACT_MODULES]
+    for name in todo:
+        reached.setdefault(name, None)
+    while todo:
+        name = todo.pop()
+        path = _module_path(name)
+        if path is None:                 # a name imported from a module, not a module
+            continue
+        for target in _imports(path):
+            if target.startswith("allocator_ref.") and target not in reached:
+                reached[target] = name
+                todo.append(target)
+    viz = sorted(f"{reached[t]} imports {t}" for t in reached if _unit(t) == "viz")
+    assert not viz, "the doctor's facts reach viz:\n" + "\n".join(viz)

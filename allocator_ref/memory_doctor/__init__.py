@@ -213,9 +213,8 @@ def what_if(snapshot: Any, settings=(("caching", "expandable_segments:True"),), 
 
 
 def _replay_recorded(run, config: str, usable):
-    from ..trace.whatif import anchored_replay
-    return anchored_replay(run.events, run.finals, run.program, config=config, usable=usable,
-                           profile=run.profile, index=run.device)
+    from .remedies import replay_once
+    return replay_once(run, config, None, usable)
 
 
 __all__ = ["doctor", "what_if", "DevicesReport"]

@@ -81,7 +81,7 @@ class Diagnosis:
     config: str                  # PYTORCH_CUDA_ALLOC_CONF as recorded
     verified: bool
     verify_summary: dict
-    frames: Any                  # FrameSource of the whole trace of ``device``
+    events_replayed: int         # the events the verify replay reported (the facts below index them)
     allocated: list              # memory_allocated() after each event
     reserved: list               # memory_reserved() after each event
     peak_allocated: int
@@ -107,6 +107,8 @@ class Diagnosis:
     start_allocated: int = 0             # memory_allocated() then
     peak_at_start: bool = False          # the reserved peak is the start state, before event 0
     recording: Any = None                # the Recording it was read from (trace/recording.py), loaded once
+    first_event: int = 0                 # the trace event the facts start at
+    frames: Any = None                   # the drawing side's frames (report.frames_of); no fact reads them
 
     @property
     def unallocated_at_peak(self) -> int:
@@ -215,8 +217,8 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
     # One replay at PyTorch's addresses (the replay engine): its counters after each event are
     # the totals, and finishing it (the final-state comparison) is the verification.
     facts = replay_facts(recording, device, profile)
-    frames, verify, allocated, reserved, actions = facts["frames"], facts["verify"], facts["allocated"], \
-        facts["reserved"], facts["actions"]
+    verify, allocated, reserved, actions = facts["verify"], facts["allocated"], facts["reserved"], facts["actions"]
+    first_event = facts["first_event"]
     summary = verify.to_json()
     totals = allocated
     # The peak is read where a user call finished (a malloc's segment_alloc comes a moment
@@ -230,11 +232,11 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
             devices.append({"device": i, "events": len(events)})
     config = recording.config          # the recorded PYTORCH_CUDA_ALLOC_CONF (or torch_npu's, npu_detect.py)
     diag = Diagnosis(source=source, snapshot=snapshot, device=device, devices=devices, config=config,
-                     verified=verify.perfect, verify_summary=summary, frames=frames,
+                     verified=verify.perfect, verify_summary=summary, events_replayed=facts["events"],
                      allocated=allocated, reserved=reserved,
                      peak_allocated=allocated[peak_allocated_at], peak_allocated_at=peak_allocated_at,
                      peak_reserved=reserved[peak_reserved_at], peak_reserved_at=peak_reserved_at,
-                     profile=profile, profile_note=profile_note, recording=recording)
+                     profile=profile, profile_note=profile_note, recording=recording, first_event=first_event)
     mine = next((r for r in verify.devices if r.device == device), None)
     if mine is not None:
         diag.readings, diag.user_empty_caches = dict(mine.readings), list(mine.user_empty_caches)
@@ -253,13 +255,13 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
     else:
         at_peak = facts["state_at"](peak_reserved_at)
         _where_memory_sits(diag, at_peak, segment_ids)
-        diag.largest = _largest_live(at_peak, events, frames.first_event + peak_reserved_at)
+        diag.largest = _largest_live(at_peak, events, first_event + peak_reserved_at)
     if diag.start_allocated > diag.peak_allocated:
         diag.peak_allocated, diag.peak_allocated_at = diag.start_allocated, -1      # -1: before event 0
     diag.live_places = live_places(at_peak)
-    diag.oom = _oom_facts(events, frames, allocated, reserved)
+    diag.oom = _oom_facts(events, first_event, allocated, reserved)
     if diag.oom is not None:
-        at = min(max(diag.oom.event_index - frames.first_event, 0), len(reserved) - 1)
+        at = min(max(diag.oom.event_index - first_event, 0), len(reserved) - 1)
         state = facts["state_at"](at)      # the replay engine's state there, not a frames replay
         diag.oom.pending = pending_by_stream(state)
         diag.oom.live = _largest_live(state, events, diag.oom.event_index)
@@ -357,12 +359,12 @@ def _largest_live(segments: list, events: list, upto: int, keep: int = 5) -> lis
     return out
 
 
-def _oom_facts(events: list, frames: Any, allocated: list, reserved: list) -> Optional[OomFacts]:
+def _oom_facts(events: list, first_event: int, allocated: list, reserved: list) -> Optional[OomFacts]:
     index = next((i for i, e in enumerate(events) if e.get("action") == "oom"), None)
     if index is None:
         return None
     e = events[index]
-    at = index - frames.first_event
+    at = index - first_event
     at = min(max(at, 0), len(reserved) - 1)
     free = int(e.get("device_free", e.get("addr", 0)))
     return OomFacts(event_index=index, request=int(e.get("size", 0)), device_free=free,

@@ -82,11 +82,11 @@ def _replayed_on(d, words) -> str:
     if course:
         return tr("{n} trace events of the course's simulated run, replayed on the reference allocator at the "
                   "recorded addresses (<b>{reproduced}</b>). Every figure comes from a replay on a <i>simulated</i> "
-                  "{device} of the recorded requests.", n=f"{len(d.frames):,}", device=words.device,
+                  "{device} of the recorded requests.", n=f"{d.events_replayed:,}", device=words.device,
                   reproduced=reproduced)
     return tr("{n} trace events, replayed on the reference allocator at {library}'s own addresses "
               "(<b>{reproduced}</b>). Every figure comes from a replay on a <i>simulated</i> {device} of "
-              "{library}'s recorded requests.", n=f"{len(d.frames):,}", library=words.library,
+              "{library}'s recorded requests.", n=f"{d.events_replayed:,}", library=words.library,
               device=words.device, reproduced=reproduced)
 
 
@@ -103,14 +103,15 @@ def render_html(report) -> str:
     target = r.target if r is not None else None
     oom_at = None
     if d.oom is not None:
-        oom_at = d.oom.event_index - d.frames.first_event
+        oom_at = d.oom.event_index - d.first_event
     timeline = plot_timeline(d.allocated, d.reserved, target=target, peak_at=d.peak_reserved_at, oom_at=oom_at)
     parts.append(_section(tr("Memory over the run"), _img(png_bytes(timeline), tr(
         "allocated and reserved memory after each event, with the device limit"), "timeline")))
     lines = [line for line in report.lines() if line]
     start = lines.index(tr("PEAKS")) if tr("PEAKS") in lines else 0
     parts.append(_section(tr("What the replay found"), _pre(lines[start:])))
-    peak = d.frames.state(d.peak_reserved_at)
+    frames = report.frames              # drawn: recorded now (viz), the facts above are the engine's
+    peak = frames.state(d.peak_reserved_at)
     holders = [h.address for h in d.holdings[:5]]
     at = d.peak_reserved_at
     # A peak held when recording began (diagnosis.peak_at_start) has no frame: the map shows the highest
@@ -121,7 +122,7 @@ def render_html(report) -> str:
                 peak=format_bytes(d.peak_reserved)) if d.peak_at_start else
              tr("block map at the reserved peak (event {at}): {reserved} reserved, {allocated} allocated",
                 at=f"{at:,}", reserved=format_bytes(d.peak_reserved), allocated=format_bytes(d.allocated_at_peak)))
-    svg = render_blockmap(peak, segment_ids=d.frames.segment_ids, highlight=holders, title=title, simulated=True)
+    svg = render_blockmap(peak, segment_ids=frames.segment_ids, highlight=holders, title=title, simulated=True)
     note = ("<p>" + escape(tr("Outlined in red: the {n} segment holding the most reserved-but-unallocated memory (listed "
                         "above).", n=len(holders)) if len(holders) == 1 else
                      tr("Outlined in red: the {n} segments holding the most reserved-but-unallocated memory (listed "

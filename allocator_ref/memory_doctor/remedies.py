@@ -320,6 +320,26 @@ class Run:
     recorded_curve: list               # memory_reserved() after each trace event, as recorded
     device: int
     profile: str = "h100-80gb"
+    replays: dict = field(default_factory=dict)     # each distinct replay's answer (replay_once)
+
+
+def replay_once(run: Run, config: str, policy: Optional[str], usable: Optional[int], factory=None,
+                until_oom: bool = False) -> Anchored:
+    """``anchored_replay`` of ``run``'s program, each distinct replay made once.
+
+    A replay is a function of its program, design, settings and capacity: a fresh simulated
+    device and allocator each time (Runner), nothing random.  So the capacity search's "as
+    recorded" replay on the GPU it settles on is the "as recorded" row's own, not run again.
+    A replay with an allocator factory (the memory-fraction row) is never shared."""
+    held = run.program.recording
+    key = (config, policy or getattr(held, "policy", None), usable, until_oom)
+    if factory is None and key in run.replays:
+        return run.replays[key]
+    out = anchored_replay(run.events, run.finals, run.program, config=config, policy=policy, usable=usable,
+                          profile=run.profile, index=run.device, allocator_factory=factory, until_oom=until_oom)
+    if factory is None:
+        run.replays[key] = out
+    return out
 
 
 def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[int] = None,
@@ -339,9 +359,7 @@ def run_trial(trial: Trial, run: Run, usable: Optional[int], capacity: Optional[
     start = time.perf_counter()
     config = trial.config if get_policy(trial.policy).reads_alloc_conf else ""
     try:
-        out: Anchored = anchored_replay(run.events, run.finals, run.program, config=config, policy=trial.policy,
-                                        usable=usable, profile=run.profile, index=run.device,
-                                        allocator_factory=factory, until_oom=fits_only)
+        out: Anchored = replay_once(run, config, trial.policy, usable, factory, until_oom=fits_only)
     except (ValueError, RuntimeError, CudaError) as exc:
         # A replay that cannot go on (the setting refuses the recorded state, a device call the
         # model forbids) is reported on its row, never raised: the other rows still answer.

@@ -170,10 +170,10 @@ class DoctorReport:
         d, r, v = self.diagnosis, self.remedies, self.verdict
         j = d.verify_summary
         raw = len((d.snapshot.get("device_traces") or [[]] * (d.device + 1))[d.device] or ())
-        extra = raw - len(d.frames)
+        extra = raw - d.events_replayed
         counted = (tr("{n} events of the trace's {raw} entries ({extra} 'snapshot' markers or other entries that "
-                      "change nothing, left out)", n=f"{len(d.frames):,}", raw=f"{raw:,}", extra=f"{extra:,}")
-                   if extra > 0 else tr("{n} events", n=f"{len(d.frames):,}"))
+                      "change nothing, left out)", n=f"{d.events_replayed:,}", raw=f"{raw:,}", extra=f"{extra:,}")
+                   if extra > 0 else tr("{n} events", n=f"{d.events_replayed:,}"))
         w = words_of(d)                     # GPU or NPU, PyTorch or torch_npu: the design it replayed on
         course = course_made(d.snapshot)    # the course recorded it, not PyTorch (provenance.py)
         if course:
@@ -354,7 +354,7 @@ class DoctorReport:
     def to_json(self) -> dict:
         d, r, v = self.diagnosis, self.remedies, self.verdict
         return {
-            "source": d.source, "device": d.device, "events": len(d.frames), "verified": d.verified,
+            "source": d.source, "device": d.device, "events": d.events_replayed, "verified": d.verified,
             "allocs": d.verify_summary["allocs"], "allocs_exact": d.verify_summary["allocs_exact"],
             "verdict": v.kind, "verdict_text": v.text, "recommended_line": v.line,
             "proposal": proposal(v, r),
@@ -409,7 +409,12 @@ class DoctorReport:
         with speaking(self.language):
             kwargs.setdefault("title", tr("{source}, device {device}", source=self.diagnosis.source,
                                           device=self.diagnosis.device))
-        return TracePlayer(self.diagnosis.frames, **kwargs)
+        return TracePlayer(self.frames, **kwargs)
+
+    @property
+    def frames(self):
+        """The frames of the whole trace the player and the page draw (recorded when first used)."""
+        return frames_of(self.diagnosis)
 
     def __str__(self) -> str:
         return self.text()
@@ -554,6 +559,17 @@ def _shortage_verdict(diag: Diagnosis, remedies: Remedies, judged) -> Verdict:
     return Verdict("shortage", text, None, None, reduce_by=cut, more_memory=remedies.extra_needed or 0)
 
 
+def frames_of(diag: Diagnosis):
+    """The frames of ``diag``'s whole trace, for the player and the page: a frame per event the verify
+    replay reported, recorded (one more replay, viz.replay_frames) the first time one is used, and
+    kept on the diagnosis.  The drawing side's: every fact is read off the replay engine."""
+    if diag.frames is None:
+        from ..viz.replay_frames import LazyFrames
+        diag.frames = LazyFrames(diag.recording if diag.recording is not None else diag.snapshot, diag.device,
+                                 diag.events_replayed, first_event=diag.first_event, profile=diag.profile)
+    return diag.frames
+
+
 def later_need(diag: Diagnosis) -> Optional[tuple]:
     """After a failed request: (live bytes to cut for the whole run, the event, the live bytes there),
     the request counted as served and kept (it has no free in the trace) against what the process
@@ -561,7 +577,7 @@ def later_need(diag: Diagnosis) -> Optional[tuple]:
     o = diag.oom
     if o is None or not diag.allocated:
         return None
-    at = min(max(o.event_index - diag.frames.first_event, 0), len(diag.allocated) - 1)
+    at = min(max(o.event_index - diag.first_event, 0), len(diag.allocated) - 1)
     request = max(512, -(-o.request // 512) * 512)           # round_size at the least (shortage.rounded)
     pending = sum(o.pending.values())
     index = max(range(at, len(diag.allocated)), key=diag.allocated.__getitem__)

@@ -12,13 +12,15 @@ verify run of the engine (engine.py) reports :class:`VerifyFacts`:
   ``events.totals_after_event``, the one place that gives such events their effect (the
   frames' block maps go through its sibling ``events.after_event``);
 * the block map at one event is kept during the run when the event is known beforehand
-  (the recorded peak: ``capture_at``), else comes from a second engine run stopped right
-  after it (``state_after``);
+  (the recorded peak and the first OOM: ``capture_at``), else comes from a second engine run
+  that keeps it (``state_after``); an event announced before its change (a ``free_completed``)
+  is given its effect by ``events.after_event``, as the frames' are;
 * segment numbers ("seg N") follow the player's rule: the segments at the start by address,
-  then each new segment in the order the trace allocates it.
+  then each new segment as it first appears (a ``segment_alloc``, or an expandable segment's
+  ``segment_map``/``segment_unmap`` reshaping its mapped ranges: new ranges by address).
 
-Only the caching allocator's plain segments are read this way: a trace with expandable
-segments (whose mapped ranges split and join) takes the frames (``available`` says which).
+Any trace is read this way, expandable segments and a replay that diverged included: the
+counters are the allocator's own, whatever it did, and the facts index the events it reported.
 """
 from __future__ import annotations
 
@@ -26,17 +28,10 @@ from typing import Optional
 
 from ..caching.snapshot import block_state
 from ..caching.stats import AGGREGATE
-from ..events import EXPANDABLE, totals_after_event
-from .recording import DeviceRecording
+from ..events import ANNOUNCED_BEFORE, after_event, totals_after_event
 from .replay import TraceStepper
 
-
-
-def available(dev: DeviceRecording) -> bool:
-    """Can these facts stand in for the frames on this device (no expandable segments)?"""
-    if any(s.get("is_expandable") for s in dev.segments):
-        return False
-    return not any(e["action"] in EXPANDABLE for e in dev.events) and not dev.start_state().expandable
+RESHAPES = ("segment_map", "segment_unmap")     # an expandable segment's mapped ranges split or join
 
 
 class TotalsAfterEachEvent:
@@ -49,6 +44,10 @@ class TotalsAfterEachEvent:
         # each OOM, so one run answers every "what did memory look like there?").
         self.capture_at = {capture_at} if isinstance(capture_at, int) else set(capture_at or ())
         self.captured_at: dict = {}       # event index -> the segments right after it
+        # "seg N": the segments at the start by address, then each as it first appears.
+        self.segment_ids: dict = {}
+        for address in sorted(s["address"] for s in allocator.segments(record=False)):
+            self.segment_ids.setdefault(address, len(self.segment_ids))
         self.actions: list = []
         self.allocated: list = []
         self.reserved: list = []
@@ -67,9 +66,13 @@ class TotalsAfterEachEvent:
         else:
             allocated, reserved, active = totals_after_event(action, entry.size, counted, block.size,
                                                              block_state(block) == "inactive")
-        if len(self.actions) in self.capture_at and action in ("alloc", "oom"):
-            # The last event of a malloc: the blocks already are what they are after it.
-            self.captured_at[len(self.actions)] = self.allocator.segments(record=False)
+        if action == "segment_alloc":
+            self.segment_ids.setdefault(entry.addr, len(self.segment_ids))
+        elif action in RESHAPES:
+            for address in sorted(s["address"] for s in self.allocator.segments(record=False)):
+                self.segment_ids.setdefault(address, len(self.segment_ids))
+        if len(self.actions) in self.capture_at:
+            self.captured_at[len(self.actions)] = settle(entry, self.allocator.segments(record=False))
         self.actions.append(action)
         self.allocated.append(allocated)
         self.reserved.append(reserved)
@@ -91,6 +94,20 @@ class _Muted:
         pass
 
 
+def settle(entry, segments: list) -> list:
+    """The segments right *after* ``entry``, from those read while the allocator reports it: an
+    event announced before its change (``events.ANNOUNCED_BEFORE``) gets it from
+    ``events.after_event``, on the one segment it touches (the frames do the same)."""
+    if entry.action not in ANNOUNCED_BEFORE:
+        return segments                  # (an alloc, the last event of its malloc, is done already)
+    old = next((s for s in segments if s["address"] <= entry.addr < s["address"] + s["total_size"]), None)
+    new = after_event(entry.to_dict(), old)
+    if new is old:
+        return segments
+    kept = [s for s in segments if s is not old]
+    return kept if new is None else sorted(kept + [new], key=lambda s: s["address"])
+
+
 class VerifyFacts:
     """One verify run of a device with the totals after each event (see the module doc)."""
 
@@ -100,8 +117,6 @@ class VerifyFacts:
         the run); read them in ``totals.captured_at``."""
         self.stepper = stepper
         allocator = stepper.allocator
-        # The player numbers the segments present at the start by address (FrameSource).
-        self.start_addresses = sorted(s["address"] for s in allocator.segments(record=False))
         self.totals = TotalsAfterEachEvent(allocator, capture_at)
         stop = allocator.trace.add_listener(self.totals)
         try:
@@ -112,25 +127,22 @@ class VerifyFacts:
 
     def segment_numbers(self) -> dict:
         """address -> the number the player shows as "seg N" (stable over the trace)."""
-        ids: dict = {}
-        for address in self.start_addresses:
-            ids.setdefault(address, len(ids))
-        for e in self.stepper.events:
-            if e["action"] == "segment_alloc":
-                ids.setdefault(e["addr"], len(ids))
-        return ids
+        return self.totals.segment_ids
 
 
-def state_after(recording, device: int, index: int, profile: str = "h100-80gb") -> Optional[list]:
-    """The segments right after event ``index`` of ``device`` (an ``alloc`` or ``oom``: the last
-    event of its malloc) from an engine run stopped there; None when it cannot stop exactly there."""
-    if recording.device(device).events[index]["action"] not in ("alloc", "oom"):
-        return None
+def state_after(recording, device: int, index: int, profile: str = "h100-80gb") -> list:
+    """The segments right after the ``index``-th event the allocator reports on ``device`` (the
+    frames' index: 'snapshot' looks left out), from a second engine run that keeps them there."""
     stepper = TraceStepper(recording, device=device, profile=profile)
-    stepper.run_until(index + 1)
-    if stepper.next_event != index + 1 or stepper.divergence is not None:
-        return None
-    return stepper.allocator.segments(record=False)
+    totals = TotalsAfterEachEvent(stepper.allocator, index)
+    stop = stepper.allocator.trace.add_listener(totals)
+    try:
+        stepper.run_until(index + 1)     # a verified replay reports event i as the trace's i-th
+        if index not in totals.captured_at:
+            stepper.run_until(len(stepper.events))     # one that diverged may report it later
+    finally:
+        stop()
+    return totals.captured_at.get(index, [])
 
 
-__all__ = ["available", "TotalsAfterEachEvent", "VerifyFacts", "state_after"]
+__all__ = ["TotalsAfterEachEvent", "VerifyFacts", "settle", "state_after"]
