@@ -69,6 +69,9 @@ TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-*cpu*.whl))
 # Test workers (pytest-xdist): one per core, at most 4 (each module stays on one worker; the notebook
 # modules share one: tests/conftest.py).  TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+# The tests start hundreds of Python processes (kernels, the command line, judges) that import the course's
+# package; compiled once here, none compiles it again where PYTHONDONTWRITEBYTECODE keeps Python from caching
+# it (a CLI-and-grading sample: 18.6 -> 17.0 CPU s).
 
 test: $(STAMP)
 	@if [ -n "$(TORCH_WHEEL)" ]; then $(PIP) install -q "$(TORCH_WHEEL)" >/dev/null 2>&1 || echo "(torch CPU wheel did not install: the _memory_viz tests will skip)"; \
@@ -77,6 +80,7 @@ test: $(STAMP)
 	@sh tools/install_node.sh >/dev/null 2>&1 || echo "(Node.js not installed: the workshop hub test will skip)"
 	@$(MAKE) -s $(PROXY) || echo "(npm missing: the workshop hub test will skip)"
 	@sh tools/install_image_builder.sh >/dev/null 2>&1 || echo "(buildah or the image's base not installed: the image test will skip)"
+	@$(PY) -m compileall -q allocator_ref >/dev/null 2>&1 || true
 	MPLBACKEND=Agg $(PY) -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS)
 
 test-fast: $(STAMP)
