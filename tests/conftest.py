@@ -114,6 +114,9 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return _scope(nodeid)
 
+    # xdist sorts the modules by their number of tests unless told not to (--loadscope-reorder, on by
+    # default): the order to keep is the collection's, slowest first (pytest_collection_modifyitems).
+    config.option.loadscopereorder = False
     return ModuleScheduling(config, log)
 
 

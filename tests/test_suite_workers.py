@@ -51,3 +51,34 @@ def test_one_process_keeps_the_collection_order():
 def test_the_notebook_modules_are_one_scope_and_the_others_their_own():
     assert {conftest._scope(f"tests/{m}.py::t") for m in conftest.NOTEBOOK_MODULES} == {"notebooks"}
     assert conftest._scope("tests/test_labs.py::test_x[01]") == "test_labs"
+
+
+class _Worker:
+    """What xdist's scheduler talks to: it is sent the indexes of the tests to run."""
+    shutting_down = False
+
+    def __init__(self):
+        self.sent = []
+
+    def send_runtest_some(self, indexes):
+        self.sent += indexes
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
+def test_xdist_sends_the_modules_in_the_collection_order_slowest_first():
+    """Through xdist's own scheduler: the first module a worker is sent is the slowest one listed,
+    not the one with the most tests (xdist's default reorders by that; the hook turns it off)."""
+    slowest = next(s for s in conftest.SLOWEST_FIRST if s != "notebooks")
+    collection = _items(*[f"tests/test_zz_many.py::test_{i}" for i in range(9)], f"tests/{slowest}.py::test_a")
+    conftest.pytest_collection_modifyitems(SimpleNamespace(workerinput={"workerid": "gw0"}), collection)
+    nodeids = [i.nodeid for i in collection]
+    config = SimpleNamespace(option=SimpleNamespace(loadscopereorder=True),
+                             getvalue=lambda name: ["popen"] if name == "tx" else None)
+    scheduler = conftest.pytest_xdist_make_scheduler(config, None)
+    worker = _Worker()
+    scheduler.add_node(worker)
+    scheduler.add_node_collection(worker, nodeids)
+    scheduler.schedule()
+    assert nodeids[worker.sent[0]] == f"tests/{slowest}.py::test_a", [nodeids[i] for i in worker.sent]
