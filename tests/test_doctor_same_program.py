@@ -77,6 +77,8 @@ def test_identical_devices_share_rows_and_a_changed_copy_gets_its_own():
     assert by[2].remedies is not by[0].remedies
     assert by[1].diagnosis is not by[0].diagnosis and by[1].diagnosis.verified     # verified on its own
     assert by[1].diagnosis.peak_reserved == by[0].diagnosis.peak_reserved
+    # a follower keeps less (its device's parsed part is dropped) and still draws its own page
+    assert "<html" in by[1].html() and by[1].diagnosis.reserved[-1] == by[0].diagnosis.reserved[-1]
     line = "device 1 recorded the same program as device 0: its what-if rows are device 0's"
     assert line in report.text()
     j = report.to_json()

@@ -161,6 +161,12 @@ class Recording:
                 self.config, self.source, self.policy)
         return dev
 
+    def forget(self, index: int) -> None:
+        """Drop device ``index``'s parsed part (its event list, start state, index); ``device``
+        rebuilds it from the snapshot when asked again.  The doctor of a many-device file keeps
+        one device's part at a time (memory_doctor/__init__.py)."""
+        self._devices.pop(index, None)
+
     @property
     def state_only(self) -> bool:
         """Segments but no trace event on any device (history was off): nothing to replay."""
