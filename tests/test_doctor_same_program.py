@@ -34,8 +34,9 @@ def recorded(n: int, index: int = 0) -> dict:
     return a.snapshot()
 
 
-def three_devices(change_copy: bool = False) -> dict:
-    """Device 0 and its copy as device 1 (the same program), device 2 a longer program (busiest)."""
+def three_devices(change_copy: bool = False, more: int = 0) -> dict:
+    """Device 0 and its copy as device 1 (the same program), device 2 a longer program (busiest),
+    then ``more`` copies of device 0."""
     one, other = recorded(6), recorded(11)
     segs0, trace0 = one["segments"], one["device_traces"][0]
     segs1, trace1 = copy.deepcopy(segs0), copy.deepcopy(trace0)
@@ -45,8 +46,9 @@ def three_devices(change_copy: bool = False) -> dict:
         alloc = next(e for e in trace1 if e["action"] == "alloc")
         alloc["size"] += 512
     return {"segments": [dict(s, device=0) for s in segs0] + [dict(s, device=1) for s in segs1]
-            + [dict(s, device=2) for s in other["segments"]],
-            "device_traces": [trace0, trace1, other["device_traces"][0]],
+            + [dict(s, device=2) for s in other["segments"]]
+            + [dict(s, device=3 + k) for k in range(more) for s in copy.deepcopy(segs0)],
+            "device_traces": [trace0, trace1, other["device_traces"][0]] + [copy.deepcopy(trace0)] * more,
             "allocator_settings": one.get("allocator_settings", {})}
 
 
@@ -102,3 +104,27 @@ def test_the_shared_rows_are_said_in_chinese(tmp_path, capsys):
     assert main(["doctor", str(path), "--json", "--lang", "zh"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["same_program"] == {"1": 0} and out["same_program_words"] == [zh]
+
+
+def without_seconds(j):
+    if isinstance(j, dict):
+        return {k: without_seconds(v) for k, v in j.items() if k != "seconds"}
+    return [without_seconds(v) for v in j] if isinstance(j, list) else j
+
+
+def test_followers_verified_on_forked_workers_say_what_one_process_says(monkeypatch):
+    from allocator_ref.memory_doctor import workers
+    snap = three_devices(more=3)                  # followers 1, 3, 4, 5: spread over two workers
+    monkeypatch.setenv("ALLOCATOR_REF_WORKERS", "1")
+    alone = ar.doctor(snap)
+    monkeypatch.setenv("ALLOCATOR_REF_WORKERS", "2")
+    forked = []
+    real = workers.map_forked
+    monkeypatch.setattr(workers, "map_forked", lambda fn, items, n: forked.append(n) or real(fn, items, n))
+    spread = ar.doctor(snap)
+    assert forked == [min(2, workers.cores())] and spread.same_program == alone.same_program == {1: 0, 3: 0, 4: 0, 5: 0}
+    assert without_seconds(spread.to_json()) == without_seconds(alone.to_json())
+    assert spread.text() == alone.text() and workers.can_fork()        # it did fork: one thread here
+    by = {r.diagnosis.device: r for r in spread.reports}
+    assert by[4].remedies is by[0].remedies and by[4].diagnosis.recording is by[0].diagnosis.recording
+    assert "<html" in by[4].html()               # its frames are rebuilt here from the loaded run

@@ -156,19 +156,63 @@ def _every_device(recording, busy: list, device_memory: Optional[float], profile
     (same_program.py): a device whose recording keys like an earlier one's takes that device's
     remedies and capacity, once the program read off its own verify replay is the same too."""
     from .same_program import groups, program_key
+    from .workers import map_forked, worker_count
     keys = {i: program_key(recording.device(i), recording.config, recording.policy, profile, device_memory,
                            remedies) for i in busy}
     lead_of = {f: lead for lead, followers in groups(keys).items() for f in followers}
-    reports, same = {}, {}
-    for i in busy:
-        lead = lead_of.get(i)
-        report = None if lead is None else _follow(recording, i, reports[lead], device_memory, profile)
-        if report is None:
+    reports = {i: doctor(recording, device_memory, device=i, profile=profile, remedies=remedies)
+               for i in busy if i not in lead_of}
+    # The followers are verified on every core (workers.map_forked shares the loaded run with them).
+    followers = [i for i in busy if i in lead_of]
+    _FORKED.update(recording=recording, reports=reports, lead_of=lead_of, device_memory=device_memory,
+                   profile=profile)
+    try:
+        slims = map_forked(_follow_forked, followers, worker_count(len(followers)))
+    finally:
+        _FORKED.clear()
+    same = {}
+    for i, slim in zip(followers, slims):
+        lead = reports[lead_of[i]]
+        report = None if slim is None else _unslim(slim, recording, lead)
+        if report is None:          # its own replay or program differed: every what-if of its own
             report = doctor(recording, device_memory, device=i, profile=profile, remedies=remedies)
         else:
-            same[i] = lead
+            same[i] = lead_of[i]
+            recording.forget(i)     # the worker read it; its player or page rebuilds it if asked
         reports[i] = report
     return DevicesReport([reports[i] for i in busy], seconds=time.perf_counter() - start, same_program=same)
+
+
+_FORKED: dict = {}        # what a forked worker reads (it inherits this process's memory)
+
+
+def _follow_forked(index: int):
+    """A follower's Diagnosis, without what this process already holds (the snapshot, the recording,
+    the frames, the leader's program and readings), to be sent back; None where _follow refused."""
+    import dataclasses
+    from ..viz.replay_frames import LazyFrames
+    f = _FORKED
+    lead = f["reports"][f["lead_of"][index]]
+    report = _follow(f["recording"], index, lead, f["device_memory"], f["profile"])
+    if report is None or type(report.diagnosis.frames) is not LazyFrames:
+        return None
+    d, led = report.diagnosis, lead.diagnosis
+    return dataclasses.replace(d, snapshot=None, recording=None, program=None,
+                               frames=(len(d.frames), d.frames.first_event),
+                               readings=None if d.readings is led.readings else d.readings)
+
+
+def _unslim(d, recording, lead):
+    """The follower's report again, from what the worker sent and what this process holds."""
+    from ..viz.replay_frames import LazyFrames
+    from .report import DoctorReport
+    led = lead.diagnosis
+    count, first = d.frames
+    d.snapshot, d.recording, d.program = recording.snapshot, recording, led.program
+    d.frames = LazyFrames(recording, d.device, count, first_event=first, profile=d.profile)
+    if d.readings is None:
+        d.readings = led.readings
+    return DoctorReport(d, lead.remedies, DoctorReport.decide(d, lead.remedies), capacity=lead.capacity)
 
 
 def _follow(recording, index: int, lead, device_memory: Optional[float], profile: str):
