@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -56,20 +57,60 @@ LAUNCH = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
 
 def _measure(argv: list, timeout_s: Optional[int] = None) -> dict:
     """Wall seconds, CPU seconds and peak RSS (MiB) of one child process (stopped after
-    ``timeout_s``: coreutils' timeout exits 124, reported as ``exit``)."""
+    ``timeout_s``: coreutils' timeout exits 124, reported as ``exit``), and the peak memory of
+    its whole process tree (``tree_peak_*``: the doctor forks workers, whose memory the child's
+    own peak RSS leaves out; see ``_tree_memory``)."""
     if timeout_s is not None:
         argv = ["timeout", str(timeout_s)] + argv
     env = dict(os.environ, PYTHONPATH=str(REPO), MPLBACKEND="Agg", ALLOCATOR_REF_MAX_SNAPSHOT_MB="4096")
-    with tempfile.TemporaryFile() as errors:      # a file, not a pipe: a chatty child never blocks
-        out = subprocess.run([sys.executable, "-c", LAUNCH, *argv], cwd=REPO, stdout=subprocess.PIPE,
-                             stderr=errors, env=env, check=True, text=True).stdout
+    peak_pss = peak_rss = 0
+    with tempfile.TemporaryFile() as errors, tempfile.TemporaryFile() as output:   # files: never blocks
+        child = subprocess.Popen([sys.executable, "-c", LAUNCH, *argv], cwd=REPO, stdout=output,
+                                 stderr=errors, env=env)
+        while child.poll() is None:            # sampled twice a second until the tree exits
+            pss, rss = _tree_memory(child.pid)
+            peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
+            time.sleep(TREE_SAMPLE_S)
         errors.seek(0)
         err = errors.read().decode(errors="replace")
+        output.seek(0)
+        out = output.read().decode()
+    if child.returncode != 0:
+        raise RuntimeError(f"{argv} launcher failed ({child.returncode}): {err[-500:]}")
     rc, wall, cpu, maxrss = out.split()
     if int(rc) not in (0, 1) and not (timeout_s and int(rc) == 124):
         # replay --verify exits 1 when it does not reproduce
         raise RuntimeError(f"{argv} failed ({rc}): {err[-500:]}")
-    return {"wall_s": float(wall), "cpu_s": float(cpu), "peak_rss_mib": int(maxrss) / 1024, "exit": int(rc)}
+    return {"wall_s": float(wall), "cpu_s": float(cpu), "peak_rss_mib": int(maxrss) / 1024, "exit": int(rc),
+            "tree_peak_pss_mib": peak_pss / 1024, "tree_peak_rss_sum_mib": peak_rss / 1024}
+
+
+TREE_SAMPLE_S = 0.5
+
+
+def _tree_memory(pid: int) -> tuple:
+    """(PSS, RSS) in KiB summed over the tool's processes (the launcher's descendants), read from
+    ``/proc/PID/smaps_rollup``.  PSS shares each page among the processes that map it, so forked
+    workers reading the parent's pages copy-on-write count them once in all: the memory the tree
+    takes.  The RSS sum counts a shared page once per process: an upper bound.  (0, 0) off Linux."""
+    pss = rss = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+            if p == pid:
+                continue                       # the launcher itself: a small Python, not the tool
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1])
+                    elif line.startswith("Rss:"):
+                        rss += int(line.split()[1])
+        except (OSError, ValueError):
+            continue                           # a process that just exited
+    return pss, rss
 
 
 def _scale(path: Path, copies: int, target: Path) -> int:

@@ -27,6 +27,13 @@ import pickle
 from ..events import RELEASES
 
 LEFT_OUT = frozenset(("time_us", "frames"))     # fields of an event no what-if reads
+HEAD = ("action", "addr", "size", "stream")      # read by name: every event has them
+
+
+def _key_order(e) -> tuple:
+    """The event's field names in order (a compact record keeps one shared tuple: trace_record.py)."""
+    keys = getattr(e, "_keys", None)
+    return keys if keys is not None else tuple(e)
 
 
 def program_key(device_recording, *arguments) -> str:
@@ -34,16 +41,21 @@ def program_key(device_recording, *arguments) -> str:
     ``arguments`` (config, design, GPU, device_memory, remedies) added."""
     h = hashlib.sha256(pickle.dumps(arguments, protocol=4))
     named: dict = {}              # one answer per stack list: a big file shares them (trace_record.StackPool)
+    others: dict = {}             # per key order: the fields beyond the four every event has
     batch = []
     for e in device_recording.raw:
         action = e["action"]
-        fields = tuple((k, e[k]) for k in e if k not in LEFT_OUT)
+        keys = _key_order(e)
+        extra = others.get(keys)
+        if extra is None:
+            extra = others[keys] = tuple(k for k in keys if k not in LEFT_OUT and k not in HEAD)
+        fields = (keys, action, e.get("addr"), e.get("size"), e.get("stream")) + tuple(e[k] for k in extra)
         if action in RELEASES:    # whatif.user_flushes reads a release's stack for empty_cache
             frames = e.get("frames")
             mark = named.get(id(frames))
             if mark is None:
                 mark = named[id(frames)] = any(f.get("name") == "empty_cache" for f in frames or ())
-            fields += (("empty_cache", mark),)
+            fields += (mark,)
         batch.append(fields)
         if len(batch) == 4096:
             h.update(pickle.dumps(batch, protocol=4))

@@ -58,7 +58,7 @@ def map_in_order(fn: Callable, items: Sequence, workers: int) -> list:
         return [f.result() for f in futures]
 
 
-TASKS_PER_FORK = 8        # inputs a forked worker handles before it exits (and gives back its copied pages)
+TASKS_PER_FORK = 4        # inputs a forked worker handles before it exits (and gives back its copied pages)
 
 
 def can_fork() -> bool:
