@@ -178,7 +178,7 @@ def _every_device(recording, busy: list, device_memory: Optional[float], profile
             report = doctor(recording, device_memory, device=i, profile=profile, remedies=remedies)
         else:
             same[i] = lead_of[i]
-            recording.forget(i)     # the worker read it; its player or page rebuilds it if asked
+            recording.forget(i)     # what its replays built; its player or page rebuilds it if asked
         reports[i] = report
     return DevicesReport([reports[i] for i in busy], seconds=time.perf_counter() - start, same_program=same)
 
@@ -242,13 +242,13 @@ def _follow(recording, index: int, lead, device_memory: Optional[float], profile
 
 def _slim(diag, led, recording) -> None:
     """A follower's report keeps what its text and JSON read, in less room: 330 ranks of a 1 GB file
-    each kept 5 MB (its program, its curves as lists of ints, its readings, its device's parsed
-    part), which took the doctor past twice the file."""
+    each kept 5 MB (its program, its curves as lists of ints, its readings, its device's start
+    state and trace index), which took the doctor past twice the file."""
     from array import array
     diag.allocated, diag.reserved = array("q", diag.allocated), array("q", diag.reserved)
     if diag.readings == led.readings:
         diag.readings = led.readings
-    recording.forget(diag.device)          # rebuilt from the snapshot if its player or page asks
+    recording.forget(diag.device)          # its start state and trace index: rebuilt if its page asks
 
 
 def _single_event(recording, device: Optional[int]) -> bool:

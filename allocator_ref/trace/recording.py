@@ -162,10 +162,13 @@ class Recording:
         return dev
 
     def forget(self, index: int) -> None:
-        """Drop device ``index``'s parsed part (its event list, start state, index); ``device``
-        rebuilds it from the snapshot when asked again.  The doctor of a many-device file keeps
-        one device's part at a time (memory_doctor/__init__.py)."""
-        self._devices.pop(index, None)
+        """Drop what device ``index``'s replays built (its rebuilt start state, its trace index:
+        rebuilt when asked again); its event list stays, so no later look at every device parses
+        its trace again.  The doctor of a many-device file keeps one device's at a time
+        (memory_doctor/__init__.py)."""
+        dev = self._devices.get(index)
+        if dev is not None:
+            dev._start = dev._lookup = None
 
     @property
     def state_only(self) -> bool:
