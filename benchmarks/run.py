@@ -198,14 +198,24 @@ def report(results: dict, quick: bool) -> str:
                          f"{r['peak_rss_mib']:.0f} | {r['rss_over_file']:.1f}x |")
         bf = lo.get("big_file")
         if bf:
-            lines += ["", f"The run scaled to {bf['copies']} ranks ({bf['file_mib']:,.0f} MiB), each tool a whole process:", "",
-                      "| tool | wall s | CPU s | peak RSS MiB | RSS / file |", "|---|---:|---:|---:|---:|"]
+            lines += ["", f"The run scaled to {bf['copies']} ranks ({bf['file_mib']:,.0f} MiB), each tool a whole process "
+                          "(CPU: the process and its workers; tree: PSS summed over its processes, a page shared "
+                          "copy-on-write counted once, sampled twice a second; RSS summed: an upper bound):", "",
+                      "| tool | wall s | CPU s | peak RSS MiB | RSS / file | tree PSS / file | tree RSS sum / file |",
+                      "|---|---:|---:|---:|---:|---:|---:|"]
             for tool in ("load", "replay --verify", "doctor"):
                 r = bf[tool]
                 stopped = " (stopped at the time limit)" if r.get("timed_out") else ""
+                tree = (f"{r['tree_pss_over_file']:.2f}x | {r['tree_rss_sum_over_file']:.2f}x"
+                        if "tree_pss_over_file" in r else "- | -")
                 lines.append(f"| `{tool}`{stopped} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_rss_mib']:,.0f} | "
-                             f"{r['rss_over_file']:.2f}x |")
+                             f"{r['rss_over_file']:.2f}x | {tree} |")
         dv = lo["doctor_vs_replay"]
+        lines.append("")
+        for name, what in (("big_doctor_wall_s", "`doctor` on the largest, wall seconds"),
+                           ("big_doctor_memory", "`doctor` on the largest, its process tree's peak PSS over the file")):
+            if name in t and t[name]["value"] is not None:
+                lines.append(f"- {what}: {t[name]['value']:.2f}; target {t[name]['target']}: **{_mark(t[name]['pass'])}**")
         lines += ["", f"- peak RSS over file size on the largest: {t['load_rss_over_file']['value']:.1f}x; target "
                       f"{t['load_rss_over_file']['target']}: **{_mark(t['load_rss_over_file']['pass'])}**",
                   f"- `doctor` / `replay --verify` ({dv['runs']} runs, medians): CPU **{dv['ratio_cpu']:.2f}x**, "

@@ -80,54 +80,175 @@ def doctor(snapshot: Any, device_memory: Optional[float] = None, *, device: Opti
 def _diagnose_and_prescribe(recording, device_memory: Optional[float], device: Optional[int], profile: str,
                             remedies: bool, words):
     """The verify replay, its facts, and every remedy replayed: a DoctorReport (or a DevicesReport)."""
-    from .capacity import capacity_words, infer_capacity
-    from .diagnosis import diagnose, whatif_run
-    from .npu_advice import npu_trials
-    from .remedies import context_reserve, prescribe
+    from .diagnosis import diagnose
     from .report import DoctorReport
-    from .shortage import judge_diagnosis
 
     start = time.perf_counter()
     if device is None:
         # Several devices and none ran out of memory: each device with events is diagnosed.
         busy = sorted(recording.devices_with_events, key=lambda i: -len(recording.device(i).events))
         if len(busy) > 1 and not any(recording.device(i).ooms for i in busy):
-            reports = [doctor(recording, device_memory, device=i, profile=profile, remedies=remedies)
-                       for i in busy]
-            return DevicesReport(reports, seconds=time.perf_counter() - start)
+            return _every_device(recording, busy, device_memory, profile, remedies, start)
     diag = diagnose(recording, device=device, profile=profile,
                     device_memory=None if device_memory is None else int(device_memory * GiB))
-    profile = diag.profile                # sized up when the snapshot needs a bigger GPU
     plan = capacity = None
     if diag.verified and remedies:
-        run = whatif_run(diag, profile)
-        capacity = infer_capacity(run.events, diag.reserved, run.program, diag.config,
-                                  lambda usable: _replay_recorded(run, diag.config, usable))
-        reserve = context_reserve(profile)
-        recorded_usable = capacity.target if capacity.known else None
-        if device_memory is not None:
-            total = int(device_memory * GiB)
-            target = total - reserve
-            where = tr("--device-memory {gib} GiB, less the {runtime} context's {mib} MiB", gib=f"{device_memory:g}",
-                       mib=f"{reserve / 2**20:,.0f}", runtime=words.runtime)
-            if target <= 0:
-                raise ValueError(tr("device_memory={gib} GiB is smaller than the {runtime} context alone ({mib} MiB): "
-                                    "give the {device}'s whole size in GiB", gib=f"{device_memory:g}",
-                                    runtime=words.runtime, device=words.device,
-                                    mib=f"{reserve / 2**20:,.0f}"))
-        elif capacity.known:
-            target, total = capacity.target, capacity.target + reserve
-            where = capacity_words(capacity, words)
-        else:
-            target = total = None
-            where = capacity_words(capacity, words)
-        plan = prescribe(run, diag.config, target, total, where, recorded_usable, live_need=diag.live_need,
-                         adapt=npu_trials if recording.policy == "npu" else None)   # torch_npu's knobs
-        diag.judgement = judge_diagnosis(diag, target, asked=device_memory is not None)
-    if diag.verified and diag.judgement is None:       # remedies not asked for: the rule still reads the run
-        asked = None if device_memory is None else int(device_memory * GiB) - context_reserve(profile)
-        diag.judgement = judge_diagnosis(diag, asked, asked=asked is not None)
+        plan, capacity = _prescribe(diag, recording, device_memory, words)
+    _judge(diag, device_memory, capacity, words)
     return DoctorReport(diag, plan, DoctorReport.decide(diag, plan), capacity=capacity)
+
+
+def _prescribe(diag, recording, device_memory: Optional[float], words):
+    """Every remedy replayed on ``diag``'s program: (the Remedies, the capacity it inferred)."""
+    from .capacity import infer_capacity
+    from .diagnosis import whatif_run
+    from .npu_advice import npu_trials
+    from .remedies import prescribe
+
+    run = whatif_run(diag, diag.profile)           # diag.profile: sized up when the snapshot needs a bigger GPU
+    capacity = infer_capacity(run.events, diag.reserved, run.program, diag.config,
+                              lambda usable: _replay_recorded(run, diag.config, usable))
+    target, total, where = _target(diag.profile, device_memory, capacity, words)
+    recorded_usable = capacity.target if capacity.known else None
+    plan = prescribe(run, diag.config, target, total, where, recorded_usable, live_need=diag.live_need,
+                     adapt=npu_trials if recording.policy == "npu" else None)   # torch_npu's knobs
+    return plan, capacity
+
+
+def _target(profile: str, device_memory: Optional[float], capacity, words) -> tuple:
+    """The usable bytes the remedies must fit in, the GPU's whole size, and where that figure came from."""
+    from .capacity import capacity_words
+    from .remedies import context_reserve
+    reserve = context_reserve(profile)
+    if device_memory is not None:
+        total = int(device_memory * GiB)
+        target = total - reserve
+        where = tr("--device-memory {gib} GiB, less the {runtime} context's {mib} MiB", gib=f"{device_memory:g}",
+                   mib=f"{reserve / 2**20:,.0f}", runtime=words.runtime)
+        if target <= 0:
+            raise ValueError(tr("device_memory={gib} GiB is smaller than the {runtime} context alone ({mib} MiB): "
+                                "give the {device}'s whole size in GiB", gib=f"{device_memory:g}",
+                                runtime=words.runtime, device=words.device,
+                                mib=f"{reserve / 2**20:,.0f}"))
+        return target, total, where
+    if capacity.known:
+        return capacity.target, capacity.target + reserve, capacity_words(capacity, words)
+    return None, None, capacity_words(capacity, words)
+
+
+def _judge(diag, device_memory: Optional[float], capacity, words) -> None:
+    """Shortage or fragmentation (shortage.py), on the remedies' target, or the GPU asked about."""
+    from .remedies import context_reserve
+    from .shortage import judge_diagnosis
+    if not diag.verified:
+        return
+    if capacity is not None:
+        target = _target(diag.profile, device_memory, capacity, words)[0]
+        diag.judgement = judge_diagnosis(diag, target, asked=device_memory is not None)
+    else:                                              # remedies not asked for: the rule still reads the run
+        asked = None if device_memory is None else int(device_memory * GiB) - context_reserve(diag.profile)
+        diag.judgement = judge_diagnosis(diag, asked, asked=asked is not None)
+
+
+def _every_device(recording, busy: list, device_memory: Optional[float], profile: str, remedies: bool,
+                  start: float) -> "DevicesReport":
+    """Each device verified and diagnosed on its own; the what-ifs replayed once per program
+    (same_program.py): a device whose recording keys like an earlier one's takes that device's
+    remedies and capacity, once the program read off its own verify replay is the same too."""
+    from .same_program import groups, program_key
+    from .workers import map_forked, worker_count
+    keys = {i: program_key(recording.device(i), recording.config, recording.policy, profile, device_memory,
+                           remedies) for i in busy}
+    lead_of = {f: lead for lead, followers in groups(keys).items() for f in followers}
+    reports = {i: doctor(recording, device_memory, device=i, profile=profile, remedies=remedies)
+               for i in busy if i not in lead_of}
+    # The followers are verified on every core (workers.map_forked shares the loaded run with them).
+    followers = [i for i in busy if i in lead_of]
+    _FORKED.update(recording=recording, reports=reports, lead_of=lead_of, device_memory=device_memory,
+                   profile=profile)
+    try:
+        slims = map_forked(_follow_forked, followers, worker_count(len(followers)))
+    finally:
+        _FORKED.clear()
+    same = {}
+    for i, slim in zip(followers, slims):
+        lead = reports[lead_of[i]]
+        report = None if slim is None else _unslim(slim, recording, lead)
+        if report is None:          # its own replay or program differed: every what-if of its own
+            report = doctor(recording, device_memory, device=i, profile=profile, remedies=remedies)
+        else:
+            same[i] = lead_of[i]
+            recording.forget(i)     # what its replays built; its player or page rebuilds it if asked
+        reports[i] = report
+    return DevicesReport([reports[i] for i in busy], seconds=time.perf_counter() - start, same_program=same)
+
+
+_FORKED: dict = {}        # what a forked worker reads (it inherits this process's memory)
+
+
+def _follow_forked(index: int):
+    """A follower's Diagnosis, without what this process already holds (the snapshot, the recording,
+    the frames, the leader's program and readings), to be sent back; None where _follow refused."""
+    import dataclasses
+    from ..viz.replay_frames import LazyFrames
+    f = _FORKED
+    lead = f["reports"][f["lead_of"][index]]
+    report = _follow(f["recording"], index, lead, f["device_memory"], f["profile"])
+    if report is None or type(report.diagnosis.frames) is not LazyFrames:
+        return None
+    d, led = report.diagnosis, lead.diagnosis
+    return dataclasses.replace(d, snapshot=None, recording=None, program=None,
+                               frames=(len(d.frames), d.frames.first_event),
+                               readings=None if d.readings is led.readings else d.readings)
+
+
+def _unslim(d, recording, lead):
+    """The follower's report again, from what the worker sent and what this process holds."""
+    from ..viz.replay_frames import LazyFrames
+    from .report import DoctorReport
+    led = lead.diagnosis
+    count, first = d.frames
+    d.snapshot, d.recording, d.program = recording.snapshot, recording, led.program
+    d.frames = LazyFrames(recording, d.device, count, first_event=first, profile=d.profile)
+    if d.readings is None:
+        d.readings = led.readings
+    return DoctorReport(d, lead.remedies, DoctorReport.decide(d, lead.remedies), capacity=lead.capacity)
+
+
+def _follow(recording, index: int, lead, device_memory: Optional[float], profile: str):
+    """Device ``index``'s report with ``lead``'s what-if rows, or None when they may not stand for
+    its own: its verify replay differs from the leader's, or the program read off it does."""
+    from .device_words import words_for
+    from .diagnosis import diagnose, whatif_run
+    from .report import DoctorReport
+    from .same_program import program_digest
+    if type(lead) is not DoctorReport:                 # a state read, not a replay: nothing to share
+        return None
+    led = lead.diagnosis
+    diag = diagnose(recording, device=index, profile=profile,
+                    device_memory=None if device_memory is None else int(device_memory * GiB))
+    if diag.verified != led.verified or diag.profile != led.profile:
+        return None
+    if lead.remedies is not None:
+        whatif_run(diag, diag.profile)                 # its own program, read off its own verify replay
+        if program_digest(diag.program) != program_digest(led.program):
+            return None
+        diag.program = led.program                     # the same actions: one copy for the group
+    _judge(diag, device_memory, lead.capacity, words_for(recording.policy))
+    report = DoctorReport(diag, lead.remedies, DoctorReport.decide(diag, lead.remedies), capacity=lead.capacity)
+    _slim(diag, led, recording)
+    return report
+
+
+def _slim(diag, led, recording) -> None:
+    """A follower's report keeps what its text and JSON read, in less room: 330 ranks of a 1 GB file
+    each kept 5 MB (its program, its curves as lists of ints, its readings, its device's start
+    state and trace index), which took the doctor past twice the file."""
+    from array import array
+    diag.allocated, diag.reserved = array("q", diag.allocated), array("q", diag.reserved)
+    if diag.readings == led.readings:
+        diag.readings = led.readings
+    recording.forget(diag.device)          # its start state and trace index: rebuilt if its page asks
 
 
 def _single_event(recording, device: Optional[int]) -> bool:
@@ -143,26 +264,61 @@ class DevicesReport:
 
     It reads like the first (busiest) device's report -- ``verdict``, ``remedies``,
     ``to_json()``'s top level -- and ``reports`` holds every device's; the text shows all.
+    ``same_program`` maps a device to the one whose what-if rows it shares (same_program.py).
     """
 
-    def __init__(self, reports: list, seconds: float = 0.0) -> None:
+    def __init__(self, reports: list, seconds: float = 0.0, same_program: Optional[dict] = None) -> None:
         self.reports, self.seconds, self.language = reports, seconds, language()
+        self.same_program = dict(same_program or {})
         first = reports[0]
         self.diagnosis, self.remedies, self.verdict, self.capacity = (first.diagnosis, first.remedies,
                                                                       first.verdict, first.capacity)
 
+    def shared_lines(self) -> list:
+        """One line per program that several devices recorded: whose what-if rows they are."""
+        from .same_program import spans
+        by_lead: dict = {}
+        for device, lead in self.same_program.items():
+            by_lead.setdefault(lead, []).append(device)
+        with speaking(self.language):
+            return [tr("device {devices} recorded the same program as device {device}: its what-if rows are "
+                       "device {device}'s (replayed once; it is verified on its own)", devices=followers[0],
+                       device=lead) if len(followers) == 1 else
+                    tr("devices {devices} recorded the same program as device {device}: their what-if rows are "
+                       "device {device}'s (replayed once; each device is verified on its own)",
+                       devices=spans(followers), device=lead) for lead, followers in by_lead.items()]
+
     def text(self) -> str:
         with speaking(self.language):
             head = tr("{n} devices have events and none ran out of memory: each is diagnosed (--device N for one)",
-                      n=len(self.reports)) + "\n\n"
-        return head + "\n".join(r.text() for r in self.reports)
+                      n=len(self.reports)) + "\n"
+        return head + "".join(line + "\n" for line in self.shared_lines()) + "\n" + \
+            "\n".join(r.text() for r in self.reports)
 
     def to_json(self) -> dict:
-        return dict(self.reports[0].to_json(), each_device=[r.to_json() for r in self.reports],
-                    seconds=self.seconds)
+        each = []
+        for r in self.reports:
+            row = r.to_json()
+            lead = self.same_program.get(r.diagnosis.device)
+            if lead is not None:
+                row["what_if_rows_of_device"] = lead
+            each.append(row)
+        return dict(self.reports[0].to_json(), each_device=each, seconds=self.seconds,
+                    same_program={str(d): lead for d, lead in self.same_program.items()},
+                    same_program_words=self.shared_lines())
 
     def html(self, path=None) -> str:
-        return self.reports[0].html(path)
+        from html import escape
+        page = self.reports[0].html()
+        lines = self.shared_lines()
+        if lines:                    # the page is the first device's: the shared rows are said at its top
+            said = "".join(f"<p data-same-program>{escape(line)}</p>" for line in lines)
+            at = page.index(">", page.index("<body")) + 1
+            page = page[:at] + said + page[at:]
+        if path is not None:
+            from pathlib import Path
+            Path(path).write_text(page, encoding="utf-8")
+        return page
 
     def player(self, **kwargs):
         return self.reports[0].player(**kwargs)

@@ -23,7 +23,6 @@ from typing import Any, Optional
 
 from ..device.sizing import profile_for_snapshot
 from ..editions.messages import translator
-from ..trace.device_traces import device_events
 from ..trace.recording import load_recording
 from ..units import percent_of
 from .replay_facts import CALL_ACTIONS, replay_facts
@@ -207,7 +206,7 @@ def diagnose(snapshot: Any, device: Optional[int] = None, profile: str = "h100-8
     recording = load_recording(snapshot)          # checked once; a Recording comes back as it is
     source, snapshot = recording.source, recording.snapshot
     # 'snapshot' entries are looks, not events (trace/device_traces.py): a device with only those has none.
-    traces = [device_events(snapshot, i) for i in range(len(snapshot.get("device_traces", [])))]
+    traces = [recording.device(i).events for i in range(len(snapshot.get("device_traces", [])))]  # parsed once
     if device is None:
         device = _focus_device(traces)
     if not 0 <= device < len(traces) or not traces[device]:

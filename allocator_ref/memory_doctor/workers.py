@@ -11,11 +11,19 @@ The workers are *spawned*, not forked: a notebook kernel or a test runner has th
 copies their locks in whatever state they were.  A spawned worker starts from the environment
 (the settings travel there) and the arguments it is given (the language, passed explicitly).
 One worker, or one input, runs in this process: no pool, the same function, the same results.
+
+``map_forked`` is the other way, for one big file already loaded (``doctor`` of a 1 GB snapshot of
+many devices): its workers are *forked*, so they share the loaded run with this process page by
+page (copy-on-write) instead of reading it again.  It forks only when this process runs one
+thread (a command line, not a notebook kernel).  The caller freezes what it loaded first
+(``gc.freeze()``: the doctor's ``settled``), so no worker's collector writes to the shared pages;
+each worker exits after a few inputs, so the pages it touched and copied are given back.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence
 
@@ -48,3 +56,20 @@ def map_in_order(fn: Callable, items: Sequence, workers: int) -> list:
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(fn, *item) for item in items]
         return [f.result() for f in futures]
+
+
+TASKS_PER_FORK = 4        # inputs a forked worker handles before it exits (and gives back its copied pages)
+
+
+def can_fork() -> bool:
+    """Whether forking is safe here: a platform that forks, and no thread but this one."""
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
+def map_forked(fn: Callable, items: Sequence, workers: int) -> list:
+    """``[fn(item) for item in items]`` in forked workers that inherit what ``fn`` reads (see the
+    module doc); in this process when one worker, one input, or forking is not safe."""
+    if workers <= 1 or len(items) <= 1 or not can_fork():
+        return [fn(item) for item in items]
+    with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=TASKS_PER_FORK) as pool:
+        return pool.map(fn, items, chunksize=1)

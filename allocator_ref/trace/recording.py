@@ -161,6 +161,15 @@ class Recording:
                 self.config, self.source, self.policy)
         return dev
 
+    def forget(self, index: int) -> None:
+        """Drop what device ``index``'s replays built (its rebuilt start state, its trace index:
+        rebuilt when asked again); its event list stays, so no later look at every device parses
+        its trace again.  The doctor of a many-device file keeps one device's at a time
+        (memory_doctor/__init__.py)."""
+        dev = self._devices.get(index)
+        if dev is not None:
+            dev._start = dev._lookup = None
+
     @property
     def state_only(self) -> bool:
         """Segments but no trace event on any device (history was off): nothing to replay."""
