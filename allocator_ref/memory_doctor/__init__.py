@@ -190,26 +190,23 @@ def _follow_forked(index: int):
     """A follower's Diagnosis, without what this process already holds (the snapshot, the recording,
     the frames, the leader's program and readings), to be sent back; None where _follow refused."""
     import dataclasses
-    from ..viz.replay_frames import LazyFrames
     f = _FORKED
     lead = f["reports"][f["lead_of"][index]]
     report = _follow(f["recording"], index, lead, f["device_memory"], f["profile"])
-    if report is None or type(report.diagnosis.frames) is not LazyFrames:
+    if report is None:
         return None
     d, led = report.diagnosis, lead.diagnosis
-    return dataclasses.replace(d, snapshot=None, recording=None, program=None,
-                               frames=(len(d.frames), d.frames.first_event),
+    # No frames: the drawing side records them in this process when the player or the page asks
+    # (report.frames_of, from events_replayed and first_event, which travel with the diagnosis).
+    return dataclasses.replace(d, snapshot=None, recording=None, program=None, frames=None,
                                readings=None if d.readings is led.readings else d.readings)
 
 
 def _unslim(d, recording, lead):
     """The follower's report again, from what the worker sent and what this process holds."""
-    from ..viz.replay_frames import LazyFrames
     from .report import DoctorReport
     led = lead.diagnosis
-    count, first = d.frames
     d.snapshot, d.recording, d.program = recording.snapshot, recording, led.program
-    d.frames = LazyFrames(recording, d.device, count, first_event=first, profile=d.profile)
     if d.readings is None:
         d.readings = led.readings
     return DoctorReport(d, lead.remedies, DoctorReport.decide(d, lead.remedies), capacity=lead.capacity)
