@@ -36,7 +36,7 @@ for pattern in ("../../../source/*/*.ipynb", COURSE + "/source/*/*.ipynb", COURS
 with open(MARK, "w") as f:
     f.write(str(os.getuid()))
 import subprocess
-subprocess.Popen(["sleep", "600"], start_new_session=True)      # left behind, holding what it inherited
+subprocess.Popen(["sleep", "600", TOKEN], start_new_session=True)     # left behind, holding what it inherited
 '''
 
 
@@ -56,7 +56,11 @@ def test_feedback_hands_back_the_report_only_and_no_solution(tmp_path, monkeypat
     marks = Path(tempfile.mkdtemp(prefix="loot-marks-"))
     marks.chmod(0o1777)
     first = next(iter(solutions))
-    attack = LOOT.replace("COURSE", repr(str(course))).replace("MARK", repr(str(marks / "ran-as")))
+    # The leftover names itself (sleep adds up its arguments: 600 s and a few microseconds): another
+    # test grading on the other worker runs its submissions under the same numeric users.
+    token = f"0.0000{os.getpid()}"
+    attack = (LOOT.replace("COURSE", repr(str(course))).replace("MARK", repr(str(marks / "ran-as")))
+              .replace("TOKEN", repr(token)))
     for who, answers in (("eve", {**solutions, first: solutions[first] + attack}),
                          ("ada", {**solutions, first: solutions[first] + "\n" + adas})):
         folder = course / "submitted" / who / "lab01"
@@ -65,7 +69,7 @@ def test_feedback_hands_back_the_report_only_and_no_solution(tmp_path, monkeypat
 
     assert gradebook.main(["autograde", "01", "--course", str(course)]) == 0
     assert int((marks / "ran-as").read_text()) >= sandbox.GRADER_UID_BASE      # never as root
-    left = [pid for pid, uid in _owners().items() if uid >= sandbox.GRADER_UID_BASE]
+    left = [pid for pid, (uid, argv) in _owners().items() if uid >= sandbox.GRADER_UID_BASE and token in argv]
     assert not left, f"processes the submission started outlived its grading: {left}"
     homes = tmp_path / "homes"
     for who in ("eve", "ada"):
@@ -86,14 +90,15 @@ def _found(text: str) -> list:
 
 
 def _owners() -> dict:
-    """{pid: real uid} of every live process."""
+    """{pid: (real uid, its arguments)} of every live process."""
     import re
     found = {}
     for entry in os.listdir("/proc"):
         try:
             status = Path(f"/proc/{entry}/status").read_text()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
         if entry.isdigit() and "State:\tZ" not in status:
-            found[int(entry)] = int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
+            found[int(entry)] = (int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1)), argv)
     return found
