@@ -196,9 +196,13 @@ def hub(tmp_path_factory, config):
     env.pop("WORKSHOP_ADMIN_PASSWORD", None)
     env.pop("WORKSHOP_REPO", None)
     log = open(tmp / "hub.log", "w")
+    # Started as a script's background job starts it (`make workshop &`, a CI runner's step): with
+    # Ctrl-C ignored, which the hub passes on to the services and the proxy it starts before its
+    # own handler (JupyterHub.init_signal); the config must give them Ctrl-C back.
     proc = subprocess.Popen([str(Path(sys.executable).parent / "jupyterhub"), "-f",
                              str(config)], cwd=tmp, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     url = f"https://127.0.0.1:{port}"
     cert = state / "tls" / "hub.crt"
     import psutil

@@ -59,6 +59,7 @@ import json
 import ipaddress
 import os
 import pwd
+import signal
 import socket
 import stat
 import subprocess
@@ -78,6 +79,13 @@ from room_language import (RoomLanguageError, asked_language, first_page, learne
 from tls import self_signed  # noqa: E402  (workshop/tls.py)
 
 c = get_config()  # noqa: F821  (JupyterHub defines get_config when it loads this file)
+
+# Ctrl-C reaches what the hub starts.  JupyterHub installs its own SIGINT handler only after it has
+# started the proxy and the services (JupyterHub.init_signal, at the end of start()), which inherit
+# the hub's SIGINT as it was: ignored, when the hub runs as a script's background job (`make workshop &`)
+# or under a runner that starts it so.  Then Ctrl-C left them running: JupyterHub waited its 30 s
+# interrupt_timeout for each service before SIGTERM, and the learners' servers were stopped last.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _refuse(message: str):
