@@ -112,19 +112,47 @@ def without_seconds(j):
     return [without_seconds(v) for v in j] if isinstance(j, list) else j
 
 
+FORKED_DOCTOR = """
+import json, sys
+sys.path.insert(0, TESTS)
+from test_doctor_same_program import three_devices
+import allocator_ref as ar
+from allocator_ref.memory_doctor import workers
+forked = []
+real = workers.map_forked
+def spy(fn, items, n):
+    forked.append([n, workers.can_fork()])
+    return real(fn, items, n)
+workers.map_forked = spy
+spread = ar.doctor(three_devices(more=3))
+by = {r.diagnosis.device: r for r in spread.reports}
+print(json.dumps({"forked": forked, "same": {str(k): v for k, v in spread.same_program.items()},
+                  "json": spread.to_json(), "text": spread.text(),
+                  "shared": by[4].remedies is by[0].remedies and by[4].diagnosis.recording is by[0].diagnosis.recording,
+                  "page": "<html" in by[4].html()}))
+"""
+
+
 def test_followers_verified_on_forked_workers_say_what_one_process_says(monkeypatch):
+    """Run in a fresh process: the forked path is taken only with one thread (workers.can_fork), and a
+    pytest worker may hold another module's threads."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
     from allocator_ref.memory_doctor import workers
     snap = three_devices(more=3)                  # followers 1, 3, 4, 5: spread over two workers
     monkeypatch.setenv("ALLOCATOR_REF_WORKERS", "1")
     alone = ar.doctor(snap)
-    monkeypatch.setenv("ALLOCATOR_REF_WORKERS", "2")
-    forked = []
-    real = workers.map_forked
-    monkeypatch.setattr(workers, "map_forked", lambda fn, items, n: forked.append(n) or real(fn, items, n))
-    spread = ar.doctor(snap)
-    assert forked == [min(2, workers.cores())] and spread.same_program == alone.same_program == {1: 0, 3: 0, 4: 0, 5: 0}
-    assert without_seconds(spread.to_json()) == without_seconds(alone.to_json())
-    assert spread.text() == alone.text() and workers.can_fork()        # it did fork: one thread here
-    by = {r.diagnosis.device: r for r in spread.reports}
-    assert by[4].remedies is by[0].remedies and by[4].diagnosis.recording is by[0].diagnosis.recording
-    assert "<html" in by[4].html()               # its frames are rebuilt here from the loaded run
+    tests = str(Path(__file__).resolve().parent)
+    env = dict(os.environ, ALLOCATOR_REF_WORKERS="2",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(tests).parent), os.environ.get("PYTHONPATH")])))
+    out = subprocess.run([sys.executable, "-c", FORKED_DOCTOR.replace("TESTS", repr(tests))], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    spread = json.loads(out.stdout.strip().splitlines()[-1])
+    assert spread["forked"] == [[min(2, workers.cores()), True]]        # it forked: one thread there
+    assert spread["same"] == {str(k): v for k, v in alone.same_program.items()} == {"1": 0, "3": 0, "4": 0, "5": 0}
+    assert without_seconds(spread["json"]) == without_seconds(alone.to_json())
+    assert spread["text"] == alone.text()
+    assert spread["shared"] and spread["page"]    # the follower's rows are the leader's; its page drawn here
